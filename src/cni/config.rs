@@ -1,0 +1,216 @@
+//! Network configurations: one plugin's stdin (`PluginConf`) and a loaded `.conf`/`.conflist` (`ConfList`).
+//! The raw JSON object is kept whole so keys this crate does not know are passed on unchanged.
+
+use super::error::CniError;
+use super::result::CniResult;
+use super::version::CniVersion;
+use serde::de::DeserializeOwned;
+use serde_json::{Map, Value};
+use std::path::Path;
+
+/// What a plugin receives on stdin, parsed just enough to dispatch; `raw` is the whole object.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PluginConf {
+    pub raw: Map<String, Value>,
+    pub cni_version: CniVersion,
+    pub name: String,
+    pub plugin_type: String,
+}
+
+impl PluginConf {
+    /// Parse stdin: JSON object (code 6 if not), `type` string and a supported `cniVersion` (codes 7, 1).
+    pub fn parse(bytes: &[u8]) -> Result<Self, CniError> {
+        let v: Value = serde_json::from_slice(bytes)
+            .map_err(|e| CniError::decode(format!("network configuration is not valid JSON: {e}")))?;
+        Self::from_value(v)
+    }
+
+    pub fn from_value(v: Value) -> Result<Self, CniError> {
+        let Value::Object(raw) = v else {
+            return Err(CniError::decode("network configuration must be a JSON object"));
+        };
+        let plugin_type = match raw.get("type") {
+            Some(Value::String(t)) if !t.is_empty() => t.clone(),
+            Some(_) => return Err(CniError::invalid_config("network configuration 'type' must be a non-empty string")),
+            None => return Err(CniError::invalid_config("network configuration has no 'type'")),
+        };
+        let version = match raw.get("cniVersion") {
+            Some(Value::String(s)) => s.as_str(),
+            Some(_) => return Err(CniError::invalid_config("network configuration 'cniVersion' must be a string")),
+            None => "",
+        };
+        let cni_version = CniVersion::parse(version)?;
+        let name = match raw.get("name") {
+            Some(Value::String(s)) => s.clone(),
+            None => String::new(),
+            Some(_) => return Err(CniError::invalid_config("network configuration 'name' must be a string")),
+        };
+        Ok(PluginConf { raw, cni_version, name, plugin_type })
+    }
+
+    /// Deserialize the plugin's own view of the config; errors are code 7 and say what is wrong.
+    pub fn typed<T: DeserializeOwned>(&self) -> Result<T, CniError> {
+        serde_json::from_value(Value::Object(self.raw.clone()))
+            .map_err(|e| CniError::invalid_config(format!("invalid {} configuration: {e}", self.plugin_type)))
+    }
+
+    /// `prevResult`, parsed (any version), if present and not null.
+    pub fn prev_result(&self) -> Result<Option<CniResult>, CniError> {
+        match self.raw.get("prevResult") {
+            None | Some(Value::Null) => Ok(None),
+            Some(v) => CniResult::from_json(v).map(Some).map_err(|e| e.context("prevResult")),
+        }
+    }
+
+    pub fn to_bytes(&self) -> Vec<u8> {
+        serde_json::to_vec(&self.raw).expect("a JSON map always serializes")
+    }
+}
+
+/// A network: a `.conflist` chain, or a `.conf` single plugin seen as a chain of one.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ConfList {
+    pub cni_version: String,
+    pub name: String,
+    pub disable_check: bool,
+    pub plugins: Vec<Map<String, Value>>,
+}
+
+impl ConfList {
+    /// Parse a file's bytes; `is_list` picks the conflist shape (by extension, as libcni does).
+    pub fn parse(bytes: &[u8], is_list: bool, origin: &str) -> Result<Self, CniError> {
+        let v: Value = serde_json::from_slice(bytes)
+            .map_err(|e| CniError::invalid_config(format!("{origin}: not valid JSON: {e}")))?;
+        let Value::Object(obj) = v else {
+            return Err(CniError::invalid_config(format!("{origin}: must be a JSON object")));
+        };
+        let str_field = |k: &str| match obj.get(k) {
+            Some(Value::String(s)) => Ok(s.clone()),
+            None => Ok(String::new()),
+            Some(_) => Err(CniError::invalid_config(format!("{origin}: '{k}' must be a string"))),
+        };
+        let name = str_field("name")?;
+        let cni_version = str_field("cniVersion")?;
+        let plugins = if is_list || obj.contains_key("plugins") {
+            let Some(Value::Array(list)) = obj.get("plugins") else {
+                return Err(CniError::invalid_config(format!("{origin}: a conflist needs a 'plugins' array")));
+            };
+            if list.is_empty() {
+                return Err(CniError::invalid_config(format!("{origin}: 'plugins' is empty")));
+            }
+            list.iter()
+                .enumerate()
+                .map(|(i, p)| match p {
+                    Value::Object(m) => Ok(m.clone()),
+                    _ => Err(CniError::invalid_config(format!("{origin}: plugins[{i}] must be a JSON object"))),
+                })
+                .collect::<Result<Vec<_>, _>>()?
+        } else {
+            vec![obj.clone()]
+        };
+        for (i, p) in plugins.iter().enumerate() {
+            if !matches!(p.get("type"), Some(Value::String(t)) if !t.is_empty()) {
+                return Err(CniError::invalid_config(format!("{origin}: plugins[{i}] has no string 'type'")));
+            }
+        }
+        if name.is_empty() {
+            return Err(CniError::invalid_config(format!("{origin}: no 'name'")));
+        }
+        CniVersion::parse(&cni_version).map_err(|e| e.context(origin))?;
+        let disable_check = obj.get("disableCheck").and_then(Value::as_bool).unwrap_or(false);
+        Ok(ConfList { cni_version, name, disable_check, plugins })
+    }
+
+    pub fn load(path: &Path) -> Result<Self, CniError> {
+        let bytes = std::fs::read(path)
+            .map_err(|e| CniError::io(format!("cannot read network configuration {}: {e}", path.display())))?;
+        let is_list = path.extension().is_some_and(|e| e == "conflist");
+        Self::parse(&bytes, is_list, &path.display().to_string())
+    }
+
+    /// Stdin for plugin `index`: its own keys plus the list's `name` and `cniVersion`, and `prevResult`
+    /// in the list's version when there is one (libcni's `buildOneConfig`).
+    pub fn plugin_stdin(&self, index: usize, prev: Option<&CniResult>) -> Result<Vec<u8>, CniError> {
+        let version = CniVersion::parse(&self.cni_version)?;
+        let mut m = self.plugins[index].clone();
+        m.insert("name".into(), self.name.clone().into());
+        m.insert("cniVersion".into(), self.cni_version.clone().into());
+        match prev {
+            Some(r) => {
+                m.insert("prevResult".into(), r.to_json(version));
+            }
+            None => {
+                m.remove("prevResult");
+            }
+        }
+        Ok(serde_json::to_vec(&m).expect("a JSON map always serializes"))
+    }
+
+    pub fn plugin_type(&self, index: usize) -> &str {
+        self.plugins[index].get("type").and_then(Value::as_str).unwrap_or_default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn plugin_conf_keeps_unknown_keys_and_checks_basics() {
+        let c =
+            PluginConf::parse(br#"{"cniVersion":"0.3.1","name":"n","type":"yonghui","futureKey":{"a":1}}"#).unwrap();
+        assert_eq!(c.cni_version, CniVersion::V0_3_1);
+        assert_eq!(c.raw["futureKey"], json!({"a":1}));
+        assert_eq!(PluginConf::parse(b"[1]").unwrap_err().code, 6);
+        assert_eq!(PluginConf::parse(b"{nope").unwrap_err().code, 6);
+        assert_eq!(PluginConf::parse(br#"{"cniVersion":"1.0.0","type":5}"#).unwrap_err().code, 7);
+        assert_eq!(PluginConf::parse(br#"{"cniVersion":"9.9.9","type":"x"}"#).unwrap_err().code, 1);
+        assert_eq!(PluginConf::parse(br#"{"type":"x"}"#).unwrap_err().code, 1);
+    }
+
+    #[test]
+    fn conf_and_conflist_shapes() {
+        let single =
+            ConfList::parse(br#"{"cniVersion":"0.4.0","name":"a","type":"bridge","bridge":"b0"}"#, false, "a.conf")
+                .unwrap();
+        assert_eq!(single.plugins.len(), 1);
+        assert_eq!(single.plugin_type(0), "bridge");
+        let list = ConfList::parse(
+            br#"{"cniVersion":"1.0.0","name":"b","plugins":[{"type":"macvlan"},{"type":"veth","x":1}]}"#,
+            true,
+            "b.conflist",
+        )
+        .unwrap();
+        assert_eq!(list.plugins.len(), 2);
+        let stdin: Value = serde_json::from_slice(&list.plugin_stdin(1, None).unwrap()).unwrap();
+        assert_eq!(stdin, json!({"cniVersion":"1.0.0","name":"b","type":"veth","x":1}));
+    }
+
+    #[test]
+    fn conflist_errors_name_the_file() {
+        for (bytes, want) in [
+            (&br#"{"cniVersion":"1.0.0","name":"b","plugins":[]}"#[..], "empty"),
+            (br#"{"cniVersion":"1.0.0","name":"b","plugins":[{"x":1}]}"#, "plugins[0]"),
+            (br#"{"cniVersion":"1.0.0","plugins":[{"type":"x"}]}"#, "no 'name'"),
+            (br#"not json"#, "not valid JSON"),
+        ] {
+            let e = ConfList::parse(bytes, true, "/etc/cni/net.d/x/y.conflist").unwrap_err();
+            assert_eq!(e.code, 7);
+            assert!(e.msg.contains("/etc/cni/net.d/x/y.conflist") && e.msg.contains(want), "{e}");
+        }
+    }
+
+    #[test]
+    fn prev_result_in_list_version() {
+        let list =
+            ConfList::parse(br#"{"cniVersion":"0.3.1","name":"b","plugins":[{"type":"a"},{"type":"b"}]}"#, true, "x")
+                .unwrap();
+        let prev = CniResult::from_json(&json!({"ips":[{"address":"10.0.0.2/24"}]})).unwrap();
+        let stdin: Value = serde_json::from_slice(&list.plugin_stdin(1, Some(&prev)).unwrap()).unwrap();
+        assert_eq!(stdin["prevResult"]["cniVersion"], "0.3.1");
+        assert_eq!(stdin["prevResult"]["ips"][0]["version"], "4");
+        let conf = PluginConf::parse(&list.plugin_stdin(1, Some(&prev)).unwrap()).unwrap();
+        assert_eq!(conf.prev_result().unwrap().unwrap().ips.len(), 1);
+    }
+}

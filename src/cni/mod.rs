@@ -1,0 +1,19 @@
+//! The CNI protocol, in one place: environment, arguments, configurations, results and their
+//! version conversions, errors, exec of external plugins, and the `Plugin` trait every plugin implements.
+
+pub mod args;
+pub mod config;
+pub mod env;
+pub mod error;
+pub mod exec;
+pub mod result;
+pub mod skel;
+pub mod version;
+
+pub use args::CniArgs;
+pub use config::{ConfList, PluginConf};
+pub use env::{Command, Invocation};
+pub use error::{CniError, code};
+pub use result::CniResult;
+pub use skel::Plugin;
+pub use version::CniVersion;

@@ -1,0 +1,170 @@
+//! What every plugin shares: the `Plugin` trait, and `run`, which turns one process invocation
+//! (env + stdin) into a call on a plugin and prints the result or the error JSON.
+
+use super::config::PluginConf;
+use super::env::{Command, Invocation};
+use super::error::CniError;
+use super::result::CniResult;
+use super::version::{self, CniVersion};
+use std::io::{Read, Write};
+
+/// A CNI plugin. Methods are synchronous and are never called from inside an async runtime, so a
+/// plugin may build its own (current-thread) runtime and a built-in plugin can call another in process.
+pub trait Plugin: Sync {
+    /// The name it is installed and chosen under (`type` in a config, argv[0] of the binary).
+    fn name(&self) -> &'static str;
+    fn add(&self, inv: &Invocation, conf: &PluginConf) -> Result<CniResult, CniError>;
+    /// Idempotent and best effort: what is already gone is success.
+    fn del(&self, inv: &Invocation, conf: &PluginConf) -> Result<(), CniError>;
+    fn check(&self, inv: &Invocation, conf: &PluginConf) -> Result<(), CniError>;
+    /// CNI 1.1.0 GC: stdin carries `cni.dev/valid-attachments`.
+    fn gc(&self, _inv: &Invocation, _conf: &PluginConf) -> Result<(), CniError> {
+        Ok(())
+    }
+    /// CNI 1.1.0 STATUS: Ok means ready for ADDs.
+    fn status(&self, _inv: &Invocation, _conf: &PluginConf) -> Result<(), CniError> {
+        Ok(())
+    }
+}
+
+/// Run one command on a plugin whose config is already parsed, with the spec's version gates.
+/// Returns the ADD result; other commands return `None`.
+pub fn dispatch(plugin: &dyn Plugin, inv: &Invocation, conf: &PluginConf) -> Result<Option<CniResult>, CniError> {
+    let v = conf.cni_version;
+    match inv.command {
+        Command::Add => plugin.add(inv, conf).map(Some),
+        Command::Del => plugin.del(inv, conf).map(|()| None),
+        Command::Check if !v.has_check() => Err(incompatible(v, "CHECK")),
+        Command::Check => plugin.check(inv, conf).map(|()| None),
+        Command::Gc | Command::Status if !v.has_gc_and_status() => Err(incompatible(v, inv.command.as_str())),
+        Command::Gc => plugin.gc(inv, conf).map(|()| None),
+        Command::Status => plugin.status(inv, conf).map(|()| None),
+        Command::Version => Ok(None),
+    }
+}
+
+fn incompatible(v: CniVersion, what: &str) -> CniError {
+    CniError::new(super::error::code::INCOMPATIBLE_VERSION, format!("config version {v} does not allow {what}"))
+}
+
+/// Outcome of one process invocation, before it is printed.
+pub struct Outcome {
+    pub exit_code: i32,
+    pub stdout: Vec<u8>,
+    /// For the operation log line.
+    pub error: Option<CniError>,
+}
+
+/// The whole plugin protocol for one process: env, stdin -> stdout bytes and exit code.
+pub fn run_with(plugin: &dyn Plugin, get_env: impl Fn(&str) -> Option<String>, stdin: &mut dyn Read) -> Outcome {
+    let mut version_for_errors = String::new();
+    let result = (|| -> Result<Vec<u8>, CniError> {
+        let inv = Invocation::from_env(&get_env)?;
+        let mut input = Vec::new();
+        stdin.read_to_end(&mut input).map_err(|e| CniError::io(format!("cannot read stdin: {e}")))?;
+        if inv.command == Command::Version {
+            // VERSION may come with an empty stdin or a bare `{"cniVersion": ...}`.
+            let asked = serde_json::from_slice::<serde_json::Value>(&input)
+                .ok()
+                .and_then(|v| v.get("cniVersion").and_then(|s| s.as_str()).map(String::from))
+                .unwrap_or_default();
+            return Ok(version::version_reply(&asked).to_string().into_bytes());
+        }
+        let conf = PluginConf::parse(&input).inspect_err(|_| {
+            if let Ok(v) = serde_json::from_slice::<serde_json::Value>(&input)
+                && let Some(s) = v.get("cniVersion").and_then(|s| s.as_str())
+            {
+                version_for_errors = s.to_string();
+            }
+        })?;
+        version_for_errors = conf.cni_version.as_str().to_string();
+        let out = dispatch(plugin, &inv, &conf)?;
+        Ok(out.map(|r| r.to_string(conf.cni_version).into_bytes()).unwrap_or_default())
+    })();
+    match result {
+        Ok(stdout) => Outcome { exit_code: 0, stdout, error: None },
+        Err(e) => {
+            Outcome { exit_code: 1, stdout: e.to_json(&version_for_errors).to_string().into_bytes(), error: Some(e) }
+        }
+    }
+}
+
+/// `run_with` on the real process: env, stdin, stdout. Returns the exit code.
+pub fn run(plugin: &dyn Plugin) -> i32 {
+    let outcome = run_with(plugin, |k| std::env::var(k).ok(), &mut std::io::stdin().lock());
+    let mut out = std::io::stdout().lock();
+    let _ = out.write_all(&outcome.stdout);
+    let _ = out.flush();
+    outcome.exit_code
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    struct Echo;
+    impl Plugin for Echo {
+        fn name(&self) -> &'static str {
+            "echo"
+        }
+        fn add(&self, _: &Invocation, conf: &PluginConf) -> Result<CniResult, CniError> {
+            Ok(conf.prev_result()?.unwrap_or_default())
+        }
+        fn del(&self, _: &Invocation, _: &PluginConf) -> Result<(), CniError> {
+            Ok(())
+        }
+        fn check(&self, _: &Invocation, _: &PluginConf) -> Result<(), CniError> {
+            Err(CniError::new(3, "unknown container"))
+        }
+    }
+
+    fn go(cmd: &str, stdin: &str) -> (i32, serde_json::Value) {
+        let env: HashMap<&str, String> = [
+            ("CNI_COMMAND", cmd),
+            ("CNI_CONTAINERID", "c1"),
+            ("CNI_NETNS", "/run/netns/x"),
+            ("CNI_IFNAME", "eth0"),
+            ("CNI_PATH", "/opt/cni/bin"),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k, v.to_string()))
+        .collect();
+        let o = run_with(&Echo, |k| env.get(k).cloned(), &mut stdin.as_bytes());
+        (o.exit_code, serde_json::from_slice(&o.stdout).unwrap_or(serde_json::Value::Null))
+    }
+
+    #[test]
+    fn add_prints_result_in_config_version() {
+        let (rc, out) = go(
+            "ADD",
+            r#"{"cniVersion":"0.3.1","name":"n","type":"echo","prevResult":{"cniVersion":"1.0.0","ips":[{"address":"10.0.0.2/24"}]}}"#,
+        );
+        assert_eq!(rc, 0);
+        assert_eq!(out["cniVersion"], "0.3.1");
+        assert_eq!(out["ips"][0]["version"], "4");
+    }
+
+    #[test]
+    fn errors_are_json_on_stdout_with_version() {
+        let (rc, out) = go("CHECK", r#"{"cniVersion":"1.0.0","name":"n","type":"echo"}"#);
+        assert_eq!((rc, out["code"].as_u64(), out["cniVersion"].as_str()), (1, Some(3), Some("1.0.0")));
+        let (rc, out) = go("CHECK", r#"{"cniVersion":"0.3.1","name":"n","type":"echo"}"#);
+        assert_eq!((rc, out["code"].as_u64()), (1, Some(1)));
+        let (rc, out) = go("GC", r#"{"cniVersion":"1.0.0","name":"n","type":"echo"}"#);
+        assert_eq!((rc, out["code"].as_u64()), (1, Some(1)));
+        let (rc, out) = go("ADD", "{garbage");
+        assert_eq!((rc, out["code"].as_u64()), (1, Some(6)));
+        let (rc, out) = go("ADD", r#"{"cniVersion":"7.0.0","name":"n","type":"echo"}"#);
+        assert_eq!((rc, out["code"].as_u64(), out["cniVersion"].as_str()), (1, Some(1), Some("7.0.0")));
+    }
+
+    #[test]
+    fn version_command() {
+        let (rc, out) = go("VERSION", "");
+        assert_eq!(rc, 0);
+        assert_eq!(out["supportedVersions"].as_array().unwrap().len(), 5);
+        let (_, out) = go("VERSION", r#"{"cniVersion":"0.4.0"}"#);
+        assert_eq!(out["cniVersion"], "0.4.0");
+    }
+}

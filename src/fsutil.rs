@@ -1,0 +1,90 @@
+//! State on disk: written whole or not at all, and durable before it is relied upon.
+
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, Write};
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::path::Path;
+
+/// Write `bytes` to `path` atomically: a temp file in the same directory, fsync, rename, fsync of the
+/// directory. A crash leaves either the old file or the new one, never a torn one. Creates the
+/// directory (mode 0700) if needed. Concurrent writers of the same path leave one whole version.
+pub fn write_atomic(path: &Path, bytes: &[u8], mode: u32) -> io::Result<()> {
+    let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    fs::DirBuilder::new().recursive(true).mode(0o700).create(dir)?;
+    let file_name =
+        path.file_name().ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "path has no file name"))?;
+    let mut nonce = [0u8; 6];
+    getrandom::fill(&mut nonce).map_err(io::Error::other)?;
+    let tmp = dir.join(format!(".{}.tmp-{}-{}", file_name.to_string_lossy(), std::process::id(), hex(&nonce)));
+    let result = (|| {
+        let mut f = OpenOptions::new().write(true).create_new(true).mode(mode).open(&tmp)?;
+        f.write_all(bytes)?;
+        f.sync_all()?;
+        fs::rename(&tmp, path)?;
+        File::open(dir)?.sync_all()
+    })();
+    if result.is_err() {
+        let _ = fs::remove_file(&tmp);
+    }
+    result
+}
+
+/// Remove `path`; a file already gone is success. The directory is fsync'd so the removal is durable.
+pub fn remove_durably(path: &Path) -> io::Result<()> {
+    match fs::remove_file(path) {
+        Ok(()) => {}
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(e),
+    }
+    if let Some(dir) = path.parent() {
+        File::open(dir)?.sync_all()?;
+    }
+    Ok(())
+}
+
+pub fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    #[test]
+    fn writes_whole_file_with_mode_and_leaves_no_temp() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("sub/dir/record");
+        write_atomic(&p, b"one", 0o600).unwrap();
+        write_atomic(&p, b"two", 0o600).unwrap();
+        assert_eq!(fs::read(&p).unwrap(), b"two");
+        assert_eq!(fs::metadata(&p).unwrap().permissions().mode() & 0o777, 0o600);
+        assert_eq!(fs::read_dir(p.parent().unwrap()).unwrap().count(), 1);
+    }
+
+    #[test]
+    fn concurrent_writers_leave_one_whole_version() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("f");
+        std::thread::scope(|s| {
+            for i in 0..8u8 {
+                let p = &p;
+                s.spawn(move || {
+                    for _ in 0..50 {
+                        write_atomic(p, &[i; 4096], 0o644).unwrap();
+                    }
+                });
+            }
+        });
+        let got = fs::read(&p).unwrap();
+        assert_eq!(got.len(), 4096);
+        assert!(got.iter().all(|b| *b == got[0]));
+        assert_eq!(fs::read_dir(d.path()).unwrap().count(), 1);
+    }
+
+    #[test]
+    fn remove_missing_is_ok() {
+        let d = tempfile::tempdir().unwrap();
+        remove_durably(&d.path().join("absent")).unwrap();
+    }
+}

@@ -1,0 +1,11 @@
+//! yh-genie: a Kubernetes-aware multi-network selector for container networking, and the CNI plugins
+//! it carries. One binary; what it is depends on the name it is called by (see `cli`).
+
+pub mod cli;
+pub mod cni;
+pub mod fsutil;
+pub mod netlink;
+pub mod netns;
+pub mod plugins;
+pub mod runtime;
+pub mod selector;

@@ -1,0 +1,3 @@
+fn main() {
+    std::process::exit(yh_genie::cli::main());
+}

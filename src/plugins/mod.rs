@@ -1,0 +1,43 @@
+//! The built-in plugins, chosen by name, and `invoke`, which runs any plugin type: built-ins in
+//! process, everything else by exec from the CNI path (netavark's "drivers by name, plugins on dirs").
+
+pub mod bridge;
+pub mod router;
+pub mod veth;
+pub mod yonghui;
+
+use crate::cni::exec::{self, DEFAULT_TIMEOUT};
+use crate::cni::skel::{self, Plugin};
+use crate::cni::{CniError, CniResult, Command, Invocation, PluginConf};
+
+/// Plugins that are part of this binary. The selector is not here: it is never a delegate.
+pub fn builtin(plugin_type: &str) -> Option<&'static dyn Plugin> {
+    match plugin_type {
+        yonghui::NAME => Some(&yonghui::Yonghui),
+        bridge::NAME => Some(&bridge::Bridge),
+        veth::NAME => Some(&veth::Veth),
+        router::NAME => Some(&router::Router),
+        _ => None,
+    }
+}
+
+/// Run `command` of plugin `plugin_type` with config `stdin` for the call `inv`.
+/// Returns the result for ADD, `None` otherwise. Must not be called inside an async runtime.
+pub fn invoke(
+    plugin_type: &str,
+    command: Command,
+    inv: &Invocation,
+    stdin: &[u8],
+) -> Result<Option<CniResult>, CniError> {
+    let inv = inv.with_command(command);
+    if let Some(plugin) = builtin(plugin_type) {
+        let conf = PluginConf::parse(stdin)?;
+        return skel::dispatch(plugin, &inv, &conf);
+    }
+    let binary = exec::find_plugin(plugin_type, &inv.path)?;
+    let out = crate::runtime::block_on(exec::exec_plugin(&binary, command, &inv, stdin, DEFAULT_TIMEOUT))?;
+    if command == Command::Add {
+        return CniResult::from_slice(&out).map(Some).map_err(|e| e.context(format!("result of plugin {plugin_type}")));
+    }
+    Ok(None)
+}

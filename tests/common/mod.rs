@@ -1,0 +1,203 @@
+//! Shared support for the root integration tests: throwaway network namespaces, a CNI bin dir with
+//! this binary under every plugin name beside Debian's reference plugins, and a small CNI driver that
+//! calls plugins exactly as a runtime does (env, stdin, exec, exit status, stdout JSON).
+#![allow(dead_code)]
+
+use serde_json::Value;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+
+/// Where Debian's containernetworking-plugins puts the reference plugins.
+pub const REFERENCE_PLUGINS: &str = "/usr/lib/cni";
+pub const BUILTIN_NAMES: [&str; 5] = ["yh-genie", "yonghui", "yh-bridge", "veth", "router"];
+
+pub fn is_root() -> bool {
+    nix::unistd::Uid::effective().is_root()
+}
+
+/// Root integration tests need root and the reference plugins; the README's test command runs as root.
+/// Outside root they fail loudly instead of passing silently.
+pub fn require_root() {
+    assert!(is_root(), "this integration test needs root (network namespaces); run the README's test command");
+    assert!(Path::new(REFERENCE_PLUGINS).join("host-local").exists(), "apt-get install containernetworking-plugins");
+}
+
+/// A unique short name for namespaces, bridges, container ids in this test process.
+pub fn unique(prefix: &str) -> String {
+    static N: AtomicU32 = AtomicU32::new(0);
+    format!("{prefix}{}x{}", std::process::id() % 100000, N.fetch_add(1, Ordering::Relaxed))
+}
+
+pub fn sh(cmd: &str) -> (bool, String) {
+    let out = Command::new("sh").arg("-c").arg(cmd).output().expect("sh runs");
+    let mut s = String::from_utf8_lossy(&out.stdout).into_owned();
+    s.push_str(&String::from_utf8_lossy(&out.stderr));
+    (out.status.success(), s)
+}
+
+/// `sh` that must succeed.
+pub fn must(cmd: &str) -> String {
+    let (ok, out) = sh(cmd);
+    assert!(ok, "command failed: {cmd}\n{out}");
+    out
+}
+
+/// A named network namespace (`ip netns add`), deleted on drop, even when the test panics.
+pub struct Netns {
+    pub name: String,
+}
+
+impl Netns {
+    pub fn new(prefix: &str) -> Self {
+        let name = unique(prefix);
+        must(&format!("ip netns add {name}"));
+        must(&format!("ip netns exec {name} ip link set lo up"));
+        Netns { name }
+    }
+    pub fn path(&self) -> PathBuf {
+        PathBuf::from("/run/netns").join(&self.name)
+    }
+    /// Run a shell command inside the namespace.
+    pub fn exec(&self, cmd: &str) -> (bool, String) {
+        sh(&format!("ip netns exec {} sh -c '{}'", self.name, cmd.replace('\'', r"'\''")))
+    }
+    pub fn must(&self, cmd: &str) -> String {
+        let (ok, out) = self.exec(cmd);
+        assert!(ok, "in netns {}: {cmd}\n{out}", self.name);
+        out
+    }
+}
+
+impl Drop for Netns {
+    fn drop(&mut self) {
+        let _ = sh(&format!("ip netns delete {}", self.name));
+    }
+}
+
+/// A temp dir holding a CNI bin dir (this binary under each plugin name + links to the reference
+/// plugins), a conf dir and data dirs. Everything lives under it, so parallel tests never share state.
+pub struct Sandbox {
+    pub dir: tempfile::TempDir,
+}
+
+impl Sandbox {
+    pub fn new() -> Self {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let bin = dir.path().join("bin");
+        std::fs::create_dir_all(&bin).unwrap();
+        let exe = PathBuf::from(env!("CARGO_BIN_EXE_yh-genie"));
+        for name in BUILTIN_NAMES {
+            std::os::unix::fs::symlink(&exe, bin.join(name)).unwrap();
+        }
+        if let Ok(entries) = std::fs::read_dir(REFERENCE_PLUGINS) {
+            for e in entries.flatten() {
+                let _ = std::os::unix::fs::symlink(e.path(), bin.join(e.file_name()));
+            }
+        }
+        Sandbox { dir }
+    }
+    pub fn path(&self) -> &Path {
+        self.dir.path()
+    }
+    pub fn bin(&self) -> PathBuf {
+        self.path().join("bin")
+    }
+    /// Write a file under the sandbox, creating directories; returns its path.
+    pub fn write(&self, rel: &str, contents: &str) -> PathBuf {
+        let p = self.path().join(rel);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(&p, contents).unwrap();
+        p
+    }
+}
+
+/// What a plugin invocation gave back.
+#[derive(Debug)]
+pub struct Reply {
+    pub code: i32,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl Reply {
+    pub fn json(&self) -> Value {
+        serde_json::from_str(&self.stdout).unwrap_or_else(|e| panic!("stdout is not JSON ({e}): {self:?}"))
+    }
+    /// Assert success and return the JSON result (or Null for empty stdout).
+    pub fn ok(&self) -> Value {
+        assert_eq!(self.code, 0, "plugin failed: {self:?}");
+        if self.stdout.trim().is_empty() { Value::Null } else { self.json() }
+    }
+    /// Assert a CNI error and return it.
+    pub fn err(&self) -> Value {
+        assert_ne!(self.code, 0, "plugin unexpectedly succeeded: {self:?}");
+        let v = self.json();
+        assert!(v["code"].is_u64() && v["msg"].is_string(), "not a CNI error object: {v}");
+        v
+    }
+}
+
+/// One CNI call as a runtime makes it.
+pub struct Call<'a> {
+    pub plugin: &'a str,
+    pub command: &'a str,
+    pub container_id: &'a str,
+    pub netns: &'a str,
+    pub ifname: &'a str,
+    pub args: &'a str,
+    pub config: &'a str,
+}
+
+/// Exec `plugin` from the sandbox's bin dir with the CNI env and `config` on stdin.
+pub fn cni(sb: &Sandbox, call: &Call) -> Reply {
+    cni_env(sb, call, &[])
+}
+
+/// `cni` with extra environment (e.g. an API server address).
+pub fn cni_env(sb: &Sandbox, call: &Call, extra: &[(&str, &str)]) -> Reply {
+    let mut child = Command::new(sb.bin().join(call.plugin))
+        .env("CNI_COMMAND", call.command)
+        .env("CNI_CONTAINERID", call.container_id)
+        .env("CNI_NETNS", call.netns)
+        .env("CNI_IFNAME", call.ifname)
+        .env("CNI_ARGS", call.args)
+        .env("CNI_PATH", sb.bin())
+        .envs(extra.iter().copied())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("plugin starts");
+    child.stdin.take().unwrap().write_all(call.config.as_bytes()).unwrap();
+    let out = child.wait_with_output().unwrap();
+    Reply {
+        code: out.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+/// The cnidrive binary (libcni, as containerd and CRI-O use it), if it has been built.
+/// `.ci/run` builds it; set CNIDRIVE to override. Returns None when absent so callers can say so.
+pub fn cnidrive() -> Option<PathBuf> {
+    let p = std::env::var_os("CNIDRIVE").map(PathBuf::from).unwrap_or_else(|| PathBuf::from("/usr/local/bin/cnidrive"));
+    p.exists().then_some(p)
+}
+
+/// Run cnidrive `cmd` (add|check|del) on a conflist file; libcni's cache goes under the sandbox.
+pub fn cnidrive_run(sb: &Sandbox, cmd: &str, conflist: &Path, netns: &str, cid: &str, ifname: &str, args: &str) -> Reply {
+    let drive = cnidrive().expect("cnidrive is built by .ci/run (../shared/tools/cnidrive/build.sh)");
+    let out = Command::new(drive)
+        .args([cmd, &conflist.display().to_string(), netns, cid, ifname, args])
+        .env("CNI_PATH", sb.bin())
+        .env("CNI_CACHE_DIR", sb.path().join("libcni-cache"))
+        .output()
+        .unwrap();
+    Reply {
+        code: out.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
