@@ -80,9 +80,29 @@ impl Drop for Netns {
 /// plugins), a conf dir and data dirs. Everything lives under it, so parallel tests never share state.
 pub struct Sandbox {
     pub dir: tempfile::TempDir,
+    /// The netns that plays the node: plugins and cnidrive run inside it (`ip netns exec`), so bridges,
+    /// host veths, routes and NAT rules are made there, never on the machine's own interfaces.
+    pub node: Option<String>,
 }
 
 impl Sandbox {
+    /// A sandbox whose plugins run inside the `node` netns.
+    pub fn on_node(node: &Netns) -> Self {
+        Sandbox { node: Some(node.name.clone()), ..Self::new() }
+    }
+
+    /// A command that runs `program` in the node netns if there is one.
+    pub fn command(&self, program: &Path) -> Command {
+        match &self.node {
+            Some(node) => {
+                let mut c = Command::new("ip");
+                c.args(["netns", "exec", node]).arg(program);
+                c
+            }
+            None => Command::new(program),
+        }
+    }
+
     pub fn new() -> Self {
         let dir = tempfile::tempdir().expect("tempdir");
         let bin = dir.path().join("bin");
@@ -96,7 +116,7 @@ impl Sandbox {
                 let _ = std::os::unix::fs::symlink(e.path(), bin.join(e.file_name()));
             }
         }
-        Sandbox { dir }
+        Sandbox { dir, node: None }
     }
     pub fn path(&self) -> &Path {
         self.dir.path()
@@ -157,7 +177,8 @@ pub fn cni(sb: &Sandbox, call: &Call) -> Reply {
 
 /// `cni` with extra environment (e.g. an API server address).
 pub fn cni_env(sb: &Sandbox, call: &Call, extra: &[(&str, &str)]) -> Reply {
-    let mut child = Command::new(sb.bin().join(call.plugin))
+    let mut child = sb
+        .command(&sb.bin().join(call.plugin))
         .env("CNI_COMMAND", call.command)
         .env("CNI_CONTAINERID", call.container_id)
         .env("CNI_NETNS", call.netns)
@@ -189,7 +210,8 @@ pub fn cnidrive() -> Option<PathBuf> {
 /// Run cnidrive `cmd` (add|check|del) on a conflist file; libcni's cache goes under the sandbox.
 pub fn cnidrive_run(sb: &Sandbox, cmd: &str, conflist: &Path, netns: &str, cid: &str, ifname: &str, args: &str) -> Reply {
     let drive = cnidrive().expect("cnidrive is built by .ci/run (../shared/tools/cnidrive/build.sh)");
-    let out = Command::new(drive)
+    let out = sb
+        .command(&drive)
         .args([cmd, &conflist.display().to_string(), netns, cid, ifname, args])
         .env("CNI_PATH", sb.bin())
         .env("CNI_CACHE_DIR", sb.path().join("libcni-cache"))
