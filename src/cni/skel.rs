@@ -6,7 +6,9 @@ use super::env::{Command, Invocation};
 use super::error::CniError;
 use super::result::CniResult;
 use super::version::{self, CniVersion};
+use crate::logging::{self, LogConfig};
 use std::io::{Read, Write};
+use std::time::Instant;
 
 /// A CNI plugin. Methods are synchronous and are never called from inside an async runtime, so a
 /// plugin may build its own (current-thread) runtime and a built-in plugin can call another in process.
@@ -57,9 +59,12 @@ pub struct Outcome {
 
 /// The whole plugin protocol for one process: env, stdin -> stdout bytes and exit code.
 pub fn run_with(plugin: &dyn Plugin, get_env: impl Fn(&str) -> Option<String>, stdin: &mut dyn Read) -> Outcome {
+    let started = Instant::now();
     let mut version_for_errors = String::new();
+    let mut op = OpLine::default();
     let result = (|| -> Result<Vec<u8>, CniError> {
         let inv = Invocation::from_env(&get_env)?;
+        op.invocation(&inv);
         let mut input = Vec::new();
         stdin.read_to_end(&mut input).map_err(|e| CniError::io(format!("cannot read stdin: {e}")))?;
         if inv.command == Command::Version {
@@ -78,13 +83,59 @@ pub fn run_with(plugin: &dyn Plugin, get_env: impl Fn(&str) -> Option<String>, s
             }
         })?;
         version_for_errors = conf.cni_version.as_str().to_string();
+        logging::init(&LogConfig::from_conf(&conf.raw));
+        op.network = conf.name.clone();
         let out = dispatch(plugin, &inv, &conf)?;
+        if let Some(r) = &out {
+            op.ips = r.ips.iter().map(|ip| ip.address.to_string()).collect::<Vec<_>>().join(",");
+        }
         Ok(out.map(|r| r.to_string(conf.cni_version).into_bytes()).unwrap_or_default())
     })();
-    match result {
+    let outcome = match result {
         Ok(stdout) => Outcome { exit_code: 0, stdout, error: None },
         Err(e) => {
             Outcome { exit_code: 1, stdout: e.to_json(&version_for_errors).to_string().into_bytes(), error: Some(e) }
+        }
+    };
+    op.log(plugin.name(), &outcome, started.elapsed());
+    outcome
+}
+
+/// The one line each operation leaves in the log, whatever happened.
+#[derive(Default)]
+struct OpLine {
+    command: &'static str,
+    container: String,
+    ifname: String,
+    pod: String,
+    network: String,
+    ips: String,
+}
+
+impl OpLine {
+    fn invocation(&mut self, inv: &Invocation) {
+        self.command = inv.command.as_str();
+        self.container = inv.container_id.clone();
+        self.ifname = inv.ifname.clone();
+        self.pod = inv.args.pod().map(|(ns, name)| format!("{ns}/{name}")).unwrap_or_default();
+    }
+
+    fn log(&self, plugin: &str, outcome: &Outcome, took: std::time::Duration) {
+        if self.command == "VERSION" {
+            return;
+        }
+        // Errors before the config was read (bad env, bad JSON) still get their line, on stderr.
+        logging::init(&LogConfig::default());
+        let ms = format!("{:.1}", took.as_secs_f64() * 1000.0);
+        let (command, container, ifname, pod, network) =
+            (self.command, &self.container, &self.ifname, &self.pod, &self.network);
+        match &outcome.error {
+            None => {
+                tracing::info!(plugin, command, container, ifname, pod, network, ips = %self.ips, duration_ms = %ms, "ok")
+            }
+            Some(e) => {
+                tracing::error!(plugin, command, container, ifname, pod, network, code = e.code, error = %e, duration_ms = %ms, "failed")
+            }
         }
     }
 }
