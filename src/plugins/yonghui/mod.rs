@@ -2,9 +2,9 @@
 //! writes the configuration for a real plugin (by default the built-in `yh-bridge`) with this
 //! node's subnet, MTU and NAT choice in it, and runs that delegate.
 //!
-//! The generated configuration is saved as `<dataDir>/<containerID>` before the delegate runs, and
-//! DEL and CHECK replay exactly those bytes, so tearing a pod down does not depend on subnet.env
-//! or the network config still being what they were at ADD.
+//! The generated configuration is saved as `<dataDir>/<containerID>` before the delegate runs. DEL
+//! replays exactly those bytes and CHECK adds the runtime's `prevResult` to them, so tearing a pod
+//! down does not depend on subnet.env or the network config still being what they were at ADD.
 //!
 //! - [`subnet_env`]: the daemon's subnet.env.
 //! - [`config`]: yonghui's own keys.
@@ -36,20 +36,15 @@ impl Plugin for Yonghui {
     /// same configuration and the saved file goes, so a failed ADD leaves nothing behind.
     fn add(&self, inv: &Invocation, conf: &PluginConf) -> Result<CniResult, CniError> {
         let conf = NetConf::from_plugin_conf(conf)?;
-        let env = SubnetEnv::load(&conf.subnet_file)?;
-        let delegate = delegate::generate(&conf, &env, Platform::HOST)?;
+        let delegate = generate(&conf)?;
         let saved = SavedDelegate::new(&conf.data_dir, &inv.container_id);
         let bytes = delegate.to_bytes();
         saved.save(&bytes)?;
-        match run_delegate(&delegate.plugin_type, Command::Add, inv, &bytes).and_then(|result| {
-            result.ok_or_else(|| CniError::new(code::DELEGATE_FAILED, "the delegate's ADD returned no result"))
-        }) {
-            Ok(result) => Ok(result),
-            Err(e) => {
-                undo_add(&delegate, inv, &bytes, &saved);
-                Err(e)
-            }
-        }
+        run_delegate(&delegate.plugin_type, Command::Add, inv, &bytes)
+            .and_then(|result| {
+                result.ok_or_else(|| CniError::new(code::DELEGATE_FAILED, "the delegate's ADD returned no result"))
+            })
+            .inspect_err(|_| undo_add(&delegate, inv, &bytes, &saved))
     }
 
     /// Replay the saved configuration to the delegate's DEL, then forget it. Nothing saved means
@@ -91,6 +86,37 @@ impl Plugin for Yonghui {
         }
         run_delegate(&delegate.plugin_type, Command::Check, inv, &delegate.to_bytes()).map(drop)
     }
+
+    /// GC (1.1.0), forwarded to the delegate with the runtime's valid attachments, so its IPAM can
+    /// release leaked addresses. Saved configurations are not collected here: they are keyed by
+    /// container id alone and `dataDir` may be shared by several networks, so this network's list
+    /// of valid attachments cannot tell which of them are stale.
+    fn gc(&self, inv: &Invocation, conf: &PluginConf) -> Result<(), CniError> {
+        let mut delegate = generate(&NetConf::from_plugin_conf(conf)?)?;
+        if let Some(valid) = conf.raw.get(VALID_ATTACHMENTS) {
+            delegate.config.insert(VALID_ATTACHMENTS.into(), valid.clone());
+        }
+        run_delegate(&delegate.plugin_type, Command::Gc, inv, &delegate.to_bytes()).map(drop)
+    }
+
+    /// STATUS (1.1.0): ready when the daemon has written a usable subnet.env (code 50 until then,
+    /// so the runtime reports the network as not ready instead of failing pods) and the delegate is.
+    fn status(&self, inv: &Invocation, conf: &PluginConf) -> Result<(), CniError> {
+        let conf = NetConf::from_plugin_conf(conf)?;
+        let env = SubnetEnv::load(&conf.subnet_file)
+            .map_err(|e| CniError::new(code::PLUGIN_NOT_AVAILABLE, e.msg).with_details(e.details))?;
+        let delegate = delegate::generate(&conf, &env, Platform::HOST)?;
+        run_delegate(&delegate.plugin_type, Command::Status, inv, &delegate.to_bytes()).map(drop)
+    }
+}
+
+/// The GC key listing the attachments the runtime still has.
+const VALID_ATTACHMENTS: &str = "cni.dev/valid-attachments";
+
+/// The delegate for `conf` on this node, from the node's subnet.env.
+fn generate(conf: &NetConf) -> Result<Delegate, CniError> {
+    let env = SubnetEnv::load(&conf.subnet_file)?;
+    delegate::generate(conf, &env, Platform::HOST)
 }
 
 /// Run the delegate; its errors keep their code and say which delegate and command failed.
@@ -361,5 +387,39 @@ fi
         node.fail("CHECK", true);
         let e = Yonghui.check(&node.inv(Command::Check), &node.conf(json!({}))).unwrap_err();
         assert_eq!((e.code, e.msg.as_str()), (11, "delegate fake CHECK: injected failure"));
+    }
+
+    #[test]
+    fn status_is_not_available_until_subnet_env_is_usable_then_asks_the_delegate() {
+        let node = Node::new();
+        let conf = node.conf(json!({"cniVersion": "1.1.0"}));
+        std::fs::write(node.path("subnet.env"), "FLANNEL_MTU=1472\n").unwrap();
+        let e = Yonghui.status(&node.inv(Command::Status), &conf).unwrap_err();
+        assert_eq!(e.code, 50);
+        assert!(e.msg.contains("subnet.env is missing FLANNEL_NETWORK"), "{e}");
+        std::fs::remove_file(node.path("subnet.env")).unwrap();
+        assert_eq!(Yonghui.status(&node.inv(Command::Status), &conf).unwrap_err().code, 50);
+        assert_eq!(node.calls(), "");
+
+        let node = Node::new();
+        let conf = node.conf(json!({"cniVersion": "1.1.0"}));
+        Yonghui.status(&node.inv(Command::Status), &conf).unwrap();
+        assert_eq!(node.calls(), "STATUS\n");
+        node.fail("STATUS", true);
+        let e = Yonghui.status(&node.inv(Command::Status), &conf).unwrap_err();
+        assert_eq!((e.code, e.msg.as_str()), (11, "delegate fake STATUS: injected failure"));
+    }
+
+    #[test]
+    fn gc_is_forwarded_with_the_valid_attachments_and_keeps_saved_configs() {
+        let node = Node::new();
+        node.add().unwrap();
+        let valid = json!([{"containerID": "other", "ifname": "eth0"}]);
+        let conf = node.conf(json!({"cniVersion": "1.1.0", VALID_ATTACHMENTS: valid}));
+        Yonghui.gc(&node.inv(Command::Gc), &conf).unwrap();
+        let sent = node.stdin_of("GC");
+        assert_eq!(sent[VALID_ATTACHMENTS], valid);
+        assert_eq!(sent["ipam"]["subnet"], "10.1.17.0/24");
+        assert!(node.saved().exists());
     }
 }
