@@ -183,6 +183,9 @@ fn pod_lifecycle_through_the_suite_driver() {
     // CHECK of a container yonghui does not know is code 3.
     let check = node.call("CHECK", &cid, &pod.path(), &node.stdin(version, Some(&result))).err();
     assert_eq!(check["code"], 3);
+    let pod_path = pod.path();
+    drop(pod);
+    node.call("DEL", &cid, &pod_path, &del).ok();
 }
 
 #[test]
