@@ -190,35 +190,38 @@ fn pod_lifecycle_through_the_suite_driver() {
 
 #[test]
 fn pod_lifecycle_through_libcni() {
-    if cnidrive().is_none() {
-        panic!("cnidrive is missing: build it with ../shared/tools/cnidrive/build.sh");
-    }
+    assert!(cnidrive().is_some(), "cnidrive is missing: build it with ../shared/tools/cnidrive/build.sh");
     let node = Node::with_base_routes(route_via_bridge());
     let list = node.conflist("1.0.0");
     let pod = Netns::new("yhpod");
     let pod_path = pod.path().display().to_string();
     let cid = unique("cid");
-    let drive = |cmd: &str, netns: &str| cnidrive_run(&node.sb, cmd, &list, netns, &cid, "eth0", "");
+    // cnidrive prints plugin errors on stderr; success is exit 0 and the result on stdout.
+    let drive = |cmd: &str, netns: &str| {
+        let reply = cnidrive_run(&node.sb, cmd, &list, netns, &cid, "eth0", "");
+        assert_eq!(reply.code, 0, "cnidrive {cmd} failed: {reply:?}");
+        reply.stdout
+    };
 
-    let result: Value = serde_json::from_str(&drive("add", &pod_path).ok_stdout()).unwrap();
+    let result: Value = serde_json::from_str(&drive("add", &pod_path)).unwrap();
     let ip = assert_pod_is_on_the_yonghui_network(&pod);
     assert!(result["ips"].as_array().unwrap().iter().any(|i| i["address"] == format!("{ip}/24")), "{result}");
-    drive("check", &pod_path).ok_stdout();
+    drive("check", &pod_path);
 
     // The pod's netns goes first, as when a node reboots or the runtime cleans up late: DEL must
     // still release the address and forget the container.
     drop(pod);
-    drive("del", &pod_path).ok_stdout();
+    drive("del", &pod_path);
     assert!(!node.lease(&ip).exists(), "host-local still holds {ip}");
     assert!(node.saved_files().is_empty());
-    drive("del", &pod_path).ok_stdout();
+    drive("del", &pod_path);
 
     // A second pod, deleted the ordinary way.
     let pod = Netns::new("yhpod");
     let pod_path = pod.path().display().to_string();
-    drive("add", &pod_path).ok_stdout();
+    drive("add", &pod_path);
     let ip = assert_pod_is_on_the_yonghui_network(&pod);
-    drive("del", &pod_path).ok_stdout();
+    drive("del", &pod_path);
     assert_no_eth0(&pod);
     assert!(!node.lease(&ip).exists());
     assert!(node.saved_files().is_empty());
@@ -249,18 +252,6 @@ fn the_generated_delegate_routes_the_pod_to_the_network() {
     assert_no_eth0(&pod);
     assert!(!node.lease(&ip).exists());
     assert!(node.saved_files().is_empty());
-}
-
-/// cnidrive prints plugin errors on stderr; success is exit 0.
-trait DriveReply {
-    fn ok_stdout(&self) -> String;
-}
-
-impl DriveReply for Reply {
-    fn ok_stdout(&self) -> String {
-        assert_eq!(self.code, 0, "cnidrive failed: {self:?}");
-        self.stdout.clone()
-    }
 }
 
 #[test]
