@@ -59,9 +59,9 @@ impl Plugin for Yonghui {
             Ok(delegate) => delegate,
             Err(e) => {
                 // Nothing can be replayed from it, and failing would block the pod's deletion forever.
-                log(format!("ignoring unreadable saved delegate configuration {}: {e}", saved.path.display()));
+                tracing::warn!("ignoring unreadable saved delegate configuration {}: {e}", saved.path.display());
                 if let Err(e) = saved.remove() {
-                    log(e.msg);
+                    tracing::warn!("{e}");
                 }
                 return Ok(());
             }
@@ -134,10 +134,10 @@ fn run_delegate(
 /// saved file's removal.
 fn undo_add(delegate: &Delegate, inv: &Invocation, bytes: &[u8], saved: &SavedDelegate) {
     if let Err(e) = run_delegate(&delegate.plugin_type, Command::Del, inv, bytes) {
-        log(format!("cleaning up after the failed ADD: {e}"));
+        tracing::warn!("cleaning up after the failed ADD: {e}");
     }
     if let Err(e) = saved.remove() {
-        log(e.msg);
+        tracing::warn!("{e}");
     }
 }
 
@@ -181,11 +181,6 @@ impl SavedDelegate {
             CniError::io(format!("cannot remove saved delegate configuration {}: {e}", self.path.display()))
         })
     }
-}
-
-/// Logs go to stderr; stdout is the runtime's.
-fn log(msg: impl std::fmt::Display) {
-    eprintln!("{NAME}: {msg}");
 }
 
 #[cfg(test)]
