@@ -15,3 +15,6 @@ cargo clippy --all-targets -- -D warnings
 mapfile -t shell_scripts < <(git ls-files '*.sh' .ci/run)
 shellcheck "${shell_scripts[@]}"
 cargo test --all-targets -- --test-threads "${TEST_THREADS:-4}"
+
+# A bounded fuzzing run of every outside-input parser, from the corpora in fuzz/corpus.
+scripts/fuzz.sh "${FUZZ_SECONDS:-15}"
