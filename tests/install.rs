@@ -117,8 +117,7 @@ impl Installer {
         nix::sys::signal::kill(nix::unistd::Pid::from_raw(self.0.id() as i32), signal).unwrap();
     }
     fn wait_exit(&mut self) -> ExitStatus {
-        let status = wait_for("the installer to exit", || self.0.try_wait().unwrap());
-        status
+        wait_for("the installer to exit", || self.0.try_wait().unwrap())
     }
 }
 
