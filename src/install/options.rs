@@ -229,6 +229,12 @@ impl Options {
         })
     }
 
+    /// The host directories the installer writes into (everything it writes is below one of them);
+    /// the `wait_for` files are the only other host paths it touches, and only to see if they exist.
+    pub fn host_dirs_written(&self) -> [&Path; 2] {
+        [&self.bin_dir, &self.conf_dir]
+    }
+
     /// `host_path` as the installer reaches it: under `host_root`.
     pub fn on_host(&self, host_path: &Path) -> PathBuf {
         self.host_root.join(host_path.strip_prefix("/").unwrap_or(host_path))
