@@ -342,6 +342,20 @@ fn a_bad_network_file_is_named_but_the_rest_is_installed() {
 }
 
 #[test]
+fn a_running_installer_outlives_a_bad_network_and_installs_it_once_fixed() {
+    let node = Node::new();
+    let broken = node.path("networks/late.conflist");
+    fs::write(&broken, "{ not json").unwrap();
+    let _installer = node.spawn(&["--interval", "0.05"]);
+    wait_for("the conflist", || node.conflist().exists().then_some(()));
+    let fixed = r#"{"cniVersion": "1.0.0", "name": "late", "plugins": [{"type": "ptp"}]}"#;
+    fs::write(&broken, fixed).unwrap();
+    // Only a running installer can pick the fix up.
+    let installed = node.host("/etc/cni/net.d/late/late.conflist");
+    assert_eq!(wait_for("the fixed network", || fs::read_to_string(&installed).ok()), fixed);
+}
+
+#[test]
 fn usage_errors_exit_2_naming_the_problem() {
     let node = Node::new();
     let out = node.install_once(&["--frobnicate"]);

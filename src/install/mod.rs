@@ -67,13 +67,13 @@ fn init_logging() {
         .try_init();
 }
 
-/// Where a converge pass ended.
+/// Where a converge pass that could write the kubeconfig ended.
 #[derive(Debug, PartialEq)]
-enum Converged {
-    /// Every file is in place.
-    Complete,
-    /// All but the conflist: a `--wait-for` file is not there yet.
-    WaitingFor(PathBuf),
+struct Outcome {
+    /// The `--wait-for` file that is missing, holding back the conflist; `None` once it is written.
+    waiting_for: Option<PathBuf>,
+    /// The network files that could not be installed (every other one was), and why.
+    bad_networks: Option<String>,
 }
 
 fn run(opts: &Options) -> anyhow::Result<()> {
@@ -83,10 +83,15 @@ fn run(opts: &Options) -> anyhow::Result<()> {
         bail!("the host root {} is not a directory", opts.host_root.display());
     }
     install_binaries(opts)?;
+    // A first pass that cannot write the kubeconfig or the conflist is a broken setup: fail, so
+    // the pod crash-loops where everyone sees it.
     let first = converge(opts)?;
     let Some(stop) = stop else {
-        if let Converged::WaitingFor(path) = first {
+        if let Some(path) = first.waiting_for {
             bail!("{} does not exist yet, so the conflist was not written", path.display());
+        }
+        if let Some(problems) = first.bad_networks {
+            bail!("{problems}");
         }
         info!("installed");
         return Ok(());
@@ -98,7 +103,7 @@ fn run(opts: &Options) -> anyhow::Result<()> {
             info!("{signal}: stopping");
             return if opts.cleanup_on_exit { cleanup(opts) } else { Ok(()) };
         }
-        // Later failures are usually transient (a ConfigMap mid-update): log and try again.
+        // From here on, failures are logged and retried: a ConfigMap mid-edit, a token mid-rotation.
         let now = converge(opts).map_err(|e| format!("{e:#}"));
         if now != last {
             report(&now);
@@ -108,11 +113,18 @@ fn run(opts: &Options) -> anyhow::Result<()> {
 }
 
 /// Log a converge outcome when it differs from the previous one, so a steady state is quiet.
-fn report(outcome: &Result<Converged, String>) {
+fn report(outcome: &Result<Outcome, String>) {
     match outcome {
-        Ok(Converged::Complete) => info!("installed; watching for changes"),
-        Ok(Converged::WaitingFor(path)) => warn!("waiting for {} before writing the conflist", path.display()),
         Err(e) => error!("{e}"),
+        Ok(Outcome { waiting_for, bad_networks }) => {
+            if let Some(problems) = bad_networks {
+                error!("{problems}");
+            }
+            match waiting_for {
+                Some(path) => warn!("waiting for {} before writing the conflist", path.display()),
+                None => info!("installed; watching for changes"),
+            }
+        }
     }
 }
 
@@ -135,9 +147,9 @@ fn install_binaries(opts: &Options) -> anyhow::Result<()> {
 }
 
 /// One pass over the configuration files, in the order that keeps the runtime safe: kubeconfig and
-/// networks first, the conflist (which makes the runtime call yh-genie) last. A bad network file does
-/// not hold back the rest; it is reported after the conflist is written.
-fn converge(opts: &Options) -> anyhow::Result<Converged> {
+/// networks first, the conflist (which makes the runtime call yh-genie) last. A bad network file
+/// holds back neither the other networks nor the conflist; it is reported in the outcome.
+fn converge(opts: &Options) -> anyhow::Result<Outcome> {
     let conf_dir = opts.on_host(&opts.conf_dir);
     files::ensure_dir(&conf_dir, 0o755).with_context(|| format!("creating {}", conf_dir.display()))?;
 
@@ -149,13 +161,17 @@ fn converge(opts: &Options) -> anyhow::Result<Converged> {
         .with_context(|| format!("writing {}", kubeconfig.display()))?;
     log_change(change, &kubeconfig);
 
-    let networks = match &opts.networks_dir {
-        Some(source) => networks::sync(source, &conf_dir, &[conflist::STATE_DIR]).map(|installed| {
-            for i in installed {
-                log_change(i.change, &i.path);
+    let bad_networks = match &opts.networks_dir {
+        Some(source) => match networks::sync(source, &conf_dir, &[conflist::STATE_DIR]) {
+            Ok(installed) => {
+                for i in installed {
+                    log_change(i.change, &i.path);
+                }
+                None
             }
-        }),
-        None => Ok(()),
+            Err(e) => Some(format!("{e:#}")),
+        },
+        None => None,
     };
 
     let extra = match &opts.selector_config {
@@ -163,15 +179,13 @@ fn converge(opts: &Options) -> anyhow::Result<Converged> {
         None => Default::default(),
     };
     if let Some(missing) = opts.wait_for.iter().find(|p| !opts.on_host(p).exists()) {
-        networks?;
-        return Ok(Converged::WaitingFor(missing.clone()));
+        return Ok(Outcome { waiting_for: Some(missing.clone()), bad_networks });
     }
     let path = conf_dir.join(conflist::FILE_NAME);
     let change = files::ensure_file(&path, &conflist::render(opts, extra), 0o644)
         .with_context(|| format!("writing {}", path.display()))?;
     log_change(change, &path);
-    networks?;
-    Ok(Converged::Complete)
+    Ok(Outcome { waiting_for: None, bad_networks })
 }
 
 /// On the way out (`--cleanup-on-exit`): the conflist first, so the runtime stops calling yh-genie
