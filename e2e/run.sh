@@ -186,13 +186,14 @@ install_fabric() {
 }
 
 assert_installed_on() {
-	local node=$1 name target mode first installed
+	local node=$1 name target version mode first installed
 	installed=$(docker exec "$node" sha256sum "$bin_dir/yh-genie") || fail "$node: no $bin_dir/yh-genie"
 	[[ ${installed%% *} == "$image_sha" ]] || fail "$node: $bin_dir/yh-genie is not the image's binary"
 	for name in "${plugin_names[@]}"; do
 		target=$(docker exec "$node" readlink "$bin_dir/$name") || fail "$node: $bin_dir/$name is not a link"
 		[[ $target == yh-genie ]] || fail "$node: $bin_dir/$name -> $target, want yh-genie"
-		docker exec "$node" "$bin_dir/$name" --version | grep -q "^$name " || fail "$node: $bin_dir/$name is not the $name plugin"
+		version=$(docker exec "$node" "$bin_dir/$name" --version) || fail "$node: $bin_dir/$name does not run"
+		[[ $version == "$name "* ]] || fail "$node: $bin_dir/$name is not the $name plugin: $version"
 	done
 	mode=$(docker exec "$node" stat -c %a "$kubeconfig_on_node") || fail "$node: no $kubeconfig_on_node"
 	[[ $mode == 600 ]] || fail "$node: $kubeconfig_on_node has mode $mode, want 600"
