@@ -27,6 +27,7 @@ pub fn main() -> i32 {
             print!("{}", help(plugin.name()));
             0
         }
+        Some("install") => crate::install::main(&rest[1..]),
         Some("-V" | "--version" | "version") => {
             println!("{} {VERSION} (CNI spec versions {})", plugin.name(), crate::cni::version::SUPPORTED.join(", "));
             0
@@ -49,6 +50,7 @@ environment and the network configuration on stdin. Called as `yonghui`, `yh-bri
 Usage (for people):
   {name} --help       this text
   {name} --version    version and supported CNI spec versions
+  {name} install      put yh-genie on this node and keep it configured (see `{name} install --help`)
 "
     )
 }

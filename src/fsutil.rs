@@ -2,23 +2,28 @@
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write};
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
-use std::path::Path;
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
 
 /// Write `bytes` to `path` atomically: a temp file in the same directory, fsync, rename, fsync of the
 /// directory. A crash leaves either the old file or the new one, never a torn one. Creates the
 /// directory (mode 0700) if needed. Concurrent writers of the same path leave one whole version.
 pub fn write_atomic(path: &Path, bytes: &[u8], mode: u32) -> io::Result<()> {
-    let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    write_atomic_with(path, mode, |f| f.write_all(bytes))
+}
+
+/// `write_atomic` with the content written by `fill`, e.g. streamed from another file. `mode` is set
+/// with fchmod before the rename, so the process umask cannot narrow it. Because the new content goes
+/// to a new inode, replacing an executable that is running is safe (no "Text file busy"): processes
+/// already running it keep the old inode, later execs get the new one.
+pub fn write_atomic_with(path: &Path, mode: u32, fill: impl FnOnce(&mut File) -> io::Result<()>) -> io::Result<()> {
+    let dir = parent_dir(path);
     fs::DirBuilder::new().recursive(true).mode(0o700).create(dir)?;
-    let file_name =
-        path.file_name().ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "path has no file name"))?;
-    let mut nonce = [0u8; 6];
-    getrandom::fill(&mut nonce).map_err(io::Error::other)?;
-    let tmp = dir.join(format!(".{}.tmp-{}-{}", file_name.to_string_lossy(), std::process::id(), hex(&nonce)));
+    let tmp = temp_sibling(path)?;
     let result = (|| {
         let mut f = OpenOptions::new().write(true).create_new(true).mode(mode).open(&tmp)?;
-        f.write_all(bytes)?;
+        fill(&mut f)?;
+        f.set_permissions(fs::Permissions::from_mode(mode))?;
         f.sync_all()?;
         fs::rename(&tmp, path)?;
         File::open(dir)?.sync_all()
@@ -27,6 +32,36 @@ pub fn write_atomic(path: &Path, bytes: &[u8], mode: u32) -> io::Result<()> {
         let _ = fs::remove_file(&tmp);
     }
     result
+}
+
+/// Make `path` a symbolic link to `target`, atomically: a link made under a temp name in the same
+/// directory is renamed over `path`, so readers see the old entry or the new link, never neither.
+pub fn symlink_atomic(target: &Path, path: &Path) -> io::Result<()> {
+    let dir = parent_dir(path);
+    let tmp = temp_sibling(path)?;
+    let result = (|| {
+        std::os::unix::fs::symlink(target, &tmp)?;
+        fs::rename(&tmp, path)?;
+        File::open(dir)?.sync_all()
+    })();
+    if result.is_err() {
+        let _ = fs::remove_file(&tmp);
+    }
+    result
+}
+
+fn parent_dir(path: &Path) -> &Path {
+    path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."))
+}
+
+/// A fresh name beside `path` for building its replacement: hidden, and with no `.conf`/`.conflist`
+/// ending, so neither CNI runtimes scanning a conf dir nor `ls` users mistake it for the real file.
+fn temp_sibling(path: &Path) -> io::Result<PathBuf> {
+    let file_name =
+        path.file_name().ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "path has no file name"))?;
+    let mut nonce = [0u8; 6];
+    getrandom::fill(&mut nonce).map_err(io::Error::other)?;
+    Ok(parent_dir(path).join(format!(".{}.tmp-{}-{}", file_name.to_string_lossy(), std::process::id(), hex(&nonce))))
 }
 
 /// Remove `path`; a file already gone is success. The directory is fsync'd so the removal is durable.
@@ -49,7 +84,6 @@ pub fn hex(bytes: &[u8]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::os::unix::fs::PermissionsExt;
 
     #[test]
     fn writes_whole_file_with_mode_and_leaves_no_temp() {
@@ -79,6 +113,17 @@ mod tests {
         let got = fs::read(&p).unwrap();
         assert_eq!(got.len(), 4096);
         assert!(got.iter().all(|b| *b == got[0]));
+        assert_eq!(fs::read_dir(d.path()).unwrap().count(), 1);
+    }
+
+    #[test]
+    fn symlink_replaces_a_file_and_leaves_no_temp() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("name");
+        fs::write(&p, b"old").unwrap();
+        symlink_atomic(Path::new("target"), &p).unwrap();
+        symlink_atomic(Path::new("target"), &p).unwrap();
+        assert_eq!(fs::read_link(&p).unwrap(), Path::new("target"));
         assert_eq!(fs::read_dir(d.path()).unwrap().count(), 1);
     }
 

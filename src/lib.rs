@@ -4,6 +4,7 @@
 pub mod cli;
 pub mod cni;
 pub mod fsutil;
+pub mod install;
 pub mod logging;
 pub mod netlink;
 pub mod netns;

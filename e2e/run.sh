@@ -1,0 +1,360 @@
+#!/usr/bin/env bash
+# yh-genie end to end on kind. Creates a cluster with no default CNI (kind-config.yaml), builds and
+# loads the image, runs the yonghui fabric (flannel, e2e/flannel.yaml, without flannel's own CNI),
+# installs yh-genie (manifests/), adds a second network (e2e/networks.yaml), starts pods choosing
+# networks in each of the SPEC's forms (e2e/workload.yaml) and asserts:
+#   - the installer put binary, plugin links, kubeconfig (0600) and the conflist on every node,
+#     and the conflist is the one the runtime loads; CoreDNS came up on the default network;
+#   - every pod is Ready (the kubelet's probe reaches it from the node) with its address in the
+#     expected subnet, on eth0;
+#   - pod to pod across nodes, pod to pod on the second network, pod to Service by ClusterIP and
+#     by DNS name, from both networks (each pod serves its own name, so the answer names the pod);
+#   - host-local leases and yonghui's per-container records exist, and are gone after the pods are;
+#   - after the installer is restarted (new pod, new token) new pods still get a network;
+#   - deleting the DaemonSet removes the conflist and the kubeconfig from every node.
+# It stops at the first mismatch with a non-zero exit, prints diagnostics, and deletes the cluster.
+#
+# Needs docker, kind, kubectl and jq. Environment:
+#   CLUSTER          kind cluster name (default yh-genie-e2e; must not exist yet)
+#   KEEP_CLUSTER=1   keep the cluster afterwards (its kubeconfig path is printed)
+#   KIND_NODE_IMAGE  node image for kind create cluster --image
+#   WAIT_SECS        how long any one wait may take (default 180)
+set -euo pipefail
+
+repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cluster=${CLUSTER:-yh-genie-e2e}
+wait_secs=${WAIT_SECS:-180}
+ns=yh-e2e
+pod_cidr=10.244.0.0/16 # kind-config.yaml podSubnet, e2e/flannel.yaml Network
+ptp_cidr=10.248.0.0/24 # e2e/networks.yaml, ptpnet's host-local range
+bin_dir=/opt/cni/bin
+conf_dir=/etc/cni/net.d
+conflist=$conf_dir/00-yh-genie.conflist
+kubeconfig_on_node=$conf_dir/yh-genie.d/yh-genie.kubeconfig
+plugin_names=(yonghui yh-bridge veth router)
+
+nodes=()
+scratch=
+
+log() { printf '\n=== %s\n' "$*" >&2; }
+fail() {
+	printf '\nFAIL: %s\n' "$*" >&2
+	exit 1
+}
+
+# wait_until WHAT CMD...: run CMD every 2 s until it succeeds; fail after $wait_secs.
+wait_until() {
+	local what=$1 deadline=$((SECONDS + wait_secs))
+	shift
+	until "$@"; do
+		((SECONDS < deadline)) || fail "timed out after ${wait_secs}s waiting for $what"
+		sleep 2
+	done
+}
+
+on_every_node() {
+	local node
+	for node in "${nodes[@]}"; do
+		docker exec "$node" "$@" || return 1
+	done
+}
+
+# The first `image:` in a manifest.
+manifest_image() { awk '$1 == "image:" { print $2; exit }' "$1"; }
+
+ip_to_int() {
+	local a b c d
+	IFS=. read -r a b c d <<<"$1"
+	echo $(((a << 24) | (b << 16) | (c << 8) | d))
+}
+
+# ip_in_cidr IP CIDR (IPv4). A malformed CIDR (e.g. from a failed lookup) is an error, not a match.
+ip_in_cidr() {
+	local ip net bits mask
+	[[ $2 =~ ^[0-9]{1,3}(\.[0-9]{1,3}){3}/[0-9]{1,2}$ ]] || fail "not an IPv4 CIDR: '$2'"
+	[[ $1 =~ ^[0-9]{1,3}(\.[0-9]{1,3}){3}$ ]] || return 1
+	ip=$(ip_to_int "$1")
+	net=$(ip_to_int "${2%/*}")
+	bits=${2#*/}
+	mask=$((bits == 0 ? 0 : (0xffffffff << (32 - bits)) & 0xffffffff))
+	(((ip & mask) == (net & mask)))
+}
+
+pod_field() { kubectl -n "$ns" get pod "$1" -o "jsonpath=$2"; }
+
+# The pod's address as the runtime reported it; fails when there is none.
+pod_ip() {
+	local ip
+	ip=$(pod_field "$1" '{.status.podIP}')
+	[[ -n $ip ]] || fail "$1 has no address"
+	echo "$ip"
+}
+
+# assert_pod_address POD CIDR: the pod's address (as the runtime reported it) is in CIDR and on eth0.
+assert_pod_address() {
+	local pod=$1 cidr=$2 ip addrs
+	ip=$(pod_ip "$pod")
+	ip_in_cidr "$ip" "$cidr" || fail "$pod: address '$ip' is not in $cidr"
+	addrs=$(kubectl -n "$ns" exec "$pod" -- ip -4 -o addr show dev eth0)
+	[[ $addrs == *"inet $ip/"* ]] || fail "$pod: eth0 does not hold $ip: $addrs"
+}
+
+# assert_fetch FROM URL WANT: an HTTP GET from pod FROM returns WANT (the answering pod's name).
+assert_fetch() {
+	local body
+	body=$(kubectl -n "$ns" exec "$1" -- wget -q -O - -T 5 "$2") || fail "$1 cannot fetch $2"
+	[[ $body == "$3" ]] || fail "$1 fetched '$body' from $2, want '$3'"
+}
+
+# The id of the one ready sandbox of POD on NODE (what CNI calls the container id).
+sandbox_id() {
+	docker exec "$1" crictl pods --namespace "$ns" --name "$2" -o json |
+		jq -er --arg pod "$2" '[.items[] | select(.metadata.name == $pod and .state == "SANDBOX_READY") | .id]
+			| if length == 1 then .[0] else error("want one ready sandbox, got \(length)") end'
+}
+
+node_has() { docker exec "$1" test -e "$2"; }
+node_lacks() { ! docker exec "$1" test -e "$2"; }
+
+diagnostics() {
+	local node
+	log "diagnostics"
+	kubectl get nodes -o wide || true
+	kubectl get pods -A -o wide || true
+	kubectl -n "$ns" describe pods || true
+	kubectl -n kube-system logs -l app.kubernetes.io/name=yh-genie --prefix --tail=50 || true
+	kubectl get events -A --sort-by=.lastTimestamp | tail -n 40 || true
+	for node in "${nodes[@]}"; do
+		echo "--- $node"
+		docker exec "$node" ls -la "$bin_dir" "$conf_dir" || true
+	done
+}
+
+cleanup() {
+	local rc=$?
+	trap - EXIT
+	if ((rc != 0)); then
+		diagnostics || true
+	fi
+	if [[ ${KEEP_CLUSTER:-0} == 1 ]]; then
+		log "kept cluster $cluster; KUBECONFIG=$KUBECONFIG"
+	else
+		kind delete cluster --name "$cluster" >/dev/null 2>&1 || true
+		rm -f "$KUBECONFIG"
+	fi
+	if [[ -n $scratch ]]; then
+		rm -rf "$scratch"
+	fi
+	exit "$rc"
+}
+
+create_cluster() {
+	local args=(create cluster --name "$cluster" --config "$repo/kind-config.yaml" --kubeconfig "$KUBECONFIG" --wait 0s)
+	if [[ -n ${KIND_NODE_IMAGE:-} ]]; then
+		args+=(--image "$KIND_NODE_IMAGE")
+	fi
+	log "creating kind cluster $cluster"
+	kind "${args[@]}"
+	mapfile -t nodes < <(kind get nodes --name "$cluster")
+	((${#nodes[@]} == 3)) || fail "want 3 nodes, kind made ${#nodes[@]}: ${nodes[*]}"
+}
+
+# Our image must be built and loaded; third-party images are preloaded when possible (nodes can
+# still pull them), which spares registry rate limits.
+load_images() {
+	local image flannel_image workload_image
+	yh_image=$(manifest_image "$repo/manifests/yh-genie.yaml")
+	flannel_image=$(manifest_image "$repo/e2e/flannel.yaml")
+	workload_image=$(manifest_image "$repo/e2e/workload.yaml")
+	[[ -n $yh_image && -n $flannel_image && -n $workload_image ]] || fail "cannot read the images from the manifests"
+	log "building $yh_image"
+	docker build -t "$yh_image" "$repo"
+	kind load docker-image "$yh_image" --name "$cluster"
+	for image in "$flannel_image" "$workload_image"; do
+		if docker pull "$image" && kind load docker-image "$image" --name "$cluster"; then
+			continue
+		fi
+		log "could not preload $image; the nodes will pull it"
+	done
+}
+
+install_fabric() {
+	log "starting the yonghui fabric (flannel)"
+	kubectl apply -f "$repo/e2e/flannel.yaml"
+	kubectl -n kube-flannel rollout status ds/kube-flannel-ds --timeout="${wait_secs}s"
+	wait_until "flannel's subnet.env on every node" on_every_node test -s /run/flannel/subnet.env
+}
+
+assert_installed_on() {
+	local node=$1 name target version mode first installed
+	installed=$(docker exec "$node" sha256sum "$bin_dir/yh-genie") || fail "$node: no $bin_dir/yh-genie"
+	[[ ${installed%% *} == "$image_sha" ]] || fail "$node: $bin_dir/yh-genie is not the image's binary"
+	for name in "${plugin_names[@]}"; do
+		target=$(docker exec "$node" readlink "$bin_dir/$name") || fail "$node: $bin_dir/$name is not a link"
+		[[ $target == yh-genie ]] || fail "$node: $bin_dir/$name -> $target, want yh-genie"
+		version=$(docker exec "$node" "$bin_dir/$name" --version) || fail "$node: $bin_dir/$name does not run"
+		[[ $version == "$name "* ]] || fail "$node: $bin_dir/$name is not the $name plugin: $version"
+	done
+	mode=$(docker exec "$node" stat -c %a "$kubeconfig_on_node") || fail "$node: no $kubeconfig_on_node"
+	[[ $mode == 600 ]] || fail "$node: $kubeconfig_on_node has mode $mode, want 600"
+	# What libcni does: the first *.conf, *.conflist or *.json by name is the node's network.
+	first=$(docker exec "$node" sh -c "ls $conf_dir | grep -E '\\.(conf|conflist|json)\$' | head -n 1")
+	[[ $conf_dir/$first == "$conflist" ]] || fail "$node: the runtime would load '$first', not $conflist"
+	node_has "$node" "$conf_dir/yonghui/yonghui.conflist" || fail "$node: the yonghui network is not installed"
+}
+
+install_yh_genie() {
+	local node cid ip dns_ips
+	log "installing yh-genie"
+	scratch=$(mktemp -d)
+	cid=$(docker create "$yh_image")
+	docker cp "$cid:/usr/local/bin/yh-genie" "$scratch/yh-genie"
+	docker rm "$cid" >/dev/null
+	image_sha=$(sha256sum "$scratch/yh-genie")
+	image_sha=${image_sha%% *}
+
+	kubectl apply -f "$repo/manifests/"
+	kubectl -n kube-system rollout status ds/yh-genie --timeout="${wait_secs}s"
+	kubectl wait --for=condition=Ready nodes --all --timeout="${wait_secs}s"
+	for node in "${nodes[@]}"; do
+		wait_until "the conflist on $node" node_has "$node" "$conflist"
+		assert_installed_on "$node"
+	done
+	log "CoreDNS on the default network"
+	kubectl -n kube-system rollout status deploy/coredns --timeout="${wait_secs}s"
+	dns_ips=$(kubectl -n kube-system get pods -l k8s-app=kube-dns -o 'jsonpath={.items[*].status.podIP}')
+	[[ -n $dns_ips ]] || fail "CoreDNS pods have no addresses"
+	for ip in $dns_ips; do
+		ip_in_cidr "$ip" "$pod_cidr" || fail "CoreDNS got $ip, outside $pod_cidr"
+	done
+}
+
+add_second_network() {
+	log "adding the ptpnet network to the yh-genie-networks ConfigMap"
+	kubectl apply -f "$repo/e2e/networks.yaml"
+	# The kubelet syncs ConfigMap volumes within about a minute; the installer polls every 2 s.
+	wait_until "ptpnet on every node" on_every_node test -s "$conf_dir/ptpnet/ptpnet.conflist"
+}
+
+check_workload() {
+	local workers pod node node_cidr ip net sandbox svc_ip entry
+	local -a records=()
+	local -A ip_of=()
+	log "pods choosing networks"
+	mapfile -t workers < <(kubectl get nodes -l '!node-role.kubernetes.io/control-plane' -o 'jsonpath={range .items[*]}{.metadata.name}{"\n"}{end}')
+	((${#workers[@]} == 2)) || fail "want 2 workers, got ${#workers[@]}: ${workers[*]}"
+	kubectl label node "${workers[0]}" yh-genie-e2e/slot=a --overwrite
+	kubectl label node "${workers[1]}" yh-genie-e2e/slot=b --overwrite
+	kubectl apply -f "$repo/e2e/workload.yaml"
+	kubectl -n "$ns" wait --for=condition=Ready pod --all --timeout="${wait_secs}s"
+
+	node=$(pod_field yh-a '{.spec.nodeName}')
+	[[ $node == "${workers[0]}" ]] || fail "yh-a is on '$node', not ${workers[0]}"
+	node=$(pod_field yh-b '{.spec.nodeName}')
+	[[ $node == "${workers[1]}" ]] || fail "yh-b is on '$node', not ${workers[1]}"
+	for pod in yh-a yh-b yh-default ptp-a ptp-b; do
+		ip_of[$pod]=$(pod_ip "$pod")
+	done
+	for pod in yh-a yh-b yh-default; do
+		node=$(pod_field "$pod" '{.spec.nodeName}')
+		node_cidr=$(kubectl get node "$node" -o 'jsonpath={.spec.podCIDR}')
+		assert_pod_address "$pod" "$pod_cidr"
+		# flannel's subnet for a node is the node's podCIDR.
+		assert_pod_address "$pod" "$node_cidr"
+	done
+	for pod in ptp-a ptp-b; do
+		assert_pod_address "$pod" "$ptp_cidr"
+	done
+
+	log "connectivity"
+	assert_fetch yh-a "http://${ip_of[yh-b]}:8080/" yh-b
+	assert_fetch yh-b "http://${ip_of[yh-a]}:8080/" yh-a
+	svc_ip=$(kubectl -n "$ns" get service backend -o 'jsonpath={.spec.clusterIP}')
+	[[ -n $svc_ip ]] || fail "the backend Service has no ClusterIP"
+	assert_fetch yh-a "http://$svc_ip/" yh-default
+	assert_fetch yh-a "http://backend.$ns.svc.cluster.local/" yh-default
+	assert_fetch ptp-a "http://${ip_of[ptp-b]}:8080/" ptp-b
+	assert_fetch ptp-a "http://$svc_ip/" yh-default
+	assert_fetch ptp-b "http://backend.$ns.svc.cluster.local/" yh-default
+
+	log "leases and records while the pods run"
+	for pod in yh-a yh-b yh-default ptp-a ptp-b; do
+		node=$(pod_field "$pod" '{.spec.nodeName}')
+		ip=${ip_of[$pod]}
+		net=yonghui
+		if [[ $pod == ptp-* ]]; then net=ptpnet; fi
+		records+=("$node:/var/lib/cni/networks/$net/$ip")
+		if [[ $net == yonghui ]]; then
+			sandbox=$(sandbox_id "$node" "$pod") || fail "$pod: no single ready sandbox on $node"
+			records+=("$node:/var/lib/cni/yonghui/$sandbox")
+		fi
+	done
+	for entry in "${records[@]}"; do
+		node_has "${entry%%:*}" "${entry#*:}" || fail "${entry%%:*}: ${entry#*:} does not exist"
+	done
+
+	log "deleting the pods frees their addresses"
+	kubectl -n "$ns" delete pod --all --wait=true --timeout="${wait_secs}s"
+	for entry in "${records[@]}"; do
+		wait_until "${entry#*:} to go on ${entry%%:*}" node_lacks "${entry%%:*}" "${entry#*:}"
+	done
+}
+
+check_upgrade() {
+	local node
+	log "restarting the installer (new pod, new token)"
+	kubectl -n kube-system rollout restart ds/yh-genie
+	kubectl -n kube-system rollout status ds/yh-genie --timeout="${wait_secs}s"
+	for node in "${nodes[@]}"; do
+		wait_until "the conflist on $node" node_has "$node" "$conflist"
+		assert_installed_on "$node"
+	done
+	kubectl apply -f "$repo/e2e/after-upgrade.yaml"
+	kubectl -n "$ns" wait --for=condition=Ready pod/yh-after-upgrade --timeout="${wait_secs}s"
+	assert_pod_address yh-after-upgrade "$pod_cidr"
+	kubectl -n "$ns" delete pod yh-after-upgrade --wait=true --timeout="${wait_secs}s"
+}
+
+no_installer_pods() {
+	local pods
+	pods=$(kubectl -n kube-system get pods -l app.kubernetes.io/name=yh-genie -o name) || return 1
+	[[ -z $pods ]]
+}
+
+check_uninstall() {
+	local node
+	log "uninstalling"
+	kubectl delete -f "$repo/manifests/yh-genie.yaml" --cascade=foreground --wait=true --timeout="${wait_secs}s"
+	wait_until "the installer pods to go" no_installer_pods
+	for node in "${nodes[@]}"; do
+		node_lacks "$node" "$conflist" || fail "$node: $conflist is still there after uninstall"
+		node_lacks "$node" "$kubeconfig_on_node" || fail "$node: $kubeconfig_on_node is still there after uninstall"
+	done
+}
+
+main() {
+	local tool clusters
+	for tool in docker kind kubectl jq; do
+		command -v "$tool" >/dev/null || fail "$tool is not installed"
+	done
+	clusters=$(kind get clusters 2>/dev/null)
+	if grep -qx "$cluster" <<<"$clusters"; then
+		fail "a kind cluster named $cluster exists already; delete it or set CLUSTER"
+	fi
+	KUBECONFIG=$(mktemp)
+	export KUBECONFIG
+	trap cleanup EXIT
+	trap 'exit 130' INT TERM
+
+	create_cluster
+	load_images
+	install_fabric
+	install_yh_genie
+	add_second_network
+	check_workload
+	check_upgrade
+	check_uninstall
+	log "PASS"
+}
+
+main "$@"

@@ -1,0 +1,152 @@
+//! `00-yh-genie.conflist`: the one network configuration the container runtime reads (the `00-`
+//! prefix sorts it first in the conf dir, which is how runtimes pick their network). It names the
+//! selector and tells it where everything the installer put on the host is.
+
+use super::options::Options;
+use anyhow::{Context, bail};
+use serde::Serialize;
+use serde_json::{Map, Value};
+use std::path::Path;
+
+pub const FILE_NAME: &str = "00-yh-genie.conflist";
+/// The directory beside the conflist holding the selector's kubeconfig.
+pub const STATE_DIR: &str = "yh-genie.d";
+pub const KUBECONFIG_NAME: &str = "yh-genie.kubeconfig";
+
+/// The selector's keys the installer derives from its own options. A selector config file may not
+/// set them: the values would disagree with where the installer actually put things.
+const DERIVED_KEYS: [&str; 5] = ["type", "kubeconfig", "confDir", "dataDir", "binDir"];
+
+#[derive(Serialize)]
+struct ConfList<'a> {
+    #[serde(rename = "cniVersion")]
+    cni_version: &'a str,
+    name: &'a str,
+    plugins: [SelectorPlugin<'a>; 1],
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct SelectorPlugin<'a> {
+    #[serde(rename = "type")]
+    plugin_type: &'a str,
+    kubeconfig: &'a Path,
+    conf_dir: &'a Path,
+    data_dir: &'a Path,
+    bin_dir: &'a Path,
+    #[serde(flatten)]
+    extra: Map<String, Value>,
+}
+
+/// Further selector keys from `--selector-config`: a JSON object without the derived keys.
+pub fn read_selector_config(path: &Path) -> anyhow::Result<Map<String, Value>> {
+    let bytes = std::fs::read(path).with_context(|| format!("reading the selector config {}", path.display()))?;
+    let value: Value = serde_json::from_slice(&bytes)
+        .with_context(|| format!("the selector config {} is not valid JSON", path.display()))?;
+    let Value::Object(keys) = value else {
+        bail!("the selector config {} must be a JSON object of selector keys", path.display());
+    };
+    if let Some(key) = DERIVED_KEYS.iter().find(|k| keys.contains_key(**k)) {
+        bail!(
+            "the selector config {} sets {key:?}, which the installer derives from its flags (see `yh-genie install --help`)",
+            path.display()
+        );
+    }
+    Ok(keys)
+}
+
+/// The host path of the selector's kubeconfig.
+pub fn kubeconfig_path(opts: &Options) -> std::path::PathBuf {
+    opts.conf_dir.join(STATE_DIR).join(KUBECONFIG_NAME)
+}
+
+/// The conflist bytes: the derived keys, then `extra` (from the selector config) with
+/// `--default-network` set over it. Deterministic, so an unchanged setup rewrites nothing.
+pub fn render(opts: &Options, mut extra: Map<String, Value>) -> Vec<u8> {
+    if let Some(network) = &opts.default_network {
+        extra.insert("defaultNetwork".into(), Value::String(network.clone()));
+    }
+    let kubeconfig = kubeconfig_path(opts);
+    let doc = ConfList {
+        cni_version: opts.cni_version.as_str(),
+        name: crate::selector::NAME,
+        plugins: [SelectorPlugin {
+            plugin_type: crate::selector::NAME,
+            kubeconfig: &kubeconfig,
+            conf_dir: &opts.conf_dir,
+            data_dir: &opts.data_dir,
+            bin_dir: &opts.bin_dir,
+            extra,
+        }],
+    };
+    let mut bytes = serde_json::to_vec_pretty(&doc).expect("paths in options are UTF-8 checked strings");
+    bytes.push(b'\n');
+    bytes
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::install::options::Request;
+
+    fn opts(args: &[&str]) -> Options {
+        let env = |k: &str| match k {
+            "KUBERNETES_SERVICE_HOST" => Some("10.96.0.1".to_owned()),
+            "KUBERNETES_SERVICE_PORT" => Some("443".to_owned()),
+            _ => None,
+        };
+        match Options::parse(args, &env).unwrap() {
+            Request::Install(o) => *o,
+            Request::Help => unreachable!(),
+        }
+    }
+
+    #[test]
+    fn renders_the_spec_shape() {
+        let o = opts(&["--default-network", "yonghui"]);
+        let mut extra = Map::new();
+        extra.insert("logLevel".into(), "debug".into());
+        let v: Value = serde_json::from_slice(&render(&o, extra)).unwrap();
+        assert_eq!(
+            v,
+            serde_json::json!({
+                "cniVersion": "1.0.0", "name": "yh-genie",
+                "plugins": [{
+                    "type": "yh-genie",
+                    "kubeconfig": "/etc/cni/net.d/yh-genie.d/yh-genie.kubeconfig",
+                    "confDir": "/etc/cni/net.d",
+                    "dataDir": "/var/lib/cni/yh-genie",
+                    "binDir": "/opt/cni/bin",
+                    "defaultNetwork": "yonghui",
+                    "logLevel": "debug"
+                }]
+            })
+        );
+        // And it is a conflist the CNI code itself accepts.
+        crate::cni::ConfList::parse(&render(&o, Map::new()), true, "test").unwrap();
+    }
+
+    #[test]
+    fn default_network_flag_overrides_the_selector_config() {
+        let mut extra = Map::new();
+        extra.insert("defaultNetwork".into(), "from-file".into());
+        let v: Value = serde_json::from_slice(&render(&opts(&["--default-network", "flag"]), extra.clone())).unwrap();
+        assert_eq!(v["plugins"][0]["defaultNetwork"], "flag");
+        let v: Value = serde_json::from_slice(&render(&opts(&[]), extra)).unwrap();
+        assert_eq!(v["plugins"][0]["defaultNetwork"], "from-file");
+    }
+
+    #[test]
+    fn selector_config_must_be_an_object_without_derived_keys() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("selector.json");
+        let read = |content: &str| {
+            std::fs::write(&p, content).unwrap();
+            read_selector_config(&p).map_err(|e| format!("{e:#}"))
+        };
+        assert_eq!(read(r#"{"defaultNetwork": "yonghui"}"#).unwrap().len(), 1);
+        assert!(read("[1]").unwrap_err().contains("must be a JSON object"));
+        assert!(read("{").unwrap_err().contains("not valid JSON"));
+        assert!(read(r#"{"confDir": "/x"}"#).unwrap_err().contains("\"confDir\""));
+    }
+}

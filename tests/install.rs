@@ -1,0 +1,368 @@
+//! `yh-genie install`, run as the real binary against a temp dir standing in for the host's root
+//! (`--host-root`) and a fake service-account dir: what lands on the "host", with which modes and
+//! links, what a second or concurrent run does, and how the long-running installer reacts to token
+//! rotation, a late fabric, and SIGTERM. No root needed; nothing outside the temp dir is touched.
+
+use base64::Engine as _;
+use secrecy::ExposeSecret as _;
+use serde_json::{Value, json};
+use std::collections::BTreeMap;
+use std::fs;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Output, Stdio};
+use std::time::{Duration, Instant};
+
+const BIN: &str = env!("CARGO_BIN_EXE_yh-genie");
+const PLUGIN_NAMES: [&str; 4] = ["yonghui", "yh-bridge", "veth", "router"];
+const CA: &str = "-----BEGIN CERTIFICATE-----\nMIIBfakeCAforTests\n-----END CERTIFICATE-----\n";
+const YONGHUI: &str = r#"{"cniVersion": "1.0.0", "name": "yonghui", "plugins": [{"type": "yonghui", "subnetFile": "/run/flannel/subnet.env"}]}"#;
+/// How long a test waits for the installer to react before failing (a guard, not a speed check).
+const PATIENCE: Duration = Duration::from_secs(60);
+
+/// A fake node: `root/` is the host's `/`, `sa/` the pod's service-account mount, `networks/` the
+/// mounted network ConfigMap.
+struct Node {
+    dir: tempfile::TempDir,
+}
+
+impl Node {
+    fn new() -> Self {
+        let node = Node { dir: tempfile::tempdir().unwrap() };
+        fs::create_dir_all(node.root()).unwrap();
+        fs::create_dir_all(node.path("sa")).unwrap();
+        fs::create_dir_all(node.path("networks")).unwrap();
+        node.set_token("token-1");
+        fs::write(node.path("sa/ca.crt"), CA).unwrap();
+        fs::write(node.path("networks/yonghui.conflist"), YONGHUI).unwrap();
+        node
+    }
+    fn path(&self, rel: &str) -> PathBuf {
+        self.dir.path().join(rel)
+    }
+    fn root(&self) -> PathBuf {
+        self.path("root")
+    }
+    /// A host path as seen from the test, e.g. `host("/etc/cni/net.d")`.
+    fn host(&self, host_path: &str) -> PathBuf {
+        self.root().join(host_path.trim_start_matches('/'))
+    }
+    fn bin(&self, name: &str) -> PathBuf {
+        self.host("/opt/cni/bin").join(name)
+    }
+    fn conflist(&self) -> PathBuf {
+        self.host("/etc/cni/net.d/00-yh-genie.conflist")
+    }
+    fn kubeconfig(&self) -> PathBuf {
+        self.host("/etc/cni/net.d/yh-genie.d/yh-genie.kubeconfig")
+    }
+    /// Rotate the token the way the kubelet does: a new file renamed into place.
+    fn set_token(&self, token: &str) {
+        let tmp = self.path("sa/.token.new");
+        fs::write(&tmp, format!("{token}\n")).unwrap();
+        fs::rename(tmp, self.path("sa/token")).unwrap();
+    }
+
+    /// The installer with a clean environment: only what a pod's kubelet would set.
+    fn command(&self, extra: &[&str]) -> Command {
+        let mut c = Command::new(BIN);
+        c.env_clear()
+            .env("KUBERNETES_SERVICE_HOST", "fd00:10:96::1")
+            .env("KUBERNETES_SERVICE_PORT", "443")
+            .arg("install")
+            .arg("--host-root")
+            .arg(self.root())
+            .arg("--sa-dir")
+            .arg(self.path("sa"))
+            .arg("--networks-dir")
+            .arg(self.path("networks"))
+            .args(["--default-network", "yonghui"])
+            .args(extra);
+        c
+    }
+    fn install_once(&self, extra: &[&str]) -> Output {
+        let mut args = vec!["--once"];
+        args.extend_from_slice(extra);
+        self.command(&args).output().unwrap()
+    }
+    fn spawn(&self, extra: &[&str]) -> Installer {
+        let child = self.command(extra).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap();
+        Installer(child)
+    }
+
+    /// Every entry under the host root: (inode, mtime in ns) by relative path. Directories are in
+    /// it too, so a rename or a new file anywhere shows as a changed directory mtime.
+    fn snapshot(&self) -> BTreeMap<PathBuf, (u64, i128)> {
+        let mut out = BTreeMap::new();
+        let mut stack = vec![self.root()];
+        while let Some(p) = stack.pop() {
+            let m = fs::symlink_metadata(&p).unwrap();
+            out.insert(
+                p.strip_prefix(self.root()).unwrap().to_owned(),
+                (m.ino(), m.mtime() as i128 * 1_000_000_000 + m.mtime_nsec() as i128),
+            );
+            if m.is_dir() {
+                stack.extend(fs::read_dir(&p).unwrap().map(|e| e.unwrap().path()));
+            }
+        }
+        out
+    }
+}
+
+/// A running installer, killed when dropped so a failing test leaves no process behind.
+struct Installer(Child);
+
+impl Installer {
+    fn signal(&self, signal: nix::sys::signal::Signal) {
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(self.0.id() as i32), signal).unwrap();
+    }
+    fn wait_exit(&mut self) -> ExitStatus {
+        wait_for("the installer to exit", || self.0.try_wait().unwrap())
+    }
+}
+
+impl Drop for Installer {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Poll `check` until it yields a value; fail after `PATIENCE`.
+fn wait_for<T>(what: &str, mut check: impl FnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + PATIENCE;
+    loop {
+        if let Some(v) = check() {
+            return v;
+        }
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn assert_ok(out: &Output) {
+    assert!(out.status.success(), "installer failed: {:?}\n{}", out.status, String::from_utf8_lossy(&out.stderr));
+}
+
+fn mode(p: &Path) -> u32 {
+    fs::symlink_metadata(p).unwrap().permissions().mode() & 0o7777
+}
+
+fn read_json(p: &Path) -> Value {
+    serde_json::from_slice(&fs::read(p).unwrap()).unwrap()
+}
+
+/// What a complete install looks like, checked as an operator would on the node.
+fn assert_installed(node: &Node, token: &str) {
+    let binary = node.bin("yh-genie");
+    assert!(fs::symlink_metadata(&binary).unwrap().is_file());
+    assert_eq!(mode(&binary), 0o755);
+    assert!(fs::read(&binary).unwrap() == fs::read(BIN).unwrap(), "installed binary differs from the build");
+    for name in PLUGIN_NAMES {
+        let link = node.bin(name);
+        assert_eq!(fs::read_link(&link).unwrap(), Path::new("yh-genie"), "{name}");
+        // The link works, and the binary is that plugin when called by that name.
+        let out = Command::new(&link).arg("--version").env_clear().output().unwrap();
+        assert!(String::from_utf8_lossy(&out.stdout).starts_with(&format!("{name} ")), "{name}: {out:?}");
+    }
+
+    assert_eq!(mode(&node.host("/etc/cni/net.d/yh-genie.d")), 0o700);
+    assert_eq!(mode(&node.kubeconfig()), 0o600);
+    let kc = kube::config::Kubeconfig::read_from(node.kubeconfig()).unwrap();
+    let context = kc.contexts.iter().find(|c| Some(&c.name) == kc.current_context.as_ref()).unwrap();
+    let context = context.context.as_ref().unwrap();
+    let cluster = kc.clusters.iter().find(|c| c.name == context.cluster).unwrap().cluster.as_ref().unwrap();
+    assert_eq!(cluster.server.as_deref(), Some("https://[fd00:10:96::1]:443"));
+    let ca = base64::engine::general_purpose::STANDARD.decode(cluster.certificate_authority_data.as_ref().unwrap());
+    assert_eq!(ca.unwrap(), CA.as_bytes());
+    let user = kc.auth_infos.iter().find(|u| Some(&u.name) == context.user.as_ref()).unwrap();
+    assert_eq!(user.auth_info.as_ref().unwrap().token.as_ref().unwrap().expose_secret(), token);
+
+    assert_eq!(mode(&node.conflist()), 0o644);
+    assert_eq!(
+        read_json(&node.conflist()),
+        json!({
+            "cniVersion": "1.0.0", "name": "yh-genie",
+            "plugins": [{
+                "type": "yh-genie",
+                "kubeconfig": "/etc/cni/net.d/yh-genie.d/yh-genie.kubeconfig",
+                "confDir": "/etc/cni/net.d",
+                "dataDir": "/var/lib/cni/yh-genie",
+                "binDir": "/opt/cni/bin",
+                "defaultNetwork": "yonghui"
+            }]
+        })
+    );
+    let network = node.host("/etc/cni/net.d/yonghui/yonghui.conflist");
+    assert_eq!(fs::read_to_string(&network).unwrap(), YONGHUI);
+    assert_eq!(mode(&network), 0o644);
+
+    let leftovers: Vec<_> = node.snapshot().into_keys().filter(|p| p.to_string_lossy().contains(".tmp-")).collect();
+    assert!(leftovers.is_empty(), "temp files left behind: {leftovers:?}");
+}
+
+#[test]
+fn installs_binary_links_kubeconfig_networks_and_conflist_whatever_the_umask() {
+    let node = Node::new();
+    // A restrictive umask must not narrow the modes the runtime depends on (0755 binary, 0644 confs).
+    let mut c = node.command(&["--once"]);
+    let program = c.get_program().to_owned();
+    let args: Vec<_> = c.get_args().map(ToOwned::to_owned).collect();
+    c = Command::new("sh");
+    c.arg("-c").arg("umask 077 && exec \"$0\" \"$@\"").arg(program).args(args);
+    c.env_clear().env("KUBERNETES_SERVICE_HOST", "fd00:10:96::1").env("KUBERNETES_SERVICE_PORT", "443");
+    assert_ok(&c.output().unwrap());
+    assert_installed(&node, "token-1");
+}
+
+#[test]
+fn a_second_run_changes_nothing() {
+    let node = Node::new();
+    assert_ok(&node.install_once(&[]));
+    let before = node.snapshot();
+    assert_ok(&node.install_once(&[]));
+    assert_eq!(node.snapshot(), before, "a second run rewrote or renamed something");
+}
+
+#[test]
+fn concurrent_runs_leave_one_consistent_install() {
+    let node = Node::new();
+    let runs: Vec<Child> = (0..4).map(|_| node.command(&["--once"]).stderr(Stdio::piped()).spawn().unwrap()).collect();
+    for run in runs {
+        assert_ok(&run.wait_with_output().unwrap());
+    }
+    assert_installed(&node, "token-1");
+}
+
+#[test]
+fn replaces_a_running_binary_without_text_file_busy() {
+    let node = Node::new();
+    let binary = node.bin("yh-genie");
+    fs::create_dir_all(binary.parent().unwrap()).unwrap();
+    // An "old version" that is executing while the new one is installed, as on an upgrade.
+    fs::copy("/bin/sleep", &binary).unwrap();
+    let mut old = Command::new(&binary).arg("600").spawn().unwrap();
+    let out = node.install_once(&[]);
+    let still_running = old.try_wait().unwrap().is_none();
+    let _ = old.kill();
+    let _ = old.wait();
+    assert_ok(&out);
+    assert!(still_running, "the running old binary was disturbed");
+    assert_installed(&node, "token-1");
+}
+
+#[test]
+fn a_rotated_token_is_written_to_the_kubeconfig_and_nothing_else_changes() {
+    let node = Node::new();
+    let _installer = node.spawn(&["--interval", "0.05"]);
+    wait_for("the conflist", || node.conflist().exists().then_some(()));
+    let conflist_inode = fs::metadata(node.conflist()).unwrap().ino();
+    node.set_token("token-2");
+    wait_for("the new token in the kubeconfig", || {
+        fs::read_to_string(node.kubeconfig()).ok().filter(|k| k.contains("token-2")).map(drop)
+    });
+    assert_eq!(mode(&node.kubeconfig()), 0o600);
+    assert_eq!(fs::metadata(node.conflist()).unwrap().ino(), conflist_inode, "the conflist was rewritten");
+    assert_installed(&node, "token-2");
+}
+
+#[test]
+fn a_network_added_to_the_source_is_installed_while_running() {
+    let node = Node::new();
+    let _installer = node.spawn(&["--interval", "0.05"]);
+    wait_for("the conflist", || node.conflist().exists().then_some(()));
+    let ptp = r#"{"cniVersion": "1.0.0", "name": "ptpnet", "type": "ptp", "ipam": {"type": "host-local"}}"#;
+    fs::write(node.path("networks/ptpnet.conf"), ptp).unwrap();
+    let installed = node.host("/etc/cni/net.d/ptpnet/ptpnet.conf");
+    let content = wait_for("ptpnet on the host", || fs::read_to_string(&installed).ok());
+    assert_eq!(content, ptp);
+}
+
+#[test]
+fn sigterm_with_cleanup_on_exit_removes_conflist_and_kubeconfig_but_keeps_binaries() {
+    let node = Node::new();
+    let mut installer = node.spawn(&["--cleanup-on-exit"]);
+    wait_for("the conflist", || node.conflist().exists().then_some(()));
+    installer.signal(nix::sys::signal::Signal::SIGTERM);
+    assert!(installer.wait_exit().success());
+    assert!(!node.conflist().exists());
+    assert!(!node.kubeconfig().exists());
+    assert!(node.bin("yh-genie").exists() && node.bin("yonghui").exists(), "pods on the node still need them for DEL");
+}
+
+#[test]
+fn sigterm_without_cleanup_exits_and_leaves_the_install() {
+    let node = Node::new();
+    let mut installer = node.spawn(&[]);
+    wait_for("the conflist", || node.conflist().exists().then_some(()));
+    installer.signal(nix::sys::signal::Signal::SIGINT);
+    assert!(installer.wait_exit().success());
+    assert_installed(&node, "token-1");
+}
+
+#[test]
+fn the_conflist_waits_for_the_fabric_but_the_kubeconfig_does_not() {
+    let node = Node::new();
+    let wait = ["--wait-for", "/run/flannel/subnet.env"];
+    let out = node.install_once(&wait);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("/run/flannel/subnet.env does not exist yet"));
+    assert!(node.kubeconfig().exists() && !node.conflist().exists());
+
+    let mut args = wait.to_vec();
+    args.extend(["--interval", "0.05"]);
+    let _installer = node.spawn(&args);
+    let subnet_env = node.host("/run/flannel/subnet.env");
+    fs::create_dir_all(subnet_env.parent().unwrap()).unwrap();
+    fs::write(&subnet_env, "FLANNEL_NETWORK=10.244.0.0/16\n").unwrap();
+    wait_for("the conflist", || node.conflist().exists().then_some(()));
+    assert_installed(&node, "token-1");
+}
+
+#[test]
+fn without_credentials_nothing_points_the_runtime_at_yh_genie() {
+    let node = Node::new();
+    fs::remove_file(node.path("sa/token")).unwrap();
+    let out = node.install_once(&[]);
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("service-account token") && stderr.contains("sa/token"), "{stderr}");
+    assert!(!node.conflist().exists(), "a conflist without its kubeconfig");
+}
+
+#[test]
+fn a_bad_network_file_is_named_but_the_rest_is_installed() {
+    let node = Node::new();
+    fs::write(node.path("networks/broken.conflist"), "{ not json").unwrap();
+    let out = node.install_once(&[]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("broken.conflist: not valid JSON"));
+    assert!(!node.host("/etc/cni/net.d/broken").exists());
+    assert_installed(&node, "token-1");
+}
+
+#[test]
+fn a_running_installer_outlives_a_bad_network_and_installs_it_once_fixed() {
+    let node = Node::new();
+    let broken = node.path("networks/late.conflist");
+    fs::write(&broken, "{ not json").unwrap();
+    let _installer = node.spawn(&["--interval", "0.05"]);
+    wait_for("the conflist", || node.conflist().exists().then_some(()));
+    let fixed = r#"{"cniVersion": "1.0.0", "name": "late", "plugins": [{"type": "ptp"}]}"#;
+    fs::write(&broken, fixed).unwrap();
+    // Only a running installer can pick the fix up.
+    let installed = node.host("/etc/cni/net.d/late/late.conflist");
+    assert_eq!(wait_for("the fixed network", || fs::read_to_string(&installed).ok()), fixed);
+}
+
+#[test]
+fn usage_errors_exit_2_naming_the_problem() {
+    let node = Node::new();
+    let out = node.install_once(&["--frobnicate"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("unknown flag --frobnicate"));
+    let out = node.command(&["--once"]).env_remove("KUBERNETES_SERVICE_HOST").output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("KUBERNETES_SERVICE_HOST is not set"));
+    assert!(node.snapshot().len() == 1, "nothing but the empty root");
+}

@@ -1,0 +1,536 @@
+//! Everything the project ships for Kubernetes, checked without a cluster: every YAML document in
+//! manifests/, examples/ and e2e/ is a valid object of its kind (parsed into the k8s-openapi type,
+//! with no field the type does not know), the RBAC grants exactly what the selector calls, the
+//! DaemonSet mounts what the installer writes (found by parsing the DaemonSet's own args with the
+//! installer's parser), every network a pod chooses exists and is a valid CNI configuration, the
+//! copies of one network stay equal, kind-config.yaml is valid kind config, and the e2e scripts
+//! pass `bash -n` and shellcheck.
+
+use k8s_openapi::api::apps::v1::DaemonSet;
+use k8s_openapi::api::core::v1::{ConfigMap, Container, Namespace, Pod, Service, ServiceAccount};
+use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
+use serde::Deserialize;
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use yh_genie::cni::ConfList;
+use yh_genie::install::{Options, Request};
+
+/// The API calls the selector makes (SPEC §3 steps 2 and 3): (API group, resource, verb).
+const SELECTOR_API_CALLS: [(&str, &str, &str); 2] = [("", "pods", "get"), ("", "configmaps", "get")];
+/// Plugin types that are part of the binary.
+const BUILTIN_TYPES: [&str; 4] = ["yonghui", "yh-bridge", "veth", "router"];
+/// What kind's node image has in /opt/cni/bin: all the e2e may use besides the built-ins.
+const KIND_NODE_PLUGINS: [&str; 4] = ["host-local", "loopback", "ptp", "portmap"];
+/// Reference plugins (containernetworking/plugins) the examples may use.
+const REFERENCE_PLUGINS: [&str; 7] = ["bridge", "macvlan", "ipvlan", "ptp", "host-local", "portmap", "loopback"];
+const CONF_DIR: &str = "/etc/cni/net.d";
+
+fn repo() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// One YAML document, and where it came from for messages.
+struct Doc {
+    origin: String,
+    value: Value,
+}
+
+impl Doc {
+    fn kind(&self) -> &str {
+        self.value["kind"].as_str().unwrap_or_else(|| panic!("{}: no kind", self.origin))
+    }
+    fn name(&self) -> &str {
+        self.value["metadata"]["name"].as_str().unwrap_or_else(|| panic!("{}: no metadata.name", self.origin))
+    }
+    /// The document as its Kubernetes type, refusing any field the type does not have (k8s-openapi
+    /// itself ignores unknown fields, which would let a misspelt key pass): the typed object must
+    /// serialize back to exactly the document.
+    fn typed<T: k8s_openapi::Resource + DeserializeOwned + serde::Serialize>(&self) -> T {
+        assert_eq!(self.value["apiVersion"], T::API_VERSION, "{}: apiVersion", self.origin);
+        let typed: T = serde_json::from_value(self.value.clone())
+            .unwrap_or_else(|e| panic!("{}: not a valid {}: {e}", self.origin, T::KIND));
+        let back = serde_json::to_value(&typed).unwrap();
+        if let Some(difference) = first_difference(&self.value, &back, "") {
+            panic!("{}: {difference} (a field {} does not have, or a value of the wrong type)", self.origin, T::KIND);
+        }
+        typed
+    }
+}
+
+fn first_difference(written: &Value, typed: &Value, path: &str) -> Option<String> {
+    match (written, typed) {
+        (Value::Object(a), Value::Object(b)) => {
+            a.keys().chain(b.keys()).collect::<BTreeSet<_>>().into_iter().find_map(|k| match (a.get(k), b.get(k)) {
+                (Some(x), Some(y)) => first_difference(x, y, &format!("{path}.{k}")),
+                (Some(_), None) => Some(format!("{path}.{k} is not a field of the type")),
+                (None, Some(y)) => Some(format!("{path}.{k} appears as {y} only after typing")),
+                (None, None) => None,
+            })
+        }
+        (Value::Array(a), Value::Array(b)) if a.len() == b.len() => {
+            a.iter().zip(b).enumerate().find_map(|(i, (x, y))| first_difference(x, y, &format!("{path}[{i}]")))
+        }
+        _ if written == typed => None,
+        _ => Some(format!("{path}: written {written}, typed {typed}")),
+    }
+}
+
+fn yaml_files(dir: &str) -> Vec<PathBuf> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(repo().join(dir))
+        .unwrap_or_else(|e| panic!("{dir}/: {e}"))
+        .map(|e| e.unwrap().path())
+        .flat_map(|p| if p.is_dir() { yaml_files(p.strip_prefix(repo()).unwrap().to_str().unwrap()) } else { vec![p] })
+        .filter(|p| p.extension().is_some_and(|e| e == "yaml" || e == "yml"))
+        .collect();
+    files.sort();
+    files
+}
+
+fn docs_in(dir: &str) -> Vec<Doc> {
+    let files = yaml_files(dir);
+    assert!(!files.is_empty(), "no YAML in {dir}/");
+    files
+        .iter()
+        .flat_map(|file| {
+            let text = std::fs::read_to_string(file).unwrap();
+            let shown = file.strip_prefix(repo()).unwrap().display().to_string();
+            let values: Vec<Value> =
+                serde_saphyr::from_multiple(&text).unwrap_or_else(|e| panic!("{shown}: not YAML: {e}"));
+            values
+                .into_iter()
+                .filter(|v| !v.is_null())
+                .enumerate()
+                .map(move |(i, value)| Doc { origin: format!("{shown} document {}", i + 1), value })
+                .collect::<Vec<_>>()
+        })
+        .collect()
+}
+
+/// Every document of `dir` as its type; fails on a kind nothing here knows.
+fn check_all_typed(dir: &str) {
+    for doc in docs_in(dir) {
+        match doc.kind() {
+            "Namespace" => drop(doc.typed::<Namespace>()),
+            "ServiceAccount" => drop(doc.typed::<ServiceAccount>()),
+            "ClusterRole" => drop(doc.typed::<ClusterRole>()),
+            "ClusterRoleBinding" => drop(doc.typed::<ClusterRoleBinding>()),
+            "ConfigMap" => drop(doc.typed::<ConfigMap>()),
+            "DaemonSet" => drop(doc.typed::<DaemonSet>()),
+            "Pod" => drop(doc.typed::<Pod>()),
+            "Service" => drop(doc.typed::<Service>()),
+            other => panic!("{}: kind {other} has no check here; add its type", doc.origin),
+        }
+    }
+}
+
+#[test]
+fn every_manifest_document_is_a_valid_object_of_its_kind() {
+    for dir in ["manifests", "examples", "e2e"] {
+        check_all_typed(dir);
+    }
+}
+
+#[test]
+fn typing_catches_a_misspelt_field() {
+    let doc = Doc {
+        origin: "inline".into(),
+        value: serde_json::json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"},
+            "spec": {"containers": [{"name": "c", "image": "i", "imagePullPolicey": "Always"}]}}),
+    };
+    let caught = std::panic::catch_unwind(|| doc.typed::<Pod>()).unwrap_err();
+    let message = caught.downcast_ref::<String>().unwrap();
+    assert!(message.contains(".spec.containers[0].imagePullPolicey is not a field"), "{message}");
+}
+
+/// One `kind` of document from `dir`, by name.
+fn find<T: k8s_openapi::Resource + DeserializeOwned + serde::Serialize>(dir: &str, name: &str) -> T {
+    let docs = docs_in(dir);
+    let doc = docs
+        .iter()
+        .find(|d| d.kind() == T::KIND && d.name() == name)
+        .unwrap_or_else(|| panic!("no {} {name} in {dir}/", T::KIND));
+    doc.typed()
+}
+
+fn installer_daemonset() -> DaemonSet {
+    find("manifests", "yh-genie")
+}
+
+fn installer_container(ds: &DaemonSet) -> Container {
+    let spec = ds.spec.as_ref().unwrap().template.spec.as_ref().unwrap();
+    assert_eq!(spec.containers.len(), 1, "one installer container");
+    spec.containers[0].clone()
+}
+
+#[test]
+fn the_cluster_role_grants_exactly_what_the_selector_calls() {
+    let role: ClusterRole = find("manifests", "yh-genie");
+    let mut granted = BTreeSet::new();
+    for rule in role.rules.unwrap() {
+        assert!(rule.resource_names.is_none() && rule.non_resource_urls.is_none(), "{rule:?}");
+        for group in rule.api_groups.unwrap_or_default() {
+            for resource in rule.resources.clone().unwrap_or_default() {
+                for verb in &rule.verbs {
+                    granted.insert((group.clone(), resource.clone(), verb.clone()));
+                }
+            }
+        }
+    }
+    let wanted: BTreeSet<_> =
+        SELECTOR_API_CALLS.iter().map(|(g, r, v)| (g.to_string(), r.to_string(), v.to_string())).collect();
+    assert_eq!(granted, wanted);
+
+    let binding: ClusterRoleBinding = find("manifests", "yh-genie");
+    assert_eq!((binding.role_ref.kind.as_str(), binding.role_ref.name.as_str()), ("ClusterRole", "yh-genie"));
+    let ds = installer_daemonset();
+    let pod = ds.spec.as_ref().unwrap().template.spec.as_ref().unwrap();
+    let account = pod.service_account_name.clone().unwrap();
+    let namespace = ds.metadata.namespace.clone().unwrap();
+    let subjects = binding.subjects.unwrap();
+    assert!(
+        subjects.iter().any(|s| s.kind == "ServiceAccount"
+            && s.name == account
+            && s.namespace.as_deref() == Some(namespace.as_str())),
+        "the binding does not name the DaemonSet's service account {namespace}/{account}"
+    );
+    let _: ServiceAccount = find("manifests", &account);
+}
+
+#[test]
+fn the_daemonset_runs_on_every_linux_node_as_node_critical() {
+    let ds = installer_daemonset();
+    assert_eq!(ds.metadata.namespace.as_deref(), Some("kube-system"));
+    let spec = ds.spec.as_ref().unwrap();
+    assert_eq!(spec.update_strategy.as_ref().unwrap().type_.as_deref(), Some("RollingUpdate"));
+    let pod = spec.template.spec.as_ref().unwrap();
+    assert_eq!(pod.host_network, Some(true), "the pod network is what it installs");
+    assert_eq!(pod.priority_class_name.as_deref(), Some("system-node-critical"));
+    assert_eq!(pod.node_selector.as_ref().unwrap().get("kubernetes.io/os").map(String::as_str), Some("linux"));
+    let tolerates_all = pod
+        .tolerations
+        .as_ref()
+        .unwrap()
+        .iter()
+        .any(|t| t.operator.as_deref() == Some("Exists") && t.key.is_none() && t.effect.is_none());
+    assert!(tolerates_all, "must tolerate every taint");
+    assert_ne!(pod.automount_service_account_token, Some(false), "the kubeconfig is made from the token");
+    let container = installer_container(&ds);
+    let requests = container.resources.as_ref().unwrap().requests.as_ref().unwrap();
+    assert!(requests.contains_key("cpu") && requests.contains_key("memory"));
+    let image = container.image.unwrap();
+    assert_eq!(image, format!("yh-genie:{}", env!("CARGO_PKG_VERSION")), "the image tag follows the crate version");
+}
+
+/// The installer's options as the DaemonSet runs it: its args and env through the real parser.
+fn installer_options(container: &Container) -> Options {
+    let args: Vec<String> =
+        container.command.iter().flatten().chain(container.args.iter().flatten()).cloned().collect();
+    let env: BTreeMap<String, String> =
+        container.env.iter().flatten().filter_map(|e| Some((e.name.clone(), e.value.clone()?))).collect();
+    let lookup = |name: &str| match name {
+        // The kubelet sets these in every pod.
+        "KUBERNETES_SERVICE_HOST" => Some("10.96.0.1".to_owned()),
+        "KUBERNETES_SERVICE_PORT" => Some("443".to_owned()),
+        _ => env.get(name).cloned(),
+    };
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    match Options::parse(&args, &lookup) {
+        Ok(Request::Install(opts)) => *opts,
+        other => panic!("the DaemonSet's installer args do not parse: {other:?}"),
+    }
+}
+
+/// The mount serving local path `local`, and its volume.
+fn mount_for<'a>(
+    ds: &'a DaemonSet,
+    local: &Path,
+) -> (&'a k8s_openapi::api::core::v1::VolumeMount, &'a k8s_openapi::api::core::v1::Volume) {
+    let pod = ds.spec.as_ref().unwrap().template.spec.as_ref().unwrap();
+    let mounts = pod.containers[0].volume_mounts.as_ref().unwrap();
+    let mount = mounts
+        .iter()
+        .filter(|m| local.starts_with(&m.mount_path))
+        .max_by_key(|m| m.mount_path.len())
+        .unwrap_or_else(|| panic!("nothing is mounted at {}", local.display()));
+    let volume = pod.volumes.as_ref().unwrap().iter().find(|v| v.name == mount.name).unwrap();
+    (mount, volume)
+}
+
+#[test]
+fn the_daemonset_mounts_every_host_path_the_installer_touches() {
+    let ds = installer_daemonset();
+    let opts = installer_options(&installer_container(&ds));
+    let written = opts.host_dirs_written().map(|p| (p.to_owned(), true));
+    let read = opts.wait_for.iter().map(|p| (p.clone(), false));
+    for (host_path, writes) in written.into_iter().chain(read) {
+        let local = opts.on_host(&host_path);
+        let (mount, volume) = mount_for(&ds, &local);
+        let host_dir = &volume.host_path.as_ref().unwrap_or_else(|| panic!("{} is not a hostPath", volume.name)).path;
+        let below = local.strip_prefix(&mount.mount_path).unwrap();
+        assert_eq!(Path::new(host_dir).join(below), host_path, "{} maps to the wrong host path", local.display());
+        if writes {
+            assert_ne!(mount.read_only, Some(true), "{} is written but mounted read-only", host_path.display());
+        }
+    }
+    // The local inputs come from the ConfigMaps in config.yaml.
+    for local in [opts.selector_config.clone().unwrap(), opts.networks_dir.clone().unwrap()] {
+        let (_, volume) = mount_for(&ds, &local);
+        let name =
+            &volume.config_map.as_ref().unwrap_or_else(|| panic!("{} is not from a ConfigMap", local.display())).name;
+        let _: ConfigMap = find("manifests", name);
+    }
+}
+
+/// The network files a ConfigMap carries, as the installer will lay them out: key -> conf.
+fn networks_of(cm: &ConfigMap, origin: &str) -> BTreeMap<String, ConfList> {
+    cm.data
+        .iter()
+        .flatten()
+        .map(|(key, text)| {
+            let conf = ConfList::parse(text.as_bytes(), key.ends_with(".conflist"), &format!("{origin}: {key}"))
+                .unwrap_or_else(|e| panic!("{e}"));
+            let stem = key.rsplit_once('.').unwrap().0;
+            assert_eq!(conf.name, stem, "{origin}: {key} must name its network {stem:?}");
+            (key.clone(), conf)
+        })
+        .collect()
+}
+
+fn example_networks() -> BTreeMap<String, ConfList> {
+    let dir = repo().join("examples/networks");
+    std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| {
+            let path = e.unwrap().path();
+            let key = path.file_name().unwrap().to_str().unwrap().to_owned();
+            let conf = ConfList::load(&path).unwrap_or_else(|e| panic!("{e}"));
+            assert_eq!(conf.name, key.rsplit_once('.').unwrap().0, "{key} must name its network after the file");
+            (key, conf)
+        })
+        .collect()
+}
+
+fn plugin_types(conf: &ConfList) -> Vec<String> {
+    let mut types = Vec::new();
+    for plugin in &conf.plugins {
+        types.push(plugin["type"].as_str().unwrap().to_owned());
+        let delegate_type = plugin.get("delegate").and_then(|d| d.get("type")).and_then(Value::as_str);
+        types.extend(delegate_type.map(str::to_owned));
+        let ipam_type = plugin.get("ipam").and_then(|i| i.get("type")).and_then(Value::as_str);
+        types.extend(ipam_type.map(str::to_owned));
+    }
+    types
+}
+
+/// The network a CNI_NETWORK_CONFIG value names, in the SPEC §3 forms, as a `<network>/<file>`
+/// path under the conf dir; `None` for a bare name.
+fn chosen(value: &str) -> (String, Option<String>) {
+    let path = if value.trim_start().starts_with('{') {
+        let v: Value = serde_json::from_str(value).unwrap_or_else(|e| panic!("{value}: {e}"));
+        let full =
+            v["kubernetes"]["kubeconfig"].as_str().unwrap_or_else(|| panic!("{value}: no kubernetes.kubeconfig"));
+        let rel = full.strip_prefix(CONF_DIR).and_then(|r| r.strip_prefix('/'));
+        rel.unwrap_or_else(|| panic!("{full} is not under {CONF_DIR}")).to_owned()
+    } else {
+        value.to_owned()
+    };
+    match path.split_once('/') {
+        Some((network, file)) => (network.to_owned(), Some(file.to_owned())),
+        None => (path, None),
+    }
+}
+
+/// Every pod in `dir` chooses a network that `networks` provides (or gets the default).
+fn assert_pods_choose_existing_networks(dir: &str, networks: &BTreeMap<String, ConfList>) -> usize {
+    let docs = docs_in(dir);
+    let config_maps: BTreeMap<(String, String), ConfigMap> = docs
+        .iter()
+        .filter(|d| d.kind() == "ConfigMap")
+        .map(|d| {
+            let cm: ConfigMap = d.typed();
+            ((cm.metadata.namespace.clone().unwrap_or_default(), d.name().to_owned()), cm)
+        })
+        .collect();
+    let mut checked = 0;
+    for doc in docs.iter().filter(|d| d.kind() == "Pod") {
+        let pod: Pod = doc.typed();
+        let namespace = pod.metadata.namespace.clone().unwrap_or_default();
+        for container in &pod.spec.as_ref().unwrap().containers {
+            for env in container.env.iter().flatten().filter(|e| e.name == "CNI_NETWORK_CONFIG") {
+                let value = match (&env.value, env.value_from.as_ref().and_then(|f| f.config_map_key_ref.as_ref())) {
+                    (Some(v), None) => v.clone(),
+                    (None, Some(r)) => {
+                        let cm = config_maps
+                            .get(&(namespace.clone(), r.name.clone()))
+                            .unwrap_or_else(|| panic!("{}: ConfigMap {} is not shipped with it", doc.origin, r.name));
+                        cm.data
+                            .as_ref()
+                            .and_then(|d| d.get(&r.key))
+                            .cloned()
+                            .unwrap_or_else(|| panic!("{}: ConfigMap {} has no key {}", doc.origin, r.name, r.key))
+                    }
+                    _ => panic!("{}: CNI_NETWORK_CONFIG must be a value or a configMapKeyRef", doc.origin),
+                };
+                let (network, file) = chosen(&value);
+                let key = match file {
+                    Some(file) => file,
+                    None => networks
+                        .keys()
+                        .find(|k| k.rsplit_once('.').unwrap().0 == network)
+                        .unwrap_or_else(|| panic!("{}: no network {network:?}", doc.origin))
+                        .clone(),
+                };
+                let conf = networks.get(&key).unwrap_or_else(|| panic!("{}: no network file {key}", doc.origin));
+                assert_eq!(conf.name, network, "{}: {key} is not in the directory {network}/", doc.origin);
+                checked += 1;
+            }
+        }
+    }
+    checked
+}
+
+#[test]
+fn the_shipped_networks_are_valid_and_the_default_exists() {
+    let networks: ConfigMap = find("manifests", "yh-genie-networks");
+    let networks = networks_of(&networks, "manifests/config.yaml");
+    let config: ConfigMap = find("manifests", "yh-genie-config");
+    let selector: Value = serde_json::from_str(&config.data.unwrap()["selector.json"]).unwrap();
+    let default = selector["defaultNetwork"].as_str().unwrap();
+    assert!(networks.values().any(|c| c.name == default), "defaultNetwork {default:?} is not shipped");
+    for conf in networks.values() {
+        for t in plugin_types(conf) {
+            assert!(BUILTIN_TYPES.contains(&t.as_str()) || KIND_NODE_PLUGINS.contains(&t.as_str()), "{t}");
+        }
+    }
+}
+
+#[test]
+fn every_example_pod_chooses_an_example_network_made_of_known_plugins() {
+    let networks = example_networks();
+    for (key, conf) in &networks {
+        for t in plugin_types(conf) {
+            assert!(BUILTIN_TYPES.contains(&t.as_str()) || REFERENCE_PLUGINS.contains(&t.as_str()), "{key}: {t}");
+        }
+    }
+    let pods = assert_pods_choose_existing_networks("examples", &networks);
+    assert!(pods >= 5, "an example pod per network chain, found {pods}");
+    // Each built-in plugin appears in some example.
+    let used: BTreeSet<String> = networks.values().flat_map(plugin_types).collect();
+    for builtin in BUILTIN_TYPES {
+        assert!(used.contains(builtin), "no example uses {builtin}");
+    }
+}
+
+#[test]
+fn every_e2e_pod_chooses_an_e2e_network_made_of_what_kind_nodes_have() {
+    let cm: ConfigMap = find("e2e", "yh-genie-networks");
+    let networks = networks_of(&cm, "e2e/networks.yaml");
+    for (key, conf) in &networks {
+        for t in plugin_types(conf) {
+            assert!(BUILTIN_TYPES.contains(&t.as_str()) || KIND_NODE_PLUGINS.contains(&t.as_str()), "{key}: {t}");
+        }
+    }
+    assert!(assert_pods_choose_existing_networks("e2e", &networks) >= 4);
+}
+
+#[test]
+fn copies_of_the_yonghui_network_are_identical() {
+    let shipped: ConfigMap = find("manifests", "yh-genie-networks");
+    let shipped = shipped.data.unwrap()["yonghui.conflist"].clone();
+    let e2e: ConfigMap = find("e2e", "yh-genie-networks");
+    assert_eq!(e2e.data.unwrap()["yonghui.conflist"], shipped, "e2e/networks.yaml");
+    let example = std::fs::read_to_string(repo().join("examples/networks/yonghui.conflist")).unwrap();
+    assert_eq!(example, shipped, "examples/networks/yonghui.conflist");
+}
+
+/// kind's `kind.x-k8s.io/v1alpha4` Cluster, for the fields this project uses. Unknown fields are
+/// refused, so a misspelt key (which kind would reject) fails here.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct KindCluster {
+    kind: String,
+    api_version: String,
+    name: Option<String>,
+    networking: KindNetworking,
+    nodes: Vec<KindNode>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct KindNetworking {
+    #[serde(rename = "disableDefaultCNI")]
+    disable_default_cni: bool,
+    pod_subnet: String,
+    service_subnet: String,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct KindNode {
+    role: KindRole,
+}
+
+#[derive(Deserialize, PartialEq, Debug)]
+#[serde(rename_all = "kebab-case")]
+enum KindRole {
+    ControlPlane,
+    Worker,
+}
+
+#[test]
+fn kind_config_is_kind_config_without_a_default_cni() {
+    let text = std::fs::read_to_string(repo().join("kind-config.yaml")).unwrap();
+    let cluster: KindCluster = serde_saphyr::from_str(&text).unwrap_or_else(|e| panic!("kind-config.yaml: {e}"));
+    assert_eq!((cluster.kind.as_str(), cluster.api_version.as_str()), ("Cluster", "kind.x-k8s.io/v1alpha4"));
+    assert!(cluster.name.is_some_and(|n| !n.is_empty()));
+    assert!(cluster.networking.disable_default_cni);
+    assert_eq!(cluster.networking.pod_subnet, "10.244.0.0/16");
+    assert_eq!(cluster.networking.service_subnet, "10.96.0.0/16");
+    let roles: Vec<_> = cluster.nodes.into_iter().map(|n| n.role).collect();
+    assert_eq!(roles, [KindRole::ControlPlane, KindRole::Worker, KindRole::Worker]);
+
+    // The fabric hands out the same range, and the e2e asserts on it.
+    let flannel: ConfigMap = find("e2e", "kube-flannel-cfg");
+    let net_conf: Value = serde_json::from_str(&flannel.data.unwrap()["net-conf.json"]).unwrap();
+    assert_eq!(net_conf["Network"], cluster.networking.pod_subnet);
+    let script = std::fs::read_to_string(repo().join("e2e/run.sh")).unwrap();
+    assert!(script.contains(&format!("\npod_cidr={} ", cluster.networking.pod_subnet)));
+    // And the veth example hijacks the cluster's own ranges.
+    let veth = &example_networks()["macvlan-veth.conflist"];
+    let veth = veth.plugins.iter().find(|p| p["type"] == "veth").unwrap();
+    assert_eq!(veth["overlay_hijack_subnet"], serde_json::json!([cluster.networking.pod_subnet]));
+    assert_eq!(veth["service_hijack_subnet"], serde_json::json!([cluster.networking.service_subnet]));
+}
+
+#[test]
+fn kind_config_typing_refuses_unknown_fields() {
+    let misspelt = "kind: Cluster\napiVersion: kind.x-k8s.io/v1alpha4\nnetworking:\n  disableDefaultCni: true\n  podSubnet: a\n  serviceSubnet: b\nnodes: []\n";
+    assert!(serde_saphyr::from_str::<KindCluster>(misspelt).is_err());
+}
+
+fn shell_scripts() -> Vec<PathBuf> {
+    let mut scripts: Vec<PathBuf> = std::fs::read_dir(repo().join("e2e"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "sh"))
+        .collect();
+    scripts.sort();
+    assert!(!scripts.is_empty());
+    scripts
+}
+
+#[test]
+fn e2e_scripts_pass_bash_n_and_shellcheck() {
+    for script in shell_scripts() {
+        let out = Command::new("bash").arg("-n").arg(&script).output().unwrap();
+        assert!(out.status.success(), "bash -n {}: {}", script.display(), String::from_utf8_lossy(&out.stderr));
+        let out =
+            Command::new("shellcheck").arg("--external-sources").arg(&script).output().unwrap_or_else(|e| {
+                panic!("shellcheck cannot run ({e}); CI installs it with apt-get install shellcheck")
+            });
+        assert!(out.status.success(), "shellcheck {}:\n{}", script.display(), String::from_utf8_lossy(&out.stdout));
+    }
+}
