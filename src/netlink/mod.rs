@@ -9,6 +9,7 @@
 //! `Option` for "no such thing"; deletions of something already gone succeed.
 
 mod addr;
+mod extra;
 mod link;
 mod neigh;
 mod route;

@@ -6,3 +6,5 @@
 
 pub mod config;
 pub mod logging;
+pub mod model;
+pub mod plan;
