@@ -3,8 +3,8 @@
 //! that follow. Nothing here touches the kernel, so all of it is unit-tested.
 
 use super::config::{MAIN_TABLE, MigrateRoute};
-use super::model::{Change, Op, RouteSpec, RuleSpec, SysctlSpec};
-use crate::cni::CniError;
+use super::model::{Change, NeighSpec, Ns, Op, RouteSpec, RuleSpec, SysctlSpec};
+use crate::cni::{CniError, CniResult};
 use crate::netlink::{IpFamily, MacAddr};
 use ipnetwork::IpNetwork;
 use sha2::{Digest, Sha256};
@@ -205,6 +205,31 @@ pub fn migration(
     changes
 }
 
+/// The gateways the chain's result gives for the addresses `nic_ips` (deduplicated, in order).
+pub fn gateways_of(prev: &CniResult, nic_ips: &[IpNetwork]) -> Vec<IpAddr> {
+    let mut out: Vec<IpAddr> = Vec::new();
+    for ip in &prev.ips {
+        if let Some(gw) = ip.gateway
+            && nic_ips.iter().any(|n| n.ip() == ip.address.ip())
+            && !out.contains(&gw)
+        {
+            out.push(gw);
+        }
+    }
+    out
+}
+
+/// Permanent neighbour entries on `dev` (in `ns`) resolving each of `ips` to `mac`: the two ends
+/// of a path whose link layer the kernel could not resolve by itself (seed 004's setupNeighborhood).
+pub fn neighbours(ns: Ns, ips: impl IntoIterator<Item = IpAddr>, dev: &str, mac: MacAddr) -> Vec<Change> {
+    ips.into_iter().map(|ip| Change { ns, op: Op::AddNeighbour(NeighSpec { ip, dev: dev.into(), mac }) }).collect()
+}
+
+/// Sysctl changes in `ns`.
+pub fn sysctls(ns: Ns, specs: impl IntoIterator<Item = SysctlSpec>) -> Vec<Change> {
+    specs.into_iter().map(|s| Change { ns, op: Op::SetSysctl(s) }).collect()
+}
+
 /// `net/ipv4/conf/<iface>/rp_filter = value` for each interface.
 pub fn rp_filter(value: u8, ifaces: &[&str]) -> Vec<SysctlSpec> {
     ifaces.iter().map(|i| SysctlSpec::new(format!("net/ipv4/conf/{i}/rp_filter"), value)).collect()
@@ -336,6 +361,17 @@ mod tests {
         let got = migration("net1", &[net("10.1.0.5/24")], &[], &[ip("10.1.0.1")], 200);
         assert_eq!(got[0].to_string(), "pod: route 0.0.0.0/0 via 10.1.0.1 dev net1 table 200");
         assert!(!got.iter().any(|c| matches!(c.op, Op::RemoveRoute(_))));
+    }
+
+    #[test]
+    fn gateways_come_from_the_result_for_the_nics_addresses() {
+        let prev = CniResult::from_json(&serde_json::json!({"ips": [
+            {"address": "10.1.0.5/24", "gateway": "10.1.0.1"},
+            {"address": "10.2.0.5/24", "gateway": "10.2.0.1"},
+            {"address": "fd00::5/64"}
+        ]}))
+        .unwrap();
+        assert_eq!(gateways_of(&prev, &[net("10.1.0.5/24"), net("fd00::5/64")]), vec![ip("10.1.0.1")]);
     }
 
     #[test]
