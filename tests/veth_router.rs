@@ -9,7 +9,7 @@ mod common;
 
 use common::{Netns, Sandbox, cnidrive_run, require_root};
 use serde_json::{Value, json};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 const NODE_IP: &str = "192.168.77.1";
 const SERVICE_IP: &str = "10.96.0.10";
@@ -85,11 +85,11 @@ impl Node {
         v
     }
 
-    fn drive(&self, cmd: &str, list: &PathBuf, pod: &Netns, cid: &str, ifname: &str) -> common::Reply {
+    fn drive(&self, cmd: &str, list: &Path, pod: &Netns, cid: &str, ifname: &str) -> common::Reply {
         cnidrive_run(&self.sb, cmd, list, &pod.path().display().to_string(), cid, ifname, "")
     }
 
-    fn must_drive(&self, cmd: &str, list: &PathBuf, pod: &Netns, cid: &str, ifname: &str) -> Value {
+    fn must_drive(&self, cmd: &str, list: &Path, pod: &Netns, cid: &str, ifname: &str) -> Value {
         let r = self.drive(cmd, list, pod, cid, ifname);
         assert_eq!(r.code, 0, "cnidrive {cmd} {}: {r:?}", list.display());
         if r.stdout.trim().is_empty() { Value::Null } else { serde_json::from_str(&r.stdout).unwrap() }
