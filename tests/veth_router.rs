@@ -316,3 +316,91 @@ fn skip_call_passes_the_result_on_and_changes_nothing() {
     n.must_drive("del", &list, &pod, "skip1", "eth0");
     assert_eq!(n.snapshot(), before);
 }
+
+#[test]
+fn router_sends_the_default_by_the_new_nic_and_the_cluster_by_the_overlay() {
+    let n = Node::new();
+    let pod = Netns::new("vrp");
+    let before = n.snapshot();
+    let overlay = n.conflist(
+        "overlay",
+        json!([{"type": "ptp", "ipam": {"type": "host-local", "dataDir": n.dir("ipam"),
+                "ranges": [[{"subnet": "10.244.5.0/24"}]], "routes": [{"dst": "0.0.0.0/0"}]}}]),
+    );
+    let second = n.conflist(
+        "second",
+        json!([n.macvlan("par0", "192.168.77.0/24", "192.168.77.254", false), n.hijack("router", json!({}))]),
+    );
+    let cid = "r0uter";
+    let eth0 = n.must_drive("add", &overlay, &pod, cid, "eth0");
+    let eth0_ip = eth0["ips"][0]["address"].as_str().unwrap().split('/').next().unwrap().to_string();
+    let gw = eth0["ips"][0]["gateway"].as_str().unwrap().to_string();
+    let res = n.must_drive("add", &second, &pod, cid, "net1");
+    assert_eq!(res["interfaces"].as_array().unwrap().len(), 1, "router adds no interface: {res}");
+    let net1_ip = res["ips"][0]["address"].as_str().unwrap().split('/').next().unwrap().to_string();
+
+    assert_eq!(route_get(&pod, "8.8.8.8"), ("net1".into(), Some("192.168.77.254".into())), "default by the new NIC");
+    for cluster in [SERVICE_IP, OVERLAY_IP] {
+        assert_eq!(route_get(&pod, cluster), ("eth0".into(), Some(gw.clone())), "{cluster} by the overlay");
+    }
+    assert_eq!(
+        route_get(&pod, &format!("8.8.8.8 from {eth0_ip}")),
+        ("eth0".into(), Some(gw.clone())),
+        "replies from eth0's address"
+    );
+    let rules = pod.must("ip rule");
+    for want in [
+        format!("from {eth0_ip} lookup 200"),
+        "to 10.244.0.0/16 lookup 200".into(),
+        "to 10.96.0.0/12 lookup 200".into(),
+    ] {
+        assert!(rules.contains(&want), "missing {want}:\n{rules}");
+    }
+    assert!(route_table(&pod, 200).contains(&format!("default via {gw} dev eth0")));
+    assert!(!pod.must("ip route show default").contains("eth0"), "the overlay's default left main");
+
+    // The pod still reaches its node (by the overlay), and the node the new NIC's address.
+    assert!(pings(&pod, NODE_IP));
+    assert!(n.node.exec(&format!("ping -c1 -W1 {net1_ip}")).0);
+    let host_route = ip_json(&n.node, &format!("ip -j route show {net1_ip}/32"));
+    let peer = host_route[0]["dev"].as_str().unwrap().to_string();
+    assert!(peer.starts_with("veth"), "by the overlay's host end: {host_route}");
+    let neigh = ip_json(&n.node, &format!("ip -j neigh show {net1_ip} dev {peer}"));
+    assert_eq!(
+        (neigh[0]["lladdr"].as_str(), &neigh[0]["state"]),
+        (Some(mac_of(&pod, "eth0").as_str()), &json!(["PERMANENT"]))
+    );
+
+    n.must_drive("check", &second, &pod, cid, "net1");
+    pod.must(&format!("ip rule del from {eth0_ip} lookup 200"));
+    assert!(cnidrive_error(&n.drive("check", &second, &pod, cid, "net1"))["msg"].as_str().unwrap().contains(&eth0_ip));
+    pod.must(&format!("ip rule add from {eth0_ip} lookup 200 pref 1000"));
+
+    // DEL of the second NIC gives the overlay its default back and leaves no rule or table behind.
+    n.must_drive("del", &second, &pod, cid, "net1");
+    assert_eq!(route_get(&pod, "8.8.8.8"), ("eth0".into(), Some(gw.clone())));
+    assert!(!pod.must("ip rule").contains("lookup 200"));
+    assert!(route_table(&pod, 200).trim().is_empty());
+    assert!(n.records("router").is_empty());
+    n.must_drive("del", &overlay, &pod, cid, "eth0");
+    assert_eq!(n.snapshot(), before);
+}
+
+#[test]
+fn router_refuses_its_own_overlay_nic_and_a_missing_one() {
+    let n = Node::new();
+    let pod = Netns::new("vrp");
+    let list = n.conflist(
+        "self",
+        json!([n.macvlan("par0", "192.168.77.0/24", "192.168.77.254", true), n.hijack("router", json!({}))]),
+    );
+    let e = cnidrive_error(&n.drive("add", &list, &pod, "self1", "eth0"));
+    assert_eq!(e["code"], 7);
+    assert!(e["msg"].as_str().unwrap().contains("overlay_interface"), "{e}");
+    n.must_drive("del", &list, &pod, "self1", "eth0");
+    let e = cnidrive_error(&n.drive("add", &list, &pod, "self2", "net1"));
+    assert_eq!(e["code"], 7);
+    assert!(e["msg"].as_str().unwrap().contains("no interface eth0"), "{e}");
+    n.must_drive("del", &list, &pod, "self2", "net1");
+    assert!(n.records("router").is_empty());
+}

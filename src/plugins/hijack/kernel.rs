@@ -304,11 +304,11 @@ pub async fn global_addresses(nl: &Netlink, index: u32) -> Result<Vec<IpNetwork>
         .collect())
 }
 
-/// The routes of link `link` in `main`, both families.
-pub async fn main_routes_of(nl: &Netlink, link: &Link) -> Result<Vec<RouteSpec>, CniError> {
+/// The routes of link `link` in `table`, both families.
+pub async fn routes_of(nl: &Netlink, link: &Link, table: u32) -> Result<Vec<RouteSpec>, CniError> {
     let mut out = Vec::new();
     for family in [IpFamily::V4, IpFamily::V6] {
-        for r in nl.routes(family, Some(super::config::MAIN_TABLE)).await? {
+        for r in nl.routes(family, Some(table)).await? {
             if r.oif == Some(link.index) {
                 out.push(RouteSpec::from_kernel(&r, &link.name));
             }
@@ -322,9 +322,14 @@ pub async fn pod_nics(pod: &Netlink) -> Result<Vec<Link>, CniError> {
     Ok(pod.links().await?.into_iter().filter(|l| l.name != "lo" && l.name != plan::POD_VETH).collect())
 }
 
-/// The node's addresses for a pod with addresses `pod_ips`: the source the node routes from toward
-/// each of them, then the global addresses of the node's own links (see `plan::is_node_link`).
-pub async fn node_addresses(host: &Netlink, pod_ips: &[IpNetwork]) -> Result<NodeAddresses, CniError> {
+/// The node's addresses of `families` for a pod NIC with addresses `pod_ips`: the source the node
+/// routes from toward each of them, then the global addresses of the node's own links (see
+/// `plan::is_node_link`).
+pub async fn node_addresses(
+    host: &Netlink,
+    pod_ips: &[IpNetwork],
+    families: &[IpFamily],
+) -> Result<NodeAddresses, CniError> {
     let mut toward_pod = Vec::new();
     for ip in pod_ips {
         toward_pod.extend(host.route_source(ip.ip()).await?);
@@ -338,7 +343,7 @@ pub async fn node_addresses(host: &Netlink, pod_ips: &[IpNetwork]) -> Result<Nod
         .filter(|a| a.scope == AddressScope::Universe && node_links.contains(&a.index))
         .map(|a| a.net.ip())
         .collect();
-    Ok(NodeAddresses::new(&found, &toward_pod, &plan::families(pod_ips)))
+    Ok(NodeAddresses::new(&found, &toward_pod, families))
 }
 
 /// The host end of a pod interface that is a veth (the overlay CNI's `eth0`): the host link whose

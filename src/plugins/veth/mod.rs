@@ -129,9 +129,9 @@ impl Facts {
         Ok(Facts {
             nic: inv.ifname.clone(),
             nic_gateways: plan::gateways_of(prev, &nic_ips),
-            nic_routes: kernel::main_routes_of(pod, &nic).await?,
+            nic_routes: kernel::routes_of(pod, &nic, MAIN_TABLE).await?,
             other_nics: kernel::pod_nics(pod).await?.into_iter().map(|l| l.name).filter(|n| *n != inv.ifname).collect(),
-            node: kernel::node_addresses(&ns.host, &nic_ips).await?,
+            node: kernel::node_addresses(&ns.host, &nic_ips, &plan::families(&nic_ips)).await?,
             nic_mtu: nic.mtu,
             nic_ips,
             host_veth,
