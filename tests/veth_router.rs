@@ -10,6 +10,7 @@ mod common;
 use common::{Netns, Sandbox, cnidrive_run, require_root};
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
+use yh_genie::plugins::hijack::plan::host_veth_name;
 
 const NODE_IP: &str = "192.168.77.1";
 const SERVICE_IP: &str = "10.96.0.10";
@@ -403,4 +404,47 @@ fn router_refuses_its_own_overlay_nic_and_a_missing_one() {
     assert!(e["msg"].as_str().unwrap().contains("no interface eth0"), "{e}");
     n.must_drive("del", &list, &pod, "self2", "net1");
     assert!(n.records("router").is_empty());
+}
+
+#[test]
+fn repeated_add_replaces_the_first_and_a_taken_name_fails_with_nothing_made() {
+    let n = Node::new();
+    let pod = Netns::new("vrp");
+    let plain = n.conflist("plain", json!([n.macvlan("par0", "192.168.77.0/24", "192.168.77.254", true)]));
+    let prev = n.must_drive("add", &plain, &pod, "rep1", "eth0");
+    let mut conf = n.hijack("veth", json!({}));
+    conf["cniVersion"] = "1.0.0".into();
+    conf["name"] = "rep".into();
+    conf["prevResult"] = prev;
+    let (netns, config) = (pod.path().display().to_string(), conf.to_string());
+    let call = |command, container_id| common::Call {
+        plugin: "veth",
+        command,
+        container_id,
+        netns: &netns,
+        ifname: "eth0",
+        args: "",
+        config: &config,
+    };
+    let before = n.snapshot();
+
+    // The host end's name is taken: refused with code 106, nothing made, nothing recorded.
+    let taken = host_veth_name("rep2");
+    n.node.must(&format!("ip link add {taken} type veth peer name other0"));
+    let e = common::cni(&n.sb, &call("ADD", "rep2")).err();
+    assert_eq!(e["code"], 106, "{e}");
+    assert!(!pod.exec("ip link show veth0").0);
+    assert!(n.records("veth").is_empty());
+    n.node.must(&format!("ip link del {taken}"));
+    assert_eq!(n.snapshot(), before);
+
+    // ADD twice without DEL: the second replaces the first, and one DEL undoes it all.
+    let first = common::cni(&n.sb, &call("ADD", "rep1")).ok();
+    let second = common::cni(&n.sb, &call("ADD", "rep1")).ok();
+    assert_eq!(first["interfaces"][1]["name"], second["interfaces"][1]["name"]);
+    assert!(pings(&pod, NODE_IP));
+    common::cni(&n.sb, &call("CHECK", "rep1")).ok();
+    common::cni(&n.sb, &call("DEL", "rep1")).ok();
+    assert_eq!(n.snapshot(), before);
+    assert!(!pod.exec("ip link show veth0").0);
 }

@@ -36,9 +36,19 @@ pub fn pod_netns(inv: &Invocation) -> Result<&Path, CniError> {
     inv.netns.as_deref().ok_or_else(|| CniError::invalid_env("required env variables [CNI_NETNS] missing"))
 }
 
-/// The last step of ADD: undo what an earlier ADD of the same attachment left (a runtime may repeat
-/// ADD), write the plan as the record, make the changes, and record what was really made. On failure
-/// nothing of this ADD is left, neither in the kernel nor on disk.
+/// The first step of ADD: undo what an earlier ADD of the same attachment made, if its record is
+/// still there (a runtime may repeat ADD without DEL), so that the plan starts from a clean pod.
+pub async fn undo_earlier(inv: &Invocation, data_dir: &Path, ns: &Namespaces) -> Result<(), CniError> {
+    if let Some(earlier) = Record::load(data_dir, &inv.container_id, &inv.ifname)? {
+        tracing::info!("undoing the earlier ADD of {} {}", inv.container_id, inv.ifname);
+        ns.undo(&earlier.changes).await?;
+        Record::remove(data_dir, &inv.container_id, &inv.ifname)?;
+    }
+    Ok(())
+}
+
+/// The last step of ADD: write the plan as the record, make the changes, and record what was really
+/// made. On failure nothing of this ADD is left, neither in the kernel nor on disk.
 pub async fn execute(
     plugin: &str,
     inv: &Invocation,
@@ -46,10 +56,6 @@ pub async fn execute(
     ns: &Namespaces,
     changes: Vec<Change>,
 ) -> Result<(), CniError> {
-    if let Some(earlier) = Record::load(data_dir, &inv.container_id, &inv.ifname)? {
-        tracing::info!("undoing the earlier ADD of {} {}", inv.container_id, inv.ifname);
-        ns.undo(&earlier.changes).await?;
-    }
     let mut record = Record {
         plugin: plugin.into(),
         container_id: inv.container_id.clone(),

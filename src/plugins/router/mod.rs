@@ -65,6 +65,7 @@ impl Plugin for Router {
             let pod_path = hijack::pod_netns(inv)?;
             crate::runtime::block_on(async {
                 let ns = Namespaces::open(pod_path)?;
+                hijack::undo_earlier(inv, &config.common.data_dir, &ns).await?;
                 let facts = Facts::gather(&ns, inv, &config, &result).await?;
                 if facts.host_peer.is_none() {
                     tracing::warn!(

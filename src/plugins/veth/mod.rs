@@ -45,6 +45,7 @@ impl Plugin for Veth {
             let pod_path = hijack::pod_netns(inv)?;
             let created = crate::runtime::block_on(async {
                 let ns = Namespaces::open(pod_path)?;
+                hijack::undo_earlier(inv, &config.data_dir, &ns).await?;
                 let facts = Facts::gather(&ns, inv, &result).await?;
                 let plan = plan(&config, &facts, (plan::random_mac()?, plan::random_mac()?))?;
                 for subnet in &plan.skipped {
