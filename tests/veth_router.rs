@@ -448,3 +448,39 @@ fn repeated_add_replaces_the_first_and_a_taken_name_fails_with_nothing_made() {
     assert_eq!(n.snapshot(), before);
     assert!(!pod.exec("ip link show veth0").0);
 }
+
+#[test]
+fn veth_dual_stack_routes_and_neighbours_for_both_families() {
+    let n = Node::new();
+    n.node.must("ip addr add fd00:77::1/64 dev par0 nodad");
+    let pod = Netns::new("vrp");
+    let before = n.snapshot();
+    let mut mv = n.macvlan("par0", "192.168.77.0/24", "192.168.77.254", true);
+    mv["ipam"]["ranges"].as_array_mut().unwrap().push(json!([{"subnet": "fd00:77::/64", "rangeStart": "fd00:77::10"}]));
+    let list = n.conflist(
+        "dual",
+        json!([mv, n.hijack("veth", json!({"service_hijack_subnet": ["10.96.0.0/12", "fd00:96::/112"]}))]),
+    );
+    let res = n.must_drive("add", &list, &pod, "dual1", "eth0");
+    let host_veth = res["interfaces"][1]["name"].as_str().unwrap().to_string();
+    let pod_v6 = res["ips"][1]["address"].as_str().unwrap().split('/').next().unwrap().to_string();
+
+    assert_eq!(route_get(&pod, "fd00:96::10"), ("veth0".into(), Some("fd00:77::1".into())));
+    assert_eq!(route_get(&pod, SERVICE_IP), ("veth0".into(), Some(NODE_IP.into())));
+    assert_eq!(pod.must("sysctl -n net.ipv6.conf.veth0.disable_ipv6").trim(), "0");
+    assert_eq!(n.node.must(&format!("sysctl -n net.ipv6.conf.{host_veth}.disable_ipv6")).trim(), "0");
+    let neigh = ip_json(&pod, "ip -j -6 neigh show fd00:77::1 dev veth0");
+    assert_eq!(
+        (neigh[0]["lladdr"].as_str(), &neigh[0]["state"]),
+        (Some(mac_of(&n.node, &host_veth).as_str()), &json!(["PERMANENT"]))
+    );
+    let neigh = ip_json(&n.node, &format!("ip -j -6 neigh show {pod_v6} dev {host_veth}"));
+    assert_eq!(neigh[0]["lladdr"].as_str(), Some(mac_of(&pod, "veth0").as_str()));
+    assert_eq!(
+        ip_json(&n.node, &format!("ip -j -6 route show {pod_v6}/128"))[0]["dev"].as_str(),
+        Some(host_veth.as_str())
+    );
+    n.must_drive("check", &list, &pod, "dual1", "eth0");
+    n.must_drive("del", &list, &pod, "dual1", "eth0");
+    assert_eq!(n.snapshot(), before);
+}
