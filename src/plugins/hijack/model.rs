@@ -112,25 +112,30 @@ impl fmt::Display for RouteSpec {
     }
 }
 
-/// `ip rule add [from <from>] [to <to>] lookup <table> pref <priority>`.
+/// What a rule selects: a source or a destination prefix (every rule these plugins make has one).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Selector {
+    From(IpNetwork),
+    To(IpNetwork),
+}
+
+/// `ip rule add from|to <prefix> lookup <table> pref <priority>`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RuleSpec {
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub from: Option<IpNetwork>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub to: Option<IpNetwork>,
+    #[serde(flatten)]
+    pub selector: Selector,
     pub table: u32,
     pub priority: u32,
 }
 
 impl RuleSpec {
     pub fn to_kernel(&self) -> Rule {
-        let rule = match (self.from, self.to) {
-            (Some(from), to) => Rule { to, ..Rule::from(from, self.table) },
-            (None, Some(to)) => Rule::to(to, self.table),
-            (None, None) => unreachable!("every rule this plugin makes selects by source or destination"),
-        };
-        rule.priority(self.priority)
+        match self.selector {
+            Selector::From(net) => Rule::from(net, self.table),
+            Selector::To(net) => Rule::to(net, self.table),
+        }
+        .priority(self.priority)
     }
 }
 
@@ -270,8 +275,7 @@ mod tests {
                 254,
             ))),
             Change::pod(Op::AddRule(RuleSpec {
-                from: Some("10.1.0.5/32".parse().unwrap()),
-                to: None,
+                selector: Selector::From("10.1.0.5/32".parse().unwrap()),
                 table: 200,
                 priority: 1000,
             })),
@@ -281,6 +285,7 @@ mod tests {
         assert_eq!(v[0]["op"], "create_veth");
         assert_eq!(v[0]["ns"], "host");
         assert_eq!(v[0]["host_mac"], "02:00:00:00:00:01");
+        assert_eq!(v[2], json!({"ns": "pod", "op": "add_rule", "from": "10.1.0.5/32", "table": 200, "priority": 1000}));
         assert_eq!(
             v[1],
             json!({"ns": "pod", "op": "add_route", "dst": "10.96.0.0/12", "via": "192.168.1.2", "dev": "veth0", "table": 254, "scope_link": false, "protocol": 3})

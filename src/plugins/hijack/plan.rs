@@ -3,7 +3,7 @@
 //! that follow. Nothing here touches the kernel, so all of it is unit-tested.
 
 use super::config::{MAIN_TABLE, MigrateRoute};
-use super::model::{Change, NeighSpec, Ns, Op, RouteSpec, RuleSpec, SysctlSpec};
+use super::model::{Change, NeighSpec, Ns, Op, RouteSpec, RuleSpec, Selector, SysctlSpec};
 use crate::cni::{CniError, CniResult};
 use crate::netlink::{IpFamily, MacAddr};
 use ipnetwork::IpNetwork;
@@ -199,7 +199,11 @@ pub fn migration(
         }
     }
     changes.extend(nic_ips.iter().map(|ip| {
-        Change::pod(Op::AddRule(RuleSpec { from: Some(host_net(ip.ip())), to: None, table, priority: RULE_PRIORITY }))
+        Change::pod(Op::AddRule(RuleSpec {
+            selector: Selector::From(host_net(ip.ip())),
+            table,
+            priority: RULE_PRIORITY,
+        }))
     }));
     changes.extend(routes.iter().filter(|r| r.is_default()).map(|r| Change::pod(Op::RemoveRoute((*r).clone()))));
     changes

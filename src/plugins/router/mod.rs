@@ -16,7 +16,7 @@ use crate::cni::{CniError, CniResult, Invocation, Plugin, PluginConf, code};
 use crate::netlink::{IpFamily, MacAddr};
 use crate::plugins::hijack::config::{HijackConfig, Keys, MAIN_TABLE};
 use crate::plugins::hijack::kernel::{self, Namespaces};
-use crate::plugins::hijack::model::{Change, Ns, Op, RouteSpec, RuleSpec};
+use crate::plugins::hijack::model::{Change, Ns, Op, RouteSpec, RuleSpec, Selector};
 use crate::plugins::hijack::plan::{self, NodeAddresses, RULE_PRIORITY};
 use crate::plugins::hijack::{self as hijack};
 use ipnetwork::IpNetwork;
@@ -186,7 +186,7 @@ fn plan(config: &RouterConfig, f: &Facts) -> Vec<Change> {
     changes.extend(
         c.hijacked_subnets()
             .filter(|s| overlay_families.contains(&IpFamily::of_net(s)))
-            .map(|s| Change::pod(Op::AddRule(RuleSpec { from: None, to: Some(*s), table, priority: RULE_PRIORITY }))),
+            .map(|s| Change::pod(Op::AddRule(RuleSpec { selector: Selector::To(*s), table, priority: RULE_PRIORITY }))),
     );
     for gw in &f.nic_gateways {
         let family = IpFamily::of(*gw);
