@@ -33,7 +33,7 @@ fn links_bridges_veths_and_port_options() {
     let b = Netns::new("nlb");
     let b_file = File::open(b.path()).unwrap();
     let mac: MacAddr = "0a:58:0a:00:00:07".parse().unwrap();
-    in_ns(&a, async |nl| {
+    let peer_index = in_ns(&a, async |nl| {
         assert_eq!(nl.link_by_name("nope0").await.unwrap(), None);
         assert_eq!(nl.link_by_index(9999).await.unwrap(), None);
 
@@ -62,13 +62,16 @@ fn links_bridges_veths_and_port_options() {
         nl.set_hairpin(host.index, true).await.unwrap();
         let host = nl.link_by_index(host.index).await.unwrap().unwrap();
         assert_eq!((host.master, host.up), (Some(br.index), true));
+        let peer_index = host.link.expect("a veth reports its peer's index");
         // The peer is down: no carrier, so the bounded wait gives up with the state in the message.
         let e = nl.wait_oper_up(host.index, Duration::from_millis(30)).await.unwrap_err();
         assert!(e.msg.contains("host0") && e.msg.contains("not operationally up"), "{e}");
+        peer_index
     });
 
     let eth0 = &json(&b, "ip -j link show dev eth0")[0];
     assert_eq!((eth0["mtu"].as_u64(), eth0["address"].as_str()), (Some(1400), Some("0a:58:0a:00:00:07")));
+    assert_eq!(eth0["ifindex"].as_u64(), Some(u64::from(peer_index)));
     let port = &json(&a, "ip -j -d link show dev host0")[0];
     assert_eq!(port["master"], "br0");
     assert_eq!(port["linkinfo"]["info_slave_data"]["hairpin"], true);

@@ -64,6 +64,9 @@ pub struct Link {
     pub mac: Option<MacAddr>,
     /// Index of the bridge (or bond) this link is a port of.
     pub master: Option<u32>,
+    /// `IFLA_LINK`: a veth's peer, a macvlan's or vlan's parent. The index may be in another netns
+    /// (a veth whose peer was moved away reports the peer's index there).
+    pub link: Option<u32>,
     /// Administratively up (`ip link set up`).
     pub up: bool,
     pub promisc: bool,
@@ -83,6 +86,7 @@ impl Link {
             mtu: 0,
             mac: None,
             master: None,
+            link: None,
             up: m.header.flags.contains(LinkFlags::Up),
             promisc: m.header.flags.contains(LinkFlags::Promisc),
             oper_state: OperState::Unknown,
@@ -93,6 +97,7 @@ impl Link {
                 LinkAttribute::Mtu(v) => link.mtu = *v,
                 LinkAttribute::Address(a) => link.mac = MacAddr::from_bytes(a),
                 LinkAttribute::Controller(i) if *i != 0 => link.master = Some(*i),
+                LinkAttribute::Link(i) if *i != 0 => link.link = Some(*i),
                 LinkAttribute::OperState(s) => link.oper_state = *s,
                 LinkAttribute::LinkInfo(infos) => {
                     link.kind = infos.iter().find_map(|i| match i {
@@ -330,6 +335,7 @@ mod tests {
             LinkAttribute::Mtu(1450),
             LinkAttribute::Address(vec![1, 2, 3, 4, 5, 6]),
             LinkAttribute::Controller(3),
+            LinkAttribute::Link(11),
             LinkAttribute::OperState(OperState::Up),
             LinkAttribute::LinkInfo(vec![LinkInfo::Kind(InfoKind::Bridge)]),
         ];
@@ -343,6 +349,7 @@ mod tests {
                 mtu: 1450,
                 mac: Some(MacAddr([1, 2, 3, 4, 5, 6])),
                 master: Some(3),
+                link: Some(11),
                 up: true,
                 promisc: true,
                 oper_state: OperState::Up,
