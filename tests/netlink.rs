@@ -48,8 +48,8 @@ fn links_bridges_veths_and_port_options() {
             peer_name: "eth0",
             peer_netns: Some(b_file.as_fd()),
             mtu: Some(1400),
-            mac: None,
             peer_mac: Some(mac),
+            ..Default::default()
         };
         nl.add_veth(&pair).await.unwrap();
         assert_eq!(nl.add_veth(&pair).await.unwrap_err().code, code::ALREADY_EXISTS);
@@ -60,6 +60,15 @@ fn links_bridges_veths_and_port_options() {
         nl.set_master(host.index, Some(br.index)).await.unwrap();
         nl.set_up(host.index).await.unwrap();
         nl.set_hairpin(host.index, true).await.unwrap();
+
+        // A pair created already up and enslaved, in one request.
+        let pair =
+            VethPair { name: "host1", peer_name: "peer1", master: Some(br.index), up: true, ..Default::default() };
+        nl.add_veth(&pair).await.unwrap();
+        let host1 = nl.link_by_name("host1").await.unwrap().unwrap();
+        assert_eq!((host1.master, host1.up), (Some(br.index), true));
+        assert!(!nl.link_by_name("peer1").await.unwrap().unwrap().up);
+        nl.del_link(host1.index).await.unwrap();
         let host = nl.link_by_index(host.index).await.unwrap().unwrap();
         assert_eq!((host.master, host.up), (Some(br.index), true));
         let peer_index = host.link.expect("a veth reports its peer's index");
@@ -115,7 +124,7 @@ fn moving_a_link_to_another_netns() {
     let b = Netns::new("nlm");
     let b_file = File::open(b.path()).unwrap();
     in_ns(&a, async |nl| {
-        let pair = VethPair { name: "mv0", peer_name: "mv1", peer_netns: None, mtu: None, mac: None, peer_mac: None };
+        let pair = VethPair { name: "mv0", peer_name: "mv1", ..Default::default() };
         nl.add_veth(&pair).await.unwrap();
         let l = nl.link_by_name("mv1").await.unwrap().unwrap();
         nl.move_to_netns(l.index, b_file.as_fd()).await.unwrap();

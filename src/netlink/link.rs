@@ -115,7 +115,8 @@ impl Link {
 /// A veth pair to create. The first end is made in the socket's netns; the peer in `peer_netns` (an
 /// open netns file, as Go's `PeerNamespace`), or beside it when `None`. Creating the peer directly where
 /// it belongs means it never appears, even briefly, under its name in the wrong namespace.
-#[derive(Debug, Clone, Copy)]
+/// Build one with a struct literal ending in `..Default::default()`.
+#[derive(Debug, Clone, Copy, Default)]
 pub struct VethPair<'a> {
     pub name: &'a str,
     pub peer_name: &'a str,
@@ -124,6 +125,10 @@ pub struct VethPair<'a> {
     pub mtu: Option<u32>,
     pub mac: Option<MacAddr>,
     pub peer_mac: Option<MacAddr>,
+    /// Make the first end a port of this bridge as it is created (no window where it is unattached).
+    pub master: Option<u32>,
+    /// Create the first end administratively up.
+    pub up: bool,
 }
 
 /// How long `wait_oper_up` waits at most. The reference bridge plugin sleeps up to 2.55 s in fixed steps;
@@ -191,6 +196,12 @@ impl Netlink {
         }
         if let Some(mac) = pair.mac {
             local = local.address(mac.0.to_vec());
+        }
+        if let Some(master) = pair.master {
+            local = local.controller(master);
+        }
+        if pair.up {
+            local = local.up();
         }
         let msg = local.set_info_data(InfoData::Veth(InfoVeth::Peer(peer.build()))).build();
         self.handle
