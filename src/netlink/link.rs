@@ -48,6 +48,9 @@ impl fmt::Display for MacAddr {
 }
 
 impl MacAddr {
+    /// What a bridge reports once its last port has left.
+    pub const ZERO: MacAddr = MacAddr([0; 6]);
+
     fn from_bytes(b: &[u8]) -> Option<Self> {
         <[u8; 6]>::try_from(b).ok().map(MacAddr)
     }
