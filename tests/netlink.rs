@@ -33,7 +33,7 @@ fn links_bridges_veths_and_port_options() {
     let b = Netns::new("nlb");
     let b_file = File::open(b.path()).unwrap();
     let mac: MacAddr = "0a:58:0a:00:00:07".parse().unwrap();
-    in_ns(&a, async |nl| {
+    let peer_index = in_ns(&a, async |nl| {
         assert_eq!(nl.link_by_name("nope0").await.unwrap(), None);
         assert_eq!(nl.link_by_index(9999).await.unwrap(), None);
 
@@ -48,8 +48,8 @@ fn links_bridges_veths_and_port_options() {
             peer_name: "eth0",
             peer_netns: Some(b_file.as_fd()),
             mtu: Some(1400),
-            mac: None,
             peer_mac: Some(mac),
+            ..Default::default()
         };
         nl.add_veth(&pair).await.unwrap();
         assert_eq!(nl.add_veth(&pair).await.unwrap_err().code, code::ALREADY_EXISTS);
@@ -60,15 +60,27 @@ fn links_bridges_veths_and_port_options() {
         nl.set_master(host.index, Some(br.index)).await.unwrap();
         nl.set_up(host.index).await.unwrap();
         nl.set_hairpin(host.index, true).await.unwrap();
+
+        // A pair created already up and enslaved, in one request.
+        let pair =
+            VethPair { name: "host1", peer_name: "peer1", master: Some(br.index), up: true, ..Default::default() };
+        nl.add_veth(&pair).await.unwrap();
+        let host1 = nl.link_by_name("host1").await.unwrap().unwrap();
+        assert_eq!((host1.master, host1.up), (Some(br.index), true));
+        assert!(!nl.link_by_name("peer1").await.unwrap().unwrap().up);
+        nl.del_link(host1.index).await.unwrap();
         let host = nl.link_by_index(host.index).await.unwrap().unwrap();
         assert_eq!((host.master, host.up), (Some(br.index), true));
+        let peer_index = host.link.expect("a veth reports its peer's index");
         // The peer is down: no carrier, so the bounded wait gives up with the state in the message.
         let e = nl.wait_oper_up(host.index, Duration::from_millis(30)).await.unwrap_err();
         assert!(e.msg.contains("host0") && e.msg.contains("not operationally up"), "{e}");
+        peer_index
     });
 
     let eth0 = &json(&b, "ip -j link show dev eth0")[0];
     assert_eq!((eth0["mtu"].as_u64(), eth0["address"].as_str()), (Some(1400), Some("0a:58:0a:00:00:07")));
+    assert_eq!(eth0["ifindex"].as_u64(), Some(u64::from(peer_index)));
     let port = &json(&a, "ip -j -d link show dev host0")[0];
     assert_eq!(port["master"], "br0");
     assert_eq!(port["linkinfo"]["info_slave_data"]["hairpin"], true);
@@ -112,7 +124,7 @@ fn moving_a_link_to_another_netns() {
     let b = Netns::new("nlm");
     let b_file = File::open(b.path()).unwrap();
     in_ns(&a, async |nl| {
-        let pair = VethPair { name: "mv0", peer_name: "mv1", peer_netns: None, mtu: None, mac: None, peer_mac: None };
+        let pair = VethPair { name: "mv0", peer_name: "mv1", ..Default::default() };
         nl.add_veth(&pair).await.unwrap();
         let l = nl.link_by_name("mv1").await.unwrap().unwrap();
         nl.move_to_netns(l.index, b_file.as_fd()).await.unwrap();

@@ -48,6 +48,9 @@ impl fmt::Display for MacAddr {
 }
 
 impl MacAddr {
+    /// What a bridge reports once its last port has left.
+    pub const ZERO: MacAddr = MacAddr([0; 6]);
+
     fn from_bytes(b: &[u8]) -> Option<Self> {
         <[u8; 6]>::try_from(b).ok().map(MacAddr)
     }
@@ -64,6 +67,9 @@ pub struct Link {
     pub mac: Option<MacAddr>,
     /// Index of the bridge (or bond) this link is a port of.
     pub master: Option<u32>,
+    /// `IFLA_LINK`: a veth's peer, a macvlan's or vlan's parent. The index may be in another netns
+    /// (a veth whose peer was moved away reports the peer's index there).
+    pub link: Option<u32>,
     /// Administratively up (`ip link set up`).
     pub up: bool,
     pub promisc: bool,
@@ -83,6 +89,7 @@ impl Link {
             mtu: 0,
             mac: None,
             master: None,
+            link: None,
             up: m.header.flags.contains(LinkFlags::Up),
             promisc: m.header.flags.contains(LinkFlags::Promisc),
             oper_state: OperState::Unknown,
@@ -93,6 +100,7 @@ impl Link {
                 LinkAttribute::Mtu(v) => link.mtu = *v,
                 LinkAttribute::Address(a) => link.mac = MacAddr::from_bytes(a),
                 LinkAttribute::Controller(i) if *i != 0 => link.master = Some(*i),
+                LinkAttribute::Link(i) if *i != 0 => link.link = Some(*i),
                 LinkAttribute::OperState(s) => link.oper_state = *s,
                 LinkAttribute::LinkInfo(infos) => {
                     link.kind = infos.iter().find_map(|i| match i {
@@ -110,7 +118,8 @@ impl Link {
 /// A veth pair to create. The first end is made in the socket's netns; the peer in `peer_netns` (an
 /// open netns file, as Go's `PeerNamespace`), or beside it when `None`. Creating the peer directly where
 /// it belongs means it never appears, even briefly, under its name in the wrong namespace.
-#[derive(Debug, Clone, Copy)]
+/// Build one with a struct literal ending in `..Default::default()`.
+#[derive(Debug, Clone, Copy, Default)]
 pub struct VethPair<'a> {
     pub name: &'a str,
     pub peer_name: &'a str,
@@ -119,6 +128,10 @@ pub struct VethPair<'a> {
     pub mtu: Option<u32>,
     pub mac: Option<MacAddr>,
     pub peer_mac: Option<MacAddr>,
+    /// Make the first end a port of this bridge as it is created (no window where it is unattached).
+    pub master: Option<u32>,
+    /// Create the first end administratively up.
+    pub up: bool,
 }
 
 /// How long `wait_oper_up` waits at most. The reference bridge plugin sleeps up to 2.55 s in fixed steps;
@@ -186,6 +199,12 @@ impl Netlink {
         }
         if let Some(mac) = pair.mac {
             local = local.address(mac.0.to_vec());
+        }
+        if let Some(master) = pair.master {
+            local = local.controller(master);
+        }
+        if pair.up {
+            local = local.up();
         }
         let msg = local.set_info_data(InfoData::Veth(InfoVeth::Peer(peer.build()))).build();
         self.handle
@@ -330,6 +349,7 @@ mod tests {
             LinkAttribute::Mtu(1450),
             LinkAttribute::Address(vec![1, 2, 3, 4, 5, 6]),
             LinkAttribute::Controller(3),
+            LinkAttribute::Link(11),
             LinkAttribute::OperState(OperState::Up),
             LinkAttribute::LinkInfo(vec![LinkInfo::Kind(InfoKind::Bridge)]),
         ];
@@ -343,6 +363,7 @@ mod tests {
                 mtu: 1450,
                 mac: Some(MacAddr([1, 2, 3, 4, 5, 6])),
                 master: Some(3),
+                link: Some(11),
                 up: true,
                 promisc: true,
                 oper_state: OperState::Up,

@@ -18,6 +18,7 @@ mod rule;
 pub use addr::Address;
 pub use link::{Link, MacAddr, OPER_UP_TIMEOUT, OperState, VethPair};
 pub use neigh::Neighbour;
+pub use netlink_packet_route::address::AddressScope;
 pub use netlink_packet_route::route::{RouteProtocol, RouteScope};
 pub use route::Route;
 pub use rule::Rule;
