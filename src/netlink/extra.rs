@@ -1,10 +1,9 @@
-//! Two lookups the chained `veth` and `router` plugins need beyond the common layer: the source
-//! address the kernel would use toward a destination (`ip route get`), and the peer of a veth end.
+//! A lookup the chained `veth` and `router` plugins need beyond the common layer: the source address
+//! the kernel would use toward a destination (`ip route get`).
 
 use super::{Netlink, kernel_err};
 use crate::cni::CniError;
 use futures::TryStreamExt;
-use netlink_packet_route::link::LinkAttribute;
 use netlink_packet_route::route::{RouteAddress, RouteAttribute};
 use rtnetlink::RouteMessageBuilder;
 use std::net::IpAddr;
@@ -31,20 +30,5 @@ impl Netlink {
                 _ => None,
             })
         }))
-    }
-
-    /// `IFLA_LINK` of link `index`: for a veth end, the index of its peer in the peer's namespace;
-    /// for a macvlan, its parent's. `None` when the link has no such attribute (or is gone).
-    pub async fn link_peer_index(&self, index: u32) -> Result<Option<u32>, CniError> {
-        let mut stream = self.handle.link().get().match_index(index).execute();
-        match stream.try_next().await {
-            Ok(Some(m)) => Ok(m.attributes.iter().find_map(|a| match a {
-                LinkAttribute::Link(peer) if *peer != 0 => Some(*peer),
-                _ => None,
-            })),
-            Ok(None) => Ok(None),
-            Err(e) if super::is_not_found(&e) => Ok(None),
-            Err(e) => Err(kernel_err(format_args!("looking up link #{index}"))(e)),
-        }
     }
 }

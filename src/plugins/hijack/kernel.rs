@@ -4,10 +4,9 @@
 use super::model::{Change, Ns, Op, RouteSpec, RuleSpec, SysctlSpec, VethSpec};
 use super::plan::{self, NodeAddresses};
 use crate::cni::{CniError, code};
-use crate::netlink::{IpFamily, Link, Netlink, VethPair};
+use crate::netlink::{AddressScope, IpFamily, Link, Netlink, VethPair};
 use crate::netns;
 use ipnetwork::IpNetwork;
-use netlink_packet_route::address::AddressScope;
 use std::net::IpAddr;
 use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
@@ -138,13 +137,12 @@ impl Namespaces {
             mtu: Some(v.mtu),
             mac: Some(v.host_mac),
             peer_mac: Some(v.pod_mac),
+            up: true,
+            ..Default::default()
         };
         self.host.add_veth(&pair).await?;
-        let up = async {
-            self.host.set_up(self.require_index(Ns::Host, &v.host).await?).await?;
-            self.pod()?.set_up(self.require_index(Ns::Pod, &v.pod).await?).await
-        };
-        if let Err(e) = up.await {
+        let pod_end_up = async { self.pod()?.set_up(self.require_index(Ns::Pod, &v.pod).await?).await };
+        if let Err(e) = pod_end_up.await {
             let _ = self.host.del_link_by_name(&v.host).await;
             return Err(e);
         }
@@ -352,8 +350,8 @@ pub async fn host_peer(ns: &Namespaces, pod_link: &Link) -> Result<Option<Link>,
     if pod_link.kind.as_deref() != Some("veth") {
         return Ok(None);
     }
-    let Some(peer) = ns.pod()?.link_peer_index(pod_link.index).await? else { return Ok(None) };
+    let Some(peer) = pod_link.link else { return Ok(None) };
     let Some(host) = ns.host.link_by_index(peer).await? else { return Ok(None) };
-    let names_back = ns.host.link_peer_index(host.index).await? == Some(pod_link.index);
+    let names_back = host.link == Some(pod_link.index);
     Ok((host.kind.as_deref() == Some("veth") && names_back).then_some(host))
 }
