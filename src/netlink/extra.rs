@@ -5,6 +5,7 @@ use super::{Netlink, kernel_err};
 use crate::cni::CniError;
 use futures::TryStreamExt;
 use netlink_packet_route::route::{RouteAddress, RouteAttribute};
+use nix::errno::Errno;
 use rtnetlink::RouteMessageBuilder;
 use std::net::IpAddr;
 
@@ -19,8 +20,10 @@ impl Netlink {
             .build();
         let reply = match self.handle.route().get(msg).execute().try_next().await {
             Ok(reply) => reply,
-            // ENETUNREACH, EHOSTUNREACH...: no route, so no source either.
-            Err(rtnetlink::Error::NetlinkError(_)) => return Ok(None),
+            // No route, so no source either.
+            Err(e) if matches!(super::errno(&e), Some(Errno::ENETUNREACH | Errno::EHOSTUNREACH | Errno::ENETDOWN)) => {
+                return Ok(None);
+            }
             Err(e) => return Err(kernel_err(format_args!("route lookup for {dst}"))(e)),
         };
         Ok(reply.and_then(|m| {
