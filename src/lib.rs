@@ -3,8 +3,10 @@
 
 pub mod cli;
 pub mod cni;
+pub mod firewall;
 pub mod fsutil;
 pub mod install;
+pub mod ipam;
 pub mod logging;
 pub mod netlink;
 pub mod netns;

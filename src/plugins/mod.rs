@@ -2,6 +2,7 @@
 //! process, everything else by exec from the CNI path (netavark's "drivers by name, plugins on dirs").
 
 pub mod bridge;
+pub mod hijack;
 pub mod router;
 pub mod veth;
 pub mod yonghui;

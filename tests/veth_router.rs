@@ -1,0 +1,486 @@
+//! `veth` and `router` against a real kernel, driven by libcni (cnidrive) as containerd drives them.
+//!
+//! The topology: a netns plays the node, with a "parent" NIC `par0` (one end of a veth pair whose
+//! other end sits in a third netns, the wire) addressed 192.168.77.1/24; pods get a macvlan on
+//! `par0` from the reference macvlan plugin, so they cannot reach the node until `veth` or `router`
+//! gives them a way. Everything is checked with `ip -j` as an operator would.
+
+mod common;
+
+use common::{Netns, Sandbox, cnidrive_run, require_root};
+use serde_json::{Value, json};
+use std::path::{Path, PathBuf};
+use yh_genie::plugins::hijack::plan::host_veth_name;
+
+const NODE_IP: &str = "192.168.77.1";
+const SERVICE_IP: &str = "10.96.0.10";
+const OVERLAY_IP: &str = "10.244.3.4";
+
+/// The node, its wire, and a sandbox whose plugins run on the node.
+struct Node {
+    node: Netns,
+    wire: Netns,
+    sb: Sandbox,
+}
+
+impl Node {
+    fn new() -> Self {
+        require_root();
+        let node = Netns::new("vrn");
+        let wire = Netns::new("vrw");
+        node.must(&format!(
+            "ip link add par0 type veth peer name wire0 && ip link set wire0 netns {} && \
+             ip link set par0 addrgenmode none && ip addr add {NODE_IP}/24 dev par0 && ip link set par0 up",
+            wire.name
+        ));
+        wire.must("ip link set wire0 up");
+        let sb = Sandbox::on_node(&node);
+        Node { node, wire, sb }
+    }
+
+    /// (The parents make no IPv6 link-local address: one appearing late would look like a change.)
+    /// Everything DEL must leave as ADD found it: links, routes and rules of every table,
+    /// neighbours, and the node-wide rp_filter sysctls.
+    fn snapshot(&self) -> Vec<Value> {
+        let mut out: Vec<Value> = [
+            "ip -j link show",
+            "ip -j -4 route show table all",
+            "ip -j -6 route show table all",
+            "ip -j -4 rule",
+            "ip -j -6 rule",
+            "ip -j -4 neigh show",
+        ]
+        .iter()
+        .map(|c| serde_json::from_str(&self.node.must(c)).unwrap())
+        .collect();
+        out.push(self.node.must("sysctl -n net.ipv4.conf.all.rp_filter net.ipv4.conf.default.rp_filter").into());
+        out
+    }
+
+    /// Write a conflist of `plugins` (1.0.0, the newest the reference plugins speak).
+    fn conflist(&self, name: &str, plugins: Value) -> PathBuf {
+        let list = json!({"cniVersion": "1.0.0", "name": name, "plugins": plugins});
+        self.sb.write(&format!("net/{name}.conflist"), &list.to_string())
+    }
+
+    fn dir(&self, rel: &str) -> String {
+        self.sb.path().join(rel).display().to_string()
+    }
+
+    /// A macvlan on `parent` with one address from `subnet` (host-local from .10 on, state in the
+    /// sandbox), and a default route only if asked (a second NIC's would collide with the first's).
+    fn macvlan(&self, parent: &str, subnet: &str, gateway: &str, default_route: bool) -> Value {
+        let routes = if default_route { json!([{"dst": "0.0.0.0/0"}]) } else { json!([]) };
+        let start = subnet.replace(".0/24", ".10");
+        json!({"type": "macvlan", "master": parent, "mode": "bridge",
+               "ipam": {"type": "host-local", "dataDir": self.dir("ipam"),
+                        "ranges": [[{"subnet": subnet, "gateway": gateway, "rangeStart": start}]], "routes": routes}})
+    }
+
+    /// A `veth` or `router` entry with the test's subnets, state and log in the sandbox, and `extra` keys.
+    fn hijack(&self, plugin: &str, extra: Value) -> Value {
+        let mut v = json!({"type": plugin,
+            "overlay_hijack_subnet": ["10.244.0.0/16"], "service_hijack_subnet": ["10.96.0.0/12"],
+            "data_dir": self.dir(plugin), "log_options": {"log_file": self.dir(&format!("{plugin}.log"))}});
+        v.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
+        v
+    }
+
+    fn drive(&self, cmd: &str, list: &Path, pod: &Netns, cid: &str, ifname: &str) -> common::Reply {
+        cnidrive_run(&self.sb, cmd, list, &pod.path().display().to_string(), cid, ifname, "")
+    }
+
+    fn must_drive(&self, cmd: &str, list: &Path, pod: &Netns, cid: &str, ifname: &str) -> Value {
+        let r = self.drive(cmd, list, pod, cid, ifname);
+        assert_eq!(r.code, 0, "cnidrive {cmd} {}: {r:?}", list.display());
+        if r.stdout.trim().is_empty() { Value::Null } else { serde_json::from_str(&r.stdout).unwrap() }
+    }
+
+    /// The record files under a plugin's data_dir.
+    fn records(&self, plugin: &str) -> Vec<String> {
+        match std::fs::read_dir(self.sb.path().join(plugin)) {
+            Ok(d) => d.flatten().map(|e| e.file_name().to_string_lossy().into_owned()).collect(),
+            Err(_) => vec![],
+        }
+    }
+}
+
+fn ip_json(ns: &Netns, cmd: &str) -> Value {
+    serde_json::from_str(&ns.must(cmd)).unwrap()
+}
+
+/// `ip route get` in `ns`: (dev, gateway).
+fn route_get(ns: &Netns, args: &str) -> (String, Option<String>) {
+    let v = ip_json(ns, &format!("ip -j route get {args}"));
+    (v[0]["dev"].as_str().unwrap().to_string(), v[0]["gateway"].as_str().map(String::from))
+}
+
+/// `ip route show table <t>`; empty when the table does not exist (never used in this netns).
+fn route_table(ns: &Netns, t: u32) -> String {
+    ns.exec(&format!("ip route show table {t}"))
+        .1
+        .lines()
+        .filter(|l| !l.contains("does not exist") && !l.contains("Dump terminated"))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+fn pings(ns: &Netns, ip: &str) -> bool {
+    ns.exec(&format!("ping -c1 -W1 {ip}")).0
+}
+
+fn mac_of(ns: &Netns, dev: &str) -> String {
+    ip_json(ns, &format!("ip -j link show {dev}"))[0]["address"].as_str().unwrap().to_string()
+}
+
+/// The error a plugin printed through cnidrive (`add: {json}` on stderr).
+fn cnidrive_error(r: &common::Reply) -> Value {
+    assert_ne!(r.code, 0, "expected a failure: {r:?}");
+    let json = r.stderr.split_once(": ").map(|(_, j)| j.trim()).unwrap_or_default();
+    serde_json::from_str(json).unwrap_or_else(|_| panic!("no CNI error on stderr: {r:?}"))
+}
+
+#[test]
+fn veth_lets_a_macvlan_pod_reach_its_node_and_services_and_del_restores_the_node() {
+    let n = Node::new();
+    let pod = Netns::new("vrp");
+    let before = n.snapshot();
+
+    // Without veth, the macvlan pod cannot reach its node: that is the problem seed 004 solves.
+    let plain = n.conflist("plain", json!([n.macvlan("par0", "192.168.77.0/24", "192.168.77.254", true)]));
+    n.must_drive("add", &plain, &pod, "plain1", "eth0");
+    assert!(!pings(&pod, NODE_IP), "a macvlan child must not reach its parent");
+    n.must_drive("del", &plain, &pod, "plain1", "eth0");
+
+    let list = n.conflist(
+        "mv",
+        json!([n.macvlan("par0", "192.168.77.0/24", "192.168.77.254", true), n.hijack("veth", json!({}))]),
+    );
+    let cid = "c0ffee0123456789abcdef";
+    let result = n.must_drive("add", &list, &pod, cid, "eth0");
+    let host_veth = result["interfaces"].as_array().unwrap().iter().find(|i| i.get("sandbox").is_none()).unwrap();
+    let host_veth = host_veth["name"].as_str().unwrap().to_string();
+    assert!(host_veth.starts_with("veth") && host_veth.len() == 15, "{result}");
+    assert!(result["interfaces"].as_array().unwrap().iter().any(|i| i["name"] == "veth0" && i["sandbox"].is_string()));
+    let pod_ip = result["ips"][0]["address"].as_str().unwrap().split('/').next().unwrap().to_string();
+
+    assert!(pings(&pod, NODE_IP), "after veth the pod reaches its node");
+    assert!(n.node.exec(&format!("ping -c1 -W1 {pod_ip}")).0, "and the node reaches the pod");
+    assert_eq!(route_get(&pod, SERVICE_IP), ("veth0".into(), Some(NODE_IP.into())));
+    assert_eq!(route_get(&pod, OVERLAY_IP), ("veth0".into(), Some(NODE_IP.into())));
+    assert_eq!(route_get(&pod, "8.8.8.8").0, "eth0", "the default route stays with the macvlan NIC");
+
+    // Neighbours both ways, permanent, naming the other end's MAC.
+    let pod_neigh = ip_json(&pod, &format!("ip -j neigh show {NODE_IP} dev veth0"));
+    assert_eq!(pod_neigh[0]["lladdr"], mac_of(&n.node, &host_veth));
+    assert_eq!(pod_neigh[0]["state"], json!(["PERMANENT"]));
+    let node_neigh = ip_json(&n.node, &format!("ip -j neigh show {pod_ip} dev {host_veth}"));
+    assert_eq!(node_neigh[0]["lladdr"], mac_of(&pod, "veth0"));
+    assert_eq!(node_neigh[0]["state"], json!(["PERMANENT"]));
+    let node_route = ip_json(&n.node, &format!("ip -j route show {pod_ip}/32"));
+    assert_eq!(
+        (node_route[0]["dev"].as_str(), node_route[0]["scope"].as_str()),
+        (Some(host_veth.as_str()), Some("link"))
+    );
+
+    // rp_filter: on the interfaces concerned only; nothing node-wide.
+    assert_eq!(n.node.must(&format!("sysctl -n net.ipv4.conf.{host_veth}.rp_filter")).trim(), "2");
+    assert_eq!(pod.must("sysctl -n net.ipv4.conf.veth0.rp_filter").trim(), "2");
+    assert_eq!(n.snapshot()[6], before[6]);
+
+    // CHECK verifies what ADD made, and notices when it is gone.
+    n.must_drive("check", &list, &pod, cid, "eth0");
+    pod.must("ip route del 10.96.0.0/12");
+    let r = n.drive("check", &list, &pod, cid, "eth0");
+    let e = cnidrive_error(&r);
+    assert!(e["msg"].as_str().unwrap().contains("10.96.0.0/12"), "{e}");
+
+    n.must_drive("del", &list, &pod, cid, "eth0");
+    assert_eq!(n.snapshot(), before, "DEL leaves the node exactly as it was");
+    assert!(n.records("veth").is_empty());
+    assert!(!pod.exec("ip link show veth0").0);
+    // DEL again, and DEL of something never added, succeed.
+    n.must_drive("del", &list, &pod, cid, "eth0");
+    n.must_drive("del", &list, &pod, "never-added", "eth0");
+}
+
+#[test]
+fn veth_on_a_second_nic_migrates_its_routes_by_migrate_route() {
+    let n = Node::new();
+    n.node.must(&format!(
+        "ip link add par1 type veth peer name wire1 && ip link set wire1 netns {} && \
+         ip link set par1 addrgenmode none && ip addr add 192.168.88.1/24 dev par1 && ip link set par1 up",
+        n.wire.name
+    ));
+    n.wire.must("ip link set wire1 up");
+    // (mode, first NIC, second NIC, whether the second migrates)
+    let cases = [
+        (-1, "eth0", "net1", true),
+        (0, "eth0", "net1", false),
+        (1, "eth0", "net1", true),
+        (-1, "net1", "eth0", false),
+        (1, "net1", "eth0", true),
+    ];
+    for (mode, first, second, migrates) in cases {
+        let pod = Netns::new("vrp");
+        let before = n.snapshot();
+        let cid = format!("mig{}{first}", mode + 1);
+        let veth = n.hijack("veth", json!({"migrate_route": mode}));
+        let a = n.conflist(
+            &format!("a{cid}"),
+            json!([n.macvlan("par0", "192.168.77.0/24", "192.168.77.254", true), veth.clone()]),
+        );
+        let b = n
+            .conflist(&format!("b{cid}"), json!([n.macvlan("par1", "192.168.88.0/24", "192.168.88.254", false), veth]));
+        n.must_drive("add", &a, &pod, &cid, first);
+        let res = n.must_drive("add", &b, &pod, &cid, second);
+        assert!(
+            !res["interfaces"].as_array().unwrap().iter().any(|i| i["name"] == "veth0"),
+            "the pair is the first NIC's"
+        );
+        let second_ip = res["ips"][0]["address"].as_str().unwrap().split('/').next().unwrap().to_string();
+        let rules = pod.must("ip rule");
+        let table = route_table(&pod, 200);
+        let case = format!("migrate_route {mode}, {first} then {second}: rules\n{rules}\ntable 200\n{table}");
+        assert_eq!(rules.contains(&format!("from {second_ip} lookup 200")), migrates, "{case}");
+        if migrates {
+            assert!(table.contains(&format!("default via 192.168.88.254 dev {second}")), "{case}");
+            assert!(table.contains(&format!("192.168.88.0/24 dev {second}")), "{case}");
+            // The next hop is the node's address toward this NIC's address.
+            assert!(table.contains("10.96.0.0/12 via 192.168.88.1 dev veth0"), "{case}");
+            assert_eq!(route_get(&pod, &format!("8.8.8.8 from {second_ip}")).0, second, "{case}");
+        } else {
+            assert!(table.trim().is_empty(), "{case}");
+        }
+        assert_eq!(route_get(&pod, "8.8.8.8").0, first, "{case}: the first NIC keeps the default route");
+        // The node reaches the second NIC's address through the pair too.
+        assert!(n.node.exec(&format!("ping -c1 -W1 {second_ip}")).0, "{case}");
+
+        // Removing the second NIC undoes only its part: the first still reaches the node.
+        n.must_drive("del", &b, &pod, &cid, second);
+        assert!(route_table(&pod, 200).trim().is_empty(), "{case}");
+        assert!(!pod.must("ip rule").contains("lookup 200"), "{case}");
+        assert!(pings(&pod, NODE_IP), "{case}");
+        n.must_drive("del", &a, &pod, &cid, first);
+        assert_eq!(n.snapshot(), before, "{case}");
+    }
+}
+
+#[test]
+fn bad_configuration_is_refused_with_nothing_made_and_del_still_cleans_up() {
+    let n = Node::new();
+    let pod = Netns::new("vrp");
+    let before = n.snapshot();
+    for (bad, want) in [
+        (
+            json!({"service_hijack_subnet": ["10.96.0.1/12"]}),
+            "service_hijack_subnet[0]: \"10.96.0.1/12\" has host bits set",
+        ),
+        (json!({"overlay_hijack_subnet": []}), "overlay_hijack_subnet: at least one subnet is required"),
+        (json!({"migrate_route": 5}), "migrate_route: 5 is not one of -1"),
+        (json!({"rp_filter": 7}), "rp_filter: 7 is not one of 0"),
+        (json!({"route_table": 255}), "route_table: 255"),
+    ] {
+        let list = n.conflist(
+            "bad",
+            json!([n.macvlan("par0", "192.168.77.0/24", "192.168.77.254", true), n.hijack("veth", bad)]),
+        );
+        let r = n.drive("add", &list, &pod, "bad1", "eth0");
+        let e = cnidrive_error(&r);
+        assert_eq!(e["code"], 7, "{e}");
+        assert!(e["msg"].as_str().unwrap().contains(want), "{e}");
+        assert!(!pod.exec("ip link show veth0").0, "nothing half-made in the pod");
+        assert!(n.records("veth").is_empty());
+        // The runtime's DEL after the failed ADD succeeds although the configuration is still bad.
+        n.must_drive("del", &list, &pod, "bad1", "eth0");
+        assert_eq!(n.snapshot(), before);
+    }
+}
+
+#[test]
+fn skip_call_passes_the_result_on_and_changes_nothing() {
+    let n = Node::new();
+    let pod = Netns::new("vrp");
+    let before = n.snapshot();
+    let list = n.conflist(
+        "skip",
+        json!([
+            n.macvlan("par0", "192.168.77.0/24", "192.168.77.254", true),
+            n.hijack("veth", json!({"skip_call": true}))
+        ]),
+    );
+    let res = n.must_drive("add", &list, &pod, "skip1", "eth0");
+    assert_eq!(res["interfaces"].as_array().unwrap().len(), 1, "only macvlan's interface: {res}");
+    assert!(!pod.exec("ip link show veth0").0);
+    assert!(!pings(&pod, NODE_IP));
+    n.must_drive("check", &list, &pod, "skip1", "eth0");
+    n.must_drive("del", &list, &pod, "skip1", "eth0");
+    assert_eq!(n.snapshot(), before);
+}
+
+#[test]
+fn router_sends_the_default_by_the_new_nic_and_the_cluster_by_the_overlay() {
+    let n = Node::new();
+    let pod = Netns::new("vrp");
+    let before = n.snapshot();
+    let overlay = n.conflist(
+        "overlay",
+        json!([{"type": "ptp", "ipam": {"type": "host-local", "dataDir": n.dir("ipam"),
+                "ranges": [[{"subnet": "10.244.5.0/24"}]], "routes": [{"dst": "0.0.0.0/0"}]}}]),
+    );
+    let second = n.conflist(
+        "second",
+        json!([n.macvlan("par0", "192.168.77.0/24", "192.168.77.254", false), n.hijack("router", json!({}))]),
+    );
+    let cid = "r0uter";
+    let eth0 = n.must_drive("add", &overlay, &pod, cid, "eth0");
+    let eth0_ip = eth0["ips"][0]["address"].as_str().unwrap().split('/').next().unwrap().to_string();
+    let gw = eth0["ips"][0]["gateway"].as_str().unwrap().to_string();
+    let res = n.must_drive("add", &second, &pod, cid, "net1");
+    assert_eq!(res["interfaces"].as_array().unwrap().len(), 1, "router adds no interface: {res}");
+    let net1_ip = res["ips"][0]["address"].as_str().unwrap().split('/').next().unwrap().to_string();
+
+    assert_eq!(route_get(&pod, "8.8.8.8"), ("net1".into(), Some("192.168.77.254".into())), "default by the new NIC");
+    for cluster in [SERVICE_IP, OVERLAY_IP] {
+        assert_eq!(route_get(&pod, cluster), ("eth0".into(), Some(gw.clone())), "{cluster} by the overlay");
+    }
+    assert_eq!(
+        route_get(&pod, &format!("8.8.8.8 from {eth0_ip}")),
+        ("eth0".into(), Some(gw.clone())),
+        "replies from eth0's address"
+    );
+    let rules = pod.must("ip rule");
+    for want in [
+        format!("from {eth0_ip} lookup 200"),
+        "to 10.244.0.0/16 lookup 200".into(),
+        "to 10.96.0.0/12 lookup 200".into(),
+    ] {
+        assert!(rules.contains(&want), "missing {want}:\n{rules}");
+    }
+    assert!(route_table(&pod, 200).contains(&format!("default via {gw} dev eth0")));
+    assert!(!pod.must("ip route show default").contains("eth0"), "the overlay's default left main");
+
+    // The pod still reaches its node (by the overlay), and the node the new NIC's address.
+    assert!(pings(&pod, NODE_IP));
+    assert!(n.node.exec(&format!("ping -c1 -W1 {net1_ip}")).0);
+    let host_route = ip_json(&n.node, &format!("ip -j route show {net1_ip}/32"));
+    let peer = host_route[0]["dev"].as_str().unwrap().to_string();
+    assert!(peer.starts_with("veth"), "by the overlay's host end: {host_route}");
+    let neigh = ip_json(&n.node, &format!("ip -j neigh show {net1_ip} dev {peer}"));
+    assert_eq!(
+        (neigh[0]["lladdr"].as_str(), &neigh[0]["state"]),
+        (Some(mac_of(&pod, "eth0").as_str()), &json!(["PERMANENT"]))
+    );
+
+    n.must_drive("check", &second, &pod, cid, "net1");
+    pod.must(&format!("ip rule del from {eth0_ip} lookup 200"));
+    assert!(cnidrive_error(&n.drive("check", &second, &pod, cid, "net1"))["msg"].as_str().unwrap().contains(&eth0_ip));
+    pod.must(&format!("ip rule add from {eth0_ip} lookup 200 pref 1000"));
+
+    // DEL of the second NIC gives the overlay its default back and leaves no rule or table behind.
+    n.must_drive("del", &second, &pod, cid, "net1");
+    assert_eq!(route_get(&pod, "8.8.8.8"), ("eth0".into(), Some(gw.clone())));
+    assert!(!pod.must("ip rule").contains("lookup 200"));
+    assert!(route_table(&pod, 200).trim().is_empty());
+    assert!(n.records("router").is_empty());
+    n.must_drive("del", &overlay, &pod, cid, "eth0");
+    assert_eq!(n.snapshot(), before);
+}
+
+#[test]
+fn router_refuses_its_own_overlay_nic_and_a_missing_one() {
+    let n = Node::new();
+    let pod = Netns::new("vrp");
+    let list = n.conflist(
+        "self",
+        json!([n.macvlan("par0", "192.168.77.0/24", "192.168.77.254", true), n.hijack("router", json!({}))]),
+    );
+    let e = cnidrive_error(&n.drive("add", &list, &pod, "self1", "eth0"));
+    assert_eq!(e["code"], 7);
+    assert!(e["msg"].as_str().unwrap().contains("overlay_interface"), "{e}");
+    n.must_drive("del", &list, &pod, "self1", "eth0");
+    let e = cnidrive_error(&n.drive("add", &list, &pod, "self2", "net1"));
+    assert_eq!(e["code"], 7);
+    assert!(e["msg"].as_str().unwrap().contains("no interface eth0"), "{e}");
+    n.must_drive("del", &list, &pod, "self2", "net1");
+    assert!(n.records("router").is_empty());
+}
+
+#[test]
+fn repeated_add_replaces_the_first_and_a_taken_name_fails_with_nothing_made() {
+    let n = Node::new();
+    let pod = Netns::new("vrp");
+    let plain = n.conflist("plain", json!([n.macvlan("par0", "192.168.77.0/24", "192.168.77.254", true)]));
+    let prev = n.must_drive("add", &plain, &pod, "rep1", "eth0");
+    let mut conf = n.hijack("veth", json!({}));
+    conf["cniVersion"] = "1.0.0".into();
+    conf["name"] = "rep".into();
+    conf["prevResult"] = prev;
+    let (netns, config) = (pod.path().display().to_string(), conf.to_string());
+    let call = |command, container_id| common::Call {
+        plugin: "veth",
+        command,
+        container_id,
+        netns: &netns,
+        ifname: "eth0",
+        args: "",
+        config: &config,
+    };
+    let before = n.snapshot();
+
+    // The host end's name is taken: refused with code 106, nothing made, nothing recorded.
+    let taken = host_veth_name("rep2");
+    n.node.must(&format!("ip link add {taken} type veth peer name other0"));
+    let e = common::cni(&n.sb, &call("ADD", "rep2")).err();
+    assert_eq!(e["code"], 106, "{e}");
+    assert!(!pod.exec("ip link show veth0").0);
+    assert!(n.records("veth").is_empty());
+    n.node.must(&format!("ip link del {taken}"));
+    assert_eq!(n.snapshot(), before);
+
+    // ADD twice without DEL: the second replaces the first, and one DEL undoes it all.
+    let first = common::cni(&n.sb, &call("ADD", "rep1")).ok();
+    let second = common::cni(&n.sb, &call("ADD", "rep1")).ok();
+    assert_eq!(first["interfaces"][1]["name"], second["interfaces"][1]["name"]);
+    assert!(pings(&pod, NODE_IP));
+    common::cni(&n.sb, &call("CHECK", "rep1")).ok();
+    common::cni(&n.sb, &call("DEL", "rep1")).ok();
+    assert_eq!(n.snapshot(), before);
+    assert!(!pod.exec("ip link show veth0").0);
+}
+
+#[test]
+fn veth_dual_stack_routes_and_neighbours_for_both_families() {
+    let n = Node::new();
+    n.node.must("ip addr add fd00:77::1/64 dev par0 nodad");
+    let pod = Netns::new("vrp");
+    let before = n.snapshot();
+    let mut mv = n.macvlan("par0", "192.168.77.0/24", "192.168.77.254", true);
+    mv["ipam"]["ranges"].as_array_mut().unwrap().push(json!([{"subnet": "fd00:77::/64", "rangeStart": "fd00:77::10"}]));
+    let list = n.conflist(
+        "dual",
+        json!([mv, n.hijack("veth", json!({"service_hijack_subnet": ["10.96.0.0/12", "fd00:96::/112"]}))]),
+    );
+    let res = n.must_drive("add", &list, &pod, "dual1", "eth0");
+    let host_veth = res["interfaces"][1]["name"].as_str().unwrap().to_string();
+    let pod_v6 = res["ips"][1]["address"].as_str().unwrap().split('/').next().unwrap().to_string();
+
+    assert_eq!(route_get(&pod, "fd00:96::10"), ("veth0".into(), Some("fd00:77::1".into())));
+    assert_eq!(route_get(&pod, SERVICE_IP), ("veth0".into(), Some(NODE_IP.into())));
+    assert_eq!(pod.must("sysctl -n net.ipv6.conf.veth0.disable_ipv6").trim(), "0");
+    assert_eq!(n.node.must(&format!("sysctl -n net.ipv6.conf.{host_veth}.disable_ipv6")).trim(), "0");
+    let neigh = ip_json(&pod, "ip -j -6 neigh show fd00:77::1 dev veth0");
+    assert_eq!(
+        (neigh[0]["lladdr"].as_str(), &neigh[0]["state"]),
+        (Some(mac_of(&n.node, &host_veth).as_str()), &json!(["PERMANENT"]))
+    );
+    let neigh = ip_json(&n.node, &format!("ip -j -6 neigh show {pod_v6} dev {host_veth}"));
+    assert_eq!(neigh[0]["lladdr"].as_str(), Some(mac_of(&pod, "veth0").as_str()));
+    assert_eq!(
+        ip_json(&n.node, &format!("ip -j -6 route show {pod_v6}/128"))[0]["dev"].as_str(),
+        Some(host_veth.as_str())
+    );
+    n.must_drive("check", &list, &pod, "dual1", "eth0");
+    n.must_drive("del", &list, &pod, "dual1", "eth0");
+    assert_eq!(n.snapshot(), before);
+}
