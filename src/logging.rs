@@ -1,51 +1,146 @@
 //! Logs an operator can use: one line per operation (pod, container id, network, result or error,
-//! duration) plus whatever a plugin logs at the configured level, to stderr or to a size-rotated file.
-//! Never to stdout: stdout carries the CNI result.
+//! duration) plus whatever a plugin logs at its configured level, to stderr or to a size-rotated
+//! file. Never to stdout: stdout carries the CNI result.
 //!
 //! Keys, in any plugin's config: `logLevel` (error|warn|info|debug|trace, default info), `logFile`
-//! (default: stderr), `logMaxSizeMB` (10), `logMaxFiles` (3). The veth/router plugins also read seed
-//! 004's `log_options` {`log_level`, `log_file`, `log_max_size`, `log_max_count`}.
+//! (default: stderr), `logMaxSizeMB` (10), `logMaxFiles` (3). `veth` and `router` use seed 004's
+//! `log_options` {`log_level`, `log_file`, `log_max_size`, `log_max_age`, `log_max_count`} with the
+//! seed's defaults (debug, `/var/log/meta-plugins/<plugin>.log`, 100 MB, 5 days, 5 files).
 
 use serde_json::{Map, Value};
-use std::fs::{self, OpenOptions};
+use std::fs::{self, File, OpenOptions};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
+use std::time::{Duration, SystemTime};
 use tracing::Level;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LogConfig {
     pub level: Level,
+    /// None: stderr.
     pub file: Option<PathBuf>,
     pub max_size_bytes: u64,
+    /// Rotated files kept (`file.1` .. `file.N`).
     pub max_files: u32,
+    /// Rotated files older than this are removed.
+    pub max_age: Option<Duration>,
 }
 
 impl Default for LogConfig {
     fn default() -> Self {
-        LogConfig { level: Level::INFO, file: None, max_size_bytes: 10 << 20, max_files: 3 }
+        LogConfig { level: Level::INFO, file: None, max_size_bytes: 10 << 20, max_files: 3, max_age: None }
     }
 }
 
+/// Plugins whose logging follows seed 004's `log_options`.
+const SEED_LOG_OPTIONS_PLUGINS: [&str; 2] = ["veth", "router"];
+
 impl LogConfig {
-    /// Read the logging keys of a plugin config. Bad values fall back to defaults: a typo in a log
-    /// setting must never cost a pod its network.
-    pub fn from_conf(raw: &Map<String, Value>) -> Self {
+    /// Seed 004's defaults for `plugin`.
+    pub fn seed_defaults(plugin: &str) -> Self {
+        LogConfig {
+            level: Level::DEBUG,
+            file: Some(PathBuf::from(format!("/var/log/meta-plugins/{plugin}.log"))),
+            max_size_bytes: 100 << 20,
+            max_files: 5,
+            max_age: Some(Duration::from_secs(5 * 86_400)),
+        }
+    }
+
+    /// The logging of `plugin` as its config sets it. Lenient: a bad value means the default, because a
+    /// typo in a log setting must never cost a pod its network (plugins that want to refuse bad log
+    /// settings on ADD validate with [`LogConfig::from_log_options`]).
+    pub fn for_plugin(plugin: &str, raw: &Map<String, Value>) -> Self {
+        if SEED_LOG_OPTIONS_PLUGINS.contains(&plugin) {
+            return Self::from_log_options(plugin, raw.get("log_options"))
+                .unwrap_or_else(|_| Self::seed_defaults(plugin));
+        }
         let mut cfg = LogConfig::default();
-        let (level, file, size, count) = match raw.get("log_options").and_then(Value::as_object) {
-            Some(o) => (o.get("log_level"), o.get("log_file"), o.get("log_max_size"), o.get("log_max_count")),
-            None => (raw.get("logLevel"), raw.get("logFile"), raw.get("logMaxSizeMB"), raw.get("logMaxFiles")),
-        };
-        if let Some(l) = level.and_then(Value::as_str).and_then(parse_level) {
+        if let Some(l) = raw.get("logLevel").and_then(Value::as_str).and_then(parse_level) {
             cfg.level = l;
         }
-        cfg.file = file.and_then(Value::as_str).filter(|f| !f.is_empty()).map(PathBuf::from);
-        if let Some(mb) = size.and_then(Value::as_u64).filter(|n| *n > 0) {
+        cfg.file = raw.get("logFile").and_then(Value::as_str).filter(|f| !f.is_empty()).map(PathBuf::from);
+        if let Some(mb) = raw.get("logMaxSizeMB").and_then(Value::as_u64).filter(|n| *n > 0) {
             cfg.max_size_bytes = mb.saturating_mul(1 << 20);
         }
-        if let Some(n) = count.and_then(Value::as_u64).filter(|n| *n > 0) {
+        if let Some(n) = raw.get("logMaxFiles").and_then(Value::as_u64).filter(|n| *n > 0) {
             cfg.max_files = u32::try_from(n).unwrap_or(u32::MAX).min(100);
         }
         cfg
+    }
+
+    /// Seed 004's `log_options` object, strictly: every key optional, every value checked.
+    pub fn from_log_options(plugin: &str, v: Option<&Value>) -> Result<Self, String> {
+        let mut o = Self::seed_defaults(plugin);
+        let m = match v {
+            None | Some(Value::Null) => return Ok(o),
+            Some(Value::Object(m)) => m,
+            Some(other) => return Err(format!("{other} is not an object")),
+        };
+        for (k, v) in m {
+            let positive =
+                || v.as_u64().filter(|n| *n > 0).ok_or_else(|| format!("{k}: {v} is not a positive integer"));
+            match k.as_str() {
+                "log_level" => {
+                    o.level = v
+                        .as_str()
+                        .and_then(parse_level)
+                        .ok_or_else(|| format!("log_level: {v} is not one of trace, debug, info, warn, error"))?
+                }
+                "log_file" => match v.as_str() {
+                    Some(f) if f.starts_with('/') => o.file = Some(PathBuf::from(f)),
+                    _ => return Err(format!("log_file: {v} is not an absolute path")),
+                },
+                "log_max_size" => o.max_size_bytes = positive()?.saturating_mul(1 << 20),
+                "log_max_age" => o.max_age = Some(Duration::from_secs(positive()?.saturating_mul(86_400))),
+                "log_max_count" => {
+                    o.max_files = u32::try_from(positive()?).map_err(|_| format!("{k}: {v} is too large"))?.min(100)
+                }
+                _ => return Err(format!("unknown key {k:?}")),
+            }
+        }
+        Ok(o)
+    }
+
+    /// Install as the process-wide logger. The first call wins; later calls are no-ops.
+    pub fn init(&self) {
+        let builder = tracing_subscriber::fmt().with_max_level(self.level).with_ansi(false).with_target(false);
+        match self.open() {
+            Some(Ok(f)) => {
+                let _ = builder.with_writer(Mutex::new(f)).try_init();
+            }
+            Some(Err(e)) => {
+                let _ = builder.with_writer(std::io::stderr).try_init();
+                tracing::warn!("cannot open log file {}: {e}; logging to stderr", self.file_display());
+            }
+            None => {
+                let _ = builder.with_writer(std::io::stderr).try_init();
+            }
+        }
+    }
+
+    /// Run `f` with its events going where this config says (a built-in plugin run in process by
+    /// another keeps its own log). If the file cannot be opened they go to stderr: a plugin must
+    /// never fail because it cannot log.
+    pub fn scope<T>(&self, f: impl FnOnce() -> T) -> T {
+        let builder = tracing_subscriber::fmt().with_ansi(false).with_max_level(self.level).with_target(false);
+        match self.open() {
+            Some(Ok(file)) => tracing::subscriber::with_default(builder.with_writer(Mutex::new(file)).finish(), f),
+            Some(Err(e)) => tracing::subscriber::with_default(builder.with_writer(std::io::stderr).finish(), || {
+                tracing::warn!("cannot open log file {}: {e}; logging to stderr", self.file_display());
+                f()
+            }),
+            None => tracing::subscriber::with_default(builder.with_writer(std::io::stderr).finish(), f),
+        }
+    }
+
+    fn file_display(&self) -> String {
+        self.file.as_deref().map(|p| p.display().to_string()).unwrap_or_default()
+    }
+
+    fn open(&self) -> Option<std::io::Result<File>> {
+        let path = self.file.as_deref()?;
+        Some(open_rotated(path, self.max_size_bytes, self.max_files, self.max_age))
     }
 }
 
@@ -60,29 +155,11 @@ fn parse_level(s: &str) -> Option<Level> {
     }
 }
 
-/// Install the process-wide logger. The first call wins; later calls are no-ops.
-/// If the log file cannot be opened, logs go to stderr and that is said once there.
-pub fn init(cfg: &LogConfig) {
-    let builder = tracing_subscriber::fmt().with_max_level(cfg.level).with_ansi(false).with_target(false);
-    let file = cfg.file.as_deref().map(|p| (p, open_rotated(p, cfg.max_size_bytes, cfg.max_files)));
-    match file {
-        Some((_, Ok(f))) => {
-            let _ = builder.with_writer(Mutex::new(f)).try_init();
-        }
-        Some((p, Err(e))) => {
-            let _ = builder.with_writer(std::io::stderr).try_init();
-            tracing::warn!("cannot open log file {}: {e}; logging to stderr", p.display());
-        }
-        None => {
-            let _ = builder.with_writer(std::io::stderr).try_init();
-        }
-    }
-}
-
-/// Open `path` for appending, first rotating it (`path` -> `path.1` -> ... -> `path.N`) when it has
-/// grown past `max_size`. Many plugin processes log at once: rotation happens under an exclusive
-/// flock on the file, and a process that finds it already rotated just appends.
-fn open_rotated(path: &Path, max_size: u64, max_files: u32) -> std::io::Result<fs::File> {
+/// Open `path` for appending, first rotating it (`path` -> `path.1` -> ... -> `path.N`, dropping files
+/// past N or older than `max_age`) when it has grown past `max_size`. Many plugin processes log at
+/// once: rotation happens under an exclusive flock, and a process that finds the file already
+/// rotated just appends.
+fn open_rotated(path: &Path, max_size: u64, max_files: u32, max_age: Option<Duration>) -> std::io::Result<File> {
     if let Some(dir) = path.parent() {
         fs::create_dir_all(dir)?;
     }
@@ -93,12 +170,23 @@ fn open_rotated(path: &Path, max_size: u64, max_files: u32) -> std::io::Result<f
     }
     let lock =
         nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusive).map_err(|(_, e)| std::io::Error::from(e))?;
-    // Another process may have rotated while we waited: only rotate if the path is still the big file.
     if fs::metadata(path)?.len() >= max_size {
+        let _ = fs::remove_file(numbered(path, max_files));
         for i in (1..max_files).rev() {
             let _ = fs::rename(numbered(path, i), numbered(path, i + 1));
         }
         fs::rename(path, numbered(path, 1))?;
+        if let Some(age) = max_age {
+            for i in 1..=max_files {
+                let p = numbered(path, i);
+                let old = fs::metadata(&p)
+                    .and_then(|m| m.modified())
+                    .is_ok_and(|t| SystemTime::now().duration_since(t).is_ok_and(|d| d > age));
+                if old {
+                    let _ = fs::remove_file(p);
+                }
+            }
+        }
     }
     drop(lock);
     open()
@@ -120,16 +208,47 @@ mod tests {
     }
 
     #[test]
-    fn reads_camel_case_and_seed_keys_and_ignores_bad_values() {
-        let c = LogConfig::from_conf(&conf(json!({"logLevel": "debug", "logFile": "/tmp/x.log", "logMaxSizeMB": 2})));
+    fn camel_case_keys_and_bad_values_fall_back() {
+        let c = LogConfig::for_plugin(
+            "yh-genie",
+            &conf(json!({"logLevel": "debug", "logFile": "/tmp/x.log", "logMaxSizeMB": 2})),
+        );
         assert_eq!(
             (c.level, c.file.as_deref(), c.max_size_bytes),
             (Level::DEBUG, Some(Path::new("/tmp/x.log")), 2 << 20)
         );
-        let c = LogConfig::from_conf(&conf(json!({"log_options": {"log_level": "Warning", "log_max_count": 7}})));
-        assert_eq!((c.level, c.max_files), (Level::WARN, 7));
-        let c = LogConfig::from_conf(&conf(json!({"logLevel": 5, "logMaxSizeMB": -1, "logFile": ""})));
+        let c = LogConfig::for_plugin("yonghui", &conf(json!({"logLevel": 5, "logMaxSizeMB": -1, "logFile": ""})));
         assert_eq!(c, LogConfig::default());
+    }
+
+    #[test]
+    fn seed_log_options_defaults_overrides_and_strictness() {
+        let d = LogConfig::for_plugin("router", &Map::new());
+        assert_eq!(d.file.as_deref(), Some(Path::new("/var/log/meta-plugins/router.log")));
+        assert_eq!(d.level, Level::DEBUG);
+        let o = LogConfig::from_log_options(
+            "veth",
+            Some(&json!({"log_level": "Info", "log_file": "/tmp/v.log", "log_max_size": 1, "log_max_age": 2, "log_max_count": 3})),
+        )
+        .unwrap();
+        assert_eq!(
+            (o.level, o.max_size_bytes, o.max_age, o.max_files),
+            (Level::INFO, 1 << 20, Some(Duration::from_secs(2 * 86_400)), 3)
+        );
+        for bad in [
+            json!({"log_level": "loud"}),
+            json!({"log_file": "rel.log"}),
+            json!({"log_max_size": 0}),
+            json!({"x": 1}),
+            json!(3),
+        ] {
+            assert!(LogConfig::from_log_options("veth", Some(&bad)).is_err(), "{bad}");
+        }
+        // Lenient for the operation log: a bad value is the seed's default, not an error.
+        assert_eq!(
+            LogConfig::for_plugin("veth", &conf(json!({"log_options": {"log_level": "loud"}}))),
+            LogConfig::seed_defaults("veth")
+        );
     }
 
     #[test]
@@ -137,12 +256,21 @@ mod tests {
         let d = tempfile::tempdir().unwrap();
         let p = d.path().join("logs/op.log");
         for round in 0..5u8 {
-            let mut f = open_rotated(&p, 10, 2).unwrap();
+            let mut f = open_rotated(&p, 10, 2, None).unwrap();
             std::io::Write::write_all(&mut f, &[b'a' + round; 20]).unwrap();
         }
         assert_eq!(fs::read(&p).unwrap(), vec![b'e'; 20]);
         assert_eq!(fs::read(numbered(&p, 1)).unwrap(), vec![b'd'; 20]);
         assert_eq!(fs::read(numbered(&p, 2)).unwrap(), vec![b'c'; 20]);
         assert!(!numbered(&p, 3).exists());
+    }
+
+    #[test]
+    fn scope_writes_to_the_file() {
+        let d = tempfile::tempdir().unwrap();
+        let file = d.path().join("veth.log");
+        let o = LogConfig { file: Some(file.clone()), ..LogConfig::seed_defaults("veth") };
+        o.scope(|| tracing::debug!("first line"));
+        assert!(fs::read_to_string(&file).unwrap().contains("first line"));
     }
 }

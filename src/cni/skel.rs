@@ -6,7 +6,7 @@ use super::env::{Command, Invocation};
 use super::error::CniError;
 use super::result::CniResult;
 use super::version::{self, CniVersion};
-use crate::logging::{self, LogConfig};
+use crate::logging::LogConfig;
 use std::io::{Read, Write};
 use std::time::Instant;
 
@@ -83,7 +83,7 @@ pub fn run_with(plugin: &dyn Plugin, get_env: impl Fn(&str) -> Option<String>, s
             }
         })?;
         version_for_errors = conf.cni_version.as_str().to_string();
-        logging::init(&LogConfig::from_conf(&conf.raw));
+        LogConfig::for_plugin(plugin.name(), &conf.raw).init();
         op.network = conf.name.clone();
         let out = dispatch(plugin, &inv, &conf)?;
         if let Some(r) = &out {
@@ -125,7 +125,7 @@ impl OpLine {
             return;
         }
         // Errors before the config was read (bad env, bad JSON) still get their line, on stderr.
-        logging::init(&LogConfig::default());
+        LogConfig::default().init();
         let ms = format!("{:.1}", took.as_secs_f64() * 1000.0);
         let (command, container, ifname, pod, network) =
             (self.command, &self.container, &self.ifname, &self.pod, &self.network);

@@ -1,8 +1,8 @@
 //! The configuration keys `veth` and `router` share (seed 004), parsed strictly for ADD and CHECK and
 //! leniently for DEL: a DEL must be able to clean up even after the configuration was broken.
 
-use super::logging::LogOptions;
 use crate::cni::CniError;
+use crate::logging::LogConfig;
 use ipnetwork::IpNetwork;
 use serde_json::{Map, Value};
 use std::path::PathBuf;
@@ -47,7 +47,7 @@ pub struct HijackConfig {
     pub route_table: u32,
     /// `data_dir`: where ADD records what it changed, for DEL and CHECK.
     pub data_dir: PathBuf,
-    pub log: LogOptions,
+    pub log: LogConfig,
 }
 
 impl HijackConfig {
@@ -84,7 +84,8 @@ impl HijackConfig {
             },
         };
         let data_dir = keys.data_dir()?;
-        let log = LogOptions::parse(plugin, raw.get("log_options")).map_err(|e| keys.invalid("log_options", e))?;
+        let log =
+            LogConfig::from_log_options(plugin, raw.get("log_options")).map_err(|e| keys.invalid("log_options", e))?;
         Ok(HijackConfig {
             overlay_subnets,
             service_subnets,
@@ -100,10 +101,10 @@ impl HijackConfig {
 
     /// What DEL needs, which is only where the record and the log are. A broken value falls back to
     /// its default rather than failing: DEL must clean up whatever the configuration has become.
-    pub fn for_del(plugin: &str, raw: &Map<String, Value>) -> (PathBuf, LogOptions) {
+    pub fn for_del(plugin: &str, raw: &Map<String, Value>) -> (PathBuf, LogConfig) {
         let keys = Keys { plugin, raw };
         let data_dir = keys.data_dir().unwrap_or_else(|_| default_data_dir(plugin));
-        let log = LogOptions::parse(plugin, raw.get("log_options")).unwrap_or_else(|_| LogOptions::defaults(plugin));
+        let log = LogConfig::for_plugin(plugin, raw);
         (data_dir, log)
     }
 }

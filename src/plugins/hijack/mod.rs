@@ -9,7 +9,6 @@
 
 pub mod config;
 pub mod kernel;
-pub mod logging;
 pub mod model;
 pub mod plan;
 pub mod record;
