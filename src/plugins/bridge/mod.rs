@@ -70,16 +70,25 @@ impl Plugin for Bridge {
     fn del(&self, inv: &Invocation, conf: &PluginConf) -> Result<(), CniError> {
         let masquerade = Conf::masquerade_for_del(conf);
         let ipam = Ipam::from_conf(conf, inv)?;
-        // The families the pod had, when the runtime says (prevResult); otherwise assume both.
-        let families = match conf.prev_result().ok().flatten().filter(|r| !r.ips.is_empty()) {
-            Some(prev) => prev.ips.iter().map(|ip| IpFamily::of_net(&ip.address)).collect(),
-            None => vec![IpFamily::V4, IpFamily::V6],
-        };
+        // Which address families may have NAT rules: prevResult's when the runtime passes it, else
+        // those on the interface about to be deleted; with neither, both. (Only a hint to save
+        // execs: the rules themselves are found by name and container id.)
+        let mut families: Vec<IpFamily> = conf
+            .prev_result()
+            .ok()
+            .flatten()
+            .map(|prev| IpFamily::distinct(prev.ips.iter().map(|ip| &ip.address)))
+            .unwrap_or_default();
         runtime::block_on(async {
             if let Some(path) = inv.netns.as_deref().filter(|p| netns::exists(p)) {
                 match Netlink::in_netns(path) {
                     Ok(pod) => {
-                        pod.del_link_by_name(&inv.ifname).await?;
+                        if let Some(link) = pod.link_by_name(&inv.ifname).await? {
+                            if families.is_empty() {
+                                families = global_families(&pod, link.index).await?;
+                            }
+                            pod.del_link(link.index).await?;
+                        }
                     }
                     // Gone (or no longer a netns) between the check and the open: nothing left there.
                     Err(e) if e.code == code::NETNS => {}
@@ -89,6 +98,9 @@ impl Plugin for Bridge {
             if let Some(ipam) = &ipam {
                 ipam.del().await?;
                 if let Some(firewall) = masquerade {
+                    if families.is_empty() {
+                        families = vec![IpFamily::V4, IpFamily::V6];
+                    }
                     firewall.del_masquerade(&Owner::new(&conf.name, &inv.container_id), &families).await?;
                 }
             }
@@ -112,6 +124,12 @@ impl Plugin for Bridge {
             check::check(&check::Context { inv, conf: &c, prev: &prev, host: &host, pod: &pod, netns_path }).await
         })
     }
+}
+
+/// The families of the global addresses on link `index`.
+async fn global_families(nl: &Netlink, index: u32) -> Result<Vec<IpFamily>, CniError> {
+    let addresses = nl.addresses(Some(index), None).await?;
+    Ok(IpFamily::distinct(addresses.iter().filter(|a| !a.is_link_local()).map(|a| &a.net)))
 }
 
 fn container_netns(inv: &Invocation) -> Result<&Path, CniError> {
@@ -171,8 +189,7 @@ impl Attachment<'_> {
             let owner = Owner::new(&self.conf.network, &self.inv.container_id);
             let ips: Vec<_> = result.ips.iter().map(|ip| ip.address).collect();
             if let Err(e) = firewall.add_masquerade(&owner, &ips).await {
-                let families: Vec<_> = ips.iter().map(IpFamily::of_net).collect();
-                if let Err(undo) = firewall.del_masquerade(&owner, &families).await {
+                if let Err(undo) = firewall.del_masquerade(&owner, &IpFamily::distinct(&ips)).await {
                     eprintln!("yh-bridge: undoing NAT rules after a failed ADD: {undo}");
                 }
                 return Err(e);
@@ -229,7 +246,7 @@ impl Attachment<'_> {
                 self.host.set_mac(link.index, mac).await?;
             }
         }
-        for family in plan::forwarding_families(&plan.bridge_addresses) {
+        for family in IpFamily::distinct(&plan.bridge_addresses) {
             links::enable_forwarding(family)?;
         }
         Ok(())
