@@ -395,6 +395,29 @@ fn nftables_backend_adds_one_chain_per_pod_and_del_removes_it() {
     assert_eq!(result["ips"].as_array().unwrap().len(), 2);
 }
 
+/// The NAT rules really masquerade: a host beyond the node, which has no route back to the pod
+/// subnet, answers the pod's pings only when `ipMasq` is on. For each backend.
+#[test]
+fn masquerade_lets_the_pod_reach_beyond_the_node() {
+    require_root();
+    for (masq, backend) in [(false, "iptables"), (true, "iptables"), (true, "nftables")] {
+        let node = Node::new();
+        let outside = Netns::new("bro");
+        node.ns.must(&format!("ip link add up0 type veth peer name up1 netns {}", outside.name));
+        node.ns.must("ip addr add 192.168.200.1/24 dev up0 && ip link set up0 up");
+        outside.must("ip addr add 192.168.200.2/24 dev up1 && ip link set up1 up");
+        let pod = Netns::new("brp");
+        let conf = node.conf(
+            OURS,
+            &unique("net"),
+            &json!({"isDefaultGateway": true, "ipMasq": masq, "ipMasqBackend": backend}),
+        );
+        driver(&node, "ADD", &unique("cid"), &pod.path().display().to_string(), &conf, "").ok();
+        let (reached, out) = pod.exec("ping -c 1 -W 3 192.168.200.2");
+        assert_eq!(reached, masq, "ipMasq {masq}, backend {backend}: {out}");
+    }
+}
+
 #[test]
 fn forty_pods_eight_at_a_time_get_distinct_addresses_and_leave_nothing() {
     require_root();
