@@ -25,6 +25,7 @@ use crate::ipam::Ipam;
 use crate::netlink::{IpFamily, Link, MacAddr, Netlink, OPER_UP_TIMEOUT, Route};
 use crate::{netns, runtime};
 use config::Conf;
+use ipnetwork::IpNetwork;
 use links::Port;
 use plan::Plan;
 use std::os::fd::AsFd;
@@ -70,22 +71,23 @@ impl Plugin for Bridge {
     fn del(&self, inv: &Invocation, conf: &PluginConf) -> Result<(), CniError> {
         let masquerade = Conf::masquerade_for_del(conf);
         let ipam = Ipam::from_conf(conf, inv)?;
-        // Which address families may have NAT rules: prevResult's when the runtime passes it, else
-        // those on the interface about to be deleted; with neither, both. (Only a hint to save
-        // execs: the rules themselves are found by name and container id.)
-        let mut families: Vec<IpFamily> = conf
+        // The pod's addresses, for NAT teardown: prevResult's when the runtime passes it, else those
+        // on the interface about to be deleted. Only a hint that saves execs: the rules are found
+        // by network name and container id.
+        let mut addresses: Vec<IpNetwork> = conf
             .prev_result()
             .ok()
             .flatten()
-            .map(|prev| IpFamily::distinct(prev.ips.iter().map(|ip| &ip.address)))
+            .map(|prev| prev.ips.iter().map(|ip| ip.address).collect())
             .unwrap_or_default();
         runtime::block_on(async {
             if let Some(path) = inv.netns.as_deref().filter(|p| netns::exists(p)) {
                 match Netlink::in_netns(path) {
                     Ok(pod) => {
                         if let Some(link) = pod.link_by_name(&inv.ifname).await? {
-                            if families.is_empty() {
-                                families = global_families(&pod, link.index).await?;
+                            if addresses.is_empty() {
+                                let found = pod.addresses(Some(link.index), None).await?;
+                                addresses = found.into_iter().filter(|a| !a.is_link_local()).map(|a| a.net).collect();
                             }
                             pod.del_link(link.index).await?;
                         }
@@ -98,10 +100,7 @@ impl Plugin for Bridge {
             if let Some(ipam) = &ipam {
                 ipam.del().await?;
                 if let Some(firewall) = masquerade {
-                    if families.is_empty() {
-                        families = vec![IpFamily::V4, IpFamily::V6];
-                    }
-                    firewall.del_masquerade(&Owner::new(&conf.name, &inv.container_id), &families).await?;
+                    firewall.del_masquerade(&Owner::new(&conf.name, &inv.container_id), &addresses).await?;
                 }
             }
             Ok(())
@@ -124,12 +123,6 @@ impl Plugin for Bridge {
             check::check(&check::Context { inv, conf: &c, prev: &prev, host: &host, pod: &pod, netns_path }).await
         })
     }
-}
-
-/// The families of the global addresses on link `index`.
-async fn global_families(nl: &Netlink, index: u32) -> Result<Vec<IpFamily>, CniError> {
-    let addresses = nl.addresses(Some(index), None).await?;
-    Ok(IpFamily::distinct(addresses.iter().filter(|a| !a.is_link_local()).map(|a| &a.net)))
 }
 
 fn container_netns(inv: &Invocation) -> Result<&Path, CniError> {
@@ -189,7 +182,7 @@ impl Attachment<'_> {
             let owner = Owner::new(&self.conf.network, &self.inv.container_id);
             let ips: Vec<_> = result.ips.iter().map(|ip| ip.address).collect();
             if let Err(e) = firewall.add_masquerade(&owner, &ips).await {
-                if let Err(undo) = firewall.del_masquerade(&owner, &IpFamily::distinct(&ips)).await {
+                if let Err(undo) = firewall.del_masquerade(&owner, &ips).await {
                     eprintln!("yh-bridge: undoing NAT rules after a failed ADD: {undo}");
                 }
                 return Err(e);
