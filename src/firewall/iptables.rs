@@ -77,7 +77,8 @@ fn del_script(owner: &Owner, save: &str) -> Option<String> {
     Some(s)
 }
 
-/// A string as one iptables-restore argument. `Owner::comment` has no `"` or `\` of its own.
+/// A string as one iptables-restore argument: in quotes, its own quotes escaped. (`Owner::comment`
+/// has no backslash to escape.)
 fn quoted(s: &str) -> String {
     format!("\"{}\"", s.replace('"', "\\\""))
 }
@@ -86,17 +87,15 @@ impl Firewall for Iptables {
     async fn add_masquerade(&self, owner: &Owner, ips: &[IpNetwork]) -> Result<(), CniError> {
         for family in [IpFamily::V4, IpFamily::V6] {
             if let Some(script) = add_script(owner, ips, family) {
-                command::run(tools(family).1, &["-w", "--noflush"], &script).await?;
+                let (_, restore) = tools(family);
+                command::run(restore, &["-w", "--noflush"], &script).await?;
             }
         }
         Ok(())
     }
 
     async fn del_masquerade(&self, owner: &Owner, known: &[IpNetwork]) -> Result<(), CniError> {
-        let families = match known.is_empty() {
-            true => vec![IpFamily::V4, IpFamily::V6],
-            false => IpFamily::distinct(known),
-        };
+        let families = if known.is_empty() { vec![IpFamily::V4, IpFamily::V6] } else { IpFamily::distinct(known) };
         for family in families {
             let (save, restore) = tools(family);
             // Usually one exec: the rules are where ADD put them.

@@ -7,8 +7,8 @@
 //! only other work inside the container's netns, its sysctls, is done on a dedicated thread too. No
 //! runtime worker ever changes netns.
 //!
-//! Differences from the reference, all deliberate: nothing is made before the input is known good
-//! (netns, bridge kind, interface name, configuration); the host veth is created already up and
+//! Differences from the reference, all deliberate (docs/yh-bridge.md lists them): the configuration
+//! and the netns are checked before anything is made; the host veth is created already up and
 //! enslaved; the bridge port's state is polled with a short backoff instead of fixed sleeps; DEL
 //! removes NAT rules by name and container id, so it works when the netns is gone; CHECK also checks
 //! the host veth is the peer of the container interface.
@@ -230,12 +230,12 @@ impl Attachment<'_> {
             // Pin the MAC; otherwise the bridge takes the lowest port MAC, which changes as pods come
             // and go. The reference pins the MAC from before the pod's port was added, which is all
             // zeroes on a bridge whose last port left (the kernel refuses that); then pin the current one.
-            let before = link.mac.filter(|m| *m != MacAddr::ZERO);
-            let mac = match before {
-                Some(mac) => Some(mac),
-                None => self.host.link_by_index(link.index).await?.and_then(|l| l.mac),
-            };
-            if let Some(mac) = mac.filter(|m| *m != MacAddr::ZERO) {
+            let usable = |mac: &MacAddr| *mac != MacAddr::ZERO;
+            let mut mac = link.mac.filter(usable);
+            if mac.is_none() {
+                mac = self.host.link_by_index(link.index).await?.and_then(|l| l.mac).filter(usable);
+            }
+            if let Some(mac) = mac {
                 self.host.set_mac(link.index, mac).await?;
             }
         }
@@ -250,6 +250,7 @@ impl Attachment<'_> {
 /// construction), gratuitous ARP on address changes, and IPv6 enabled on `lo` and the interface
 /// when IPv6 addresses are coming (the reference's sysctls).
 fn pod_sysctls(ifname: &str, has_v6: bool) -> Result<(), CniError> {
+    // Best effort, as in the reference: a pod without IPv6 has no accept_dad to set.
     let _ = netns::write_sysctl(&format!("net/ipv6/conf/{ifname}/accept_dad"), "0");
     let _ = netns::write_sysctl(&format!("net/ipv4/conf/{ifname}/arp_notify"), "1");
     if has_v6 {
