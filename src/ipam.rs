@@ -48,11 +48,12 @@ impl<'a> Ipam<'a> {
         let out = self.exec(Command::Add).await?;
         let parsed = CniResult::from_slice(&out)
             .map_err(|e| e.context(format!("result of IPAM plugin {}", self.plugin_type)))
-            .and_then(|r| match r.ips.is_empty() {
-                true => {
+            .and_then(|r| {
+                if r.ips.is_empty() {
                     Err(CniError::new(code::IPAM, format!("IPAM plugin {} returned no IP address", self.plugin_type)))
+                } else {
+                    Ok(r)
                 }
-                false => Ok(r),
             });
         if parsed.is_err() {
             self.release_after_failure().await;

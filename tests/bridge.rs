@@ -121,21 +121,21 @@ fn with_prev(conf: &Value, prev: &Value) -> Value {
     c
 }
 
-/// ADD, then CHECK, through `via`; returns the ADD result.
-fn add_and_check(node: &Node, via: Via, cid: &str, pod: &Netns, conf: &Value) -> Value {
+/// ADD, then CHECK if `check`, through `via`; returns the ADD result.
+fn add_and_check(node: &Node, via: Via, cid: &str, pod: &Netns, conf: &Value, check: bool) -> Value {
     let netns = pod.path().display().to_string();
     match via {
         Via::Cnidrive => {
             let list = node.conflist(conf);
             let result = cnidrive_run(&node.sb, "add", &list, &netns, cid, IFNAME, "").ok();
-            if conf["type"] == OURS {
+            if check {
                 cnidrive_run(&node.sb, "check", &list, &netns, cid, IFNAME, "").ok();
             }
             result
         }
         Via::Driver => {
             let result = driver(node, "ADD", cid, &netns, conf, "").ok();
-            if conf["type"] == OURS {
+            if check {
                 driver(node, "CHECK", cid, &netns, &with_prev(conf, &result), "").ok();
             }
             result
@@ -247,6 +247,17 @@ fn assert_same(what: &str, ours: &Value, reference: &Value) {
     );
 }
 
+/// The kernel destroys a deleted netns's veths in the background; wait (boundedly) until the node
+/// has none left, so the checks after it see the plugin's doing, not the kernel's pace.
+fn wait_for_netns_teardown(node: &Node) {
+    for _ in 0..200 {
+        if node.links_of_kind("veth").is_empty() {
+            return;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
+
 /// After DEL: no veth on the node, no lease, no NAT rule, no interface in the pod.
 fn assert_clean(node: &Node, name: &str, pod: Option<&Netns>) {
     assert_eq!(node.links_of_kind("veth"), Vec::<String>::new(), "veths left on the node");
@@ -257,9 +268,10 @@ fn assert_clean(node: &Node, name: &str, pod: Option<&Netns>) {
     }
 }
 
-/// Run `extra` through yh-bridge and the reference on identical nodes; compare the result, the pod
-/// and the node. Then CHECK (inside `add_and_check`), DEL, DEL again on yh-bridge.
-fn compare_with_reference(extra: Value, via: Via) {
+/// Run the configuration `make` gives for each plugin through yh-bridge and the reference on
+/// identical nodes; compare the result, the pod and the node. Then CHECK (inside `add_and_check`),
+/// DEL, DEL again on yh-bridge.
+fn compare(make: impl Fn(&Node, &str, &str) -> Value, via: Via) {
     require_root();
     let name = unique("net");
     let cid = unique("cid");
@@ -267,8 +279,8 @@ fn compare_with_reference(extra: Value, via: Via) {
     for plugin in [OURS, REFERENCE] {
         let node = Node::new();
         let pod = Netns::new("brp");
-        let conf = node.conf(plugin, &name, &extra);
-        let result = add_and_check(&node, via, &cid, &pod, &conf);
+        let conf = make(&node, plugin, &name);
+        let result = add_and_check(&node, via, &cid, &pod, &conf, plugin == OURS);
         seen.push((normal_result(&result), pod_view(&pod), node_view(&node, &result)));
         if plugin == OURS {
             del(&node, via, &cid, &pod, &conf, &result);
@@ -280,6 +292,11 @@ fn compare_with_reference(extra: Value, via: Via) {
     assert_same("the ADD result", &ours.0, &reference.0);
     assert_same("the pod netns", &ours.1, &reference.1);
     assert_same("the node", &ours.2, &reference.2);
+}
+
+/// `compare` for a bridge configuration: the defaults of `Node::conf` plus `extra`.
+fn compare_with_reference(extra: Value, via: Via) {
+    compare(|node, plugin, name| node.conf(plugin, name, &extra), via);
 }
 
 #[test]
@@ -331,6 +348,25 @@ fn same_as_reference_l2_only() {
     compare_with_reference(json!({"ipam": null}), Via::Driver);
 }
 
+/// yonghui's generated delegate run by yh-bridge (its default, in process) and by the reference
+/// bridge (`delegate.type: bridge`, exec'd) gives the same pod network, NAT rules included
+/// (FLANNEL_IPMASQ=false makes the delegate masquerade).
+#[test]
+fn yonghui_through_yh_bridge_same_as_through_reference() {
+    let yonghui = |node: &Node, plugin: &str, name: &str| {
+        let subnet_env = node.sb.write(
+            "subnet.env",
+            "FLANNEL_NETWORK=10.66.0.0/16\nFLANNEL_SUBNET=10.66.3.1/24\nFLANNEL_MTU=1450\nFLANNEL_IPMASQ=false\n",
+        );
+        let delegate = if plugin == OURS { json!({}) } else { json!({"type": "bridge"}) };
+        json!({
+            "cniVersion": "1.0.0", "name": name, "type": "yonghui", "subnetFile": subnet_env,
+            "dataDir": node.sb.path().join("yonghui"), "ipam": {"dataDir": node.ipam_dir()}, "delegate": delegate,
+        })
+    };
+    compare(yonghui, Via::Cnidrive);
+}
+
 #[test]
 fn nftables_backend_adds_one_chain_per_pod_and_del_removes_it() {
     require_root();
@@ -344,7 +380,7 @@ fn nftables_backend_adds_one_chain_per_pod_and_del_removes_it() {
         &json!({"isGateway": true, "ipMasq": true, "ipMasqBackend": "nftables",
                 "ipam": {"ranges": [[{"subnet": "10.66.0.0/24"}], [{"subnet": "fd66:1::/64"}]]}}),
     );
-    let result = add_and_check(&node, Via::Driver, &cid, &pod, &conf);
+    let result = add_and_check(&node, Via::Driver, &cid, &pod, &conf, true);
     let table = node.ns.must("nft list table inet yh_bridge");
     assert!(table.contains("type nat hook postrouting priority srcnat"), "{table}");
     assert!(table.contains("ip saddr 10.66.0.2 ip daddr != { 10.66.0.0/24, 224.0.0.0/4 } masquerade"), "{table}");
@@ -357,6 +393,29 @@ fn nftables_backend_adds_one_chain_per_pod_and_del_removes_it() {
     assert!(!table.contains("CNI-"), "{table}");
     assert_clean(&node, &name, Some(&pod));
     assert_eq!(result["ips"].as_array().unwrap().len(), 2);
+}
+
+/// The NAT rules really masquerade: a host beyond the node, which has no route back to the pod
+/// subnet, answers the pod's pings only when `ipMasq` is on. For each backend.
+#[test]
+fn masquerade_lets_the_pod_reach_beyond_the_node() {
+    require_root();
+    for (masq, backend) in [(false, "iptables"), (true, "iptables"), (true, "nftables")] {
+        let node = Node::new();
+        let outside = Netns::new("bro");
+        node.ns.must(&format!("ip link add up0 type veth peer name up1 netns {}", outside.name));
+        node.ns.must("ip addr add 192.168.200.1/24 dev up0 && ip link set up0 up");
+        outside.must("ip addr add 192.168.200.2/24 dev up1 && ip link set up1 up");
+        let pod = Netns::new("brp");
+        let conf = node.conf(
+            OURS,
+            &unique("net"),
+            &json!({"isDefaultGateway": true, "ipMasq": masq, "ipMasqBackend": backend}),
+        );
+        driver(&node, "ADD", &unique("cid"), &pod.path().display().to_string(), &conf, "").ok();
+        let (reached, out) = pod.exec("ping -c 1 -W 3 192.168.200.2");
+        assert_eq!(reached, masq, "ipMasq {masq}, backend {backend}: {out}");
+    }
 }
 
 #[test]
@@ -543,6 +602,7 @@ fn del_is_idempotent_and_works_without_the_netns() {
     let result = driver(&node, "ADD", "c1", &path, &conf, "").ok();
     drop(pod);
     driver(&node, "DEL", "c1", &path, &with_prev(&conf, &result), "").ok();
+    wait_for_netns_teardown(&node);
     assert_clean(&node, &name, None);
 
     // Empty CNI_NETNS and no prevResult: the same.
@@ -550,6 +610,7 @@ fn del_is_idempotent_and_works_without_the_netns() {
     driver(&node, "ADD", "c2", &pod.path().display().to_string(), &conf, "").ok();
     drop(pod);
     driver(&node, "DEL", "c2", "", &conf, "").ok();
+    wait_for_netns_teardown(&node);
     assert_clean(&node, &name, None);
 
     // DEL of something never added, twice.

@@ -39,6 +39,23 @@ fn add_script(owner: &Owner, ips: &[IpNetwork], family: IpFamily) -> Option<Stri
     Some(s)
 }
 
+/// `iptables-restore --noflush` input that removes `owner`'s rules for `ips` (the `family` ones)
+/// without looking first: the jumps as ADD wrote them, then the chain. `None` without such
+/// addresses. The transaction fails as a whole if a jump is not there (then `del_script` is used).
+fn del_known_script(owner: &Owner, ips: &[IpNetwork], family: IpFamily) -> Option<String> {
+    let ips: Vec<&IpNetwork> = ips.iter().filter(|ip| IpFamily::of_net(ip) == family).collect();
+    if ips.is_empty() {
+        return None;
+    }
+    let (chain, comment) = (owner.chain(), quoted(&owner.comment()));
+    let mut s = format!("*nat\n:{chain} - [0:0]\n");
+    for ip in ips {
+        writeln!(s, "-D POSTROUTING -s {} -j {chain} -m comment --comment {comment}", ip.ip()).unwrap();
+    }
+    writeln!(s, "-X {chain}\nCOMMIT").unwrap();
+    Some(s)
+}
+
 /// `iptables-restore --noflush` input that removes everything of `owner`'s found in `save` (the
 /// output of `iptables-save -t nat`): the POSTROUTING jumps to its chain, then the chain itself.
 /// `None` when nothing of it is there.
@@ -60,7 +77,8 @@ fn del_script(owner: &Owner, save: &str) -> Option<String> {
     Some(s)
 }
 
-/// A string as one iptables-restore argument. `Owner::comment` has no `"` or `\` of its own.
+/// A string as one iptables-restore argument: in quotes, its own quotes escaped. (`Owner::comment`
+/// has no backslash to escape.)
 fn quoted(s: &str) -> String {
     format!("\"{}\"", s.replace('"', "\\\""))
 }
@@ -69,15 +87,24 @@ impl Firewall for Iptables {
     async fn add_masquerade(&self, owner: &Owner, ips: &[IpNetwork]) -> Result<(), CniError> {
         for family in [IpFamily::V4, IpFamily::V6] {
             if let Some(script) = add_script(owner, ips, family) {
-                command::run(tools(family).1, &["-w", "--noflush"], &script).await?;
+                let (_, restore) = tools(family);
+                command::run(restore, &["-w", "--noflush"], &script).await?;
             }
         }
         Ok(())
     }
 
-    async fn del_masquerade(&self, owner: &Owner, families: &[IpFamily]) -> Result<(), CniError> {
-        for &family in families {
+    async fn del_masquerade(&self, owner: &Owner, known: &[IpNetwork]) -> Result<(), CniError> {
+        let families = if known.is_empty() { vec![IpFamily::V4, IpFamily::V6] } else { IpFamily::distinct(known) };
+        for family in families {
             let (save, restore) = tools(family);
+            // Usually one exec: the rules are where ADD put them.
+            if let Some(script) = del_known_script(owner, known, family)
+                && command::run(restore, &["-w", "--noflush"], &script).await.is_ok()
+            {
+                continue;
+            }
+            // Otherwise look, and remove what is there.
             let current = command::run(save, &["-t", "nat"], "").await?;
             if let Some(script) = del_script(owner, &current) {
                 command::run(restore, &["-w", "--noflush"], &script).await?;
@@ -113,6 +140,21 @@ mod tests {
         assert!(v6.contains("-d fd00::/64 -j ACCEPT") && v6.contains("! -d ff00::/8 -j MASQUERADE"));
         assert!(v6.contains("-A POSTROUTING -s fd00::2 -j"));
         assert!(add_script(&owner(), &ips[..1], IpFamily::V6).is_none());
+    }
+
+    #[test]
+    fn del_of_known_addresses_is_blind_and_per_family() {
+        let ips: Vec<IpNetwork> = ["10.1.17.2/24", "fd00::2/64"].iter().map(|s| s.parse().unwrap()).collect();
+        let chain = owner().chain();
+        assert_eq!(
+            del_known_script(&owner(), &ips, IpFamily::V4).unwrap(),
+            format!(
+                "*nat\n:{chain} - [0:0]\n\
+                 -D POSTROUTING -s 10.1.17.2 -j {chain} -m comment --comment \"name: \\\"mynet\\\" id: \\\"abc123\\\"\"\n\
+                 -X {chain}\nCOMMIT\n"
+            )
+        );
+        assert!(del_known_script(&owner(), &ips[..1], IpFamily::V6).is_none());
     }
 
     #[test]

@@ -30,9 +30,10 @@ pub trait Firewall {
     /// Masquerade traffic from each address in `ips` to anywhere outside the subnets of `ips`
     /// (multicast excepted), as rules owned by `owner`.
     async fn add_masquerade(&self, owner: &Owner, ips: &[IpNetwork]) -> Result<(), CniError>;
-    /// Remove every rule `owner` has in the given families, whatever addresses they name.
-    /// Nothing to remove is success.
-    async fn del_masquerade(&self, owner: &Owner, families: &[IpFamily]) -> Result<(), CniError>;
+    /// Remove every rule `owner` has, whatever addresses they name; nothing to remove is success.
+    /// `known` is what the caller knows of the pod's addresses (prevResult, its interface): it only
+    /// makes removal cheaper, and its families narrow the search. Empty: search every family.
+    async fn del_masquerade(&self, owner: &Owner, known: &[IpNetwork]) -> Result<(), CniError>;
 }
 
 /// The `ipMasqBackend` configuration key.
@@ -81,10 +82,10 @@ impl Firewall for Backend {
             Backend::Nftables(b) => b.add_masquerade(owner, ips).await,
         }
     }
-    async fn del_masquerade(&self, owner: &Owner, families: &[IpFamily]) -> Result<(), CniError> {
+    async fn del_masquerade(&self, owner: &Owner, known: &[IpNetwork]) -> Result<(), CniError> {
         match self {
-            Backend::Iptables(b) => b.del_masquerade(owner, families).await,
-            Backend::Nftables(b) => b.del_masquerade(owner, families).await,
+            Backend::Iptables(b) => b.del_masquerade(owner, known).await,
+            Backend::Nftables(b) => b.del_masquerade(owner, known).await,
         }
     }
 }

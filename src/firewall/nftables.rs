@@ -54,8 +54,8 @@ impl Firewall for Nftables {
         command::run("nft", &["-f", "-"], &add_script(owner, ips)).await.map(drop)
     }
 
-    /// One chain holds both families, so `families` does not matter here.
-    async fn del_masquerade(&self, owner: &Owner, _families: &[IpFamily]) -> Result<(), CniError> {
+    /// One chain holds both families and goes whole: the addresses do not matter here.
+    async fn del_masquerade(&self, owner: &Owner, _known: &[IpNetwork]) -> Result<(), CniError> {
         command::run("nft", &["-f", "-"], &del_script(owner)).await.map(drop)
     }
 }

@@ -86,6 +86,16 @@ impl IpFamily {
     pub fn of_net(net: &IpNetwork) -> Self {
         Self::of(net.ip())
     }
+    /// The distinct families of `nets`, in order of first appearance.
+    pub fn distinct<'a>(nets: impl IntoIterator<Item = &'a IpNetwork>) -> Vec<IpFamily> {
+        let mut out = Vec::new();
+        for f in nets.into_iter().map(Self::of_net) {
+            if !out.contains(&f) {
+                out.push(f);
+            }
+        }
+        out
+    }
     /// The family's "everything" prefix, `0.0.0.0/0` or `::/0`.
     pub fn default_route(self) -> IpNetwork {
         match self {
@@ -188,6 +198,9 @@ mod tests {
         assert_eq!(IpFamily::of_net(&"fd00::1/64".parse().unwrap()), IpFamily::V6);
         assert_eq!(IpFamily::V4.default_route().to_string(), "0.0.0.0/0");
         assert_eq!(IpFamily::V6.default_route().to_string(), "::/0");
+        let nets: Vec<IpNetwork> =
+            ["fd00::1/64", "10.0.0.1/8", "fd01::1/64"].iter().map(|n| n.parse().unwrap()).collect();
+        assert_eq!(IpFamily::distinct(&nets), [IpFamily::V6, IpFamily::V4]);
     }
 
     /// errno values, spelled out so the tests need no libc dependency.

@@ -38,8 +38,16 @@ struct Raw {
     promisc_mode: bool,
     #[serde(default)]
     vlan: i64,
+    // Keys of later reference versions this plugin does not implement: refused when they ask for
+    // something, rather than silently ignored.
     #[serde(default, rename = "macspoofchk")]
     mac_spoof_check: bool,
+    #[serde(default, rename = "enabledad")]
+    enable_dad: bool,
+    #[serde(default)]
+    disable_container_interface: bool,
+    #[serde(default)]
+    port_isolation: bool,
     #[serde(default)]
     vlan_trunk: Option<Value>,
     dns: Option<Dns>,
@@ -115,8 +123,15 @@ impl Conf {
         if raw.hairpin_mode && raw.promisc_mode {
             return Err(CniError::invalid_config("cannot set hairpin mode and promiscuous mode at the same time"));
         }
-        if raw.mac_spoof_check {
-            return Err(unsupported("macspoofchk", "true"));
+        for (key, on) in [
+            ("macspoofchk", raw.mac_spoof_check),
+            ("enabledad", raw.enable_dad),
+            ("disableContainerInterface", raw.disable_container_interface),
+            ("portIsolation", raw.port_isolation),
+        ] {
+            if on {
+                return Err(unsupported(key, "true"));
+            }
         }
         if raw.vlan_trunk.as_ref().is_some_and(|v| !v.is_null()) {
             return Err(unsupported("vlanTrunk", "a trunk"));
@@ -247,7 +262,12 @@ mod tests {
 
     #[test]
     fn unsupported_features_are_refused_not_ignored() {
-        assert_eq!(parse(json!({"macspoofchk": true})).unwrap_err().code, code::UNSUPPORTED_FIELD);
+        for key in ["macspoofchk", "enabledad", "disableContainerInterface", "portIsolation"] {
+            let e = parse(json!({key: true})).unwrap_err();
+            assert_eq!(e.code, code::UNSUPPORTED_FIELD);
+            assert!(e.msg.contains(key), "{e}");
+            assert!(parse(json!({key: false})).is_ok());
+        }
         assert_eq!(parse(json!({"vlanTrunk": [{"id": 5}]})).unwrap_err().code, code::UNSUPPORTED_FIELD);
         assert!(parse(json!({"macspoofchk": false})).is_ok());
     }

@@ -7,8 +7,8 @@
 //! only other work inside the container's netns, its sysctls, is done on a dedicated thread too. No
 //! runtime worker ever changes netns.
 //!
-//! Differences from the reference, all deliberate: nothing is made before the input is known good
-//! (netns, bridge kind, interface name, configuration); the host veth is created already up and
+//! Differences from the reference, all deliberate (docs/yh-bridge.md lists them): the configuration
+//! and the netns are checked before anything is made; the host veth is created already up and
 //! enslaved; the bridge port's state is polled with a short backoff instead of fixed sleeps; DEL
 //! removes NAT rules by name and container id, so it works when the netns is gone; CHECK also checks
 //! the host veth is the peer of the container interface.
@@ -25,6 +25,7 @@ use crate::ipam::Ipam;
 use crate::netlink::{IpFamily, Link, MacAddr, Netlink, OPER_UP_TIMEOUT, Route};
 use crate::{netns, runtime};
 use config::Conf;
+use ipnetwork::IpNetwork;
 use links::Port;
 use plan::Plan;
 use std::os::fd::AsFd;
@@ -70,16 +71,26 @@ impl Plugin for Bridge {
     fn del(&self, inv: &Invocation, conf: &PluginConf) -> Result<(), CniError> {
         let masquerade = Conf::masquerade_for_del(conf);
         let ipam = Ipam::from_conf(conf, inv)?;
-        // The families the pod had, when the runtime says (prevResult); otherwise assume both.
-        let families = match conf.prev_result().ok().flatten().filter(|r| !r.ips.is_empty()) {
-            Some(prev) => prev.ips.iter().map(|ip| IpFamily::of_net(&ip.address)).collect(),
-            None => vec![IpFamily::V4, IpFamily::V6],
-        };
+        // The pod's addresses, for NAT teardown: prevResult's when the runtime passes it, else those
+        // on the interface about to be deleted. Only a hint that saves execs: the rules are found
+        // by network name and container id.
+        let mut addresses: Vec<IpNetwork> = conf
+            .prev_result()
+            .ok()
+            .flatten()
+            .map(|prev| prev.ips.iter().map(|ip| ip.address).collect())
+            .unwrap_or_default();
         runtime::block_on(async {
             if let Some(path) = inv.netns.as_deref().filter(|p| netns::exists(p)) {
                 match Netlink::in_netns(path) {
                     Ok(pod) => {
-                        pod.del_link_by_name(&inv.ifname).await?;
+                        if let Some(link) = pod.link_by_name(&inv.ifname).await? {
+                            if addresses.is_empty() {
+                                let found = pod.addresses(Some(link.index), None).await?;
+                                addresses = found.into_iter().filter(|a| !a.is_link_local()).map(|a| a.net).collect();
+                            }
+                            pod.del_link(link.index).await?;
+                        }
                     }
                     // Gone (or no longer a netns) between the check and the open: nothing left there.
                     Err(e) if e.code == code::NETNS => {}
@@ -89,7 +100,7 @@ impl Plugin for Bridge {
             if let Some(ipam) = &ipam {
                 ipam.del().await?;
                 if let Some(firewall) = masquerade {
-                    firewall.del_masquerade(&Owner::new(&conf.name, &inv.container_id), &families).await?;
+                    firewall.del_masquerade(&Owner::new(&conf.name, &inv.container_id), &addresses).await?;
                 }
             }
             Ok(())
@@ -171,8 +182,7 @@ impl Attachment<'_> {
             let owner = Owner::new(&self.conf.network, &self.inv.container_id);
             let ips: Vec<_> = result.ips.iter().map(|ip| ip.address).collect();
             if let Err(e) = firewall.add_masquerade(&owner, &ips).await {
-                let families: Vec<_> = ips.iter().map(IpFamily::of_net).collect();
-                if let Err(undo) = firewall.del_masquerade(&owner, &families).await {
+                if let Err(undo) = firewall.del_masquerade(&owner, &ips).await {
                     eprintln!("yh-bridge: undoing NAT rules after a failed ADD: {undo}");
                 }
                 return Err(e);
@@ -220,16 +230,16 @@ impl Attachment<'_> {
             // Pin the MAC; otherwise the bridge takes the lowest port MAC, which changes as pods come
             // and go. The reference pins the MAC from before the pod's port was added, which is all
             // zeroes on a bridge whose last port left (the kernel refuses that); then pin the current one.
-            let before = link.mac.filter(|m| *m != MacAddr::ZERO);
-            let mac = match before {
-                Some(mac) => Some(mac),
-                None => self.host.link_by_index(link.index).await?.and_then(|l| l.mac),
-            };
-            if let Some(mac) = mac.filter(|m| *m != MacAddr::ZERO) {
+            let usable = |mac: &MacAddr| *mac != MacAddr::ZERO;
+            let mut mac = link.mac.filter(usable);
+            if mac.is_none() {
+                mac = self.host.link_by_index(link.index).await?.and_then(|l| l.mac).filter(usable);
+            }
+            if let Some(mac) = mac {
                 self.host.set_mac(link.index, mac).await?;
             }
         }
-        for family in plan::forwarding_families(&plan.bridge_addresses) {
+        for family in IpFamily::distinct(&plan.bridge_addresses) {
             links::enable_forwarding(family)?;
         }
         Ok(())
@@ -240,6 +250,7 @@ impl Attachment<'_> {
 /// construction), gratuitous ARP on address changes, and IPv6 enabled on `lo` and the interface
 /// when IPv6 addresses are coming (the reference's sysctls).
 fn pod_sysctls(ifname: &str, has_v6: bool) -> Result<(), CniError> {
+    // Best effort, as in the reference: a pod without IPv6 has no accept_dad to set.
     let _ = netns::write_sysctl(&format!("net/ipv6/conf/{ifname}/accept_dad"), "0");
     let _ = netns::write_sysctl(&format!("net/ipv4/conf/{ifname}/arp_notify"), "1");
     if has_v6 {

@@ -70,17 +70,6 @@ pub fn first_host(net: &IpNetwork) -> IpAddr {
     }
 }
 
-/// The address families that have a gateway on the bridge, for `ip_forward`.
-pub fn forwarding_families(bridge_addresses: &[IpNetwork]) -> Vec<IpFamily> {
-    let mut out = Vec::new();
-    for f in bridge_addresses.iter().map(IpFamily::of_net) {
-        if !out.contains(&f) {
-            out.push(f);
-        }
-    }
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -125,7 +114,6 @@ mod tests {
         assert_eq!(br, ["10.1.0.1/24", "fd00:1::fe/64"]);
         let hops: Vec<_> = p.container_routes.iter().map(|(_, gw)| gw.unwrap().to_string()).collect();
         assert_eq!(hops, ["10.1.0.1", "fd00:1::fe", "10.1.0.254"]);
-        assert_eq!(forwarding_families(&p.bridge_addresses), [IpFamily::V4, IpFamily::V6]);
     }
 
     #[test]
