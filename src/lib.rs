@@ -4,6 +4,7 @@
 pub mod cli;
 pub mod cni;
 pub mod fsutil;
+pub mod kube;
 pub mod netlink;
 pub mod netns;
 pub mod plugins;
