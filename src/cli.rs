@@ -27,6 +27,7 @@ pub fn main() -> i32 {
             print!("{}", help(plugin.name()));
             0
         }
+        Some("explain") => selector::explain::run(&rest[1..]),
         Some("-V" | "--version" | "version") => {
             println!("{} {VERSION} (CNI spec versions {})", plugin.name(), crate::cni::version::SUPPORTED.join(", "));
             0
@@ -49,6 +50,9 @@ environment and the network configuration on stdin. Called as `yonghui`, `yh-bri
 Usage (for people):
   {name} --help       this text
   {name} --version    version and supported CNI spec versions
+  {name} explain [--namespace NS] --pod NAME [--config FILE]
+                      which network the selector gives a pod, and why (reads the API server
+                      and the conf dir; changes nothing)
 "
     )
 }
