@@ -105,10 +105,11 @@ impl Plugin for Selector {
             if valid.contains(&(record.container_id.clone(), record.ifname.clone())) {
                 continue;
             }
+            // The runtime has forgotten this container; if its netns still exists, clean inside it too.
             let stale = Invocation {
                 command: Command::Del,
                 container_id: record.container_id.clone(),
-                netns: None,
+                netns: record.netns.clone().filter(|p| crate::netns::exists(p)),
                 ifname: record.ifname.clone(),
                 args: CniArgs::parse(&record.cni_args).unwrap_or_default(),
                 path: inv.path.clone(),

@@ -130,7 +130,7 @@ pub fn load(file: &NetworkFile) -> Result<(Vec<u8>, ConfList), CniError> {
     let bytes = std::fs::read(&file.path).map_err(|e| {
         CniError::invalid_config(format!("network {}: cannot read {}: {e}", file.network, file.path.display()))
     })?;
-    let list = parse_conf(&bytes, &file.path)?;
+    let list = parse_conf(&bytes, &file.path).map_err(|e| e.context(format!("network {}", file.network)))?;
     Ok((bytes, list))
 }
 

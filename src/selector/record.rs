@@ -23,7 +23,9 @@ pub struct Record {
     pub format: u32,
     pub container_id: String,
     pub ifname: String,
-    /// The runtime's CNI_ARGS, for GC, which has no runtime call to take them from.
+    /// The runtime's CNI_NETNS and CNI_ARGS, for GC, which has no runtime call to take them from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub netns: Option<PathBuf>,
     pub cni_args: String,
     pub network: String,
     pub conf_path: PathBuf,
@@ -58,6 +60,7 @@ impl Record {
             format: FORMAT,
             container_id: inv.container_id.clone(),
             ifname: inv.ifname.clone(),
+            netns: inv.netns.clone(),
             cni_args: inv.args.to_env_string(),
             network: network.to_string(),
             conf_path: conf_path.to_path_buf(),

@@ -3,6 +3,8 @@
 //! calls plugins exactly as a runtime does (env, stdin, exec, exit status, stdout JSON).
 #![allow(dead_code)]
 
+pub mod apiserver;
+
 use serde_json::Value;
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -208,7 +210,15 @@ pub fn cnidrive() -> Option<PathBuf> {
 }
 
 /// Run cnidrive `cmd` (add|check|del) on a conflist file; libcni's cache goes under the sandbox.
-pub fn cnidrive_run(sb: &Sandbox, cmd: &str, conflist: &Path, netns: &str, cid: &str, ifname: &str, args: &str) -> Reply {
+pub fn cnidrive_run(
+    sb: &Sandbox,
+    cmd: &str,
+    conflist: &Path,
+    netns: &str,
+    cid: &str,
+    ifname: &str,
+    args: &str,
+) -> Reply {
     let drive = cnidrive().expect("cnidrive is built by .ci/run (../shared/tools/cnidrive/build.sh)");
     let out = sb
         .command(&drive)
