@@ -1,6 +1,27 @@
-//! The `yonghui` plugin (placeholder until implemented).
+//! The `yonghui` plugin: a meta plugin in the manner of flannel's. It reads the node's subnet.env,
+//! writes the configuration for a real plugin (by default the built-in `yh-bridge`) with this
+//! node's subnet, MTU and NAT choice in it, and runs that delegate.
+//!
+//! The generated configuration is saved as `<dataDir>/<containerID>` before the delegate runs. DEL
+//! replays exactly those bytes and CHECK adds the runtime's `prevResult` to them, so tearing a pod
+//! down does not depend on subnet.env or the network config still being what they were at ADD.
+//!
+//! - [`subnet_env`]: the daemon's subnet.env.
+//! - [`config`]: yonghui's own keys.
+//! - [`delegate`]: the generated delegate configuration (Linux); [`windows`]: the Windows shape.
 
-use crate::cni::{CniError, CniResult, Invocation, Plugin, PluginConf};
+pub mod config;
+pub mod delegate;
+pub mod subnet_env;
+pub mod windows;
+
+use self::config::NetConf;
+use self::delegate::{Delegate, Platform};
+use self::subnet_env::SubnetEnv;
+use crate::cni::{CniError, CniResult, Command, Invocation, Plugin, PluginConf, code};
+use crate::fsutil;
+use crate::plugins;
+use std::path::{Path, PathBuf};
 
 pub const NAME: &str = "yonghui";
 
@@ -10,13 +31,395 @@ impl Plugin for Yonghui {
     fn name(&self) -> &'static str {
         NAME
     }
-    fn add(&self, _inv: &Invocation, _conf: &PluginConf) -> Result<CniResult, CniError> {
-        Err(CniError::invalid_config("yonghui is not implemented yet"))
+
+    /// Generate, save, delegate. If the delegate fails, what it may have made is deleted with the
+    /// same configuration and the saved file goes, so a failed ADD leaves nothing behind.
+    fn add(&self, inv: &Invocation, conf: &PluginConf) -> Result<CniResult, CniError> {
+        let conf = NetConf::from_plugin_conf(conf)?;
+        let delegate = generate(&conf)?;
+        let saved = SavedDelegate::new(&conf.data_dir, &inv.container_id);
+        let bytes = delegate.to_bytes();
+        saved.save(&bytes)?;
+        run_delegate(&delegate.plugin_type, Command::Add, inv, &bytes)
+            .and_then(|result| {
+                result.ok_or_else(|| CniError::new(code::DELEGATE_FAILED, "the delegate's ADD returned no result"))
+            })
+            .inspect_err(|_| undo_add(&delegate, inv, &bytes, &saved))
     }
-    fn del(&self, _inv: &Invocation, _conf: &PluginConf) -> Result<(), CniError> {
-        Ok(())
+
+    /// Replay the saved configuration to the delegate's DEL, then forget it. Nothing saved means
+    /// nothing to undo (already deleted, or ADD never got that far). If the delegate's DEL fails
+    /// the file stays, so the runtime's retry can finish the job.
+    fn del(&self, inv: &Invocation, conf: &PluginConf) -> Result<(), CniError> {
+        let saved = SavedDelegate::new(&config::data_dir(conf)?, &inv.container_id);
+        let Some(bytes) = saved.read()? else {
+            return Ok(());
+        };
+        let delegate = match PluginConf::parse(&bytes) {
+            Ok(delegate) => delegate,
+            Err(e) => {
+                // Nothing can be replayed from it, and failing would block the pod's deletion forever.
+                log(format!("ignoring unreadable saved delegate configuration {}: {e}", saved.path.display()));
+                if let Err(e) = saved.remove() {
+                    log(e.msg);
+                }
+                return Ok(());
+            }
+        };
+        run_delegate(&delegate.plugin_type, Command::Del, inv, &bytes)?;
+        saved.remove()
     }
-    fn check(&self, _inv: &Invocation, _conf: &PluginConf) -> Result<(), CniError> {
-        Err(CniError::invalid_config("yonghui is not implemented yet"))
+
+    /// Forward CHECK to the delegate with the saved configuration and the runtime's `prevResult`.
+    fn check(&self, inv: &Invocation, conf: &PluginConf) -> Result<(), CniError> {
+        let saved = SavedDelegate::new(&config::data_dir(conf)?, &inv.container_id);
+        let bytes = saved.read()?.ok_or_else(|| {
+            CniError::new(
+                code::UNKNOWN_CONTAINER,
+                format!("no saved delegate configuration for container {} in {}", inv.container_id, saved.dir()),
+            )
+        })?;
+        let mut delegate = PluginConf::parse(&bytes)
+            .map_err(|e| e.context(format!("saved delegate configuration {}", saved.path.display())))?;
+        if let Some(prev) = conf.prev_result()? {
+            delegate.raw.insert("prevResult".into(), prev.to_json(delegate.cni_version));
+        }
+        run_delegate(&delegate.plugin_type, Command::Check, inv, &delegate.to_bytes()).map(drop)
+    }
+
+    /// GC (1.1.0), forwarded to the delegate with the runtime's valid attachments, so its IPAM can
+    /// release leaked addresses. Saved configurations are not collected here: they are keyed by
+    /// container id alone and `dataDir` may be shared by several networks, so this network's list
+    /// of valid attachments cannot tell which of them are stale.
+    fn gc(&self, inv: &Invocation, conf: &PluginConf) -> Result<(), CniError> {
+        let mut delegate = generate(&NetConf::from_plugin_conf(conf)?)?;
+        if let Some(valid) = conf.raw.get(VALID_ATTACHMENTS) {
+            delegate.config.insert(VALID_ATTACHMENTS.into(), valid.clone());
+        }
+        run_delegate(&delegate.plugin_type, Command::Gc, inv, &delegate.to_bytes()).map(drop)
+    }
+
+    /// STATUS (1.1.0): ready when the daemon has written a usable subnet.env (code 50 until then,
+    /// so the runtime reports the network as not ready instead of failing pods) and the delegate is.
+    fn status(&self, inv: &Invocation, conf: &PluginConf) -> Result<(), CniError> {
+        let conf = NetConf::from_plugin_conf(conf)?;
+        let env = SubnetEnv::load(&conf.subnet_file)
+            .map_err(|e| CniError::new(code::PLUGIN_NOT_AVAILABLE, e.msg).with_details(e.details))?;
+        let delegate = delegate::generate(&conf, &env, Platform::HOST)?;
+        run_delegate(&delegate.plugin_type, Command::Status, inv, &delegate.to_bytes()).map(drop)
+    }
+}
+
+/// The GC key listing the attachments the runtime still has.
+const VALID_ATTACHMENTS: &str = "cni.dev/valid-attachments";
+
+/// The delegate for `conf` on this node, from the node's subnet.env.
+fn generate(conf: &NetConf) -> Result<Delegate, CniError> {
+    let env = SubnetEnv::load(&conf.subnet_file)?;
+    delegate::generate(conf, &env, Platform::HOST)
+}
+
+/// Run the delegate; its errors keep their code and say which delegate and command failed.
+fn run_delegate(
+    plugin_type: &str,
+    command: Command,
+    inv: &Invocation,
+    stdin: &[u8],
+) -> Result<Option<CniResult>, CniError> {
+    plugins::invoke(plugin_type, command, inv, stdin)
+        .map_err(|e| e.context(format!("delegate {plugin_type} {}", command.as_str())))
+}
+
+/// After a failed delegate ADD: its DEL (best effort: ADD's error is the one to report) and the
+/// saved file's removal.
+fn undo_add(delegate: &Delegate, inv: &Invocation, bytes: &[u8], saved: &SavedDelegate) {
+    if let Err(e) = run_delegate(&delegate.plugin_type, Command::Del, inv, bytes) {
+        log(format!("cleaning up after the failed ADD: {e}"));
+    }
+    if let Err(e) = saved.remove() {
+        log(e.msg);
+    }
+}
+
+/// `<dataDir>/<containerID>`: the delegate configuration one container's ADD used. Keyed by
+/// container id alone, as flannel's files are, so a node moving from flannel keeps working; a pod
+/// that joins two yonghui networks needs a `dataDir` for each. The id is safe as a file name: the
+/// runtime's environment is validated to letters, digits, `_`, `.` and `-`, starting alphanumeric.
+struct SavedDelegate {
+    path: PathBuf,
+}
+
+impl SavedDelegate {
+    fn new(data_dir: &Path, container_id: &str) -> Self {
+        SavedDelegate { path: data_dir.join(container_id) }
+    }
+
+    fn dir(&self) -> String {
+        self.path.parent().unwrap_or(Path::new("")).display().to_string()
+    }
+
+    /// Written whole or not at all, readable by root only (it may carry runtimeConfig secrets).
+    fn save(&self, bytes: &[u8]) -> Result<(), CniError> {
+        fsutil::write_atomic(&self.path, bytes, 0o600).map_err(|e| {
+            CniError::io(format!("cannot save the delegate configuration to {}: {e}", self.path.display()))
+        })
+    }
+
+    /// The saved bytes, or None if there is no file.
+    fn read(&self) -> Result<Option<Vec<u8>>, CniError> {
+        match std::fs::read(&self.path) {
+            Ok(bytes) => Ok(Some(bytes)),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => {
+                Err(CniError::io(format!("cannot read saved delegate configuration {}: {e}", self.path.display())))
+            }
+        }
+    }
+
+    fn remove(&self) -> Result<(), CniError> {
+        fsutil::remove_durably(&self.path).map_err(|e| {
+            CniError::io(format!("cannot remove saved delegate configuration {}: {e}", self.path.display()))
+        })
+    }
+}
+
+/// Logs go to stderr; stdout is the runtime's.
+fn log(msg: impl std::fmt::Display) {
+    eprintln!("{NAME}: {msg}");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::{Value, json};
+    use std::os::unix::fs::PermissionsExt;
+
+    /// A node in a temp dir: a subnet.env, a data dir, and a scripted delegate `fake` on the CNI
+    /// path that logs each command, keeps its stdin, and fails a command when told to.
+    struct Node {
+        dir: tempfile::TempDir,
+    }
+
+    impl Node {
+        fn new() -> Self {
+            let node = Node { dir: tempfile::tempdir().unwrap() };
+            let d = node.dir.path().display();
+            let script = format!(
+                r#"#!/bin/sh
+echo "$CNI_COMMAND" >> {d}/calls
+cat > {d}/stdin-$CNI_COMMAND
+if [ -f {d}/fail-$CNI_COMMAND ]; then echo '{{"code":11,"msg":"injected failure"}}'; exit 1; fi
+if [ "$CNI_COMMAND" = ADD ]; then
+  cmp -s {d}/stdin-ADD {d}/data/c1 || {{ echo '{{"code":999,"msg":"config not saved before ADD"}}'; exit 1; }}
+  echo '{{"cniVersion":"1.0.0","ips":[{{"address":"10.1.17.2/24","gateway":"10.1.17.1"}}]}}'
+fi
+"#
+            );
+            let fake = node.path("bin/fake");
+            std::fs::create_dir_all(fake.parent().unwrap()).unwrap();
+            std::fs::write(&fake, script).unwrap();
+            std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755)).unwrap();
+            std::fs::write(
+                node.path("subnet.env"),
+                "FLANNEL_NETWORK=10.1.0.0/16\nFLANNEL_SUBNET=10.1.17.1/24\nFLANNEL_MTU=1472\nFLANNEL_IPMASQ=true\n",
+            )
+            .unwrap();
+            node
+        }
+
+        fn path(&self, rel: &str) -> PathBuf {
+            self.dir.path().join(rel)
+        }
+
+        fn saved(&self) -> PathBuf {
+            self.path("data/c1")
+        }
+
+        fn calls(&self) -> String {
+            std::fs::read_to_string(self.path("calls")).unwrap_or_default()
+        }
+
+        fn stdin_of(&self, command: &str) -> Value {
+            serde_json::from_slice(&std::fs::read(self.path(&format!("stdin-{command}"))).unwrap()).unwrap()
+        }
+
+        fn fail(&self, command: &str, fail: bool) {
+            let flag = self.path(&format!("fail-{command}"));
+            if fail { std::fs::write(flag, "").unwrap() } else { std::fs::remove_file(flag).unwrap() }
+        }
+
+        fn inv(&self, command: Command) -> Invocation {
+            let path = self.path("bin").display().to_string();
+            Invocation::from_env(|k| {
+                Some(match k {
+                    "CNI_COMMAND" => command.as_str().to_string(),
+                    "CNI_CONTAINERID" => "c1".into(),
+                    "CNI_NETNS" => "/run/netns/pod".into(),
+                    "CNI_IFNAME" => "eth0".into(),
+                    "CNI_PATH" => path.clone(),
+                    _ => return None,
+                })
+            })
+            .unwrap()
+        }
+
+        fn conf(&self, extra: Value) -> PluginConf {
+            let mut conf = json!({
+                "cniVersion": "1.0.0", "name": "mynet", "type": "yonghui",
+                "subnetFile": self.path("subnet.env"), "dataDir": self.path("data"),
+                "delegate": {"type": "fake"}
+            });
+            conf.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
+            PluginConf::from_value(conf).unwrap()
+        }
+
+        fn add(&self) -> Result<CniResult, CniError> {
+            Yonghui.add(&self.inv(Command::Add), &self.conf(json!({})))
+        }
+
+        fn del(&self) -> Result<(), CniError> {
+            Yonghui.del(&self.inv(Command::Del), &self.conf(json!({})))
+        }
+    }
+
+    fn mode(path: &Path) -> u32 {
+        std::fs::metadata(path).unwrap().permissions().mode() & 0o777
+    }
+
+    #[test]
+    fn add_saves_the_generated_config_privately_before_delegating() {
+        let node = Node::new();
+        let result = node.add().unwrap();
+        assert_eq!(result.ips[0].address.to_string(), "10.1.17.2/24");
+        // The script checked that the saved file held its stdin when its ADD ran.
+        let sent = node.stdin_of("ADD");
+        assert_eq!(sent["ipam"]["subnet"], "10.1.17.0/24");
+        assert_eq!(sent["name"], "mynet");
+        assert_eq!(serde_json::from_slice::<Value>(&std::fs::read(node.saved()).unwrap()).unwrap(), sent);
+        assert_eq!((mode(&node.saved()), mode(&node.path("data"))), (0o600, 0o700));
+        assert_eq!(node.calls(), "ADD\n");
+    }
+
+    #[test]
+    fn failed_delegate_add_is_undone_and_its_error_returned() {
+        let node = Node::new();
+        node.fail("ADD", true);
+        let e = node.add().unwrap_err();
+        assert_eq!(e.code, 11);
+        assert_eq!(e.msg, "delegate fake ADD: injected failure");
+        assert_eq!(node.calls(), "ADD\nDEL\n");
+        assert_eq!(node.stdin_of("DEL"), node.stdin_of("ADD"));
+        assert!(!node.saved().exists());
+    }
+
+    #[test]
+    fn errors_before_delegation_leave_no_file_and_run_nothing() {
+        let node = Node::new();
+        std::fs::remove_file(node.path("subnet.env")).unwrap();
+        assert_eq!(node.add().unwrap_err().code, 5);
+        let bad = Yonghui.add(&node.inv(Command::Add), &node.conf(json!({"delegate": {"name": "x"}})));
+        assert_eq!(bad.unwrap_err().code, 7);
+        assert!(!node.path("data").exists());
+        assert_eq!(node.calls(), "");
+    }
+
+    #[test]
+    fn unknown_delegate_is_refused_and_nothing_is_left() {
+        let node = Node::new();
+        let e = Yonghui.add(&node.inv(Command::Add), &node.conf(json!({"delegate": {"type": "no-such-plugin"}})));
+        let e = e.unwrap_err();
+        assert!(e.msg.contains("delegate no-such-plugin ADD") && e.msg.contains("no-such-plugin"), "{e}");
+        assert_eq!(std::fs::read_dir(node.path("data")).unwrap().count(), 0);
+    }
+
+    #[test]
+    fn del_replays_the_saved_config_then_forgets_it_and_is_idempotent() {
+        let node = Node::new();
+        node.add().unwrap();
+        // DEL does not depend on subnet.env or the delegate section any more.
+        std::fs::remove_file(node.path("subnet.env")).unwrap();
+        Yonghui.del(&node.inv(Command::Del), &node.conf(json!({"delegate": {"type": "other"}}))).unwrap();
+        assert_eq!(node.stdin_of("DEL"), node.stdin_of("ADD"));
+        assert!(!node.saved().exists());
+        node.del().unwrap();
+        assert_eq!(node.calls(), "ADD\nDEL\n");
+    }
+
+    #[test]
+    fn failed_delegate_del_keeps_the_file_for_the_retry() {
+        let node = Node::new();
+        node.add().unwrap();
+        node.fail("DEL", true);
+        let e = node.del().unwrap_err();
+        assert_eq!((e.code, e.msg.as_str()), (11, "delegate fake DEL: injected failure"));
+        assert!(node.saved().exists());
+        node.fail("DEL", false);
+        node.del().unwrap();
+        assert!(!node.saved().exists());
+        assert_eq!(node.calls(), "ADD\nDEL\nDEL\n");
+    }
+
+    #[test]
+    fn unreadable_saved_config_is_dropped_and_del_succeeds() {
+        let node = Node::new();
+        std::fs::create_dir_all(node.path("data")).unwrap();
+        std::fs::write(node.saved(), "{not json").unwrap();
+        node.del().unwrap();
+        assert!(!node.saved().exists());
+        assert_eq!(node.calls(), "");
+    }
+
+    #[test]
+    fn check_forwards_the_saved_config_with_the_runtime_prev_result() {
+        let node = Node::new();
+        let e = Yonghui.check(&node.inv(Command::Check), &node.conf(json!({}))).unwrap_err();
+        assert_eq!(e.code, 3);
+        assert!(e.msg.contains("c1") && e.msg.contains(&node.path("data").display().to_string()), "{e}");
+
+        node.add().unwrap();
+        let prev = json!({"cniVersion": "1.0.0", "ips": [{"address": "10.1.17.2/24", "gateway": "10.1.17.1"}]});
+        Yonghui.check(&node.inv(Command::Check), &node.conf(json!({"prevResult": prev}))).unwrap();
+        let mut want = node.stdin_of("ADD");
+        want["prevResult"] =
+            json!({"cniVersion": "1.0.0", "ips": [{"address": "10.1.17.2/24", "gateway": "10.1.17.1"}], "dns": {}});
+        assert_eq!(node.stdin_of("CHECK"), want);
+
+        node.fail("CHECK", true);
+        let e = Yonghui.check(&node.inv(Command::Check), &node.conf(json!({}))).unwrap_err();
+        assert_eq!((e.code, e.msg.as_str()), (11, "delegate fake CHECK: injected failure"));
+    }
+
+    #[test]
+    fn status_is_not_available_until_subnet_env_is_usable_then_asks_the_delegate() {
+        let node = Node::new();
+        let conf = node.conf(json!({"cniVersion": "1.1.0"}));
+        std::fs::write(node.path("subnet.env"), "FLANNEL_MTU=1472\n").unwrap();
+        let e = Yonghui.status(&node.inv(Command::Status), &conf).unwrap_err();
+        assert_eq!(e.code, 50);
+        assert!(e.msg.contains("subnet.env is missing FLANNEL_NETWORK"), "{e}");
+        std::fs::remove_file(node.path("subnet.env")).unwrap();
+        assert_eq!(Yonghui.status(&node.inv(Command::Status), &conf).unwrap_err().code, 50);
+        assert_eq!(node.calls(), "");
+
+        let node = Node::new();
+        let conf = node.conf(json!({"cniVersion": "1.1.0"}));
+        Yonghui.status(&node.inv(Command::Status), &conf).unwrap();
+        assert_eq!(node.calls(), "STATUS\n");
+        node.fail("STATUS", true);
+        let e = Yonghui.status(&node.inv(Command::Status), &conf).unwrap_err();
+        assert_eq!((e.code, e.msg.as_str()), (11, "delegate fake STATUS: injected failure"));
+    }
+
+    #[test]
+    fn gc_is_forwarded_with_the_valid_attachments_and_keeps_saved_configs() {
+        let node = Node::new();
+        node.add().unwrap();
+        let valid = json!([{"containerID": "other", "ifname": "eth0"}]);
+        let conf = node.conf(json!({"cniVersion": "1.1.0", VALID_ATTACHMENTS: valid}));
+        Yonghui.gc(&node.inv(Command::Gc), &conf).unwrap();
+        let sent = node.stdin_of("GC");
+        assert_eq!(sent[VALID_ATTACHMENTS], valid);
+        assert_eq!(sent["ipam"]["subnet"], "10.1.17.0/24");
+        assert!(node.saved().exists());
     }
 }
