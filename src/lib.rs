@@ -3,7 +3,9 @@
 
 pub mod cli;
 pub mod cni;
+pub mod firewall;
 pub mod fsutil;
+pub mod ipam;
 pub mod kube;
 pub mod netlink;
 pub mod netns;

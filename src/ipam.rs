@@ -1,0 +1,194 @@
+//! IPAM delegation, as the spec describes it: the plugin named by `ipam.type` is exec'd from the CNI
+//! path with the same environment and the whole network configuration on stdin. An allocation is a
+//! resource ADD must give back when anything after it fails; [`Ipam::add_with_rollback`] ties the
+//! two together so no caller can forget.
+
+use crate::cni::exec::{DEFAULT_TIMEOUT, exec_plugin, find_plugin};
+use crate::cni::{CniError, CniResult, Command, Invocation, PluginConf, code};
+use serde_json::Value;
+
+/// The IPAM plugin of one network configuration, for one invocation.
+pub struct Ipam<'a> {
+    plugin_type: String,
+    inv: &'a Invocation,
+    stdin: Vec<u8>,
+}
+
+impl<'a> Ipam<'a> {
+    /// The configuration's IPAM plugin, or `None` when `ipam` is absent or has no `type` (an L2-only
+    /// network). A malformed `ipam` is code 7.
+    pub fn from_conf(conf: &PluginConf, inv: &'a Invocation) -> Result<Option<Self>, CniError> {
+        let plugin_type = match conf.raw.get("ipam") {
+            None | Some(Value::Null) => return Ok(None),
+            Some(Value::Object(ipam)) => match ipam.get("type") {
+                None | Some(Value::Null) => return Ok(None),
+                Some(Value::String(t)) if t.is_empty() => return Ok(None),
+                Some(Value::String(t)) => t.clone(),
+                Some(_) => return Err(CniError::invalid_config("'ipam.type' must be a string")),
+            },
+            Some(_) => return Err(CniError::invalid_config("'ipam' must be an object")),
+        };
+        Ok(Some(Ipam { plugin_type, inv, stdin: conf.to_bytes() }))
+    }
+
+    pub fn plugin_type(&self) -> &str {
+        &self.plugin_type
+    }
+
+    async fn exec(&self, command: Command) -> Result<Vec<u8>, CniError> {
+        let binary = find_plugin(&self.plugin_type, &self.inv.path)?;
+        exec_plugin(&binary, command, self.inv, &self.stdin, DEFAULT_TIMEOUT)
+            .await
+            .map_err(|e| e.context(format!("IPAM plugin {} {}", self.plugin_type, command.as_str())))
+    }
+
+    /// Allocate. The result must carry at least one address (code 104 otherwise, after giving the
+    /// allocation back).
+    pub async fn add(&self) -> Result<CniResult, CniError> {
+        let out = self.exec(Command::Add).await?;
+        let parsed = CniResult::from_slice(&out)
+            .map_err(|e| e.context(format!("result of IPAM plugin {}", self.plugin_type)))
+            .and_then(|r| {
+                if r.ips.is_empty() {
+                    Err(CniError::new(code::IPAM, format!("IPAM plugin {} returned no IP address", self.plugin_type)))
+                } else {
+                    Ok(r)
+                }
+            });
+        if parsed.is_err() {
+            self.release_after_failure().await;
+        }
+        parsed
+    }
+
+    /// Allocate, then run `then` with the allocation; if `then` fails, the allocation is released
+    /// before the error is returned.
+    pub async fn add_with_rollback<T>(
+        &self,
+        then: impl AsyncFnOnce(CniResult) -> Result<T, CniError>,
+    ) -> Result<T, CniError> {
+        let allocation = self.add().await?;
+        let outcome = then(allocation).await;
+        if outcome.is_err() {
+            self.release_after_failure().await;
+        }
+        outcome
+    }
+
+    /// Release (IPAM DEL). Idempotent in every IPAM plugin worth the name.
+    pub async fn del(&self) -> Result<(), CniError> {
+        self.exec(Command::Del).await.map(drop)
+    }
+
+    /// IPAM CHECK: does the plugin still hold the allocation?
+    pub async fn check(&self) -> Result<(), CniError> {
+        self.exec(Command::Check).await.map(drop)
+    }
+
+    /// Rollback: the original error is what the caller reports, so a failing release is only logged.
+    async fn release_after_failure(&self) {
+        if let Err(e) = self.del().await {
+            eprintln!("releasing the IPAM allocation after a failed ADD failed too: {e}");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+    use std::path::Path;
+
+    /// A fake IPAM plugin that logs each command to `log` and answers ADD with `add_reply`.
+    fn fake_ipam(dir: &Path, add_reply: &str) -> std::path::PathBuf {
+        let log = dir.join("log");
+        let p = dir.join("fake-ipam");
+        std::fs::write(
+            &p,
+            format!(
+                "#!/bin/sh\necho \"$CNI_COMMAND\" >> {log}\ncat > /dev/null\n[ \"$CNI_COMMAND\" = ADD ] && echo '{add_reply}'\nexit 0\n",
+                log = log.display()
+            ),
+        )
+        .unwrap();
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
+        log
+    }
+
+    fn inv(path: &Path) -> Invocation {
+        let path = path.display().to_string();
+        Invocation::from_env(|k| {
+            Some(
+                match k {
+                    "CNI_COMMAND" => "ADD",
+                    "CNI_CONTAINERID" => "c1",
+                    "CNI_NETNS" => "/run/netns/x",
+                    "CNI_IFNAME" => "eth0",
+                    "CNI_PATH" => &path,
+                    _ => return None,
+                }
+                .to_string(),
+            )
+        })
+        .unwrap()
+    }
+
+    fn conf(ipam: &str) -> PluginConf {
+        PluginConf::parse(format!(r#"{{"cniVersion":"1.0.0","name":"n","type":"yh-bridge","ipam":{ipam}}}"#).as_bytes())
+            .unwrap()
+    }
+
+    #[test]
+    fn no_type_means_no_ipam_and_bad_shapes_are_code_7() {
+        let i = inv(Path::new("/nonexistent"));
+        assert!(Ipam::from_conf(&conf("{}"), &i).unwrap().is_none());
+        assert!(Ipam::from_conf(&conf(r#"{"type":""}"#), &i).unwrap().is_none());
+        assert_eq!(Ipam::from_conf(&conf("[]"), &i).err().unwrap().code, 7);
+        assert_eq!(Ipam::from_conf(&conf(r#"{"type":1}"#), &i).err().unwrap().code, 7);
+        assert_eq!(
+            Ipam::from_conf(&conf(r#"{"type":"host-local"}"#), &i).unwrap().unwrap().plugin_type(),
+            "host-local"
+        );
+    }
+
+    #[test]
+    fn failure_after_allocation_releases_it() {
+        let d = tempfile::tempdir().unwrap();
+        let log = fake_ipam(d.path(), r#"{"cniVersion":"1.0.0","ips":[{"address":"10.0.0.2/24"}]}"#);
+        let i = inv(d.path());
+        let c = conf(r#"{"type":"fake-ipam"}"#);
+        let ipam = Ipam::from_conf(&c, &i).unwrap().unwrap();
+        let e = crate::runtime::block_on(ipam.add_with_rollback(async |r: CniResult| -> Result<(), CniError> {
+            assert_eq!(r.ips[0].address.to_string(), "10.0.0.2/24");
+            Err(CniError::kernel("veth setup failed"))
+        }))
+        .unwrap_err();
+        assert_eq!(e.msg, "veth setup failed");
+        assert_eq!(std::fs::read_to_string(&log).unwrap(), "ADD\nDEL\n");
+
+        std::fs::remove_file(&log).unwrap();
+        let ok = crate::runtime::block_on(ipam.add_with_rollback(async |r: CniResult| Ok(r.ips.len()))).unwrap();
+        assert_eq!(ok, 1);
+        assert_eq!(std::fs::read_to_string(&log).unwrap(), "ADD\n");
+    }
+
+    #[test]
+    fn an_answer_without_addresses_is_code_104_and_released() {
+        let d = tempfile::tempdir().unwrap();
+        let log = fake_ipam(d.path(), r#"{"cniVersion":"1.0.0"}"#);
+        let i = inv(d.path());
+        let c = conf(r#"{"type":"fake-ipam"}"#);
+        let e = crate::runtime::block_on(Ipam::from_conf(&c, &i).unwrap().unwrap().add()).unwrap_err();
+        assert_eq!(e.code, code::IPAM);
+        assert_eq!(std::fs::read_to_string(&log).unwrap(), "ADD\nDEL\n");
+    }
+
+    #[test]
+    fn a_missing_plugin_names_itself() {
+        let d = tempfile::tempdir().unwrap();
+        let i = inv(d.path());
+        let c = conf(r#"{"type":"nope-ipam"}"#);
+        let e = crate::runtime::block_on(Ipam::from_conf(&c, &i).unwrap().unwrap().add()).unwrap_err();
+        assert!(e.msg.contains("nope-ipam"), "{e}");
+    }
+}
