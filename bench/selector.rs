@@ -95,6 +95,17 @@ impl Bench {
             "ipam": {"type": "host-local", "subnet": subnet, "dataDir": self.sb.path().join("ipam")}}]})
     }
 
+    /// `yonghui` delegating to `yh-bridge` (both in process), its subnet from a subnet.env.
+    fn yonghui_network(&self) -> Value {
+        let subnet_file = self.sb.write(
+            "subnet.env",
+            "FLANNEL_NETWORK=10.90.0.0/16\nFLANNEL_SUBNET=10.90.1.1/24\nFLANNEL_MTU=1450\nFLANNEL_IPMASQ=true\n",
+        );
+        json!({"cniVersion": "1.0.0", "name": "fabric", "plugins": [{
+            "type": "yonghui", "subnetFile": subnet_file, "dataDir": self.sb.path().join("yonghui"),
+            "delegate": {"bridge": unique("yb")}, "ipam": {"dataDir": self.sb.path().join("ipam")}}]})
+    }
+
     /// A plugin that does nothing and answers an empty result: what is left is process cost.
     fn noop_network(&self) -> Value {
         let script = self.sb.bin().join("noop");
@@ -143,9 +154,8 @@ impl Bench {
         Case { label, program, stdin, through_selector: false, pods }
     }
 
-    /// Run one plugin process like a runtime; returns its wall time and stdout.
-    fn call(&self, program: &Path, command: &str, cid: &str, pod: &Pod, stdin: &str) -> (Duration, String) {
-        let start = Instant::now();
+    /// Start one plugin process like a runtime, `stdin` written and closed.
+    fn spawn(&self, program: &Path, command: &str, cid: &str, pod: &Pod, stdin: &str) -> std::process::Child {
         let mut child = Command::new(program)
             .env("CNI_COMMAND", command)
             .env("CNI_CONTAINERID", cid)
@@ -161,13 +171,18 @@ impl Bench {
             .spawn()
             .unwrap();
         child.stdin.take().unwrap().write_all(stdin.as_bytes()).unwrap();
-        let pid = child.id();
-        let out = child.wait_with_output().unwrap();
+        child
+    }
+
+    /// Run one plugin process to its end; returns its wall time and stdout.
+    fn call(&self, program: &Path, command: &str, cid: &str, pod: &Pod, stdin: &str) -> (Duration, String) {
+        let start = Instant::now();
+        let out = self.spawn(program, command, cid, pod, stdin).wait_with_output().unwrap();
         let elapsed = start.elapsed();
         let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
         assert!(
             out.status.success(),
-            "{} {command} (pid {pid}) failed: {stdout} {}",
+            "{} {command} failed: {stdout} {}",
             program.display(),
             String::from_utf8_lossy(&out.stderr)
         );
@@ -256,19 +271,23 @@ fn main() {
     b.enter_node();
     let bridge = b.bridge_network("bench", "10.88.0.0/16");
     let noop = b.noop_network();
+    let yonghui = b.yonghui_network();
+    // Indices matter below: [0] is the baseline of [1] and [2], [3] of [4].
     let cases = [
         b.alone_case("bridge alone", &b.bridge_network("reference", "10.89.0.0/16"), o.pods),
+        b.selector_case("yh-genie -> yonghui", "fabric", &yonghui, o.pods),
         b.selector_case("yh-genie -> bridge", "bench", &bridge, o.pods),
         b.alone_case("no-op alone", &noop, o.pods),
         b.selector_case("yh-genie -> no-op", "noop", &noop, o.pods),
     ];
 
     println!("yh-genie selector benchmark: {} pods, release build, cases interleaved per pod", o.pods);
-    println!("network: reference bridge + host-local (Debian /usr/lib/cni), one .conflist in its own dir");
-    println!("  yh-genie -> bridge: GET pod + GET ConfigMap (bare network name), record, exec bridge -> host-local");
-    println!("  bridge alone: the same kind of bridge conf exec'd by this driver, as libcni would");
+    println!("each selector case: GET pod + GET ConfigMap (bare network name), record, run the network's chain");
+    println!("  bridge alone:        Debian's reference bridge + host-local exec'd by this driver, as libcni would");
+    println!("  yh-genie -> yonghui: yonghui -> yh-bridge in process (subnet.env), host-local exec'd");
+    println!("  yh-genie -> bridge:  the same reference bridge + host-local, exec'd by the selector");
     println!(
-        "  no-op: a /bin/sh plugin that answers an empty result; the two no-op rows differ by the selector's own cost"
+        "  no-op:               a /bin/sh plugin answering an empty result; its two rows differ by the selector's own cost"
     );
     for parallel in [1, o.parallel] {
         // Warm the page cache and every code path once, untimed.
@@ -285,9 +304,11 @@ fn main() {
                 [(&t.add, 0.5), (&t.add, 0.9), (&t.del, 0.5), (&t.del, 0.9)].map(|(v, p)| ms(percentile(v, p)));
             println!("  {:<22} {a50}  {a90}  {d50}  {d90}", case.label);
         }
-        for (label, sel, alone) in
-            [("ratio to bridge alone", &times[1], &times[0]), ("ratio to no-op alone", &times[3], &times[2])]
-        {
+        for (label, sel, alone) in [
+            ("yonghui / bridge alone", &times[1], &times[0]),
+            ("bridge / bridge alone", &times[2], &times[0]),
+            ("no-op / no-op alone", &times[4], &times[3]),
+        ] {
             println!(
                 "  {label:<22} {}{}{}{}",
                 ratio(&sel.add, &alone.add, 0.5),
@@ -296,7 +317,7 @@ fn main() {
                 ratio(&sel.del, &alone.del, 0.9)
             );
         }
-        let own = percentile(&times[3].add, 0.5).saturating_sub(percentile(&times[2].add, 0.5));
+        let own = percentile(&times[4].add, 0.5).saturating_sub(percentile(&times[3].add, 0.5));
         println!("  selector's own cost per ADD (median, no-op difference): {}", ms(own).trim());
         println!(
             "  API requests: {:.2} per selector ADD+DEL ({requests} for {selector_calls}; DEL works from the record)",
@@ -304,27 +325,27 @@ fn main() {
         );
     }
 
-    // Peak RSS of one selector ADD through the bridge network: the yh-genie process's own VmHWM.
-    let case = &cases[1];
+    // Peak RSS of one selector ADD per network: the yh-genie process's own VmHWM.
+    println!();
+    for case in cases.iter().filter(|c| c.through_selector) {
+        let peak = peak_rss_of_add(&b, case);
+        println!(
+            "peak RSS of one ADD, {:<20} {:.1} MB (VmHWM of the yh-genie process, sampled)",
+            case.label,
+            peak as f64 / 1024.0
+        );
+    }
+    println!("targets: selector ADD median at most 1.5x the bridge alone; peak RSS of one ADD at most 15 MB");
+}
+
+/// ADD one pod of `case` while sampling the selector's VmHWM, then DEL it; returns the peak in KiB.
+fn peak_rss_of_add(b: &Bench, case: &Case) -> u64 {
     let cid = unique("rss");
     let pod = &case.pods[0];
-    let mut child = Command::new(&case.program)
-        .env("CNI_COMMAND", "ADD")
-        .env("CNI_CONTAINERID", &cid)
-        .env("CNI_NETNS", pod.netns.path())
-        .env("CNI_IFNAME", "eth0")
-        .env("CNI_ARGS", &pod.args)
-        .env("CNI_PATH", b.sb.bin())
-        .env_remove("LD_LIBRARY_PATH")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    child.stdin.take().unwrap().write_all(case.stdin.to_string().as_bytes()).unwrap();
+    let stdin = case.stdin.to_string();
+    let child = b.spawn(&case.program, "ADD", &cid, pod, &stdin);
     let peak = peak_rss_kib(child.id());
     assert!(child.wait_with_output().unwrap().status.success());
-    b.call(&case.program, "DEL", &cid, pod, &case.stdin.to_string());
-    println!();
-    println!("peak RSS of one selector ADD (VmHWM of the yh-genie process, sampled): {:.1} MB", peak as f64 / 1024.0);
-    println!("targets: selector ADD median at most 1.5x the bridge alone; peak RSS of one ADD at most 15 MB");
+    b.call(&case.program, "DEL", &cid, pod, &stdin);
+    peak
 }

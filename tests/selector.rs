@@ -27,6 +27,8 @@ const GREEN: Net = Net { name: "green", file: "green.conf", version: "0.3.1", su
 const RED: Net = Net { name: "red", file: "10-red.conflist", version: "0.4.0", subnet: 3 };
 /// The default network.
 const GREY: Net = Net { name: "grey", file: "10-grey.conflist", version: "1.0.0", subnet: 4 };
+/// `yonghui` delegating to `yh-bridge`, both in process; its subnet comes from `subnet.env`.
+const YONGHUI: Net = Net { name: "yonghui", file: "10-yonghui.conflist", version: "1.0.0", subnet: 5 };
 
 impl Net {
     fn prefix(&self) -> String {
@@ -59,7 +61,23 @@ impl Node {
         for net in [BLUE, GREEN, RED, GREY] {
             node.add_network(net);
         }
+        node.add_yonghui_network();
         node
+    }
+
+    /// The fabric's subnet file and a `yonghui` network whose delegate is the default, `yh-bridge`.
+    fn add_yonghui_network(&self) {
+        let subnet = YONGHUI.subnet;
+        let subnet_env = format!(
+            "FLANNEL_NETWORK=10.77.0.0/16\nFLANNEL_SUBNET=10.77.{subnet}.1/24\nFLANNEL_MTU=1450\nFLANNEL_IPMASQ=true\n"
+        );
+        let subnet_file = self.sb.write("subnet.env", &subnet_env);
+        let plugin = json!({
+            "type": "yonghui", "subnetFile": subnet_file, "dataDir": self.sb.path().join("yonghui"),
+            "delegate": {"bridge": unique("yb")}, "ipam": {"dataDir": self.ipam_dir()}
+        });
+        let list = json!({"cniVersion": YONGHUI.version, "name": YONGHUI.name, "plugins": [plugin]});
+        self.write_conf(&format!("{}/{}", YONGHUI.name, YONGHUI.file), &list);
     }
 
     fn conf_dir(&self) -> PathBuf {
@@ -515,4 +533,22 @@ fn explain_says_which_network_and_why() {
     assert_eq!(code, Some(1), "{out}");
     assert!(out.contains("pod default/ghost not found") && out.contains("103"), "{out}");
     assert!(n.node_veths().is_empty() && n.records().is_empty(), "explain changes nothing");
+}
+
+#[test]
+fn a_yonghui_network_runs_in_process_through_yh_bridge() {
+    let n = Node::new();
+    n.api.put_config_map("default", "fabric", json!({"cni_network_config": "yonghui"}));
+    n.api.put_pod("default", "web-0", from_config_map("fabric", "cni_network_config"));
+    let conf = n.selector_conf("1.1.0", json!({}));
+    let pod = n.pod("web-0");
+    let result = n.add_expecting(&pod, &conf, YONGHUI);
+    assert_eq!(result["cniVersion"], "1.1.0");
+    let routes = pod.netns.must("ip -j -4 route show");
+    assert!(routes.contains("10.77.0.0/16"), "the fabric's network is routed through the bridge: {routes}");
+    assert_eq!(list_dir(&n.sb.path().join("yonghui")), [pod.cid.as_str()], "yonghui saved its delegate config");
+    n.call("CHECK", &pod, &conf).ok();
+    n.call("DEL", &pod, &conf).ok();
+    n.assert_nothing_left(&pod, "yonghui");
+    assert!(list_dir(&n.sb.path().join("yonghui")).is_empty(), "yonghui's saved delegate config is gone");
 }
