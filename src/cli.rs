@@ -28,6 +28,7 @@ pub fn main() -> i32 {
             0
         }
         Some("install") => crate::install::main(&rest[1..]),
+        Some("explain") => selector::explain::run(&rest[1..]),
         Some("-V" | "--version" | "version") => {
             println!("{} {VERSION} (CNI spec versions {})", plugin.name(), crate::cni::version::SUPPORTED.join(", "));
             0
@@ -51,6 +52,9 @@ Usage (for people):
   {name} --help       this text
   {name} --version    version and supported CNI spec versions
   {name} install      put yh-genie on this node and keep it configured (see `{name} install --help`)
+  {name} explain [--namespace NS] --pod NAME [--config FILE]
+                      which network the selector gives a pod, and why (reads the API server
+                      and the conf dir; changes nothing)
 "
     )
 }

@@ -7,6 +7,7 @@ pub mod firewall;
 pub mod fsutil;
 pub mod install;
 pub mod ipam;
+pub mod kube;
 pub mod logging;
 pub mod netlink;
 pub mod netns;

@@ -3,6 +3,8 @@
 //! calls plugins exactly as a runtime does (env, stdin, exec, exit status, stdout JSON).
 #![allow(dead_code)]
 
+pub mod apiserver;
+
 use serde_json::Value;
 use std::io::Write;
 use std::path::{Path, PathBuf};

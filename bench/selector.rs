@@ -1,0 +1,351 @@
+//! The selector's benchmark driver (run by `bench/selector.sh`; needs root). It measures ADD and DEL
+//! latency of `yh-genie -> network` beside the same network's plugin run alone by this driver (as a
+//! runtime would run it without the selector), one pod at a time and several at once, plus API
+//! requests per call and the peak RSS of one ADD. It prints figures and judges nothing.
+//!
+//! The cases run interleaved (pod i through every case, then pod i+1), so that background load on a
+//! shared machine hits them alike. A second pair of cases runs a no-op plugin alone and through the
+//! selector: their difference is the selector's own cost (start, API, record, exec).
+//!
+//! Everything happens in a throwaway "node" netns that this process's threads join (so no
+//! `ip netns exec` wrapper skews the timings), with the tests' fake API server on its 127.0.0.1
+//! and one netns per pod.
+
+#[path = "../tests/common/mod.rs"]
+mod common;
+
+use common::apiserver::ApiServer;
+use common::{Netns, Sandbox, unique};
+use serde_json::{Value, json};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+struct Options {
+    pods: usize,
+    parallel: usize,
+}
+
+impl Options {
+    fn from_args() -> Self {
+        let mut o = Options { pods: 100, parallel: 8 };
+        let args: Vec<String> = std::env::args().skip(1).collect();
+        let mut it = args.iter();
+        while let Some(a) = it.next() {
+            match a.as_str() {
+                "--pods" => o.pods = it.next().and_then(|v| v.parse().ok()).expect("--pods N"),
+                "--parallel" => o.parallel = it.next().and_then(|v| v.parse().ok()).expect("--parallel N"),
+                // `cargo bench` appends --bench.
+                _ => {}
+            }
+        }
+        o
+    }
+}
+
+/// One way of attaching pods: a program, its stdin, and one netns per pod.
+struct Case {
+    label: &'static str,
+    program: PathBuf,
+    stdin: Value,
+    /// The selector's cases name their pods to the API server; the plugin-alone cases need no names.
+    through_selector: bool,
+    pods: Vec<Pod>,
+}
+
+struct Pod {
+    netns: Netns,
+    args: String,
+}
+
+/// What one case measured in one round.
+#[derive(Default)]
+struct Times {
+    add: Vec<Duration>,
+    del: Vec<Duration>,
+}
+
+struct Bench {
+    sb: Sandbox,
+    api: ApiServer,
+    node: Netns,
+}
+
+impl Bench {
+    fn new() -> Self {
+        common::require_root();
+        let node = Netns::new("ybn");
+        let sb = Sandbox::new();
+        let api = ApiServer::start_in(&node);
+        Bench { sb, api, node }
+    }
+
+    /// Join the node netns: every thread spawned afterwards, and every plugin process, is in it.
+    fn enter_node(&self) {
+        let ns = std::fs::File::open(self.node.path()).unwrap();
+        nix::sched::setns(&ns, nix::sched::CloneFlags::CLONE_NEWNET).expect("setns node");
+    }
+
+    /// A bridge + host-local network conf on `subnet`.
+    fn bridge_network(&self, name: &str, subnet: &str) -> Value {
+        json!({"cniVersion": "1.0.0", "name": name, "plugins": [{
+            "type": "bridge", "bridge": unique("yb"), "isGateway": true,
+            "ipam": {"type": "host-local", "subnet": subnet, "dataDir": self.sb.path().join("ipam")}}]})
+    }
+
+    /// `yonghui` delegating to `yh-bridge` (both in process), its subnet from a subnet.env.
+    fn yonghui_network(&self) -> Value {
+        let subnet_file = self.sb.write(
+            "subnet.env",
+            "FLANNEL_NETWORK=10.90.0.0/16\nFLANNEL_SUBNET=10.90.1.1/24\nFLANNEL_MTU=1450\nFLANNEL_IPMASQ=true\n",
+        );
+        json!({"cniVersion": "1.0.0", "name": "fabric", "plugins": [{
+            "type": "yonghui", "subnetFile": subnet_file, "dataDir": self.sb.path().join("yonghui"),
+            "delegate": {"bridge": unique("yb")}, "ipam": {"dataDir": self.sb.path().join("ipam")}}]})
+    }
+
+    /// A plugin that does nothing and answers an empty result: what is left is process cost.
+    fn noop_network(&self) -> Value {
+        let script = self.sb.bin().join("noop");
+        std::fs::write(
+            &script,
+            "#!/bin/sh\ncat >/dev/null\n[ \"$CNI_COMMAND\" = ADD ] && echo '{\"cniVersion\":\"1.0.0\"}'\nexit 0\n",
+        )
+        .unwrap();
+        std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+        json!({"cniVersion": "1.0.0", "name": "noop", "plugins": [{"type": "noop"}]})
+    }
+
+    /// The selector's stdin, and a ConfigMap + pods choosing `network` by its bare name.
+    fn selector_case(&self, label: &'static str, network: &str, conf: &Value, pods: usize) -> Case {
+        self.sb.write(&format!("net.d/{network}/10-{network}.conflist"), &conf.to_string());
+        let cm = format!("{network}-net");
+        self.api.put_config_map("default", &cm, json!({"cni_network_config": network}));
+        let stdin = json!({
+            "cniVersion": "1.0.0", "name": "yh-genie", "type": "yh-genie",
+            "kubeconfig": self.api.kubeconfig(), "confDir": self.sb.path().join("net.d"),
+            "dataDir": self.sb.path().join("yh-genie"), "binDir": self.sb.bin(),
+        });
+        let pods = (0..pods)
+            .map(|i| {
+                let name = format!("{network}-{i}");
+                self.api.put_pod(
+                    "default",
+                    &name,
+                    json!([{"name": "app", "image": "nginx", "env": [{"name": "CNI_NETWORK_CONFIG",
+                        "valueFrom": {"configMapKeyRef": {"name": cm, "key": "cni_network_config"}}}]}]),
+                );
+                let args = format!("IgnoreUnknown=1;K8S_POD_NAMESPACE=default;K8S_POD_NAME={name};K8S_POD_UID=uid-{i}");
+                Pod { netns: Netns::new("ybp"), args }
+            })
+            .collect();
+        Case { label, program: self.sb.bin().join("yh-genie"), stdin, through_selector: true, pods }
+    }
+
+    /// The first plugin of `conf` run directly, as libcni would for a one-plugin list.
+    fn alone_case(&self, label: &'static str, conf: &Value, pods: usize) -> Case {
+        let mut stdin = conf["plugins"][0].clone();
+        stdin["name"] = conf["name"].clone();
+        stdin["cniVersion"] = conf["cniVersion"].clone();
+        let program = self.sb.bin().join(stdin["type"].as_str().unwrap());
+        let pods = (0..pods).map(|_| Pod { netns: Netns::new("ybp"), args: "IgnoreUnknown=1".into() }).collect();
+        Case { label, program, stdin, through_selector: false, pods }
+    }
+
+    /// Start one plugin process like a runtime, `stdin` written and closed.
+    fn spawn(&self, program: &Path, command: &str, cid: &str, pod: &Pod, stdin: &str) -> std::process::Child {
+        let mut child = Command::new(program)
+            .env("CNI_COMMAND", command)
+            .env("CNI_CONTAINERID", cid)
+            .env("CNI_NETNS", pod.netns.path())
+            .env("CNI_IFNAME", "eth0")
+            .env("CNI_ARGS", &pod.args)
+            .env("CNI_PATH", self.sb.bin())
+            // cargo sets it for the bench process; a runtime does not, and it slows the dynamic loader.
+            .env_remove("LD_LIBRARY_PATH")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        child.stdin.take().unwrap().write_all(stdin.as_bytes()).unwrap();
+        child
+    }
+
+    /// Run one plugin process to its end; returns its wall time and stdout.
+    fn call(&self, program: &Path, command: &str, cid: &str, pod: &Pod, stdin: &str) -> (Duration, String) {
+        let start = Instant::now();
+        let out = self.spawn(program, command, cid, pod, stdin).wait_with_output().unwrap();
+        let elapsed = start.elapsed();
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert!(
+            out.status.success(),
+            "{} {command} failed: {stdout} {}",
+            program.display(),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        (elapsed, stdout)
+    }
+
+    /// ADD then DEL every pod of every case, `parallel` pods at a time, cases interleaved per pod.
+    fn round(&self, cases: &[Case], pods: usize, parallel: usize) -> Vec<Times> {
+        let cids: Vec<Vec<String>> = cases.iter().map(|_| (0..pods).map(|_| unique("bench")).collect()).collect();
+        let results: Vec<Vec<Mutex<Value>>> =
+            cases.iter().map(|_| (0..pods).map(|_| Mutex::new(Value::Null)).collect()).collect();
+        let times: Vec<Mutex<Times>> = cases.iter().map(|_| Mutex::default()).collect();
+        for command in ["ADD", "DEL"] {
+            let next = Mutex::new(0usize);
+            std::thread::scope(|s| {
+                for _ in 0..parallel {
+                    s.spawn(|| {
+                        loop {
+                            let i = {
+                                let mut n = next.lock().unwrap();
+                                *n += 1;
+                                *n - 1
+                            };
+                            if i >= pods {
+                                break;
+                            }
+                            for (c, case) in cases.iter().enumerate() {
+                                let mut stdin = case.stdin.clone();
+                                // DEL gets the ADD result as prevResult, as libcni gives it from its cache;
+                                // the selector keeps its own.
+                                if command == "DEL" && !case.through_selector {
+                                    stdin["prevResult"] = results[c][i].lock().unwrap().clone();
+                                }
+                                let (elapsed, stdout) =
+                                    self.call(&case.program, command, &cids[c][i], &case.pods[i], &stdin.to_string());
+                                let mut t = times[c].lock().unwrap();
+                                if command == "ADD" {
+                                    *results[c][i].lock().unwrap() = serde_json::from_str(&stdout).unwrap();
+                                    t.add.push(elapsed);
+                                } else {
+                                    t.del.push(elapsed);
+                                }
+                            }
+                        }
+                    });
+                }
+            });
+        }
+        times.into_iter().map(|t| t.into_inner().unwrap()).collect()
+    }
+}
+
+/// Samples a process's VmHWM (peak resident set) until it exits.
+fn peak_rss_kib(pid: u32) -> u64 {
+    let status = PathBuf::from(format!("/proc/{pid}/status"));
+    let mut peak = 0;
+    // A zombie has no memory lines left; stop at the first read without them.
+    while let Some(kib) = std::fs::read_to_string(&status).ok().and_then(|text| {
+        text.lines()
+            .find_map(|l| l.strip_prefix("VmHWM:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+    }) {
+        peak = peak.max(kib);
+        std::thread::sleep(Duration::from_micros(200));
+    }
+    peak
+}
+
+fn percentile(times: &[Duration], p: f64) -> Duration {
+    let mut sorted = times.to_vec();
+    sorted.sort();
+    sorted[((sorted.len() as f64 - 1.0) * p).round() as usize]
+}
+
+fn ms(d: Duration) -> String {
+    format!("{:7.2} ms", d.as_secs_f64() * 1000.0)
+}
+
+fn ratio(a: &[Duration], b: &[Duration], p: f64) -> String {
+    format!("{:7.2}x   ", percentile(a, p).as_secs_f64() / percentile(b, p).as_secs_f64())
+}
+
+fn main() {
+    let o = Options::from_args();
+    let b = Bench::new();
+    b.enter_node();
+    let bridge = b.bridge_network("bench", "10.88.0.0/16");
+    let noop = b.noop_network();
+    let yonghui = b.yonghui_network();
+    // Indices matter below: [0] is the baseline of [1] and [2], [3] of [4].
+    let cases = [
+        b.alone_case("bridge alone", &b.bridge_network("reference", "10.89.0.0/16"), o.pods),
+        b.selector_case("yh-genie -> yonghui", "fabric", &yonghui, o.pods),
+        b.selector_case("yh-genie -> bridge", "bench", &bridge, o.pods),
+        b.alone_case("no-op alone", &noop, o.pods),
+        b.selector_case("yh-genie -> no-op", "noop", &noop, o.pods),
+    ];
+
+    println!("yh-genie selector benchmark: {} pods, release build, cases interleaved per pod", o.pods);
+    println!("each selector case: GET pod + GET ConfigMap (bare network name), record, run the network's chain");
+    println!("  bridge alone:        Debian's reference bridge + host-local exec'd by this driver, as libcni would");
+    println!("  yh-genie -> yonghui: yonghui -> yh-bridge in process (subnet.env), host-local exec'd");
+    println!("  yh-genie -> bridge:  the same reference bridge + host-local, exec'd by the selector");
+    println!(
+        "  no-op:               a /bin/sh plugin answering an empty result; its two rows differ by the selector's own cost"
+    );
+    for parallel in [1, o.parallel] {
+        // Warm the page cache and every code path once, untimed.
+        b.round(&cases, 1, 1);
+        let before = b.api.requests();
+        let times = b.round(&cases, o.pods, parallel);
+        let selector_calls = cases.iter().filter(|c| c.through_selector).count() * o.pods;
+        let requests = b.api.requests() - before;
+        println!();
+        let mode = if parallel == 1 { "one at a time".to_string() } else { format!("{parallel} at once") };
+        println!("{mode:<24} ADD median     ADD p90    DEL median     DEL p90");
+        for (case, t) in cases.iter().zip(&times) {
+            let [a50, a90, d50, d90] =
+                [(&t.add, 0.5), (&t.add, 0.9), (&t.del, 0.5), (&t.del, 0.9)].map(|(v, p)| ms(percentile(v, p)));
+            println!("  {:<22} {a50}  {a90}  {d50}  {d90}", case.label);
+        }
+        for (label, sel, alone) in [
+            ("yonghui / bridge alone", &times[1], &times[0]),
+            ("bridge / bridge alone", &times[2], &times[0]),
+            ("no-op / no-op alone", &times[4], &times[3]),
+        ] {
+            println!(
+                "  {label:<22} {}{}{}{}",
+                ratio(&sel.add, &alone.add, 0.5),
+                ratio(&sel.add, &alone.add, 0.9),
+                ratio(&sel.del, &alone.del, 0.5),
+                ratio(&sel.del, &alone.del, 0.9)
+            );
+        }
+        let own = percentile(&times[4].add, 0.5).saturating_sub(percentile(&times[3].add, 0.5));
+        println!("  selector's own cost per ADD (median, no-op difference): {}", ms(own).trim());
+        println!(
+            "  API requests: {:.2} per selector ADD+DEL ({requests} for {selector_calls}; DEL works from the record)",
+            requests as f64 / selector_calls as f64
+        );
+    }
+
+    // Peak RSS of one selector ADD per network: the yh-genie process's own VmHWM.
+    println!();
+    for case in cases.iter().filter(|c| c.through_selector) {
+        let peak = peak_rss_of_add(&b, case);
+        println!(
+            "peak RSS of one ADD, {:<20} {:.1} MB (VmHWM of the yh-genie process, sampled)",
+            case.label,
+            peak as f64 / 1024.0
+        );
+    }
+    println!("targets: selector ADD median at most 1.5x the bridge alone; peak RSS of one ADD at most 15 MB");
+}
+
+/// ADD one pod of `case` while sampling the selector's VmHWM, then DEL it; returns the peak in KiB.
+fn peak_rss_of_add(b: &Bench, case: &Case) -> u64 {
+    let cid = unique("rss");
+    let pod = &case.pods[0];
+    let stdin = case.stdin.to_string();
+    let child = b.spawn(&case.program, "ADD", &cid, pod, &stdin);
+    let peak = peak_rss_kib(child.id());
+    assert!(child.wait_with_output().unwrap().status.success());
+    b.call(&case.program, "DEL", &cid, pod, &stdin);
+    peak
+}

@@ -1,0 +1,292 @@
+//! `ApiClient`, the production `PodSource`: a `kube` client built from the kubeconfig file the
+//! selector's configuration names, once per plugin call.
+//!
+//! Every call is bounded: one `ApiPolicy::budget` covers the whole command (loading the kubeconfig,
+//! every attempt, the pauses between them), and each attempt is cut at `attempt_timeout`. Transient
+//! failures (connection refused or reset, no answer in time, 429, 5xx) are retried with jittered
+//! exponential backoff while the budget lasts; refusals (401, 403, 404, an object that does not
+//! parse) are final. kube's own retry layer is switched off so that this is the only retry loop and
+//! the budget is the only clock.
+
+use super::{ObjectRef, PodSource};
+use crate::cni::{CniError, code};
+use ::kube::config::{KubeConfigOptions, Kubeconfig};
+use ::kube::{Api, Client, Config, Resource};
+use k8s_openapi::NamespaceResourceScope;
+use k8s_openapi::api::core::v1::{ConfigMap, Pod};
+use serde::de::DeserializeOwned;
+use std::fmt::Debug;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+/// The first pause between attempts; it doubles up to `MAX_PAUSE`.
+const FIRST_PAUSE: Duration = Duration::from_millis(100);
+const MAX_PAUSE: Duration = Duration::from_secs(2);
+
+/// How long API work may take and how often an object is asked for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ApiPolicy {
+    /// All API work of one command ends within this, whatever the API server does.
+    pub budget: Duration,
+    /// One request (connect, TLS handshake, answer) may take this long.
+    pub attempt_timeout: Duration,
+    /// Attempts per object.
+    pub max_attempts: u32,
+}
+
+impl ApiPolicy {
+    /// Long enough to ride out an API server restart or a leader change, short enough that the
+    /// runtime hears "try again later" (code 11) well before its own CNI timeouts.
+    pub const DEFAULT_BUDGET: Duration = Duration::from_secs(30);
+    /// A TLS handshake plus a GET is a few round trips; 5 s allows for a distant or loaded API
+    /// server (Multus's 250 ms per try was too short across continents, multus#1461).
+    pub const DEFAULT_ATTEMPT_TIMEOUT: Duration = Duration::from_secs(5);
+
+    /// Retry transient failures for as long as `budget` lasts.
+    pub fn retrying(budget: Duration, attempt_timeout: Duration) -> Self {
+        ApiPolicy { budget, attempt_timeout, max_attempts: u32::MAX }
+    }
+
+    /// One attempt per object, everything within `timeout`: what DEL without a record can afford.
+    pub fn single_attempt(timeout: Duration) -> Self {
+        ApiPolicy { budget: timeout, attempt_timeout: timeout, max_attempts: 1 }
+    }
+}
+
+impl Default for ApiPolicy {
+    fn default() -> Self {
+        Self::retrying(Self::DEFAULT_BUDGET, Self::DEFAULT_ATTEMPT_TIMEOUT)
+    }
+}
+
+/// A Kubernetes API client for one plugin call. Owns a current-thread runtime and blocks on it, so
+/// callers stay synchronous; it must not be used from inside another runtime.
+pub struct ApiClient {
+    // Declared before `runtime` so it is dropped first, while the runtime its tasks live on exists.
+    client: Client,
+    server: String,
+    kubeconfig: PathBuf,
+    policy: ApiPolicy,
+    deadline: Instant,
+    runtime: tokio::runtime::Runtime,
+}
+
+impl ApiClient {
+    /// Load `kubeconfig` and build a client. The policy's budget starts now. A kubeconfig that is
+    /// missing or unusable is a node configuration error (code 7) naming the file.
+    pub fn connect(kubeconfig: &Path, policy: ApiPolicy) -> Result<Self, CniError> {
+        let deadline = Instant::now() + policy.budget;
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| CniError::io(format!("cannot start an async runtime: {e}")))?;
+        let bad_kubeconfig = |e: &dyn std::fmt::Display| {
+            CniError::invalid_config(format!("cannot use kubeconfig {}: {e}", kubeconfig.display()))
+        };
+        let parsed = Kubeconfig::read_from(kubeconfig).map_err(|e| bad_kubeconfig(&e))?;
+        // Loading may run an exec credential plugin, so it is bounded like any API work.
+        let remaining = deadline.saturating_duration_since(Instant::now());
+        let mut config = runtime
+            .block_on(async {
+                tokio::time::timeout(remaining, Config::from_custom_kubeconfig(parsed, &KubeConfigOptions::default()))
+                    .await
+            })
+            .map_err(|_| CniError::try_again(format!("loading kubeconfig {} took too long", kubeconfig.display())))?
+            .map_err(|e| bad_kubeconfig(&e))?;
+        config.connect_timeout = Some(policy.attempt_timeout);
+        config.read_timeout = Some(policy.attempt_timeout);
+        config.write_timeout = Some(policy.attempt_timeout);
+        // A pooled connection's idle time must not count against the next answer.
+        config.reset_reader_on_write = true;
+        config.default_retry = false;
+        let server = config.cluster_url.to_string().trim_end_matches('/').to_string();
+        let client = {
+            let _in_runtime = runtime.enter();
+            Client::try_from(config).map_err(|e| bad_kubeconfig(&e))?
+        };
+        Ok(ApiClient { client, server, kubeconfig: kubeconfig.to_path_buf(), policy, deadline, runtime })
+    }
+
+    /// The API server's URL, as messages name it.
+    pub fn server(&self) -> &str {
+        &self.server
+    }
+
+    fn get<K>(&self, obj: ObjectRef<'_>) -> Result<Option<K>, CniError>
+    where
+        K: Resource<Scope = NamespaceResourceScope> + DeserializeOwned + Clone + Debug,
+        K::DynamicType: Default,
+    {
+        self.runtime.block_on(self.get_with_retries(obj))
+    }
+
+    async fn get_with_retries<K>(&self, obj: ObjectRef<'_>) -> Result<Option<K>, CniError>
+    where
+        K: Resource<Scope = NamespaceResourceScope> + DeserializeOwned + Clone + Debug,
+        K::DynamicType: Default,
+    {
+        let api: Api<K> = Api::namespaced(self.client.clone(), obj.namespace);
+        let started = Instant::now();
+        let mut attempts = 0;
+        let mut pause = FIRST_PAUSE;
+        let mut last_error = String::from("the time budget was spent before the first attempt");
+        loop {
+            let remaining = self.deadline.saturating_duration_since(Instant::now());
+            if remaining.is_zero() || attempts >= self.policy.max_attempts {
+                break;
+            }
+            attempts += 1;
+            let limit = remaining.min(self.policy.attempt_timeout);
+            match tokio::time::timeout(limit, api.get(obj.name)).await {
+                Ok(Ok(object)) => return Ok(Some(object)),
+                Ok(Err(e)) => match classify(&e) {
+                    Failure::Refused { status: Some(404), .. } => return Ok(None),
+                    Failure::Refused { status, text } => return Err(self.refusal(obj, status, &text)),
+                    Failure::Transient(text) => last_error = text,
+                },
+                Err(_) => last_error = format!("no answer within {}", seconds(limit)),
+            }
+            if attempts < self.policy.max_attempts {
+                let remaining = self.deadline.saturating_duration_since(Instant::now());
+                tokio::time::sleep(jittered(pause).min(remaining)).await;
+                pause = (pause * 2).min(MAX_PAUSE);
+            }
+        }
+        Err(CniError::try_again(format!(
+            "API server {} unreachable: could not get {obj} ({attempts} attempt{} in {}); last error: {last_error}",
+            self.server,
+            if attempts == 1 { "" } else { "s" },
+            seconds(started.elapsed()),
+        )))
+    }
+
+    fn refusal(&self, obj: ObjectRef<'_>, status: Option<u16>, text: &str) -> CniError {
+        let server = &self.server;
+        let msg = match status {
+            Some(401) => format!(
+                "API server {server} rejected the credentials of kubeconfig {} (401 Unauthorized) when getting {obj}",
+                self.kubeconfig.display()
+            ),
+            Some(403) => format!(
+                "API server {server} forbids getting {obj} (403 Forbidden: {text}); the kubeconfig's user needs RBAC permission to get it"
+            ),
+            Some(status) => format!("API server {server} refused getting {obj}: {status} {text}"),
+            None => format!("cannot get {obj} from API server {server}: {text}"),
+        };
+        CniError::new(code::KUBE_API, msg)
+    }
+}
+
+impl PodSource for ApiClient {
+    fn pod(&self, namespace: &str, name: &str) -> Result<Option<Pod>, CniError> {
+        self.get(ObjectRef::pod(namespace, name))
+    }
+    fn config_map(&self, namespace: &str, name: &str) -> Result<Option<ConfigMap>, CniError> {
+        self.get(ObjectRef::config_map(namespace, name))
+    }
+}
+
+/// What went wrong with one attempt, and whether trying again can help.
+#[derive(Debug, PartialEq, Eq)]
+enum Failure {
+    /// The API server may answer next time: connection refused or reset, timeouts, 408, 429, 5xx.
+    Transient(String),
+    /// It answered, and the answer will not change by asking again.
+    Refused { status: Option<u16>, text: String },
+}
+
+fn classify(e: &::kube::Error) -> Failure {
+    use ::kube::Error as E;
+    match e {
+        E::Api(status) if matches!(status.code, 408 | 429 | 500..=599) => {
+            Failure::Transient(format!("{} {}", status.code, status.message))
+        }
+        E::Api(status) => {
+            Failure::Refused { status: (status.code != 0).then_some(status.code), text: status.message.clone() }
+        }
+        // Transport: the connection could not be made, broke, or timed out.
+        E::HyperError(_) | E::Service(_) | E::ReadEvents(_) => Failure::Transient(error_chain(e)),
+        E::SerdeError(err) => {
+            Failure::Refused { status: None, text: format!("the answer is not a valid object: {err}") }
+        }
+        other => Failure::Refused { status: None, text: error_chain(other) },
+    }
+}
+
+/// An error and its sources on one line: transport errors hide their cause (e.g. "Connection
+/// refused") a few levels down.
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        let part = s.to_string();
+        if !text.contains(&part) {
+            text.push_str(": ");
+            text.push_str(&part);
+        }
+        source = s.source();
+    }
+    text
+}
+
+/// `pause` scaled by a random factor in [0.5, 1.0), so nodes that lost the API server together do
+/// not come back in lockstep.
+fn jittered(pause: Duration) -> Duration {
+    let mut byte = [0u8; 1];
+    let r = if getrandom::fill(&mut byte).is_ok() { f64::from(byte[0]) / 256.0 } else { 0.5 };
+    pause.mul_f64(0.5 + r / 2.0)
+}
+
+/// A duration for messages: `30s`, `0.25s`.
+pub(crate) fn seconds(d: Duration) -> String {
+    let s = format!("{:.2}", d.as_secs_f64());
+    format!("{}s", s.trim_end_matches('0').trim_end_matches('.'))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ::kube::core::Status;
+
+    fn api_error(code: u16, message: &str) -> ::kube::Error {
+        ::kube::Error::Api(Status::failure(message, "Reason").with_code(code).boxed())
+    }
+
+    #[test]
+    fn server_trouble_is_transient_and_refusals_are_final() {
+        for code in [408, 429, 500, 502, 503, 504] {
+            assert!(matches!(classify(&api_error(code, "busy")), Failure::Transient(_)), "{code}");
+        }
+        for code in [400, 401, 403, 404, 410] {
+            assert_eq!(
+                classify(&api_error(code, "no")),
+                Failure::Refused { status: Some(code), text: "no".into() },
+                "{code}"
+            );
+        }
+        let bad_object = serde_json::from_str::<Pod>("[1]").unwrap_err();
+        assert!(matches!(classify(&::kube::Error::SerdeError(bad_object)), Failure::Refused { status: None, .. }));
+    }
+
+    #[test]
+    fn jitter_stays_between_half_and_whole() {
+        for _ in 0..200 {
+            let d = jittered(Duration::from_millis(1000));
+            assert!(d >= Duration::from_millis(500) && d < Duration::from_millis(1000), "{d:?}");
+        }
+    }
+
+    #[test]
+    fn durations_read_well() {
+        assert_eq!(seconds(Duration::from_secs(30)), "30s");
+        assert_eq!(seconds(Duration::from_millis(250)), "0.25s");
+        assert_eq!(seconds(Duration::from_millis(1500)), "1.5s");
+    }
+
+    #[test]
+    fn missing_kubeconfig_is_a_configuration_error_naming_the_file() {
+        let e = ApiClient::connect(Path::new("/nonexistent/kubeconfig"), ApiPolicy::default()).err().unwrap();
+        assert_eq!(e.code, 7);
+        assert!(e.msg.contains("/nonexistent/kubeconfig"), "{e}");
+    }
+}

@@ -1,0 +1,206 @@
+//! Running a network's chain of plugins as libcni does: ADD in order, each plugin getting the
+//! previous result as `prevResult`; DEL in reverse with the final result; CHECK in order. Built-in
+//! plugins run in process, others by exec (`plugins::invoke`).
+
+use crate::cni::{CniError, CniResult, CniVersion, Command, ConfList, Invocation, code};
+use crate::plugins;
+
+/// An ADD that failed, and whether what it had made was undone.
+#[derive(Debug)]
+pub struct AddFailed {
+    pub error: CniError,
+    /// Every plugin that may have made something was DELeted successfully.
+    pub undone: bool,
+}
+
+/// ADD every plugin in order. On failure, the plugins that ran (the failing one too: a plugin that
+/// fails half-way may leave things behind, and DEL is idempotent) are DELeted in reverse.
+pub fn add(list: &ConfList, inv: &Invocation) -> Result<CniResult, AddFailed> {
+    let mut prev: Option<CniResult> = None;
+    for i in 0..list.plugins.len() {
+        let outcome = list.plugin_stdin(i, prev.as_ref()).and_then(|stdin| {
+            plugins::invoke(list.plugin_type(i), Command::Add, inv, &stdin)?
+                .ok_or_else(|| CniError::new(code::DELEGATE_FAILED, "returned no result".to_string()))
+        });
+        match outcome {
+            Ok(result) => prev = Some(result),
+            Err(e) => {
+                let undone = del_plugins(list, inv, i + 1, prev.as_ref())
+                    .inspect_err(|undo| super::warn(format!("undoing the failed ADD: {undo}")))
+                    .is_ok();
+                return Err(AddFailed { error: e.context(step(list, i, Command::Add)), undone });
+            }
+        }
+    }
+    Ok(prev.expect("a loaded chain has at least one plugin"))
+}
+
+/// DEL every plugin in reverse with `prev` (the ADD result) as `prevResult` where the version has it.
+/// All plugins are called even if one fails; the first failure is returned.
+pub fn del(list: &ConfList, inv: &Invocation, prev: Option<&CniResult>) -> Result<(), CniError> {
+    del_plugins(list, inv, list.plugins.len(), prev)
+}
+
+/// CHECK every plugin in order with the ADD result. Skipped, as libcni does, for versions before
+/// 0.4.0 and for chains with `disableCheck`.
+pub fn check(list: &ConfList, inv: &Invocation, prev: &CniResult) -> Result<(), CniError> {
+    if !version(list).has_check() || list.disable_check {
+        return Ok(());
+    }
+    for i in 0..list.plugins.len() {
+        let stdin = list.plugin_stdin(i, Some(prev))?;
+        plugins::invoke(list.plugin_type(i), Command::Check, inv, &stdin)
+            .map_err(|e| e.context(step(list, i, Command::Check)))?;
+    }
+    Ok(())
+}
+
+/// DEL plugins `count-1` down to 0.
+fn del_plugins(list: &ConfList, inv: &Invocation, count: usize, prev: Option<&CniResult>) -> Result<(), CniError> {
+    let prev = prev.filter(|_| version(list).del_gets_prev_result());
+    let mut first_error = None;
+    for i in (0..count).rev() {
+        let outcome = list
+            .plugin_stdin(i, prev)
+            .and_then(|stdin| plugins::invoke(list.plugin_type(i), Command::Del, inv, &stdin));
+        if let Err(e) = outcome {
+            let e = e.context(step(list, i, Command::Del));
+            super::warn(e.to_string());
+            first_error.get_or_insert(e);
+        }
+    }
+    first_error.map_or(Ok(()), Err)
+}
+
+fn version(list: &ConfList) -> CniVersion {
+    // `ConfList::parse` has checked it.
+    CniVersion::parse(&list.cni_version).unwrap_or(CniVersion::V0_3_0)
+}
+
+/// `network blue: plugin 2 of 2 (portmap) ADD`, for error messages.
+fn step(list: &ConfList, i: usize, command: Command) -> String {
+    format!(
+        "network {}: plugin {} of {} ({}) {}",
+        list.name,
+        i + 1,
+        list.plugins.len(),
+        list.plugin_type(i),
+        command.as_str()
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cni::CniArgs;
+    use std::os::unix::fs::PermissionsExt;
+    use std::path::PathBuf;
+
+    /// A bin dir of shell plugins that log `COMMAND name prev=yes|no` and answer ADD with an address.
+    struct Plugins {
+        dir: tempfile::TempDir,
+    }
+
+    impl Plugins {
+        fn new() -> Self {
+            let p = Plugins { dir: tempfile::tempdir().unwrap() };
+            p.plugin("a", "10.0.0.1/24", false);
+            p.plugin("b", "10.0.0.2/24", false);
+            p.plugin("fail", "", true);
+            p
+        }
+        fn plugin(&self, name: &str, address: &str, fail: bool) {
+            let log = self.log_path();
+            let add = if fail {
+                r#"echo '{"code":7,"msg":"boom"}'; exit 1"#.to_string()
+            } else {
+                format!(r#"echo '{{"cniVersion":"1.0.0","ips":[{{"address":"{address}"}}]}}'"#)
+            };
+            let script = format!(
+                "#!/bin/sh\nin=$(cat)\nprev=no\ncase \"$in\" in *prevResult*) prev=yes;; esac\n\
+                 echo \"$CNI_COMMAND {name} prev=$prev\" >> {log}\n\
+                 if [ \"$CNI_COMMAND\" = ADD ]; then {add}; fi\n",
+                log = log.display()
+            );
+            let path = self.dir.path().join(name);
+            std::fs::write(&path, script).unwrap();
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+        }
+        fn log_path(&self) -> PathBuf {
+            self.dir.path().join("log")
+        }
+        fn log(&self) -> Vec<String> {
+            let text = std::fs::read_to_string(self.log_path()).unwrap_or_default();
+            let _ = std::fs::remove_file(self.log_path());
+            text.lines().map(String::from).collect()
+        }
+        fn inv(&self) -> Invocation {
+            Invocation {
+                command: Command::Add,
+                container_id: "c1".into(),
+                netns: Some(PathBuf::from("/run/netns/x")),
+                ifname: "eth0".into(),
+                args: CniArgs::default(),
+                path: vec![self.dir.path().to_path_buf()],
+            }
+        }
+    }
+
+    fn chain(version: &str, types: &[&str], disable_check: bool) -> ConfList {
+        let plugins: Vec<_> = types.iter().map(|t| serde_json::json!({ "type": t })).collect();
+        let json = serde_json::json!({"cniVersion": version, "name": "net", "disableCheck": disable_check, "plugins": plugins});
+        ConfList::parse(json.to_string().as_bytes(), true, "net.conflist").unwrap()
+    }
+
+    fn address(r: &CniResult) -> String {
+        r.ips[0].address.to_string()
+    }
+
+    #[test]
+    fn add_runs_in_order_with_prev_result_and_returns_the_last_result() {
+        let p = Plugins::new();
+        let r = add(&chain("1.0.0", &["a", "b"], false), &p.inv()).unwrap();
+        assert_eq!(address(&r), "10.0.0.2/24");
+        assert_eq!(p.log(), ["ADD a prev=no", "ADD b prev=yes"]);
+    }
+
+    #[test]
+    fn a_failed_add_is_undone_in_reverse_including_the_failing_plugin() {
+        let p = Plugins::new();
+        let failed = add(&chain("1.0.0", &["a", "fail", "b"], false), &p.inv()).unwrap_err();
+        assert!(failed.undone);
+        assert_eq!(failed.error.code, 7);
+        assert_eq!(failed.error.msg, "network net: plugin 2 of 3 (fail) ADD: boom");
+        assert_eq!(p.log(), ["ADD a prev=no", "ADD fail prev=yes", "DEL fail prev=yes", "DEL a prev=yes"]);
+    }
+
+    #[test]
+    fn del_runs_in_reverse_with_prev_result_where_the_version_has_it() {
+        let p = Plugins::new();
+        let prev = add(&chain("1.0.0", &["a", "b"], false), &p.inv()).unwrap();
+        p.log();
+        del(&chain("1.0.0", &["a", "b"], false), &p.inv(), Some(&prev)).unwrap();
+        assert_eq!(p.log(), ["DEL b prev=yes", "DEL a prev=yes"]);
+        del(&chain("0.3.1", &["a", "b"], false), &p.inv(), Some(&prev)).unwrap();
+        assert_eq!(p.log(), ["DEL b prev=no", "DEL a prev=no"]);
+    }
+
+    #[test]
+    fn del_goes_on_after_a_failure_and_reports_it() {
+        let p = Plugins::new();
+        let e = del(&chain("1.0.0", &["a", "missing", "b"], false), &p.inv(), None).unwrap_err();
+        assert!(e.msg.contains("plugin 2 of 3 (missing) DEL"), "{e}");
+        assert_eq!(p.log(), ["DEL b prev=no", "DEL a prev=no"]);
+    }
+
+    #[test]
+    fn check_runs_in_order_unless_the_version_or_disable_check_says_not() {
+        let p = Plugins::new();
+        let prev = CniResult::default();
+        check(&chain("1.0.0", &["a", "b"], false), &p.inv(), &prev).unwrap();
+        assert_eq!(p.log(), ["CHECK a prev=yes", "CHECK b prev=yes"]);
+        check(&chain("0.3.1", &["a", "b"], false), &p.inv(), &prev).unwrap();
+        check(&chain("1.0.0", &["a", "b"], true), &p.inv(), &prev).unwrap();
+        assert!(p.log().is_empty());
+    }
+}

@@ -1,0 +1,133 @@
+//! `yh-genie explain`: which network a pod gets and why, decided by the same code as ADD, without
+//! touching the node's networking or writing anything.
+
+use super::config::{DEFAULT_CONFIG_FILE, SelectorConfig};
+use super::network;
+use super::select::{self, Selection};
+use crate::cni::CniError;
+use crate::kube::{ApiClient, PodSource};
+use std::fmt::Write;
+use std::path::PathBuf;
+
+pub const USAGE: &str = "usage: yh-genie explain [--namespace NS] --pod NAME [--config FILE]
+  --namespace, -n NS  the pod's namespace (default: default)
+  --pod, -p NAME      the pod's name
+  --config FILE       the selector's configuration (default: /etc/cni/net.d/00-yh-genie.conflist)
+";
+
+#[derive(Debug, PartialEq, Eq)]
+struct Options {
+    namespace: String,
+    pod: String,
+    config: PathBuf,
+}
+
+impl Options {
+    fn parse(args: &[&str]) -> Result<Self, String> {
+        let mut namespace = String::from("default");
+        let mut pod = None;
+        let mut config = PathBuf::from(DEFAULT_CONFIG_FILE);
+        let mut args = args.iter();
+        while let Some(arg) = args.next() {
+            let (flag, inline) = match arg.split_once('=') {
+                Some((f, v)) if f.starts_with("--") => (f, Some(v)),
+                _ => (*arg, None),
+            };
+            let mut value = || {
+                inline
+                    .or_else(|| args.next().copied())
+                    .filter(|v| !v.is_empty())
+                    .ok_or_else(|| format!("{flag} needs a value"))
+                    .map(String::from)
+            };
+            match flag {
+                "--namespace" | "-n" => namespace = value()?,
+                "--pod" | "-p" => pod = Some(value()?),
+                "--config" => config = PathBuf::from(value()?),
+                other => return Err(format!("unknown argument {other:?}")),
+            }
+        }
+        let pod = pod.ok_or("--pod is required")?;
+        Ok(Options { namespace, pod, config })
+    }
+}
+
+/// Run the command; returns the process exit code (0 explained, 1 the pod would get an error, 2 usage).
+pub fn run(args: &[&str]) -> i32 {
+    let options = match Options::parse(args) {
+        Ok(o) => o,
+        Err(msg) => {
+            eprintln!("yh-genie explain: {msg}\n{USAGE}");
+            return 2;
+        }
+    };
+    match explain(&options) {
+        Ok(text) => {
+            print!("{text}");
+            0
+        }
+        Err(e) => {
+            println!(
+                "pod:    {}/{}\nerror:  {e}\n        (an ADD for this pod fails with CNI error code {})",
+                options.namespace, options.pod, e.code
+            );
+            1
+        }
+    }
+}
+
+fn explain(options: &Options) -> Result<String, CniError> {
+    let config = SelectorConfig::load_file(&options.config)?;
+    let pod = Some((options.namespace.as_str(), options.pod.as_str()));
+    let api = match &config.kubeconfig {
+        Some(kubeconfig) => Some(ApiClient::connect(kubeconfig, config.api)?),
+        None => None,
+    };
+    let selection = select::select(&config, pod, api.as_ref().map(|a| a as &dyn PodSource))?;
+    let (_, list) = network::load(&selection.file)?;
+    let plugins: Vec<&str> = (0..list.plugins.len()).map(|i| list.plugin_type(i)).collect();
+    Ok(render(
+        options,
+        &selection,
+        &format!(
+            "{} (name {:?}, cniVersion {}, plugins: {})",
+            selection.file.path.display(),
+            list.name,
+            list.cni_version,
+            plugins.join(" -> ")
+        ),
+    ))
+}
+
+fn render(options: &Options, selection: &Selection, configuration: &str) -> String {
+    let mut out = String::new();
+    let uid = selection.pod_uid.as_deref().map(|u| format!(" (uid {u})")).unwrap_or_default();
+    let _ = writeln!(out, "pod:           {}/{}{uid}", options.namespace, options.pod);
+    let _ = writeln!(out, "network:       {}", selection.file.network);
+    let _ = writeln!(out, "configuration: {configuration}");
+    for (i, line) in selection.reason.to_string().lines().enumerate() {
+        let _ = writeln!(out, "{}{line}", if i == 0 { "why:           " } else { "               " });
+    }
+    for note in &selection.notes {
+        let _ = writeln!(out, "note:          {note}");
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn options() {
+        assert_eq!(
+            Options::parse(&["--namespace", "web", "--pod=p-0", "--config", "/c"]).unwrap(),
+            Options { namespace: "web".into(), pod: "p-0".into(), config: "/c".into() }
+        );
+        let o = Options::parse(&["-p", "x"]).unwrap();
+        assert_eq!((o.namespace.as_str(), o.config.to_str()), ("default", Some(DEFAULT_CONFIG_FILE)));
+        assert!(Options::parse(&[]).unwrap_err().contains("--pod"));
+        assert!(Options::parse(&["--pod"]).unwrap_err().contains("needs a value"));
+        assert!(Options::parse(&["--pod", "x", "--bogus"]).unwrap_err().contains("--bogus"));
+    }
+}

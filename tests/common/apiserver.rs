@@ -1,0 +1,348 @@
+//! A fake Kubernetes API server for integration tests: real HTTPS on 127.0.0.1, of this machine or
+//! of a test's node netns (where the plugins run), with a self-signed CA and a bearer token written
+//! into a kubeconfig. It serves `GET /api/v1/namespaces/{ns}/pods/{name}` and `.../configmaps/{name}`
+//! from objects the test puts in, answers errors as Kubernetes `Status` JSON (404, 401 for a wrong
+//! token), counts and logs requests, and misbehaves on demand: `inject` queues faults (HTTP errors,
+//! slow answers, hangs, dropped connections) for the next requests or for all of them, and
+//! `down`/`up` close and reopen the port so that clients see connection refused.
+
+use super::Netns;
+use hyper::body::{Bytes, Incoming};
+use hyper::{Request, Response, StatusCode};
+use serde_json::{Value, json};
+use std::collections::{BTreeMap, VecDeque};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::task::{JoinHandle, JoinSet};
+
+pub const TOKEN: &str = "yh-genie-test-token";
+
+/// How the server misbehaves for one request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Fault {
+    /// Answer with this HTTP status and a `Status` body instead of the object (503, 429, 500...).
+    Status(u16),
+    /// Answer normally, after this long.
+    Delay(Duration),
+    /// Never answer; the connection stays open until the client gives up.
+    Hang,
+    /// Close the connection without an answer.
+    Drop,
+}
+
+#[derive(Default)]
+struct Faults {
+    /// Faults for the next requests, one each, in order.
+    next: VecDeque<Fault>,
+    /// A fault for every request once `next` is empty.
+    always: Option<Fault>,
+}
+
+#[derive(Default)]
+struct State {
+    pods: Mutex<BTreeMap<(String, String), Value>>,
+    config_maps: Mutex<BTreeMap<(String, String), Value>>,
+    faults: Mutex<Faults>,
+    requests: AtomicUsize,
+    log: Mutex<Vec<String>>,
+}
+
+pub struct ApiServer {
+    state: Arc<State>,
+    addr: SocketAddr,
+    netns: Option<PathBuf>,
+    tls: tokio_rustls::TlsAcceptor,
+    runtime: tokio::runtime::Handle,
+    accept: Mutex<Option<JoinHandle<()>>>,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+    dir: tempfile::TempDir,
+}
+
+impl ApiServer {
+    /// A server on this machine's 127.0.0.1.
+    pub fn start() -> Self {
+        Self::start_at(None)
+    }
+
+    /// A server on 127.0.0.1 of `node`, where the plugins of a `Sandbox::on_node` run.
+    pub fn start_in(node: &Netns) -> Self {
+        Self::start_at(Some(node.path()))
+    }
+
+    fn start_at(netns: Option<PathBuf>) -> Self {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (tls, ca_pem) = tls_acceptor();
+        std::fs::write(dir.path().join("ca.pem"), ca_pem).unwrap();
+        let (handle_tx, handle_rx) = std::sync::mpsc::channel();
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let thread = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+            handle_tx.send(rt.handle().clone()).unwrap();
+            let _ = rt.block_on(stopped);
+        });
+        let runtime = handle_rx.recv().unwrap();
+        let listener = bind(netns.as_deref(), 0);
+        let addr = listener.local_addr().unwrap();
+        let server = ApiServer {
+            state: Arc::default(),
+            addr,
+            netns,
+            tls,
+            runtime,
+            accept: Mutex::new(None),
+            stop: Some(stop),
+            thread: Some(thread),
+            dir,
+        };
+        server.serve(listener);
+        server.write_kubeconfig("kubeconfig", TOKEN);
+        server
+    }
+
+    /// `https://127.0.0.1:PORT`.
+    pub fn url(&self) -> String {
+        format!("https://{}", self.addr)
+    }
+
+    /// A kubeconfig with the server's CA and the right token.
+    pub fn kubeconfig(&self) -> PathBuf {
+        self.dir.path().join("kubeconfig")
+    }
+
+    /// Write a kubeconfig named `name` (beside the default one) carrying `token`.
+    pub fn write_kubeconfig(&self, name: &str, token: &str) -> PathBuf {
+        let path = self.dir.path().join(name);
+        let text = format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: test\n  cluster:\n    server: {url}\n    certificate-authority: {ca}\n\
+             users:\n- name: test\n  user:\n    token: {token}\ncontexts:\n- name: test\n  context:\n    cluster: test\n    user: test\n\
+             current-context: test\n",
+            url = self.url(),
+            ca = self.dir.path().join("ca.pem").display(),
+        );
+        std::fs::write(&path, text).unwrap();
+        path
+    }
+
+    /// Put a pod whose spec has these `containers` (JSON as in a manifest). Returns its uid.
+    pub fn put_pod(&self, namespace: &str, name: &str, containers: Value) -> String {
+        self.put_pod_spec(namespace, name, json!({ "containers": containers }))
+    }
+
+    /// Put a pod with a whole `spec`. Returns its uid.
+    pub fn put_pod_spec(&self, namespace: &str, name: &str, spec: Value) -> String {
+        let uid = format!("uid-{namespace}-{name}");
+        let pod = json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"namespace": namespace, "name": name, "uid": uid},
+            "spec": spec,
+        });
+        self.state.pods.lock().unwrap().insert((namespace.into(), name.into()), pod);
+        uid
+    }
+
+    /// Put an object as the API server would return it for a pod, even if it is not a valid pod.
+    pub fn put_raw_pod(&self, namespace: &str, name: &str, object: Value) {
+        self.state.pods.lock().unwrap().insert((namespace.into(), name.into()), object);
+    }
+
+    pub fn put_config_map(&self, namespace: &str, name: &str, data: Value) {
+        let cm = json!({
+            "apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"namespace": namespace, "name": name},
+            "data": data,
+        });
+        self.state.config_maps.lock().unwrap().insert((namespace.into(), name.into()), cm);
+    }
+
+    pub fn remove_pod(&self, namespace: &str, name: &str) {
+        self.state.pods.lock().unwrap().remove(&(namespace.into(), name.into()));
+    }
+
+    /// Requests received so far (each one counts, whatever the answer).
+    pub fn requests(&self) -> usize {
+        self.state.requests.load(Ordering::SeqCst)
+    }
+
+    /// `GET /api/v1/...` lines, in order.
+    pub fn request_log(&self) -> Vec<String> {
+        self.state.log.lock().unwrap().clone()
+    }
+
+    /// Misbehave with `fault` for the next `times` requests (after faults queued before).
+    pub fn inject(&self, fault: Fault, times: usize) {
+        self.state.faults.lock().unwrap().next.extend(std::iter::repeat_n(fault, times));
+    }
+
+    /// Misbehave with `fault` for every request until `clear_faults`.
+    pub fn inject_always(&self, fault: Fault) {
+        self.state.faults.lock().unwrap().always = Some(fault);
+    }
+
+    pub fn clear_faults(&self) {
+        *self.state.faults.lock().unwrap() = Faults::default();
+    }
+
+    /// Close the port and every open connection: clients get "connection refused".
+    pub fn down(&self) {
+        if let Some(accept) = self.accept.lock().unwrap().take() {
+            accept.abort();
+            // Wait until the listener is really closed, so the next connect is refused.
+            let _ = self.runtime.block_on(async { tokio::time::timeout(Duration::from_secs(5), accept).await });
+        }
+    }
+
+    /// Listen again on the same address.
+    pub fn up(&self) {
+        if self.accept.lock().unwrap().is_none() {
+            self.serve(bind(self.netns.as_deref(), self.addr.port()));
+        }
+    }
+
+    fn serve(&self, listener: std::net::TcpListener) {
+        let state = self.state.clone();
+        let tls = self.tls.clone();
+        let task = self.runtime.spawn(async move {
+            let listener = tokio::net::TcpListener::from_std(listener).unwrap();
+            // Connections live in the accept task's set: aborting the task (`down`) closes them all.
+            let mut connections = JoinSet::new();
+            loop {
+                tokio::select! {
+                    accepted = listener.accept() => {
+                        let Ok((tcp, _)) = accepted else { continue };
+                        connections.spawn(serve_connection(tls.clone(), tcp, state.clone()));
+                    }
+                    Some(_) = connections.join_next() => {}
+                }
+            }
+        });
+        *self.accept.lock().unwrap() = Some(task);
+    }
+}
+
+impl Drop for ApiServer {
+    fn drop(&mut self) {
+        if let Some(accept) = self.accept.lock().unwrap().take() {
+            accept.abort();
+        }
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+/// A listener on 127.0.0.1:`port` (0: any) in `netns` (None: this process's). A socket stays in
+/// the netns it was made in, so it is made on a thread that joined the netns.
+fn bind(netns: Option<&Path>, port: u16) -> std::net::TcpListener {
+    let make = move || {
+        let l = std::net::TcpListener::bind(("127.0.0.1", port)).expect("bind 127.0.0.1");
+        l.set_nonblocking(true).unwrap();
+        l
+    };
+    match netns {
+        None => make(),
+        Some(path) => {
+            let ns = std::fs::File::open(path).expect("open node netns");
+            std::thread::scope(|s| {
+                s.spawn(move || {
+                    nix::sched::setns(&ns, nix::sched::CloneFlags::CLONE_NEWNET).expect("setns into node netns");
+                    make()
+                })
+                .join()
+                .unwrap()
+            })
+        }
+    }
+}
+
+/// A TLS acceptor for a certificate valid for 127.0.0.1, and the PEM of the CA that signed it.
+fn tls_acceptor() -> (tokio_rustls::TlsAcceptor, String) {
+    use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, IsCa, KeyPair};
+    let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    let ca = CertifiedIssuer::self_signed(ca_params, KeyPair::generate().unwrap()).unwrap();
+    let server_key = KeyPair::generate().unwrap();
+    let server_cert =
+        CertificateParams::new(vec!["127.0.0.1".to_string()]).unwrap().signed_by(&server_key, &ca).unwrap();
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let key = rustls::pki_types::PrivateKeyDer::Pkcs8(server_key.serialize_der().into());
+    let config = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_no_client_auth()
+        .with_single_cert(vec![server_cert.der().clone()], key)
+        .unwrap();
+    (tokio_rustls::TlsAcceptor::from(Arc::new(config)), ca.pem())
+}
+
+async fn serve_connection(tls: tokio_rustls::TlsAcceptor, tcp: tokio::net::TcpStream, state: Arc<State>) {
+    let Ok(stream) = tls.accept(tcp).await else { return };
+    let service = hyper::service::service_fn(move |req| handle(req, state.clone()));
+    let _ = hyper::server::conn::http1::Builder::new()
+        .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
+        .await;
+}
+
+type Reply = Response<http_body_util::Full<Bytes>>;
+
+async fn handle(req: Request<Incoming>, state: Arc<State>) -> Result<Reply, std::io::Error> {
+    state.requests.fetch_add(1, Ordering::SeqCst);
+    state.log.lock().unwrap().push(format!("{} {}", req.method(), req.uri().path()));
+    let fault = {
+        let mut faults = state.faults.lock().unwrap();
+        faults.next.pop_front().or_else(|| faults.always.clone())
+    };
+    match fault {
+        Some(Fault::Status(code)) => return Ok(status(code, "injected fault")),
+        Some(Fault::Delay(d)) => tokio::time::sleep(d).await,
+        Some(Fault::Hang) => std::future::pending::<()>().await,
+        Some(Fault::Drop) => return Err(std::io::Error::other("injected fault: connection dropped")),
+        None => {}
+    }
+    let authorized =
+        req.headers().get("authorization").and_then(|v| v.to_str().ok()) == Some(&format!("Bearer {TOKEN}"));
+    if !authorized {
+        return Ok(status(401, "Unauthorized"));
+    }
+    let path: Vec<&str> = req.uri().path().trim_start_matches('/').split('/').collect();
+    let (store, kind) = match path.as_slice() {
+        ["api", "v1", "namespaces", _, "pods", _] => (&state.pods, "pods"),
+        ["api", "v1", "namespaces", _, "configmaps", _] => (&state.config_maps, "configmaps"),
+        _ => return Ok(status(404, "the server could not find the requested resource")),
+    };
+    let key = (path[3].to_string(), path[5].to_string());
+    let object = store.lock().unwrap().get(&key).cloned();
+    Ok(match object {
+        Some(object) => json_reply(StatusCode::OK, &object),
+        None => status(404, &format!("{kind} \"{}\" not found", key.1)),
+    })
+}
+
+fn status(code: u16, message: &str) -> Reply {
+    let reason = match code {
+        401 => "Unauthorized",
+        404 => "NotFound",
+        429 => "TooManyRequests",
+        503 => "ServiceUnavailable",
+        _ => "InternalError",
+    };
+    let body = json!({
+        "kind": "Status", "apiVersion": "v1", "metadata": {},
+        "status": "Failure", "message": message, "reason": reason, "code": code,
+    });
+    json_reply(StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR), &body)
+}
+
+fn json_reply(code: StatusCode, body: &Value) -> Reply {
+    Response::builder()
+        .status(code)
+        .header("content-type", "application/json")
+        .body(http_body_util::Full::new(Bytes::from(body.to_string())))
+        .unwrap()
+}

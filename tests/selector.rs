@@ -1,0 +1,554 @@
+//! The selector end to end, as root: a node netns holds the plugins, the bridges and a fake API
+//! server (`common::apiserver`); each pod gets its own netns. Networks are reference `bridge` +
+//! `host-local` chains, one directory each under the sandbox's conf dir, on different subnets, so an
+//! address tells which network a pod got.
+
+mod common;
+
+use common::apiserver::{ApiServer, Fault};
+use common::{Call, Netns, Reply, Sandbox, cni_env, cnidrive_run, require_root, unique};
+use serde_json::{Value, json};
+use std::path::PathBuf;
+
+const ENV_VAR: &str = "CNI_NETWORK_CONFIG";
+
+/// A reference network in `<confDir>/<name>/<file>`: bridge + host-local on `10.77.<n>.0/24`.
+#[derive(Clone, Copy)]
+struct Net {
+    name: &'static str,
+    file: &'static str,
+    version: &'static str,
+    subnet: u8,
+}
+
+const BLUE: Net = Net { name: "blue", file: "10-blue.conflist", version: "1.0.0", subnet: 1 };
+/// A single-plugin `.conf` at 0.3.1: CHECK is skipped and DEL gets no prevResult.
+const GREEN: Net = Net { name: "green", file: "green.conf", version: "0.3.1", subnet: 2 };
+const RED: Net = Net { name: "red", file: "10-red.conflist", version: "0.4.0", subnet: 3 };
+/// The default network.
+const GREY: Net = Net { name: "grey", file: "10-grey.conflist", version: "1.0.0", subnet: 4 };
+/// `yonghui` delegating to `yh-bridge`, both in process; its subnet comes from `subnet.env`.
+const YONGHUI: Net = Net { name: "yonghui", file: "10-yonghui.conflist", version: "1.0.0", subnet: 5 };
+
+impl Net {
+    fn prefix(&self) -> String {
+        format!("10.77.{}.", self.subnet)
+    }
+}
+
+/// One test's node: its netns, sandbox (conf dir, data dirs, bin dir) and API server.
+struct Node {
+    sb: Sandbox,
+    api: ApiServer,
+    netns: Netns,
+}
+
+/// A pod sandbox: its netns, container id and the runtime's CNI_ARGS.
+struct Pod {
+    netns: Netns,
+    cid: String,
+    args: String,
+}
+
+impl Node {
+    fn new() -> Self {
+        require_root();
+        let netns = Netns::new("ysn");
+        let sb = Sandbox::on_node(&netns);
+        let api = ApiServer::start_in(&netns);
+        std::fs::create_dir_all(sb.path().join("empty-path")).unwrap();
+        let node = Node { sb, api, netns };
+        for net in [BLUE, GREEN, RED, GREY] {
+            node.add_network(net);
+        }
+        node.add_yonghui_network();
+        node
+    }
+
+    /// The fabric's subnet file and a `yonghui` network whose delegate is the default, `yh-bridge`.
+    fn add_yonghui_network(&self) {
+        let subnet = YONGHUI.subnet;
+        let subnet_env = format!(
+            "FLANNEL_NETWORK=10.77.0.0/16\nFLANNEL_SUBNET=10.77.{subnet}.1/24\nFLANNEL_MTU=1450\nFLANNEL_IPMASQ=true\n"
+        );
+        let subnet_file = self.sb.write("subnet.env", &subnet_env);
+        let plugin = json!({
+            "type": "yonghui", "subnetFile": subnet_file, "dataDir": self.sb.path().join("yonghui"),
+            "delegate": {"bridge": unique("yb")}, "ipam": {"dataDir": self.ipam_dir()}
+        });
+        let list = json!({"cniVersion": YONGHUI.version, "name": YONGHUI.name, "plugins": [plugin]});
+        self.write_conf(&format!("{}/{}", YONGHUI.name, YONGHUI.file), &list);
+    }
+
+    fn conf_dir(&self) -> PathBuf {
+        self.sb.path().join("net.d")
+    }
+    fn data_dir(&self) -> PathBuf {
+        self.sb.path().join("yh-genie")
+    }
+    fn ipam_dir(&self) -> PathBuf {
+        self.sb.path().join("ipam")
+    }
+
+    /// The bridge + host-local plugin object of `net`.
+    fn bridge_plugin(&self, net: Net) -> Value {
+        json!({
+            "type": "bridge", "bridge": unique("yb"), "isGateway": true,
+            "ipam": {"type": "host-local", "subnet": format!("10.77.{}.0/24", net.subnet),
+                     "dataDir": self.ipam_dir()}
+        })
+    }
+
+    fn add_network(&self, net: Net) {
+        let conf = if net.file.ends_with(".conflist") {
+            json!({"cniVersion": net.version, "name": net.name, "plugins": [self.bridge_plugin(net)]})
+        } else {
+            let mut plugin = self.bridge_plugin(net);
+            plugin["cniVersion"] = net.version.into();
+            plugin["name"] = net.name.into();
+            plugin
+        };
+        self.write_conf(&format!("{}/{}", net.name, net.file), &conf);
+    }
+
+    fn write_conf(&self, rel: &str, conf: &Value) -> PathBuf {
+        self.sb.write(&format!("net.d/{rel}"), &conf.to_string())
+    }
+
+    /// The selector's stdin, as the runtime passes it, with `extra` keys merged in.
+    fn selector_conf(&self, version: &str, extra: Value) -> String {
+        let mut conf = json!({
+            "cniVersion": version, "name": "yh-genie", "type": "yh-genie",
+            "kubeconfig": self.api.kubeconfig(), "confDir": self.conf_dir(), "dataDir": self.data_dir(),
+            "binDir": self.sb.bin(), "defaultNetwork": GREY.name,
+        });
+        for (k, v) in extra.as_object().unwrap() {
+            conf[k] = v.clone();
+        }
+        conf.to_string()
+    }
+
+    /// `00-yh-genie.conflist` in the conf dir, for cnidrive and `explain`.
+    fn selector_conflist(&self, version: &str) -> PathBuf {
+        let mut plugin: Value = serde_json::from_str(&self.selector_conf(version, json!({}))).unwrap();
+        let plugin = plugin.as_object_mut().unwrap();
+        plugin.remove("cniVersion");
+        plugin.remove("name");
+        self.write_conf(
+            "00-yh-genie.conflist",
+            &json!({"cniVersion": version, "name": "yh-genie", "plugins": [plugin]}),
+        )
+    }
+
+    fn pod(&self, name: &str) -> Pod {
+        let cid = unique("cid");
+        let args = format!(
+            "IgnoreUnknown=1;K8S_POD_NAMESPACE=default;K8S_POD_NAME={name};K8S_POD_INFRA_CONTAINER_ID={cid};K8S_POD_UID=uid-{name}"
+        );
+        Pod { netns: Netns::new("ysp"), cid, args }
+    }
+
+    /// Call the selector as the runtime does. `CNI_PATH` holds no plugin: every delegate must be
+    /// found through `binDir`.
+    fn call(&self, command: &str, pod: &Pod, conf: &str) -> Reply {
+        let netns = pod.netns.path().display().to_string();
+        let call = Call {
+            plugin: "yh-genie",
+            command,
+            container_id: &pod.cid,
+            netns: &netns,
+            ifname: "eth0",
+            args: &pod.args,
+            config: conf,
+        };
+        let empty = self.sb.path().join("empty-path").display().to_string();
+        cni_env(&self.sb, &call, &[("CNI_PATH", &empty)])
+    }
+
+    /// Attachment record files.
+    fn records(&self) -> Vec<String> {
+        list_dir(&self.data_dir().join("attachments")).into_iter().filter(|n| !n.starts_with('.')).collect()
+    }
+
+    fn record(&self, pod: &Pod) -> Value {
+        let text =
+            std::fs::read_to_string(self.data_dir().join("attachments").join(format!("{}:eth0", pod.cid))).unwrap();
+        serde_json::from_str(&text).unwrap()
+    }
+
+    /// Addresses host-local has handed out, over every network.
+    fn allocations(&self) -> Vec<String> {
+        list_dir(&self.ipam_dir())
+            .into_iter()
+            .flat_map(|net| list_dir(&self.ipam_dir().join(net)))
+            .filter(|f| f.parse::<std::net::IpAddr>().is_ok())
+            .collect()
+    }
+
+    fn node_veths(&self) -> Vec<String> {
+        link_names(&self.netns, "type veth")
+    }
+
+    /// What a failed ADD or a DEL must leave: no pod interface, address, host veth or record.
+    fn assert_nothing_left(&self, pod: &Pod, case: &str) {
+        assert_eq!(link_names(&pod.netns, ""), ["lo"], "{case}: pod netns interfaces");
+        assert!(self.allocations().is_empty(), "{case}: addresses still allocated: {:?}", self.allocations());
+        assert!(self.node_veths().is_empty(), "{case}: host veths left: {:?}", self.node_veths());
+        assert!(self.records().is_empty(), "{case}: records left: {:?}", self.records());
+    }
+
+    /// ADD `pod` and check it got one address from `net`; returns the result.
+    fn add_expecting(&self, pod: &Pod, conf: &str, net: Net) -> Value {
+        let result = self.call("ADD", pod, conf).ok();
+        let addresses = pod_addresses(pod);
+        assert_eq!(addresses.len(), 1, "one address on eth0: {addresses:?}");
+        assert!(addresses[0].starts_with(&net.prefix()), "{} is not on network {}", addresses[0], net.name);
+        assert_eq!(result["ips"][0]["address"], addresses[0].as_str(), "result names the address: {result}");
+        result
+    }
+}
+
+fn list_dir(dir: &std::path::Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .map(|d| d.flatten().map(|e| e.file_name().to_string_lossy().into_owned()).collect())
+        .unwrap_or_default();
+    names.sort();
+    names
+}
+
+fn link_names(netns: &Netns, filter: &str) -> Vec<String> {
+    let out = netns.must(&format!("ip -j link show {filter}"));
+    let links: Vec<Value> = serde_json::from_str(&out).unwrap_or_default();
+    links.iter().filter_map(|l| l["ifname"].as_str().map(String::from)).collect()
+}
+
+/// IPv4 addresses (`a.b.c.d/len`) on the pod's eth0.
+fn pod_addresses(pod: &Pod) -> Vec<String> {
+    let (ok, out) = pod.netns.exec("ip -j -4 addr show dev eth0");
+    if !ok {
+        return Vec::new();
+    }
+    let links: Vec<Value> = serde_json::from_str(&out).unwrap_or_default();
+    links
+        .iter()
+        .flat_map(|l| l["addr_info"].as_array().cloned().unwrap_or_default())
+        .map(|a| format!("{}/{}", a["local"].as_str().unwrap(), a["prefixlen"]))
+        .collect()
+}
+
+fn from_config_map(name: &str, key: &str) -> Value {
+    json!([{"name": "app", "image": "nginx", "env": [
+        {"name": ENV_VAR, "valueFrom": {"configMapKeyRef": {"name": name, "key": key}}}]}])
+}
+
+fn literal(value: &str) -> Value {
+    json!([{"name": "app", "image": "nginx", "env": [{"name": "OTHER", "value": "1"}, {"name": ENV_VAR, "value": value}]}])
+}
+
+fn msg(err: &Value) -> &str {
+    err["msg"].as_str().unwrap()
+}
+
+#[test]
+fn every_way_of_choosing_gets_an_address_from_the_chosen_network() {
+    let n = Node::new();
+    let seed = json!({"kubernetes": {"kubeconfig": n.conf_dir().join("blue/10-blue.conflist")}}).to_string();
+    n.api.put_config_map("default", "by-json", json!({"cni_network_config": seed}));
+    n.api.put_config_map("default", "by-name", json!({"net": "green"}));
+    n.api.put_config_map("default", "by-path", json!({"net": "red/10-red.conflist"}));
+    n.api.put_pod("default", "p-json", from_config_map("by-json", "cni_network_config"));
+    n.api.put_pod("default", "p-name", from_config_map("by-name", "net"));
+    n.api.put_pod("default", "p-path", from_config_map("by-path", "net"));
+    n.api.put_pod("default", "p-literal", literal("blue"));
+    n.api.put_pod("default", "p-none", json!([{"name": "app", "image": "nginx"}]));
+    let conf = n.selector_conf("1.1.0", json!({}));
+    for (name, net, requests) in
+        [("p-json", BLUE, 2), ("p-name", GREEN, 2), ("p-path", RED, 2), ("p-literal", BLUE, 1), ("p-none", GREY, 1)]
+    {
+        let pod = n.pod(name);
+        let before = n.api.requests();
+        let result = n.add_expecting(&pod, &conf, net);
+        assert_eq!(n.api.requests() - before, requests, "{name}: API requests of one ADD");
+        assert_eq!(result["cniVersion"], "1.1.0", "{name}: result in the selector's version");
+        assert_eq!(n.records(), [format!("{}:eth0", pod.cid)], "{name}");
+        let record = n.record(&pod);
+        assert_eq!(record["network"], net.name, "{name}");
+        assert_eq!(record["pod"], json!({"namespace": "default", "name": name, "uid": format!("uid-{name}")}));
+        assert_eq!(record["result"]["ips"], result["ips"], "{name}: the record keeps the result");
+
+        let before = n.api.requests();
+        n.call("CHECK", &pod, &conf).ok();
+        n.call("DEL", &pod, &conf).ok();
+        assert_eq!(n.api.requests(), before, "{name}: CHECK and DEL work from the record");
+        n.assert_nothing_left(&pod, name);
+    }
+}
+
+#[test]
+fn cnidrive_runs_the_selector_like_containerd() {
+    let n = Node::new();
+    n.api.put_config_map("default", "net", json!({"cni_network_config": "red"}));
+    n.api.put_pod("default", "web-0", from_config_map("net", "cni_network_config"));
+    let list = n.selector_conflist("1.0.0");
+    let pod = n.pod("web-0");
+    let netns = pod.netns.path().display().to_string();
+    let drive = |cmd: &str| cnidrive_run(&n.sb, cmd, &list, &netns, &pod.cid, "eth0", &pod.args);
+    let result = drive("add").ok();
+    let addresses = pod_addresses(&pod);
+    assert_eq!(addresses.len(), 1);
+    assert!(addresses[0].starts_with(&RED.prefix()), "{addresses:?}");
+    assert_eq!(result["ips"][0]["address"], addresses[0].as_str());
+    let before = n.api.requests();
+    drive("check").ok();
+    drive("del").ok();
+    assert_eq!(n.api.requests(), before);
+    n.assert_nothing_left(&pod, "cnidrive");
+}
+
+#[test]
+fn api_server_down_after_add_does_not_stop_check_or_del() {
+    let n = Node::new();
+    n.api.put_pod("default", "web-0", literal("blue"));
+    let conf = n.selector_conf("1.0.0", json!({}));
+    let pod = n.pod("web-0");
+    n.add_expecting(&pod, &conf, BLUE);
+    n.api.down();
+    n.call("CHECK", &pod, &conf).ok();
+    n.call("DEL", &pod, &conf).ok();
+    n.assert_nothing_left(&pod, "DEL with the API server down");
+    // The record is gone and the API server too: the second DEL has nothing to go on, and succeeds.
+    n.call("DEL", &pod, &conf).ok();
+}
+
+#[test]
+fn api_server_down_during_add_is_try_again_later_and_leaves_nothing() {
+    let n = Node::new();
+    n.api.put_pod("default", "web-0", literal("blue"));
+    // Default time budget: this is what a node sees.
+    let conf = n.selector_conf("1.0.0", json!({}));
+    let pod = n.pod("web-0");
+    n.api.down();
+    let err = n.call("ADD", &pod, &conf).err();
+    assert_eq!(err["code"], 11, "{err}");
+    assert!(msg(&err).contains(&n.api.url()) && msg(&err).contains("pod default/web-0"), "{err}");
+    n.assert_nothing_left(&pod, "ADD with the API server down");
+    n.api.up();
+    n.add_expecting(&pod, &conf, BLUE);
+    n.call("DEL", &pod, &conf).ok();
+    n.assert_nothing_left(&pod, "DEL after the API server came back");
+}
+
+#[test]
+fn transient_api_failures_are_retried_within_the_budget() {
+    let n = Node::new();
+    n.api.put_pod("default", "web-0", literal("blue"));
+    let conf = n.selector_conf("1.0.0", json!({"apiTimeoutSeconds": 10, "apiAttemptTimeoutSeconds": 1}));
+    let pod = n.pod("web-0");
+
+    n.api.inject(Fault::Status(503), 1);
+    n.api.inject(Fault::Status(429), 1);
+    n.api.inject(Fault::Drop, 1);
+    n.api.inject(Fault::Hang, 1);
+    n.api.inject(Fault::Delay(std::time::Duration::from_millis(200)), 1);
+    let before = n.api.requests();
+    n.add_expecting(&pod, &conf, BLUE);
+    assert_eq!(n.api.requests() - before, 5, "four failed attempts, then the slow answer");
+    n.call("DEL", &pod, &conf).ok();
+
+    for (fault, says) in [(Fault::Hang, "no answer within 1s"), (Fault::Status(503), "503")] {
+        n.api.inject_always(fault);
+        let err = n.call("ADD", &pod, &conf).err();
+        assert_eq!(err["code"], 11, "{err}");
+        assert!(msg(&err).contains(says) && msg(&err).contains(&n.api.url()), "{err}");
+        n.assert_nothing_left(&pod, says);
+        n.api.clear_faults();
+    }
+}
+
+#[test]
+fn bad_inputs_are_named_and_leave_nothing_behind() {
+    let n = Node::new();
+    let conf = n.selector_conf("1.0.0", json!({}));
+    // A network dir with no configuration, an invalid configuration, a network outside confDir
+    // reached by `..` and by a symlink, and a chain whose second plugin fails after the first
+    // has made an interface and taken an address.
+    n.sb.write("net.d/empty/README", "no configuration here");
+    n.write_conf("invalid/10-invalid.conflist", &json!({"cniVersion": "1.0.0", "name": "invalid", "plugins": []}));
+    n.sb.write(
+        "outside/10-out.conflist",
+        &json!({"cniVersion": "1.0.0", "name": "out", "plugins": [n.bridge_plugin(BLUE)]}).to_string(),
+    );
+    std::os::unix::fs::symlink(n.sb.path().join("outside"), n.conf_dir().join("sneaky")).unwrap();
+    n.write_conf(
+        "broken/10-broken.conflist",
+        &json!({"cniVersion": "1.0.0", "name": "broken",
+                "plugins": [n.bridge_plugin(BLUE), {"type": "tuning", "sysctl": {"kernel.hostname": "x"}}]}),
+    );
+    n.api.put_config_map("default", "netcm", json!({"other": "blue"}));
+    n.api.put_pod("default", "p-nocm", from_config_map("absent", "net"));
+    n.api.put_pod("default", "p-nokey", from_config_map("netcm", "net"));
+    n.api.put_pod("default", "p-garbage", literal("{oops"));
+    n.api.put_pod("default", "p-empty-dir", literal("empty"));
+    n.api.put_pod("default", "p-invalid", literal("invalid"));
+    n.api.put_pod("default", "p-dotdot", literal("../outside/10-out.conflist"));
+    n.api.put_pod("default", "p-symlink", literal("sneaky"));
+    n.api.put_pod("default", "p-broken", literal("broken"));
+    n.api.put_pod(
+        "default",
+        "p-split",
+        json!([{"name": "a", "env": [{"name": ENV_VAR, "value": "blue"}]},
+               {"name": "b", "env": [{"name": ENV_VAR, "value": "green"}]}]),
+    );
+    n.api.put_raw_pod("default", "p-mangled", json!({"apiVersion": "v1", "kind": "Pod", "spec": "not a spec"}));
+    n.api.put_pod("default", "p-token", literal("blue"));
+    let wrong_token = n.selector_conf("1.0.0", json!({"kubeconfig": n.api.write_kubeconfig("wrong", "not-the-token")}));
+
+    let cases: &[(&str, &str, u64, &[&str])] = &[
+        ("p-nocm", &conf, 103, &["ConfigMap default/absent not found", "pod default/p-nocm"]),
+        ("p-nokey", &conf, 103, &["ConfigMap default/netcm has no key \"net\"", "pod default/p-nokey"]),
+        ("p-ghost", &conf, 103, &["pod default/p-ghost not found"]),
+        ("p-garbage", &conf, 7, &["pod default/p-garbage", "\"app\"", "does not parse"]),
+        ("p-empty-dir", &conf, 7, &["network empty", "has no *.conflist, *.conf or *.json file"]),
+        ("p-invalid", &conf, 7, &["network invalid", "10-invalid.conflist", "'plugins' is empty"]),
+        ("p-dotdot", &conf, 7, &["outside confDir", "pod default/p-dotdot"]),
+        ("p-symlink", &conf, 7, &["network sneaky", "outside confDir"]),
+        ("p-split", &conf, 7, &["pod default/p-split", "\"a\"", "\"b\"", "blue", "green"]),
+        ("p-mangled", &conf, 103, &["pod default/p-mangled", "not a valid object"]),
+        ("p-token", &wrong_token, 103, &["rejected the credentials", "401", "pod default/p-token"]),
+        ("p-broken", &conf, 0, &["network broken: plugin 2 of 2 (tuning) ADD", "invalid net sysctl key"]),
+    ];
+    for &(name, conf, code, wants) in cases {
+        let pod = n.pod(name);
+        let err = n.call("ADD", &pod, conf).err();
+        if code != 0 {
+            assert_eq!(err["code"], code, "{name}: {err}");
+        }
+        for want in wants {
+            assert!(msg(&err).contains(want), "{name}: {err} lacks {want:?}");
+        }
+        n.assert_nothing_left(&pod, name);
+    }
+}
+
+#[test]
+fn del_without_a_record_asks_the_api_server_once() {
+    let n = Node::new();
+    n.api.put_config_map("default", "net", json!({"k": "red"}));
+    n.api.put_pod("default", "web-0", from_config_map("net", "k"));
+    let conf = n.selector_conf("1.0.0", json!({}));
+
+    // A lost record: DEL asks which network the pod has, and frees its address there.
+    let pod = n.pod("web-0");
+    n.add_expecting(&pod, &conf, RED);
+    std::fs::remove_file(n.data_dir().join("attachments").join(format!("{}:eth0", pod.cid))).unwrap();
+    let before = n.api.requests();
+    n.call("DEL", &pod, &conf).ok();
+    assert_eq!(n.api.requests() - before, 2, "pod and ConfigMap, once each");
+    n.assert_nothing_left(&pod, "DEL without a record");
+
+    // A torn record is treated as absent, with the same fallback.
+    let pod = n.pod("web-0");
+    n.add_expecting(&pod, &conf, RED);
+    std::fs::write(n.data_dir().join("attachments").join(format!("{}:eth0", pod.cid)), "{torn").unwrap();
+    n.call("DEL", &pod, &conf).ok();
+    n.assert_nothing_left(&pod, "DEL with a torn record");
+
+    // No record and nothing to ask: the pod is gone, or the API server does not answer.
+    n.api.remove_pod("default", "web-0");
+    n.call("DEL", &pod, &conf).ok();
+    n.api.inject_always(Fault::Hang);
+    let before = n.api.requests();
+    n.call("DEL", &pod, &conf).ok();
+    assert_eq!(n.api.requests() - before, 1, "one attempt only");
+}
+
+#[test]
+fn gc_deletes_attachments_the_runtime_no_longer_lists() {
+    let n = Node::new();
+    n.api.put_pod("default", "keep", literal("blue"));
+    n.api.put_pod("default", "stale", literal("red"));
+    let conf = n.selector_conf("1.1.0", json!({}));
+    let keep = n.pod("keep");
+    let stale = n.pod("stale");
+    n.add_expecting(&keep, &conf, BLUE);
+    n.add_expecting(&stale, &conf, RED);
+    let gc_conf =
+        n.selector_conf("1.1.0", json!({"cni.dev/valid-attachments": [{"containerID": keep.cid, "ifname": "eth0"}]}));
+    let before = n.api.requests();
+    n.call("GC", &keep, &gc_conf).ok();
+    assert_eq!(n.api.requests(), before);
+    assert_eq!(n.records(), [format!("{}:eth0", keep.cid)]);
+    assert_eq!(n.allocations().len(), 1, "only the valid attachment keeps its address");
+    assert_eq!(pod_addresses(&keep).len(), 1);
+    assert_eq!(link_names(&stale.netns, ""), ["lo"], "the stale attachment's netns still existed: cleaned too");
+    n.call("DEL", &keep, &conf).ok();
+    n.assert_nothing_left(&keep, "after GC and DEL");
+}
+
+#[test]
+fn status_is_ready_only_with_conf_dir_and_kubeconfig() {
+    let n = Node::new();
+    let pod = n.pod("any");
+    n.call("STATUS", &pod, &n.selector_conf("1.1.0", json!({}))).ok();
+    for extra in [json!({"confDir": n.sb.path().join("missing")}), json!({"kubeconfig": n.sb.path().join("missing")})] {
+        let err = n.call("STATUS", &pod, &n.selector_conf("1.1.0", extra)).err();
+        assert_eq!(err["code"], 50, "{err}");
+        assert!(msg(&err).contains("missing"), "{err}");
+    }
+}
+
+#[test]
+fn explain_says_which_network_and_why() {
+    let n = Node::new();
+    let seed = json!({"kubernetes": {"kubeconfig": n.conf_dir().join("blue/10-blue.conflist")}}).to_string();
+    n.api.put_config_map("default", "canal-config-file", json!({"cni_network_config": seed}));
+    n.api.put_pod("default", "two-containers2", from_config_map("canal-config-file", "cni_network_config"));
+    n.api.put_pod("default", "nothing", json!([{"name": "app"}]));
+    let config = n.selector_conflist("1.0.0");
+    let explain = |pod: &str| {
+        let out =
+            n.sb.command(&n.sb.bin().join("yh-genie"))
+                .args(["explain", "--namespace", "default", "--pod", pod, "--config"])
+                .arg(&config)
+                .output()
+                .unwrap();
+        (out.status.code(), String::from_utf8_lossy(&out.stdout).into_owned())
+    };
+    let (code, out) = explain("two-containers2");
+    assert_eq!(code, Some(0), "{out}");
+    let file = std::fs::canonicalize(n.conf_dir().join("blue/10-blue.conflist")).unwrap();
+    for want in [
+        "network:       blue".to_string(),
+        format!("configuration: {}", file.display()),
+        "plugins: bridge".to_string(),
+        "container \"app\"".to_string(),
+        "ConfigMap canal-config-file key \"cni_network_config\"".to_string(),
+    ] {
+        assert!(out.contains(&want), "lacks {want:?}:\n{out}");
+    }
+    let (code, out) = explain("nothing");
+    assert_eq!(code, Some(0), "{out}");
+    assert!(out.contains("network:       grey") && out.contains("defaultNetwork"), "{out}");
+    let (code, out) = explain("ghost");
+    assert_eq!(code, Some(1), "{out}");
+    assert!(out.contains("pod default/ghost not found") && out.contains("103"), "{out}");
+    assert!(n.node_veths().is_empty() && n.records().is_empty(), "explain changes nothing");
+}
+
+#[test]
+fn a_yonghui_network_runs_in_process_through_yh_bridge() {
+    let n = Node::new();
+    n.api.put_config_map("default", "fabric", json!({"cni_network_config": "yonghui"}));
+    n.api.put_pod("default", "web-0", from_config_map("fabric", "cni_network_config"));
+    let conf = n.selector_conf("1.1.0", json!({}));
+    let pod = n.pod("web-0");
+    let result = n.add_expecting(&pod, &conf, YONGHUI);
+    assert_eq!(result["cniVersion"], "1.1.0");
+    let routes = pod.netns.must("ip -j -4 route show");
+    assert!(routes.contains("10.77.0.0/16"), "the fabric's network is routed through the bridge: {routes}");
+    assert_eq!(list_dir(&n.sb.path().join("yonghui")), [pod.cid.as_str()], "yonghui saved its delegate config");
+    n.call("CHECK", &pod, &conf).ok();
+    n.call("DEL", &pod, &conf).ok();
+    n.assert_nothing_left(&pod, "yonghui");
+    assert!(list_dir(&n.sb.path().join("yonghui")).is_empty(), "yonghui's saved delegate config is gone");
+}
