@@ -355,7 +355,7 @@ fn transient_api_failures_are_retried_within_the_budget() {
     assert_eq!(n.api.requests() - before, 5, "four failed attempts, then the slow answer");
     n.call("DEL", &pod, &conf).ok();
 
-    for (fault, says) in [(Fault::Hang, "no answer within 1s"), (Fault::Status(503), "503")] {
+    for (fault, says) in [(Fault::Hang, "no answer within"), (Fault::Status(503), "503")] {
         n.api.inject_always(fault);
         let err = n.call("ADD", &pod, &conf).err();
         assert_eq!(err["code"], 11, "{err}");
