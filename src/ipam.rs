@@ -88,7 +88,7 @@ impl<'a> Ipam<'a> {
     /// Rollback: the original error is what the caller reports, so a failing release is only logged.
     async fn release_after_failure(&self) {
         if let Err(e) = self.del().await {
-            eprintln!("releasing the IPAM allocation after a failed ADD failed too: {e}");
+            tracing::warn!("releasing the IPAM allocation after a failed ADD failed too: {e}");
         }
     }
 }

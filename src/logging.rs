@@ -14,6 +14,18 @@ use std::sync::Mutex;
 use std::time::{Duration, SystemTime};
 use tracing::Level;
 
+/// The network this process's operation concerns, when the plugin knows better than its config's
+/// `name` (the selector learns it by selecting). Read by the operation line.
+static OPERATION_NETWORK: Mutex<String> = Mutex::new(String::new());
+
+pub fn note_network(name: &str) {
+    *OPERATION_NETWORK.lock().unwrap_or_else(|e| e.into_inner()) = name.to_string();
+}
+
+pub fn noted_network() -> Option<String> {
+    Some(OPERATION_NETWORK.lock().unwrap_or_else(|e| e.into_inner()).clone()).filter(|n| !n.is_empty())
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LogConfig {
     pub level: Level,

@@ -127,8 +127,8 @@ impl OpLine {
         // Errors before the config was read (bad env, bad JSON) still get their line, on stderr.
         LogConfig::default().init();
         let ms = format!("{:.1}", took.as_secs_f64() * 1000.0);
-        let (command, container, ifname, pod, network) =
-            (self.command, &self.container, &self.ifname, &self.pod, &self.network);
+        let network = crate::logging::noted_network().unwrap_or_else(|| self.network.clone());
+        let (command, container, ifname, pod) = (self.command, &self.container, &self.ifname, &self.pod);
         match &outcome.error {
             None => {
                 tracing::info!(plugin, command, container, ifname, pod, network, ips = %self.ips, duration_ms = %ms, "ok")

@@ -32,6 +32,7 @@ impl Plugin for Selector {
             let api = api_client(&config, inv, config.api)?;
             select::select(&config, inv.args.pod(), api.as_ref().map(|a| a as &dyn PodSource))?
         };
+        crate::logging::note_network(&selection.file.network);
         let (bytes, list) = network::load(&selection.file)?;
         let pod = inv.args.pod().map(|(namespace, name)| PodIdentity {
             namespace: namespace.to_string(),
@@ -73,7 +74,11 @@ impl Plugin for Selector {
         let config = SelectorConfig::from_plugin_conf(conf)?;
         let store = RecordStore::new(&config.data_dir);
         let delegates = delegate_invocation(inv, &config);
-        match store.read(&inv.container_id, &inv.ifname).and_then(|r| usable(&r)) {
+        let record = store.read(&inv.container_id, &inv.ifname);
+        if let Some(r) = &record {
+            crate::logging::note_network(&r.network);
+        }
+        match record.and_then(|r| usable(&r)) {
             Some((list, result)) => chain::del(&list, &delegates, result.as_ref())?,
             None => del_without_record(&config, inv, &delegates)?,
         }
@@ -90,6 +95,7 @@ impl Plugin for Selector {
             )
         };
         let record = store.read(&inv.container_id, &inv.ifname).ok_or_else(|| unknown("no attachment record"))?;
+        crate::logging::note_network(&record.network);
         let list = record.conf_list()?;
         let result = record.result()?.ok_or_else(|| unknown("its ADD did not complete"))?;
         chain::check(&list, &delegate_invocation(inv, &config), &result)
@@ -196,7 +202,7 @@ fn remove_logged(store: &RecordStore, inv: &Invocation) {
     }
 }
 
-/// Log to stderr, which the runtime keeps in its log; stdout is the CNI protocol's.
+/// A warning in the plugin's log (stderr or `logFile`); stdout is the CNI protocol's.
 pub(crate) fn warn(msg: impl std::fmt::Display) {
-    eprintln!("{NAME}: {msg}");
+    tracing::warn!("{msg}");
 }

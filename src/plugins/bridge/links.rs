@@ -191,7 +191,7 @@ fn disable_accept_ra(ifname: &str) {
     if let Err(e) = netns::write_sysctl(&format!("net/ipv6/conf/{ifname}/accept_ra"), "0")
         && std::path::Path::new("/proc/sys/net/ipv6").exists()
     {
-        eprintln!("yh-bridge: {e}");
+        tracing::warn!("{e}");
     }
 }
 

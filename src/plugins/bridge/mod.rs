@@ -61,7 +61,7 @@ impl Plugin for Bridge {
             if outcome.is_err() {
                 // Deleting the host end deletes the pair: the pod is left as it was found.
                 if let Err(e) = host.del_link(port.index).await {
-                    eprintln!("yh-bridge: undoing the veth {:?} after a failed ADD: {e}", port.name);
+                    tracing::warn!("undoing the veth {:?} after a failed ADD: {e}", port.name);
                 }
             }
             outcome
@@ -183,7 +183,7 @@ impl Attachment<'_> {
             let ips: Vec<_> = result.ips.iter().map(|ip| ip.address).collect();
             if let Err(e) = firewall.add_masquerade(&owner, &ips).await {
                 if let Err(undo) = firewall.del_masquerade(&owner, &ips).await {
-                    eprintln!("yh-bridge: undoing NAT rules after a failed ADD: {undo}");
+                    tracing::warn!("undoing NAT rules after a failed ADD: {undo}");
                 }
                 return Err(e);
             }
