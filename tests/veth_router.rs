@@ -34,6 +34,15 @@ impl Node {
             wire.name
         ));
         wire.must("ip link set wire0 up");
+        // The carrier comes up asynchronously; snapshots taken before it would differ from later ones.
+        let up = (0..200).any(|_| {
+            let up = node.must("cat /sys/class/net/par0/operstate").trim() == "up";
+            if !up {
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+            up
+        });
+        assert!(up, "par0 never came up");
         let sb = Sandbox::on_node(&node);
         Node { node, wire, sb }
     }
