@@ -96,41 +96,23 @@ impl<'a> Ipam<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::os::unix::fs::PermissionsExt;
+    use crate::cni::Command;
+    use crate::cni::testing::{invocation, script};
     use std::path::Path;
 
     /// A fake IPAM plugin that logs each command to `log` and answers ADD with `add_reply`.
     fn fake_ipam(dir: &Path, add_reply: &str) -> std::path::PathBuf {
         let log = dir.join("log");
-        let p = dir.join("fake-ipam");
-        std::fs::write(
-            &p,
-            format!(
-                "#!/bin/sh\necho \"$CNI_COMMAND\" >> {log}\ncat > /dev/null\n[ \"$CNI_COMMAND\" = ADD ] && echo '{add_reply}'\nexit 0\n",
-                log = log.display()
-            ),
-        )
-        .unwrap();
-        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let body = format!(
+            "echo \"$CNI_COMMAND\" >> {log}\ncat > /dev/null\n[ \"$CNI_COMMAND\" = ADD ] && echo '{add_reply}'\nexit 0",
+            log = log.display()
+        );
+        script(dir, "fake-ipam", &body);
         log
     }
 
     fn inv(path: &Path) -> Invocation {
-        let path = path.display().to_string();
-        Invocation::from_env(|k| {
-            Some(
-                match k {
-                    "CNI_COMMAND" => "ADD",
-                    "CNI_CONTAINERID" => "c1",
-                    "CNI_NETNS" => "/run/netns/x",
-                    "CNI_IFNAME" => "eth0",
-                    "CNI_PATH" => &path,
-                    _ => return None,
-                }
-                .to_string(),
-            )
-        })
-        .unwrap()
+        invocation(Command::Add, path)
     }
 
     fn conf(ipam: &str) -> PluginConf {

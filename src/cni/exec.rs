@@ -94,31 +94,13 @@ pub async fn exec_plugin(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::os::unix::fs::PermissionsExt;
-
-    fn script(dir: &Path, name: &str, body: &str) -> PathBuf {
-        let p = dir.join(name);
-        std::fs::write(&p, format!("#!/bin/sh\n{body}\n")).unwrap();
-        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
-        p
-    }
+    use crate::cni::CniArgs;
+    use crate::cni::testing::script;
 
     fn inv() -> Invocation {
-        Invocation::from_env(|k| {
-            Some(
-                match k {
-                    "CNI_COMMAND" => "ADD",
-                    "CNI_CONTAINERID" => "c1",
-                    "CNI_NETNS" => "/run/netns/x",
-                    "CNI_IFNAME" => "eth0",
-                    "CNI_PATH" => "/nonexistent",
-                    "CNI_ARGS" => "K8S_POD_NAME=p",
-                    _ => return None,
-                }
-                .to_string(),
-            )
-        })
-        .unwrap()
+        let mut inv = crate::cni::testing::invocation(Command::Add, Path::new("/nonexistent"));
+        inv.args = CniArgs::parse("K8S_POD_NAME=p").unwrap();
+        inv
     }
 
     fn rt() -> tokio::runtime::Runtime {

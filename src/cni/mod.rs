@@ -8,6 +8,8 @@ pub mod error;
 pub mod exec;
 pub mod result;
 pub mod skel;
+#[cfg(test)]
+pub mod testing;
 pub mod version;
 
 pub use args::CniArgs;
