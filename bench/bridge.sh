@@ -64,6 +64,7 @@ for k in $(seq 1 ${#PLUGINS[@]}); do
 done
 
 # Prints one line per case and command: "<case> <ADD|DEL> <microseconds>...".
+# shellcheck disable=SC2016 # the inner script is single-quoted on purpose: it expands inside the node netns
 ip netns exec "$NODE" env WORK="$WORK" N="$N" POD="/run/netns/${PREFIX}p" PLUGINS="${PLUGINS[*]}" \
     CNI_PATH="$WORK/bin" CNI_IFNAME=eth0 bash -c '
     read -r -a plugins <<<"$PLUGINS"
