@@ -4,6 +4,7 @@
 #![allow(dead_code)]
 
 pub mod apiserver;
+pub mod node;
 
 use serde_json::Value;
 use std::io::Write;
@@ -179,8 +180,16 @@ pub fn cni(sb: &Sandbox, call: &Call) -> Reply {
 
 /// `cni` with extra environment (e.g. an API server address).
 pub fn cni_env(sb: &Sandbox, call: &Call, extra: &[(&str, &str)]) -> Reply {
-    let mut child = sb
-        .command(&sb.bin().join(call.plugin))
+    let mut child = cni_command(sb, call, extra).spawn().expect("plugin starts");
+    child.stdin.take().unwrap().write_all(call.config.as_bytes()).unwrap();
+    Reply::from(child.wait_with_output().unwrap())
+}
+
+/// The command `cni_env` runs, not yet started, with stdin, stdout and stderr piped; the caller
+/// writes `call.config` to its stdin.
+pub fn cni_command(sb: &Sandbox, call: &Call, extra: &[(&str, &str)]) -> Command {
+    let mut command = sb.command(&sb.bin().join(call.plugin));
+    command
         .env("CNI_COMMAND", call.command)
         .env("CNI_CONTAINERID", call.container_id)
         .env("CNI_NETNS", call.netns)
@@ -190,15 +199,17 @@ pub fn cni_env(sb: &Sandbox, call: &Call, extra: &[(&str, &str)]) -> Reply {
         .envs(extra.iter().copied())
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("plugin starts");
-    child.stdin.take().unwrap().write_all(call.config.as_bytes()).unwrap();
-    let out = child.wait_with_output().unwrap();
-    Reply {
-        code: out.status.code().unwrap_or(-1),
-        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        .stderr(Stdio::piped());
+    command
+}
+
+impl From<std::process::Output> for Reply {
+    fn from(out: std::process::Output) -> Self {
+        Reply {
+            code: out.status.code().unwrap_or(-1),
+            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        }
     }
 }
 
@@ -227,9 +238,5 @@ pub fn cnidrive_run(
         .env("CNI_CACHE_DIR", sb.path().join("libcni-cache"))
         .output()
         .unwrap();
-    Reply {
-        code: out.status.code().unwrap_or(-1),
-        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-    }
+    Reply::from(out)
 }
