@@ -25,6 +25,7 @@ pub fn write_atomic_with(path: &Path, mode: u32, fill: impl FnOnce(&mut File) ->
         fill(&mut f)?;
         f.set_permissions(fs::Permissions::from_mode(mode))?;
         f.sync_all()?;
+        crate::crash_point::reached("write_atomic.before-rename");
         fs::rename(&tmp, path)?;
         File::open(dir)?.sync_all()
     })();

@@ -67,6 +67,7 @@ impl Plugin for Yonghui {
             }
         };
         run_delegate(&delegate.plugin_type, Command::Del, inv, &bytes)?;
+        crate::crash_point::reached("yonghui.del.delegate-done");
         saved.remove()
     }
 
