@@ -5,6 +5,7 @@
 
 pub mod apiserver;
 pub mod node;
+pub mod rng;
 
 use serde_json::Value;
 use std::io::Write;
@@ -31,6 +32,12 @@ pub fn require_root() {
 pub fn unique(prefix: &str) -> String {
     static N: AtomicU32 = AtomicU32::new(0);
     format!("{prefix}{}x{}", std::process::id() % 100000, N.fetch_add(1, Ordering::Relaxed))
+}
+
+/// Print a line of a test's report where the test harness does not capture it, so that it shows in
+/// the test command's output whether the test passes or fails.
+pub fn report(line: &str) {
+    let _ = writeln!(std::io::stderr(), "{line}");
 }
 
 pub fn sh(cmd: &str) -> (bool, String) {
