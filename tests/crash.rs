@@ -203,3 +203,43 @@ fn killed_at_every_crash_point_the_runtimes_del_leaves_nothing() {
     assert!(leaks.is_empty(), "left behind after the runtime's DEL:\n{leaks:#?}");
     assert!(left.is_empty(), "left on the node: {left:#?}");
 }
+
+/// A runtime kills a plugin whose IPAM plugin is slow (one that asks a remote allocator, say) and
+/// DELs right away. The IPAM plugin must not live on and allocate after that DEL has released
+/// everything: a plugin's helpers die with it.
+#[test]
+fn a_plugin_killed_while_its_ipam_plugin_runs_takes_it_along() {
+    let n = Node::new();
+    let started = n.sb.path().join("ipam-started");
+    // host-local, after a pause on ADD; it says when it has started.
+    let slow = n.sb.bin().join("slow-ipam");
+    std::fs::write(
+        &slow,
+        format!(
+            "#!/bin/sh\nif [ \"$CNI_COMMAND\" = ADD ]; then touch {}; sleep 1; fi\nexec \"$(dirname \"$0\")/host-local\"\n",
+            started.display()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&slow, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    n.add_yonghui_network(NETWORK, 31, json!({"ipam": {"type": "slow-ipam", "dataDir": n.ipam_dir()}}));
+    n.api.put_pod("default", POD, common::node::literal(NETWORK));
+    let conf = n.selector_conf("1.0.0", json!({}));
+    let pod = n.pod(POD);
+
+    let mut child = n.command("ADD", &pod, &[]).process_group(0).spawn().expect("plugin starts");
+    child.stdin.take().unwrap().write_all(conf.as_bytes()).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !started.exists() {
+        assert!(Instant::now() < deadline, "the IPAM plugin never started");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let group = Pid::from_raw(child.id() as i32);
+    kill(group, Signal::SIGKILL).unwrap();
+    assert_eq!(child.wait().unwrap().signal(), Some(9));
+
+    n.call("DEL", &pod, &conf).ok();
+    wait_for_orphans(group);
+    let left = n.leftovers_of(&pod, NETWORK);
+    assert!(left.is_empty(), "left after the runtime's DEL, once the killed ADD's processes ended: {left:?}");
+}
