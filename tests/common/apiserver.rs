@@ -47,6 +47,8 @@ struct State {
     config_maps: Mutex<BTreeMap<(String, String), Value>>,
     faults: Mutex<Faults>,
     requests: AtomicUsize,
+    /// Requests answered with an injected fault.
+    faulted: AtomicUsize,
     log: Mutex<Vec<String>>,
 }
 
@@ -165,6 +167,12 @@ impl ApiServer {
     /// Requests received so far (each one counts, whatever the answer).
     pub fn requests(&self) -> usize {
         self.state.requests.load(Ordering::SeqCst)
+    }
+
+    /// Requests answered with an injected fault so far (connections refused while `down` are not
+    /// requests, and not counted).
+    pub fn faulted_requests(&self) -> usize {
+        self.state.faulted.load(Ordering::SeqCst)
     }
 
     /// `GET /api/v1/...` lines, in order.
@@ -298,6 +306,9 @@ async fn handle(req: Request<Incoming>, state: Arc<State>) -> Result<Reply, std:
         let mut faults = state.faults.lock().unwrap();
         faults.next.pop_front().or_else(|| faults.always.clone())
     };
+    if fault.is_some() {
+        state.faulted.fetch_add(1, Ordering::SeqCst);
+    }
     match fault {
         Some(Fault::Status(code)) => return Ok(status(code, "injected fault")),
         Some(Fault::Delay(d)) => tokio::time::sleep(d).await,
