@@ -5,8 +5,10 @@
 //! file of an interrupted write. The network is `yonghui` -> `yh-bridge` (with NAT) -> `host-local`
 //! through the selector, the pod choosing it by ConfigMap.
 //!
-//! Kill points are spread over the whole of a normal ADD or DEL, measured first, at random offsets
-//! within equal slices (the seed is printed; `YH_GENIE_TEST_SEED` replays it).
+//! Three ways of killing: at random times spread over the whole of a normal ADD or DEL, measured
+//! first, one random offset within each of equal slices (the seed is printed; `YH_GENIE_TEST_SEED`
+//! replays it); at every crash point (src/crash_point.rs), so that each window between two steps is
+//! hit for sure; and while a slow IPAM plugin runs, which must die with the selector.
 
 mod common;
 
@@ -19,11 +21,12 @@ use nix::unistd::Pid;
 use serde_json::json;
 use std::io::Write;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 const NETWORK: &str = "fabric";
 const POD: &str = "crash";
-/// Kill points per command.
+/// Random kill times per command.
 const KILLS: usize = 30;
 
 /// A node whose pods choose the yonghui network by ConfigMap, and the selector's configuration.
@@ -36,6 +39,17 @@ fn node() -> (Node, String) {
     (n, conf)
 }
 
+/// How the test kills a call.
+#[derive(Debug, Clone, Copy)]
+enum Kill<'a> {
+    /// With SIGKILL after this long, if it is still running.
+    After(Duration),
+    /// With SIGKILL once this file exists (a plugin it runs says it has started).
+    OnceExists(&'a Path),
+    /// It kills itself at this crash point (`YH_GENIE_CRASH_AT`).
+    AtCrashPoint(&'a str),
+}
+
 /// How a call that was to be killed ended.
 #[derive(Debug, PartialEq)]
 enum Ending {
@@ -44,24 +58,31 @@ enum Ending {
     Finished(i32),
 }
 
-/// Run the selector's `command` for `pod` with `env` added, and SIGKILL it `after` this long if it
-/// is still running (never, with `None`: a crash point kills it). It runs in a process group of its
-/// own, returned: the plugins it was running (the IPAM plugin, iptables-restore) are in it too, and
-/// are not killed with it, as under a runtime.
-fn run_and_kill(
-    n: &Node,
-    command: &str,
-    pod: &Pod,
-    conf: &str,
-    after: Option<Duration>,
-    env: &[(&str, &str)],
-) -> (Ending, Pid) {
-    let mut child = n.command(command, pod, env).process_group(0).spawn().expect("plugin starts");
+/// Run the selector's `command` for `pod` and kill it as `how` says. The signal goes to the selector
+/// alone, as a runtime sends it; the plugins it was running (the IPAM plugin, iptables-restore) must
+/// die with it. It runs in a process group of its own, returned, which they share, so that the test
+/// can tell when the last of them has ended.
+fn run_and_kill(n: &Node, command: &str, pod: &Pod, conf: &str, how: Kill) -> (Ending, Pid) {
+    let crash_point = match how {
+        Kill::AtCrashPoint(point) => vec![(yh_genie::crash_point::VAR, point)],
+        _ => vec![],
+    };
+    let mut child = n.command(command, pod, &crash_point).process_group(0).spawn().expect("plugin starts");
     // A plugin killed before it reads its stdin closes the pipe: that is not the test's failure.
     let _ = child.stdin.take().unwrap().write_all(conf.as_bytes());
     let pid = Pid::from_raw(child.id() as i32);
-    if let Some(after) = after {
-        std::thread::sleep(after);
+    match how {
+        Kill::After(after) => std::thread::sleep(after),
+        Kill::OnceExists(file) => {
+            let deadline = Instant::now() + Duration::from_secs(30);
+            while !file.exists() {
+                assert!(Instant::now() < deadline, "{} never appeared", file.display());
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        }
+        Kill::AtCrashPoint(_) => {}
+    }
+    if !matches!(how, Kill::AtCrashPoint(_)) {
         // Killing a process that has exited but is not yet reaped does nothing.
         let _ = kill(pid, Signal::SIGKILL);
     }
@@ -82,28 +103,19 @@ fn wait_for_orphans(pgid: Pid) {
     }
 }
 
-/// A new sandbox of the pod, then `command` killed `after` this long or at the crash point `env`
-/// names (for DEL, after a normal ADD), then the runtime's DEL, twice. The DEL comes right away,
-/// while what the killed process started may still be running; once that has ended too, nothing
-/// may be left. The second DEL, a runtime's retry, must succeed and change nothing. Returns how the
-/// call ended and what was left after each DEL.
-fn crash_then_del(
-    n: &Node,
-    conf: &str,
-    pod: &mut Pod,
-    command: &str,
-    after: Option<Duration>,
-    env: &[(&str, &str)],
-) -> (Ending, Vec<String>) {
-    *pod = std::mem::replace(pod, n.pod(POD)).renew(POD);
+/// `command` (for DEL, after a normal ADD) killed as `how` says, then the runtime's DEL, twice.
+/// The DEL comes right away, as a runtime's does; once every process the killed call started has
+/// ended too, nothing of the pod may be left. The second DEL, a runtime's retry, must succeed and
+/// change nothing. Returns how the call ended and what was left after each DEL.
+fn crash_then_del(n: &Node, conf: &str, pod: &Pod, command: &str, how: Kill) -> (Ending, Vec<String>) {
     if command == "DEL" {
         n.call("ADD", pod, conf).ok();
     }
-    let (ending, group) = run_and_kill(n, command, pod, conf, after, env);
+    let (ending, group) = run_and_kill(n, command, pod, conf, how);
     let mut leaks = Vec::new();
     for round in ["DEL", "second DEL"] {
         let reply = n.call("DEL", pod, conf);
-        assert_eq!(reply.code, 0, "{round} after {command} killed ({ending:?}, {after:?}, {env:?}): {reply:?}");
+        assert_eq!(reply.code, 0, "{round} after {command} killed ({how:?}, {ending:?}): {reply:?}");
         wait_for_orphans(group);
         let mut left = n.leftovers_of(pod, NETWORK);
         left.extend(n.node_veths().into_iter().map(|v| format!("veth {v}")));
@@ -142,7 +154,8 @@ fn killed_at_random_times_in_add_or_del_the_runtimes_del_leaves_nothing() {
         for slice in 0..KILLS {
             // Up to 10 % past the median, so that the end of slower runs is covered too.
             let after = duration.mul_f64(1.1 * (slice as f64 + rng.unit()) / KILLS as f64);
-            let (ending, left) = crash_then_del(&n, &conf, &mut pod, command, Some(after), &[]);
+            pod = pod.renew(POD);
+            let (ending, left) = crash_then_del(&n, &conf, &pod, command, Kill::After(after));
             match ending {
                 Ending::Killed => killed += 1,
                 Ending::Finished(0) => finished += 1,
@@ -187,8 +200,8 @@ fn killed_at_every_crash_point_the_runtimes_del_leaves_nothing() {
     let mut pod = n.pod(POD);
     let mut leaks = Vec::new();
     for &(command, point) in CRASH_POINTS {
-        let env = [(yh_genie::crash_point::VAR, point)];
-        let (ending, left) = crash_then_del(&n, &conf, &mut pod, command, None, &env);
+        pod = pod.renew(POD);
+        let (ending, left) = crash_then_del(&n, &conf, &pod, command, Kill::AtCrashPoint(point));
         assert_eq!(ending, Ending::Killed, "{command} did not reach crash point {point}");
         leaks.extend(left.into_iter().map(|l| format!("{command} killed at {point}, {l}")));
     }
@@ -225,21 +238,7 @@ fn a_plugin_killed_while_its_ipam_plugin_runs_takes_it_along() {
     n.add_yonghui_network(NETWORK, 31, json!({"ipam": {"type": "slow-ipam", "dataDir": n.ipam_dir()}}));
     n.api.put_pod("default", POD, common::node::literal(NETWORK));
     let conf = n.selector_conf("1.0.0", json!({}));
-    let pod = n.pod(POD);
-
-    let mut child = n.command("ADD", &pod, &[]).process_group(0).spawn().expect("plugin starts");
-    child.stdin.take().unwrap().write_all(conf.as_bytes()).unwrap();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while !started.exists() {
-        assert!(Instant::now() < deadline, "the IPAM plugin never started");
-        std::thread::sleep(Duration::from_millis(1));
-    }
-    let group = Pid::from_raw(child.id() as i32);
-    kill(group, Signal::SIGKILL).unwrap();
-    assert_eq!(child.wait().unwrap().signal(), Some(9));
-
-    n.call("DEL", &pod, &conf).ok();
-    wait_for_orphans(group);
-    let left = n.leftovers_of(&pod, NETWORK);
-    assert!(left.is_empty(), "left after the runtime's DEL, once the killed ADD's processes ended: {left:?}");
+    let (ending, left) = crash_then_del(&n, &conf, &n.pod(POD), "ADD", Kill::OnceExists(&started));
+    assert_eq!(ending, Ending::Killed);
+    assert!(left.is_empty(), "left once the killed ADD's processes had ended: {left:?}");
 }

@@ -25,7 +25,7 @@ use std::time::{Duration, Instant};
 const NETWORK: &str = "fabric";
 const WORKERS: usize = 8;
 /// Pod sandboxes set up and torn down, unless the deadline comes first.
-const CYCLES: usize = 400;
+const CYCLES: usize = 600;
 const DEADLINE: Duration = Duration::from_secs(150);
 /// The selector's API budget (seconds), short so that outages make ADDs fail within the run; per
 /// attempt, short so that hanging answers are given up on and retried.
