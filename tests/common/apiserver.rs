@@ -2,9 +2,10 @@
 //! of a test's node netns (where the plugins run), with a self-signed CA and a bearer token written
 //! into a kubeconfig. It serves `GET /api/v1/namespaces/{ns}/pods/{name}` and `.../configmaps/{name}`
 //! from objects the test puts in, answers errors as Kubernetes `Status` JSON (404, 401 for a wrong
-//! token), counts and logs requests, and misbehaves on demand: `inject` queues faults (HTTP errors,
-//! slow answers, hangs, dropped connections) for the next requests or for all of them, and
-//! `down`/`up` close and reopen the port so that clients see connection refused.
+//! token), counts and logs requests (and counts those it answered with a fault), and misbehaves on
+//! demand: `inject` queues faults (HTTP errors, slow answers, hangs, dropped connections) for the
+//! next requests or for all of them, and `down`/`up` close and reopen the port so that clients see
+//! connection refused.
 
 use super::Netns;
 use hyper::body::{Bytes, Incoming};
