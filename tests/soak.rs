@@ -2,7 +2,8 @@
 //! while the fake API server misbehaves: 5xx and 429 answers, slow answers, answers that never
 //! come, dropped connections, and outages (its port closed, or every request failing) long enough
 //! to exhaust the selector's time budget. The network is `yonghui` -> `yh-bridge` (with NAT) ->
-//! `host-local`, chosen by ConfigMap, so every ADD asks the API server twice.
+//! `host-local`, chosen by ConfigMap, so every ADD asks the API server twice. Each sandbox has a
+//! netns of its own, which the runtime sometimes removes before its DEL, as after a node restart.
 //!
 //! What must hold: every ADD succeeds, or fails with code 11 (the API server could not be reached
 //! in time) leaving nothing of its pod; every DEL (and a repeated DEL) succeeds and leaves nothing
@@ -44,6 +45,8 @@ struct Tally {
     checks: usize,
     checks_ok: usize,
     repeated_dels: usize,
+    /// DELs that came after the pod's netns had been removed.
+    netns_gone: usize,
     /// DELs, repeated ones included, that succeeded.
     dels_ok: usize,
     /// Everything that broke a promise, described.
@@ -80,9 +83,9 @@ impl Soak {
     }
 
     /// One worker: a pod netns in which sandbox after sandbox is set up and torn down.
-    fn worker(&self, w: usize, seed: u64) {
+    /// One worker: pod sandbox after pod sandbox, each with a netns of its own.
+    fn worker(&self, seed: u64) {
         let mut rng = Rng::new(seed);
-        let mut pod = self.n.pod(&format!("soak-w{w}"));
         loop {
             let i = self.next_cycle.fetch_add(1, Ordering::SeqCst);
             if i >= CYCLES || Instant::now() > self.deadline {
@@ -90,33 +93,42 @@ impl Soak {
             }
             let name = format!("soak-{i}");
             self.n.api.put_pod("default", &name, from_config_map("net", "net"));
-            pod = pod.renew(&name);
-            self.cycle(&pod, &mut rng);
+            self.cycle(&self.n.pod(&name), &mut rng);
             self.tally.lock().unwrap().cycles += 1;
         }
     }
 
-    /// ADD, CHECK (sometimes), DEL, and DEL again (sometimes), checking each step.
+    /// ADD, CHECK (sometimes), DEL (sometimes after the runtime has removed the netns), and DEL
+    /// again (sometimes), checking each step.
     fn cycle(&self, pod: &Pod, rng: &mut Rng) {
         let add = self.n.call("ADD", pod, &self.conf);
-        if add.code == 0 {
-            let Some(address) = self.added(pod, &add.stdout) else { return };
-            if rng.chance(0.5) {
-                let check = self.n.call("CHECK", pod, &self.conf);
-                let mut tally = self.tally.lock().unwrap();
-                tally.checks += 1;
-                match check.code {
-                    0 => tally.checks_ok += 1,
-                    _ => tally.broken.push(format!("CHECK of {}: {}", pod.cid, check.stdout.trim())),
-                }
-            }
-            self.live.lock().unwrap().remove(&address);
-        } else {
+        if add.code != 0 {
             self.add_failed(pod, &add.stdout);
+        } else if let Some(address) = self.added(pod, &add.stdout) {
+            if rng.chance(0.5) {
+                self.check(pod);
+            }
+            // The pod is going: from now on its address may be handed out again.
+            self.live.lock().unwrap().remove(&address);
+        }
+        if rng.chance(0.15) {
+            // As after a node restart, or a runtime that tore the sandbox down first.
+            pod.netns.delete();
+            self.tally.lock().unwrap().netns_gone += 1;
         }
         self.del(pod, "DEL");
         if rng.chance(0.25) {
             self.del(pod, "repeated DEL");
+        }
+    }
+
+    fn check(&self, pod: &Pod) {
+        let check = self.n.call("CHECK", pod, &self.conf);
+        let mut tally = self.tally.lock().unwrap();
+        tally.checks += 1;
+        match check.code {
+            0 => tally.checks_ok += 1,
+            _ => tally.broken.push(format!("CHECK of {}: {}", pod.cid, check.stdout.trim())),
         }
     }
 
@@ -247,8 +259,7 @@ fn hundreds_of_pods_eight_at_a_time_under_api_faults_lose_nothing() {
     std::thread::scope(|scope| {
         let (soak, stop, faults, rng) = (&s, &stop, &mut faults, &mut rng);
         let injector = scope.spawn(move || faults.inject_until(soak, rng, stop));
-        let workers: Vec<_> =
-            worker_seeds.iter().enumerate().map(|(w, &seed)| scope.spawn(move || soak.worker(w, seed))).collect();
+        let workers: Vec<_> = worker_seeds.iter().map(|&seed| scope.spawn(move || soak.worker(seed))).collect();
         for worker in workers {
             worker.join().expect("a worker panicked");
         }
@@ -258,6 +269,11 @@ fn hundreds_of_pods_eight_at_a_time_under_api_faults_lose_nothing() {
     s.n.api.clear_faults();
     s.n.api.up();
     let elapsed = started.elapsed();
+    // The kernel destroys the veths of deleted netns in the background.
+    let veths_gone = Instant::now() + Duration::from_secs(30);
+    while !s.n.node_veths().is_empty() && Instant::now() < veths_gone {
+        std::thread::sleep(Duration::from_millis(50));
+    }
 
     let t = s.tally.into_inner().unwrap();
     let left = s.n.leftovers();
@@ -265,7 +281,8 @@ fn hundreds_of_pods_eight_at_a_time_under_api_faults_lose_nothing() {
     let by_code: Vec<String> = t.adds_failed_cleanly.iter().map(|(code, n)| format!("code {code}: {n}")).collect();
     let episodes: Vec<String> = faults.episodes.iter().map(|(kind, n)| format!("{kind} x{n}")).collect();
     report(&format!(
-        "soak: {} cycles in {:.0} s, {WORKERS} at a time: {} operations ({} ADD, {} CHECK, {} DEL, {} of them repeated); \
+        "soak: {} cycles in {:.0} s, {WORKERS} at a time: {} operations ({} ADD, {} CHECK, {} DEL, {} of them repeated, \
+         {} after the netns was removed); \
          faults injected: {} episodes ({}), {} requests answered with a fault; \
          ADD ok {} / failed cleanly {failed} ({}) / failed otherwise {}; CHECK ok {}; DEL ok {}; \
          addresses handed out twice: {}; leaks found: {}",
@@ -276,6 +293,7 @@ fn hundreds_of_pods_eight_at_a_time_under_api_faults_lose_nothing() {
         t.checks,
         t.cycles + t.repeated_dels,
         t.repeated_dels,
+        t.netns_gone,
         faults.episodes.values().sum::<usize>(),
         episodes.join(", "),
         s.n.api.faulted_requests(),

@@ -80,6 +80,13 @@ impl Netns {
     }
 }
 
+impl Netns {
+    /// Delete it now, as a runtime does when it tears a sandbox down (then dropping does nothing).
+    pub fn delete(&self) {
+        must(&format!("ip netns delete {}", self.name));
+    }
+}
+
 impl Drop for Netns {
     fn drop(&mut self) {
         let _ = sh(&format!("ip netns delete {}", self.name));

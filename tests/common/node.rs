@@ -228,14 +228,12 @@ impl Node {
         left
     }
 
-    /// What is left of one pod attached to `network`: interfaces in its netns, its leases, its NAT
-    /// chain and jumps, its record and yonghui file (or their temp files).
+    /// What is left of one pod attached to `network`: interfaces in its netns (if that still
+    /// exists), its leases, its NAT chain and jumps, its record and yonghui file (or their temp files).
     pub fn leftovers_of(&self, pod: &Pod, network: &str) -> Vec<String> {
-        let mut left: Vec<String> = link_names(&pod.netns, "")
-            .into_iter()
-            .filter(|l| l != "lo")
-            .map(|l| format!("interface {l} in the pod netns"))
-            .collect();
+        let interfaces = if pod.netns.path().exists() { link_names(&pod.netns, "") } else { Vec::new() };
+        let mut left: Vec<String> =
+            interfaces.into_iter().filter(|l| l != "lo").map(|l| format!("interface {l} in the pod netns")).collect();
         left.extend(self.leases().into_iter().filter(|(_, cid)| *cid == pod.cid).map(|(ip, _)| format!("lease {ip}")));
         let chain = yh_genie::firewall::Owner::new(network, &pod.cid).chain();
         left.extend(self.nat_lines().into_iter().filter(|l| l.contains(&chain)).map(|l| format!("nat {l}")));
