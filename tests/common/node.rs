@@ -141,12 +141,7 @@ impl Node {
     /// Call the selector as the runtime does, but with a `CNI_PATH` that holds no plugin: every
     /// delegate must be found through `binDir`.
     pub fn call(&self, command: &str, pod: &Pod, conf: &str) -> Reply {
-        self.call_with(command, pod, conf, &[])
-    }
-
-    /// `call` with extra environment.
-    pub fn call_with(&self, command: &str, pod: &Pod, conf: &str, extra: &[(&str, &str)]) -> Reply {
-        let mut child = self.command(command, pod, extra).spawn().expect("plugin starts");
+        let mut child = self.command(command, pod, &[]).spawn().expect("plugin starts");
         child.stdin.take().unwrap().write_all(conf.as_bytes()).unwrap();
         Reply::from(child.wait_with_output().unwrap())
     }
