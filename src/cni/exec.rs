@@ -45,13 +45,14 @@ pub fn helper_command(program: impl AsRef<std::ffi::OsStr>) -> tokio::process::C
     command.kill_on_drop(true);
     let plugin = std::process::id();
     // SAFETY: the closure runs in the forked child before exec and makes only async-signal-safe
-    // system calls (prctl, getppid), allocating nothing on its success path.
+    // system calls (prctl, getppid). It allocates nothing, not even for an error (an OS error code
+    // is stored inline): another thread may have held the allocator's lock at the fork.
     unsafe {
         command.pre_exec(move || {
             nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL)?;
             // The plugin died between the fork and the prctl: the helper must not run at all.
             if nix::unistd::getppid().as_raw().cast_unsigned() != plugin {
-                return Err(std::io::Error::other("the plugin that started this process is gone"));
+                return Err(nix::errno::Errno::ESRCH.into());
             }
             Ok(())
         });
