@@ -25,6 +25,7 @@ pub fn write_atomic_with(path: &Path, mode: u32, fill: impl FnOnce(&mut File) ->
         fill(&mut f)?;
         f.set_permissions(fs::Permissions::from_mode(mode))?;
         f.sync_all()?;
+        crate::crash_point::reached("write_atomic.before-rename");
         fs::rename(&tmp, path)?;
         File::open(dir)?.sync_all()
     })();
@@ -56,25 +57,61 @@ fn parent_dir(path: &Path) -> &Path {
 
 /// A fresh name beside `path` for building its replacement: hidden, and with no `.conf`/`.conflist`
 /// ending, so neither CNI runtimes scanning a conf dir nor `ls` users mistake it for the real file.
+/// `.<name>.tmp-<pid>-<nonce>`: the writer's pid tells `remove_durably` whether it is still alive.
 fn temp_sibling(path: &Path) -> io::Result<PathBuf> {
-    let file_name =
-        path.file_name().ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "path has no file name"))?;
     let mut nonce = [0u8; 6];
     getrandom::fill(&mut nonce).map_err(io::Error::other)?;
-    Ok(parent_dir(path).join(format!(".{}.tmp-{}-{}", file_name.to_string_lossy(), std::process::id(), hex(&nonce))))
+    Ok(parent_dir(path).join(format!("{}{}-{}", temp_prefix(path)?, std::process::id(), hex(&nonce))))
 }
 
-/// Remove `path`; a file already gone is success. The directory is fsync'd so the removal is durable.
+/// `.<name>.tmp-`, how the temp files of `path` begin.
+fn temp_prefix(path: &Path) -> io::Result<String> {
+    let file_name =
+        path.file_name().ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "path has no file name"))?;
+    Ok(format!(".{}.tmp-", file_name.to_string_lossy()))
+}
+
+/// Remove `path`; a file already gone is success. Temp files that writes of `path` left behind
+/// when their process died before the rename (killed by a runtime's timeout, say) go too, whether
+/// or not `path` exists; those of live processes stay. The directory is fsync'd so the removal is
+/// durable.
 pub fn remove_durably(path: &Path) -> io::Result<()> {
-    match fs::remove_file(path) {
-        Ok(()) => {}
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
-        Err(e) => return Err(e),
+    let mut removed = false;
+    for file in abandoned_temps(path)?.iter().map(PathBuf::as_path).chain([path]) {
+        match fs::remove_file(file) {
+            Ok(()) => removed = true,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+            Err(e) => return Err(e),
+        }
     }
-    if let Some(dir) = path.parent() {
-        File::open(dir)?.sync_all()?;
+    if removed {
+        File::open(parent_dir(path))?.sync_all()?;
     }
     Ok(())
+}
+
+/// The temp files of `path` whose writer process no longer exists.
+fn abandoned_temps(path: &Path) -> io::Result<Vec<PathBuf>> {
+    let prefix = temp_prefix(path)?;
+    let entries = match fs::read_dir(parent_dir(path)) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(e),
+    };
+    let writer_pid = |name: &str| -> Option<i32> {
+        let (pid, nonce) = name.strip_prefix(&prefix)?.split_once('-')?;
+        if !nonce.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return None;
+        }
+        pid.parse().ok().filter(|pid| *pid > 0)
+    };
+    let gone =
+        |pid: i32| nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None) == Err(nix::errno::Errno::ESRCH);
+    Ok(entries
+        .filter_map(Result::ok)
+        .filter(|e| e.file_name().to_str().and_then(writer_pid).is_some_and(gone))
+        .map(|e| e.path())
+        .collect())
 }
 
 pub fn hex(bytes: &[u8]) -> String {
@@ -125,6 +162,34 @@ mod tests {
         symlink_atomic(Path::new("target"), &p).unwrap();
         assert_eq!(fs::read_link(&p).unwrap(), Path::new("target"));
         assert_eq!(fs::read_dir(d.path()).unwrap().count(), 1);
+    }
+
+    /// A pid that no process has: that of a child that has exited and been reaped.
+    fn dead_pid() -> u32 {
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        child.wait().unwrap();
+        child.id()
+    }
+
+    #[test]
+    fn removal_takes_the_temp_files_of_writers_that_died_before_their_rename() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("c1:eth0");
+        let dead = d.path().join(format!(".c1:eth0.tmp-{}-0123456789ab", dead_pid()));
+        let live = d.path().join(format!(".c1:eth0.tmp-{}-0123456789ab", std::process::id()));
+        let other = d.path().join(format!(".c1:eth01.tmp-{}-0123456789ab", dead_pid()));
+        for f in [&dead, &live, &other] {
+            fs::write(f, b"half").unwrap();
+        }
+        // With the file itself, and without it (the writer died before its first rename).
+        write_atomic(&p, b"record", 0o600).unwrap();
+        remove_durably(&p).unwrap();
+        assert!(!p.exists() && !dead.exists());
+        fs::write(&dead, b"half").unwrap();
+        remove_durably(&p).unwrap();
+        assert!(!dead.exists());
+        assert!(live.exists(), "a live writer's temp file stays");
+        assert!(other.exists(), "another file's temp file stays");
     }
 
     #[test]

@@ -3,6 +3,7 @@
 
 pub mod cli;
 pub mod cni;
+pub mod crash_point;
 pub mod firewall;
 pub mod fsutil;
 pub mod install;

@@ -667,6 +667,29 @@ fn check_notices_what_changed() {
     assert_eq!(e["code"], 7, "CHECK without prevResult: {e}");
 }
 
+/// A bridge takes the lowest MAC of its ports unless its own MAC has been set: a new port with a
+/// lower MAC (here one the test adds; on a node, the next pod's) would change it, and CHECK of a pod
+/// whose result recorded the old one would fail. With `isGateway` the reference pins the MAC only
+/// after the first pod's port has joined, so pods set up at the same moment could record a MAC
+/// that is about to change too (tests/concurrency.rs).
+#[test]
+fn the_bridge_keeps_the_mac_its_pods_recorded_as_ports_come_and_go() {
+    require_root();
+    for gateway in [false, true] {
+        let node = Node::new();
+        let pod = Netns::new("brp");
+        let bridge = unique("br");
+        let conf = node.conf(OURS, &unique("net"), &json!({"bridge": bridge, "isGateway": gateway}));
+        let netns = pod.path().display().to_string();
+        let result = driver(&node, "ADD", "c1", &netns, &conf, "").ok();
+        node.ns.must(&format!(
+            "ip link add lowmac0 address 00:00:5e:00:53:01 type veth peer name lowmac1 && \
+             ip link set lowmac0 master {bridge} up && ip link set lowmac1 up"
+        ));
+        driver(&node, "CHECK", "c1", &netns, &with_prev(&conf, &result), "").ok();
+    }
+}
+
 #[test]
 fn unsupported_keys_are_refused() {
     require_root();

@@ -37,11 +37,11 @@ fn links_bridges_veths_and_port_options() {
         assert_eq!(nl.link_by_name("nope0").await.unwrap(), None);
         assert_eq!(nl.link_by_index(9999).await.unwrap(), None);
 
-        nl.add_bridge("br0", Some(1400), false).await.unwrap();
+        nl.add_bridge("br0", Some(1400), false, None).await.unwrap();
         let br = nl.link_by_name("br0").await.unwrap().unwrap();
         assert!(br.is_bridge() && br.up && br.mtu == 1400, "{br:?}");
         assert_eq!(nl.link_by_index(br.index).await.unwrap().unwrap().name, "br0");
-        assert_eq!(nl.add_bridge("br0", None, false).await.unwrap_err().code, code::ALREADY_EXISTS);
+        assert_eq!(nl.add_bridge("br0", None, false, None).await.unwrap_err().code, code::ALREADY_EXISTS);
 
         let pair = VethPair {
             name: "host0",

@@ -1,16 +1,14 @@
 //! The selector end to end, as root: a node netns holds the plugins, the bridges and a fake API
-//! server (`common::apiserver`); each pod gets its own netns. Networks are reference `bridge` +
-//! `host-local` chains, one directory each under the sandbox's conf dir, on different subnets, so an
-//! address tells which network a pod got.
+//! server (`common::node`, `common::apiserver`); each pod gets its own netns. Networks are reference
+//! `bridge` + `host-local` chains, one directory each under the sandbox's conf dir, on different
+//! subnets, so an address tells which network a pod got, and a `yonghui` -> `yh-bridge` network.
 
 mod common;
 
-use common::apiserver::{ApiServer, Fault};
-use common::{Call, Netns, Reply, Sandbox, cni_env, cnidrive_run, require_root, unique};
+use common::apiserver::Fault;
+use common::node::{ENV_VAR, Node, Pod, from_config_map, link_names, list_dir, literal, pod_addresses};
+use common::{cnidrive_run, unique};
 use serde_json::{Value, json};
-use std::path::PathBuf;
-
-const ENV_VAR: &str = "CNI_NETWORK_CONFIG";
 
 /// A reference network in `<confDir>/<name>/<file>`: bridge + host-local on `10.77.<n>.0/24`.
 #[derive(Clone, Copy)]
@@ -27,7 +25,7 @@ const GREEN: Net = Net { name: "green", file: "green.conf", version: "0.3.1", su
 const RED: Net = Net { name: "red", file: "10-red.conflist", version: "0.4.0", subnet: 3 };
 /// The default network.
 const GREY: Net = Net { name: "grey", file: "10-grey.conflist", version: "1.0.0", subnet: 4 };
-/// `yonghui` delegating to `yh-bridge`, both in process; its subnet comes from `subnet.env`.
+/// `yonghui` delegating to `yh-bridge` (with NAT), both in process; its subnet comes from `subnet.env`.
 const YONGHUI: Net = Net { name: "yonghui", file: "10-yonghui.conflist", version: "1.0.0", subnet: 5 };
 
 impl Net {
@@ -36,61 +34,27 @@ impl Net {
     }
 }
 
-/// One test's node: its netns, sandbox (conf dir, data dirs, bin dir) and API server.
-struct Node {
-    sb: Sandbox,
-    api: ApiServer,
-    netns: Netns,
+/// A node with every network above, GREY the default.
+fn node() -> Node {
+    let mut node = Node::new();
+    node.default_network = Some(GREY.name.to_string());
+    for net in [BLUE, GREEN, RED, GREY] {
+        node.add_network(net);
+    }
+    node.add_yonghui_network(YONGHUI.name, YONGHUI.subnet, json!({}));
+    node
 }
 
-/// A pod sandbox: its netns, container id and the runtime's CNI_ARGS.
-struct Pod {
-    netns: Netns,
-    cid: String,
-    args: String,
-}
-
-impl Node {
-    fn new() -> Self {
-        require_root();
-        let netns = Netns::new("ysn");
-        let sb = Sandbox::on_node(&netns);
-        let api = ApiServer::start_in(&netns);
-        std::fs::create_dir_all(sb.path().join("empty-path")).unwrap();
-        let node = Node { sb, api, netns };
-        for net in [BLUE, GREEN, RED, GREY] {
-            node.add_network(net);
-        }
-        node.add_yonghui_network();
-        node
-    }
-
-    /// The fabric's subnet file and a `yonghui` network whose delegate is the default, `yh-bridge`.
-    fn add_yonghui_network(&self) {
-        let subnet = YONGHUI.subnet;
-        let subnet_env = format!(
-            "FLANNEL_NETWORK=10.77.0.0/16\nFLANNEL_SUBNET=10.77.{subnet}.1/24\nFLANNEL_MTU=1450\nFLANNEL_IPMASQ=true\n"
-        );
-        let subnet_file = self.sb.write("subnet.env", &subnet_env);
-        let plugin = json!({
-            "type": "yonghui", "subnetFile": subnet_file, "dataDir": self.sb.path().join("yonghui"),
-            "delegate": {"bridge": unique("yb")}, "ipam": {"dataDir": self.ipam_dir()}
-        });
-        let list = json!({"cniVersion": YONGHUI.version, "name": YONGHUI.name, "plugins": [plugin]});
-        self.write_conf(&format!("{}/{}", YONGHUI.name, YONGHUI.file), &list);
-    }
-
-    fn conf_dir(&self) -> PathBuf {
-        self.sb.path().join("net.d")
-    }
-    fn data_dir(&self) -> PathBuf {
-        self.sb.path().join("yh-genie")
-    }
-    fn ipam_dir(&self) -> PathBuf {
-        self.sb.path().join("ipam")
-    }
-
+/// This file's reference networks on a `Node`.
+trait Networks {
     /// The bridge + host-local plugin object of `net`.
+    fn bridge_plugin(&self, net: Net) -> Value;
+    fn add_network(&self, net: Net);
+    /// ADD `pod` and check it got one address from `net`; returns the result.
+    fn add_expecting(&self, pod: &Pod, conf: &str, net: Net) -> Value;
+}
+
+impl Networks for Node {
     fn bridge_plugin(&self, net: Net) -> Value {
         json!({
             "type": "bridge", "bridge": unique("yb"), "isGateway": true,
@@ -111,93 +75,6 @@ impl Node {
         self.write_conf(&format!("{}/{}", net.name, net.file), &conf);
     }
 
-    fn write_conf(&self, rel: &str, conf: &Value) -> PathBuf {
-        self.sb.write(&format!("net.d/{rel}"), &conf.to_string())
-    }
-
-    /// The selector's stdin, as the runtime passes it, with `extra` keys merged in.
-    fn selector_conf(&self, version: &str, extra: Value) -> String {
-        let mut conf = json!({
-            "cniVersion": version, "name": "yh-genie", "type": "yh-genie",
-            "kubeconfig": self.api.kubeconfig(), "confDir": self.conf_dir(), "dataDir": self.data_dir(),
-            "binDir": self.sb.bin(), "defaultNetwork": GREY.name,
-        });
-        for (k, v) in extra.as_object().unwrap() {
-            conf[k] = v.clone();
-        }
-        conf.to_string()
-    }
-
-    /// `00-yh-genie.conflist` in the conf dir, for cnidrive and `explain`.
-    fn selector_conflist(&self, version: &str) -> PathBuf {
-        let mut plugin: Value = serde_json::from_str(&self.selector_conf(version, json!({}))).unwrap();
-        let plugin = plugin.as_object_mut().unwrap();
-        plugin.remove("cniVersion");
-        plugin.remove("name");
-        self.write_conf(
-            "00-yh-genie.conflist",
-            &json!({"cniVersion": version, "name": "yh-genie", "plugins": [plugin]}),
-        )
-    }
-
-    fn pod(&self, name: &str) -> Pod {
-        let cid = unique("cid");
-        let args = format!(
-            "IgnoreUnknown=1;K8S_POD_NAMESPACE=default;K8S_POD_NAME={name};K8S_POD_INFRA_CONTAINER_ID={cid};K8S_POD_UID=uid-{name}"
-        );
-        Pod { netns: Netns::new("ysp"), cid, args }
-    }
-
-    /// Call the selector as the runtime does. `CNI_PATH` holds no plugin: every delegate must be
-    /// found through `binDir`.
-    fn call(&self, command: &str, pod: &Pod, conf: &str) -> Reply {
-        let netns = pod.netns.path().display().to_string();
-        let call = Call {
-            plugin: "yh-genie",
-            command,
-            container_id: &pod.cid,
-            netns: &netns,
-            ifname: "eth0",
-            args: &pod.args,
-            config: conf,
-        };
-        let empty = self.sb.path().join("empty-path").display().to_string();
-        cni_env(&self.sb, &call, &[("CNI_PATH", &empty)])
-    }
-
-    /// Attachment record files.
-    fn records(&self) -> Vec<String> {
-        list_dir(&self.data_dir().join("attachments")).into_iter().filter(|n| !n.starts_with('.')).collect()
-    }
-
-    fn record(&self, pod: &Pod) -> Value {
-        let text =
-            std::fs::read_to_string(self.data_dir().join("attachments").join(format!("{}:eth0", pod.cid))).unwrap();
-        serde_json::from_str(&text).unwrap()
-    }
-
-    /// Addresses host-local has handed out, over every network.
-    fn allocations(&self) -> Vec<String> {
-        list_dir(&self.ipam_dir())
-            .into_iter()
-            .flat_map(|net| list_dir(&self.ipam_dir().join(net)))
-            .filter(|f| f.parse::<std::net::IpAddr>().is_ok())
-            .collect()
-    }
-
-    fn node_veths(&self) -> Vec<String> {
-        link_names(&self.netns, "type veth")
-    }
-
-    /// What a failed ADD or a DEL must leave: no pod interface, address, host veth or record.
-    fn assert_nothing_left(&self, pod: &Pod, case: &str) {
-        assert_eq!(link_names(&pod.netns, ""), ["lo"], "{case}: pod netns interfaces");
-        assert!(self.allocations().is_empty(), "{case}: addresses still allocated: {:?}", self.allocations());
-        assert!(self.node_veths().is_empty(), "{case}: host veths left: {:?}", self.node_veths());
-        assert!(self.records().is_empty(), "{case}: records left: {:?}", self.records());
-    }
-
-    /// ADD `pod` and check it got one address from `net`; returns the result.
     fn add_expecting(&self, pod: &Pod, conf: &str, net: Net) -> Value {
         let result = self.call("ADD", pod, conf).ok();
         let addresses = pod_addresses(pod);
@@ -208,50 +85,13 @@ impl Node {
     }
 }
 
-fn list_dir(dir: &std::path::Path) -> Vec<String> {
-    let mut names: Vec<String> = std::fs::read_dir(dir)
-        .map(|d| d.flatten().map(|e| e.file_name().to_string_lossy().into_owned()).collect())
-        .unwrap_or_default();
-    names.sort();
-    names
-}
-
-fn link_names(netns: &Netns, filter: &str) -> Vec<String> {
-    let out = netns.must(&format!("ip -j link show {filter}"));
-    let links: Vec<Value> = serde_json::from_str(&out).unwrap_or_default();
-    links.iter().filter_map(|l| l["ifname"].as_str().map(String::from)).collect()
-}
-
-/// IPv4 addresses (`a.b.c.d/len`) on the pod's eth0.
-fn pod_addresses(pod: &Pod) -> Vec<String> {
-    let (ok, out) = pod.netns.exec("ip -j -4 addr show dev eth0");
-    if !ok {
-        return Vec::new();
-    }
-    let links: Vec<Value> = serde_json::from_str(&out).unwrap_or_default();
-    links
-        .iter()
-        .flat_map(|l| l["addr_info"].as_array().cloned().unwrap_or_default())
-        .map(|a| format!("{}/{}", a["local"].as_str().unwrap(), a["prefixlen"]))
-        .collect()
-}
-
-fn from_config_map(name: &str, key: &str) -> Value {
-    json!([{"name": "app", "image": "nginx", "env": [
-        {"name": ENV_VAR, "valueFrom": {"configMapKeyRef": {"name": name, "key": key}}}]}])
-}
-
-fn literal(value: &str) -> Value {
-    json!([{"name": "app", "image": "nginx", "env": [{"name": "OTHER", "value": "1"}, {"name": ENV_VAR, "value": value}]}])
-}
-
 fn msg(err: &Value) -> &str {
     err["msg"].as_str().unwrap()
 }
 
 #[test]
 fn every_way_of_choosing_gets_an_address_from_the_chosen_network() {
-    let n = Node::new();
+    let n = node();
     let seed = json!({"kubernetes": {"kubeconfig": n.conf_dir().join("blue/10-blue.conflist")}}).to_string();
     n.api.put_config_map("default", "by-json", json!({"cni_network_config": seed}));
     n.api.put_config_map("default", "by-name", json!({"net": "green"}));
@@ -286,7 +126,7 @@ fn every_way_of_choosing_gets_an_address_from_the_chosen_network() {
 
 #[test]
 fn cnidrive_runs_the_selector_like_containerd() {
-    let n = Node::new();
+    let n = node();
     n.api.put_config_map("default", "net", json!({"cni_network_config": "red"}));
     n.api.put_pod("default", "web-0", from_config_map("net", "cni_network_config"));
     let list = n.selector_conflist("1.0.0");
@@ -307,7 +147,7 @@ fn cnidrive_runs_the_selector_like_containerd() {
 
 #[test]
 fn api_server_down_after_add_does_not_stop_check_or_del() {
-    let n = Node::new();
+    let n = node();
     n.api.put_pod("default", "web-0", literal("blue"));
     let conf = n.selector_conf("1.0.0", json!({}));
     let pod = n.pod("web-0");
@@ -322,7 +162,7 @@ fn api_server_down_after_add_does_not_stop_check_or_del() {
 
 #[test]
 fn api_server_down_during_add_is_try_again_later_and_leaves_nothing() {
-    let n = Node::new();
+    let n = node();
     n.api.put_pod("default", "web-0", literal("blue"));
     // Default time budget: this is what a node sees.
     let conf = n.selector_conf("1.0.0", json!({}));
@@ -340,7 +180,7 @@ fn api_server_down_during_add_is_try_again_later_and_leaves_nothing() {
 
 #[test]
 fn transient_api_failures_are_retried_within_the_budget() {
-    let n = Node::new();
+    let n = node();
     n.api.put_pod("default", "web-0", literal("blue"));
     let conf = n.selector_conf("1.0.0", json!({"apiTimeoutSeconds": 10, "apiAttemptTimeoutSeconds": 1}));
     let pod = n.pod("web-0");
@@ -367,7 +207,7 @@ fn transient_api_failures_are_retried_within_the_budget() {
 
 #[test]
 fn bad_inputs_are_named_and_leave_nothing_behind() {
-    let n = Node::new();
+    let n = node();
     let conf = n.selector_conf("1.0.0", json!({}));
     // A network dir with no configuration, an invalid configuration, a network outside confDir
     // reached by `..` and by a symlink, and a chain whose second plugin fails after the first
@@ -432,7 +272,7 @@ fn bad_inputs_are_named_and_leave_nothing_behind() {
 
 #[test]
 fn del_without_a_record_asks_the_api_server_once() {
-    let n = Node::new();
+    let n = node();
     n.api.put_config_map("default", "net", json!({"k": "red"}));
     n.api.put_pod("default", "web-0", from_config_map("net", "k"));
     let conf = n.selector_conf("1.0.0", json!({}));
@@ -464,7 +304,7 @@ fn del_without_a_record_asks_the_api_server_once() {
 
 #[test]
 fn gc_deletes_attachments_the_runtime_no_longer_lists() {
-    let n = Node::new();
+    let n = node();
     n.api.put_pod("default", "keep", literal("blue"));
     n.api.put_pod("default", "stale", literal("red"));
     let conf = n.selector_conf("1.1.0", json!({}));
@@ -487,7 +327,7 @@ fn gc_deletes_attachments_the_runtime_no_longer_lists() {
 
 #[test]
 fn status_is_ready_only_with_conf_dir_and_kubeconfig() {
-    let n = Node::new();
+    let n = node();
     let pod = n.pod("any");
     n.call("STATUS", &pod, &n.selector_conf("1.1.0", json!({}))).ok();
     for extra in [json!({"confDir": n.sb.path().join("missing")}), json!({"kubeconfig": n.sb.path().join("missing")})] {
@@ -499,7 +339,7 @@ fn status_is_ready_only_with_conf_dir_and_kubeconfig() {
 
 #[test]
 fn explain_says_which_network_and_why() {
-    let n = Node::new();
+    let n = node();
     let seed = json!({"kubernetes": {"kubeconfig": n.conf_dir().join("blue/10-blue.conflist")}}).to_string();
     n.api.put_config_map("default", "canal-config-file", json!({"cni_network_config": seed}));
     n.api.put_pod("default", "two-containers2", from_config_map("canal-config-file", "cni_network_config"));
@@ -537,7 +377,7 @@ fn explain_says_which_network_and_why() {
 
 #[test]
 fn a_yonghui_network_runs_in_process_through_yh_bridge() {
-    let n = Node::new();
+    let n = node();
     n.api.put_config_map("default", "fabric", json!({"cni_network_config": "yonghui"}));
     n.api.put_pod("default", "web-0", from_config_map("fabric", "cni_network_config"));
     let conf = n.selector_conf("1.1.0", json!({}));
@@ -546,9 +386,11 @@ fn a_yonghui_network_runs_in_process_through_yh_bridge() {
     assert_eq!(result["cniVersion"], "1.1.0");
     let routes = pod.netns.must("ip -j -4 route show");
     assert!(routes.contains("10.77.0.0/16"), "the fabric's network is routed through the bridge: {routes}");
-    assert_eq!(list_dir(&n.sb.path().join("yonghui")), [pod.cid.as_str()], "yonghui saved its delegate config");
+    let chain = yh_genie::firewall::Owner::new(YONGHUI.name, &pod.cid).chain();
+    assert!(n.nat_lines().iter().any(|l| l.contains(&chain)), "yh-bridge masquerades the pod: {:?}", n.nat_lines());
+    assert_eq!(list_dir(&n.yonghui_dir()), [pod.cid.as_str()], "yonghui saved its delegate config");
     n.call("CHECK", &pod, &conf).ok();
     n.call("DEL", &pod, &conf).ok();
     n.assert_nothing_left(&pod, "yonghui");
-    assert!(list_dir(&n.sb.path().join("yonghui")).is_empty(), "yonghui's saved delegate config is gone");
+    assert!(list_dir(&n.yonghui_dir()).is_empty(), "yonghui's saved delegate config is gone");
 }

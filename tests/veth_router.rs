@@ -493,3 +493,21 @@ fn veth_dual_stack_routes_and_neighbours_for_both_families() {
     n.must_drive("del", &list, &pod, "dual1", "eth0");
     assert_eq!(n.snapshot(), before);
 }
+
+#[test]
+fn del_without_a_record_forgets_a_record_write_that_was_interrupted() {
+    let n = Node::new();
+    let pod = Netns::new("vrp");
+    let list = n.conflist(
+        "net",
+        json!([n.macvlan("par0", "192.168.77.0/24", "192.168.77.254", true), n.hijack("veth", json!({}))]),
+    );
+    // What a record write leaves when its process is killed before the rename: a temp file of a
+    // process that is gone.
+    let mut writer = std::process::Command::new("true").spawn().unwrap();
+    writer.wait().unwrap();
+    std::fs::create_dir_all(n.dir("veth")).unwrap();
+    std::fs::write(format!("{}/.c1-eth0.json.tmp-{}-0123456789ab", n.dir("veth"), writer.id()), "{\"half\":").unwrap();
+    n.must_drive("del", &list, &pod, "c1", "eth0");
+    assert!(n.records("veth").is_empty(), "{:?}", n.records("veth"));
+}

@@ -31,6 +31,35 @@ fn is_executable(p: &Path) -> bool {
     std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
 }
 
+/// A command for a helper process of this plugin (a delegate or IPAM plugin, iptables-restore) that
+/// never outlives the plugin: it is killed when its handle is dropped (at a timeout), and by the
+/// kernel when the plugin dies (killed at the runtime's timeout, say). Otherwise a helper still at
+/// work, an IPAM plugin allocating an address, would finish after the runtime's DEL that follows
+/// the kill had released everything, and what it made would leak.
+///
+/// The kernel sends the signal when the *thread* that spawned the helper ends. Helpers are spawned
+/// and awaited by the thread that runs the plugin (`runtime::block_on` is a current-thread
+/// runtime), which outlives them.
+pub fn helper_command(program: impl AsRef<std::ffi::OsStr>) -> tokio::process::Command {
+    let mut command = tokio::process::Command::new(program);
+    command.kill_on_drop(true);
+    let plugin = std::process::id();
+    // SAFETY: the closure runs in the forked child before exec and makes only async-signal-safe
+    // system calls (prctl, getppid). It allocates nothing, not even for an error (an OS error code
+    // is stored inline): another thread may have held the allocator's lock at the fork.
+    unsafe {
+        command.pre_exec(move || {
+            nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL)?;
+            // The plugin died between the fork and the prctl: the helper must not run at all.
+            if nix::unistd::getppid().as_raw().cast_unsigned() != plugin {
+                return Err(nix::errno::Errno::ESRCH.into());
+            }
+            Ok(())
+        });
+    }
+    command
+}
+
 /// Exec `binary` for `command` with `stdin`. Ok(stdout) on exit 0; the delegate's own CNI error on
 /// failure; code 101 when it fails without one, is killed, or outlives `timeout`.
 pub async fn exec_plugin(
@@ -41,12 +70,11 @@ pub async fn exec_plugin(
     timeout: Duration,
 ) -> Result<Vec<u8>, CniError> {
     let name = binary.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-    let mut child = tokio::process::Command::new(binary)
+    let mut child = helper_command(binary)
         .envs(inv.env_for(command))
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
-        .kill_on_drop(true)
         .spawn()
         .map_err(|e| CniError::new(code::DELEGATE_FAILED, format!("cannot run plugin {}: {e}", binary.display())))?;
     let mut child_stdin = child.stdin.take().expect("stdin is piped");

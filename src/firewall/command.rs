@@ -1,5 +1,5 @@
-//! Running the firewall tools: bounded in time, stdin fed, failures as code-105 errors that carry
-//! the tool's own message.
+//! Running the firewall tools: bounded in time, never outliving the plugin (`helper_command`), stdin
+//! fed, failures as code-105 errors that carry the tool's own message.
 
 use crate::cni::{CniError, code};
 use std::path::Path;
@@ -25,12 +25,11 @@ pub fn on_path(program: &str) -> bool {
 pub async fn run(program: &str, args: &[&str], stdin: &str) -> Result<String, CniError> {
     let what = || format!("{program} {}", args.join(" "));
     let fail = |msg: String| CniError::new(code::FIREWALL, msg);
-    let mut child = tokio::process::Command::new(program)
+    let mut child = crate::cni::exec::helper_command(program)
         .args(args)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
-        .kill_on_drop(true)
         .spawn()
         .map_err(|e| fail(format!("cannot run {program}: {e}")))?;
     let mut input = child.stdin.take().expect("stdin is piped");

@@ -170,12 +170,23 @@ impl Netlink {
         Ok(msgs.iter().map(Link::from_message).collect())
     }
 
-    /// Create bridge `name`, up, with `mtu` (None = kernel default) and VLAN filtering if asked.
-    /// An existing link of that name is code 106 (callers decide whether that is fine).
-    pub async fn add_bridge(&self, name: &str, mtu: Option<u32>, vlan_filtering: bool) -> Result<(), CniError> {
+    /// Create bridge `name`, up, with `mtu` (None = kernel default), VLAN filtering if asked, and
+    /// `mac` if given: a bridge created with a MAC keeps it, one without takes the lowest MAC of its
+    /// ports, which changes as ports come and go. An existing link of that name is code 106
+    /// (callers decide whether that is fine).
+    pub async fn add_bridge(
+        &self,
+        name: &str,
+        mtu: Option<u32>,
+        vlan_filtering: bool,
+        mac: Option<MacAddr>,
+    ) -> Result<(), CniError> {
         let mut b = LinkBridge::new(name);
         if let Some(mtu) = mtu {
             b = b.mtu(mtu);
+        }
+        if let Some(mac) = mac {
+            b = b.address(mac.0.to_vec());
         }
         if vlan_filtering {
             b = b.vlan_filtering(true);

@@ -50,7 +50,10 @@ impl Plugin for Selector {
         store.write(&record)?;
         let delegates = delegate_invocation(inv, &config);
         let result = match chain::add(&list, &delegates) {
-            Ok(result) => result,
+            Ok(result) => {
+                crate::crash_point::reached("selector.add.chain-done");
+                result
+            }
             Err(failed) => {
                 // When undoing failed, the record stays so that the runtime's DEL can finish the job.
                 if failed.undone {
@@ -82,6 +85,7 @@ impl Plugin for Selector {
             Some((list, result)) => chain::del(&list, &delegates, result.as_ref())?,
             None => del_without_record(&config, inv, &delegates)?,
         }
+        crate::crash_point::reached("selector.del.chain-done");
         store.remove(&inv.container_id, &inv.ifname)
     }
 

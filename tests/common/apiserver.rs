@@ -2,9 +2,10 @@
 //! of a test's node netns (where the plugins run), with a self-signed CA and a bearer token written
 //! into a kubeconfig. It serves `GET /api/v1/namespaces/{ns}/pods/{name}` and `.../configmaps/{name}`
 //! from objects the test puts in, answers errors as Kubernetes `Status` JSON (404, 401 for a wrong
-//! token), counts and logs requests, and misbehaves on demand: `inject` queues faults (HTTP errors,
-//! slow answers, hangs, dropped connections) for the next requests or for all of them, and
-//! `down`/`up` close and reopen the port so that clients see connection refused.
+//! token), counts and logs requests (and counts those it answered with a fault), and misbehaves on
+//! demand: `inject` queues faults (HTTP errors, slow answers, hangs, dropped connections) for the
+//! next requests or for all of them, and `down`/`up` close and reopen the port so that clients see
+//! connection refused.
 
 use super::Netns;
 use hyper::body::{Bytes, Incoming};
@@ -47,6 +48,8 @@ struct State {
     config_maps: Mutex<BTreeMap<(String, String), Value>>,
     faults: Mutex<Faults>,
     requests: AtomicUsize,
+    /// Requests answered with an injected fault.
+    faulted: AtomicUsize,
     log: Mutex<Vec<String>>,
 }
 
@@ -165,6 +168,12 @@ impl ApiServer {
     /// Requests received so far (each one counts, whatever the answer).
     pub fn requests(&self) -> usize {
         self.state.requests.load(Ordering::SeqCst)
+    }
+
+    /// Requests answered with an injected fault so far (connections refused while `down` are not
+    /// requests, and not counted).
+    pub fn faulted_requests(&self) -> usize {
+        self.state.faulted.load(Ordering::SeqCst)
     }
 
     /// `GET /api/v1/...` lines, in order.
@@ -298,6 +307,9 @@ async fn handle(req: Request<Incoming>, state: Arc<State>) -> Result<Reply, std:
         let mut faults = state.faults.lock().unwrap();
         faults.next.pop_front().or_else(|| faults.always.clone())
     };
+    if fault.is_some() {
+        state.faulted.fetch_add(1, Ordering::SeqCst);
+    }
     match fault {
         Some(Fault::Status(code)) => return Ok(status(code, "injected fault")),
         Some(Fault::Delay(d)) => tokio::time::sleep(d).await,

@@ -4,6 +4,8 @@
 #![allow(dead_code)]
 
 pub mod apiserver;
+pub mod node;
+pub mod rng;
 
 use serde_json::Value;
 use std::io::Write;
@@ -30,6 +32,12 @@ pub fn require_root() {
 pub fn unique(prefix: &str) -> String {
     static N: AtomicU32 = AtomicU32::new(0);
     format!("{prefix}{}x{}", std::process::id() % 100000, N.fetch_add(1, Ordering::Relaxed))
+}
+
+/// Print a line of a test's report where the test harness does not capture it, so that it shows in
+/// the test command's output whether the test passes or fails.
+pub fn report(line: &str) {
+    let _ = writeln!(std::io::stderr(), "{line}");
 }
 
 pub fn sh(cmd: &str) -> (bool, String) {
@@ -69,6 +77,13 @@ impl Netns {
         let (ok, out) = self.exec(cmd);
         assert!(ok, "in netns {}: {cmd}\n{out}", self.name);
         out
+    }
+}
+
+impl Netns {
+    /// Delete it now, as a runtime does when it tears a sandbox down (then dropping does nothing).
+    pub fn delete(&self) {
+        must(&format!("ip netns delete {}", self.name));
     }
 }
 
@@ -179,8 +194,16 @@ pub fn cni(sb: &Sandbox, call: &Call) -> Reply {
 
 /// `cni` with extra environment (e.g. an API server address).
 pub fn cni_env(sb: &Sandbox, call: &Call, extra: &[(&str, &str)]) -> Reply {
-    let mut child = sb
-        .command(&sb.bin().join(call.plugin))
+    let mut child = cni_command(sb, call, extra).spawn().expect("plugin starts");
+    child.stdin.take().unwrap().write_all(call.config.as_bytes()).unwrap();
+    Reply::from(child.wait_with_output().unwrap())
+}
+
+/// The command `cni_env` runs, not yet started, with stdin, stdout and stderr piped; the caller
+/// writes `call.config` to its stdin.
+pub fn cni_command(sb: &Sandbox, call: &Call, extra: &[(&str, &str)]) -> Command {
+    let mut command = sb.command(&sb.bin().join(call.plugin));
+    command
         .env("CNI_COMMAND", call.command)
         .env("CNI_CONTAINERID", call.container_id)
         .env("CNI_NETNS", call.netns)
@@ -190,15 +213,17 @@ pub fn cni_env(sb: &Sandbox, call: &Call, extra: &[(&str, &str)]) -> Reply {
         .envs(extra.iter().copied())
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("plugin starts");
-    child.stdin.take().unwrap().write_all(call.config.as_bytes()).unwrap();
-    let out = child.wait_with_output().unwrap();
-    Reply {
-        code: out.status.code().unwrap_or(-1),
-        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        .stderr(Stdio::piped());
+    command
+}
+
+impl From<std::process::Output> for Reply {
+    fn from(out: std::process::Output) -> Self {
+        Reply {
+            code: out.status.code().unwrap_or(-1),
+            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        }
     }
 }
 
@@ -227,9 +252,5 @@ pub fn cnidrive_run(
         .env("CNI_CACHE_DIR", sb.path().join("libcni-cache"))
         .output()
         .unwrap();
-    Reply {
-        code: out.status.code().unwrap_or(-1),
-        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-    }
+    Reply::from(out)
 }

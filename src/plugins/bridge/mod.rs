@@ -23,7 +23,7 @@ use crate::cni::{CniError, CniResult, Invocation, Plugin, PluginConf, code};
 use crate::firewall::{Firewall, Owner};
 use crate::ipam::Ipam;
 use crate::netlink::{IpFamily, Link, MacAddr, Netlink, OPER_UP_TIMEOUT, Route};
-use crate::{netns, runtime};
+use crate::{crash_point, netns, runtime};
 use config::Conf;
 use ipnetwork::IpNetwork;
 use links::Port;
@@ -52,6 +52,7 @@ impl Plugin for Bridge {
             let port =
                 links::add_bridge_port(&host, &bridge, Port::for_pod(&c), &inv.ifname, Some(pod_ns.as_fd()), c.mac)
                     .await?;
+            crash_point::reached("yh-bridge.add.veth-made");
             let attachment =
                 Attachment { inv, conf: &c, host: &host, pod: &pod, netns_path, bridge, port: port.clone() };
             let outcome = match &ipam {
@@ -90,6 +91,7 @@ impl Plugin for Bridge {
                                 addresses = found.into_iter().filter(|a| !a.is_link_local()).map(|a| a.net).collect();
                             }
                             pod.del_link(link.index).await?;
+                            crash_point::reached("yh-bridge.del.interface-deleted");
                         }
                     }
                     // Gone (or no longer a netns) between the check and the open: nothing left there.
@@ -99,6 +101,7 @@ impl Plugin for Bridge {
             }
             if let Some(ipam) = &ipam {
                 ipam.del().await?;
+                crash_point::reached("yh-bridge.del.address-released");
                 if let Some(firewall) = masquerade {
                     firewall.del_masquerade(&Owner::new(&conf.name, &inv.container_id), &addresses).await?;
                 }
@@ -146,6 +149,7 @@ impl Attachment<'_> {
     /// Configure the pod (L3 with an IPAM answer, L2 without), wait for the bridge port, and build
     /// the result. NAT comes last, so nothing after it can fail and leave rules behind.
     async fn finish(&self, ipam_answer: Option<CniResult>) -> Result<CniResult, CniError> {
+        crash_point::reached("yh-bridge.add.address-allocated");
         let pod_if = self.pod.link_by_name(&self.inv.ifname).await?.ok_or_else(|| {
             CniError::kernel(format!("{:?} vanished from the container right after it was made", self.inv.ifname))
         })?;
@@ -179,6 +183,7 @@ impl Attachment<'_> {
             },
         ];
         if let Some(firewall) = self.conf.ip_masq.filter(|_| !result.ips.is_empty()) {
+            crash_point::reached("yh-bridge.add.before-nat");
             let owner = Owner::new(&self.conf.network, &self.inv.container_id);
             let ips: Vec<_> = result.ips.iter().map(|ip| ip.address).collect();
             if let Err(e) = firewall.add_masquerade(&owner, &ips).await {
@@ -187,6 +192,7 @@ impl Attachment<'_> {
                 }
                 return Err(e);
             }
+            crash_point::reached("yh-bridge.add.nat-added");
         }
         Ok(result)
     }

@@ -93,7 +93,8 @@ pub fn del(plugin: &str, inv: &Invocation, conf: &PluginConf) -> Result<(), CniE
             Ok(Some(r)) => r,
             Ok(None) => {
                 tracing::debug!("DEL {} {}: no record, nothing to undo", inv.container_id, inv.ifname);
-                return Ok(());
+                // But perhaps the temp file of a record write whose process was killed.
+                return Record::remove(&data_dir, &inv.container_id, &inv.ifname);
             }
             Err(e) => {
                 // Unreadable: there is nothing DEL could ever do with it, and failing would block the pod's removal.

@@ -48,12 +48,13 @@ impl Plugin for Yonghui {
     }
 
     /// Replay the saved configuration to the delegate's DEL, then forget it. Nothing saved means
-    /// nothing to undo (already deleted, or ADD never got that far). If the delegate's DEL fails
-    /// the file stays, so the runtime's retry can finish the job.
+    /// nothing to undo (already deleted, or ADD never got that far), except the temp file of a save
+    /// whose process was killed. If the delegate's DEL fails the file stays, so the runtime's retry
+    /// can finish the job.
     fn del(&self, inv: &Invocation, conf: &PluginConf) -> Result<(), CniError> {
         let saved = SavedDelegate::new(&config::data_dir(conf)?, &inv.container_id);
         let Some(bytes) = saved.read()? else {
-            return Ok(());
+            return saved.remove();
         };
         let delegate = match PluginConf::parse(&bytes) {
             Ok(delegate) => delegate,
@@ -67,6 +68,7 @@ impl Plugin for Yonghui {
             }
         };
         run_delegate(&delegate.plugin_type, Command::Del, inv, &bytes)?;
+        crate::crash_point::reached("yonghui.del.delegate-done");
         saved.remove()
     }
 
@@ -361,6 +363,20 @@ fi
         std::fs::write(node.saved(), "{not json").unwrap();
         node.del().unwrap();
         assert!(!node.saved().exists());
+        assert_eq!(node.calls(), "");
+    }
+
+    #[test]
+    fn del_without_a_saved_config_forgets_a_save_that_was_interrupted() {
+        let node = Node::new();
+        std::fs::create_dir_all(node.path("data")).unwrap();
+        let mut writer = std::process::Command::new("true").spawn().unwrap();
+        writer.wait().unwrap();
+        // What a save leaves when its process is killed before the rename.
+        let temp = node.path(&format!("data/.c1.tmp-{}-0123456789ab", writer.id()));
+        std::fs::write(&temp, "{\"half\":").unwrap();
+        node.del().unwrap();
+        assert!(!temp.exists());
         assert_eq!(node.calls(), "");
     }
 

@@ -1,0 +1,294 @@
+//! A Kubernetes node for end-to-end tests of the selector: a netns that holds the plugins, the
+//! bridges and the NAT rules, a sandbox (conf dir, data dirs, bin dir), and the fake API server on
+//! the node's 127.0.0.1. Each pod gets a netns of its own.
+//!
+//! `leftovers` and `leftovers_of` list what the node still holds of pods, over every kind of state a
+//! CNI plugin can leak: addresses leased by host-local, host veths, NAT chains and jumps, attachment
+//! records and yonghui's saved delegate configurations (temp files of interrupted writes included),
+//! interfaces in the pod's netns. Tests assert those lists are empty.
+
+use super::apiserver::ApiServer;
+use super::{Call, Netns, Reply, Sandbox, cni_command, require_root, unique};
+use serde_json::{Value, json};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// The container environment variable through which a pod chooses its network.
+pub const ENV_VAR: &str = "CNI_NETWORK_CONFIG";
+
+pub struct Node {
+    pub sb: Sandbox,
+    pub api: ApiServer,
+    pub netns: Netns,
+    /// `defaultNetwork` of the selector's configuration, if any.
+    pub default_network: Option<String>,
+}
+
+/// A pod sandbox: its netns, name (as the API server knows it), container id and the runtime's CNI_ARGS.
+pub struct Pod {
+    pub netns: Netns,
+    pub name: String,
+    pub cid: String,
+    pub args: String,
+}
+
+impl Pod {
+    /// The next sandbox of a pod named `name` in the same netns, as a runtime retrying a pod does:
+    /// a new container id.
+    pub fn renew(self, name: &str) -> Pod {
+        let cid = unique("cid");
+        Pod { args: pod_args(name, &cid), name: name.to_string(), cid, netns: self.netns }
+    }
+
+    pub fn netns_path(&self) -> String {
+        self.netns.path().display().to_string()
+    }
+}
+
+/// The runtime's CNI_ARGS for a pod in namespace `default`.
+pub fn pod_args(name: &str, cid: &str) -> String {
+    format!(
+        "IgnoreUnknown=1;K8S_POD_NAMESPACE=default;K8S_POD_NAME={name};K8S_POD_INFRA_CONTAINER_ID={cid};K8S_POD_UID=uid-{name}"
+    )
+}
+
+impl Node {
+    pub fn new() -> Self {
+        require_root();
+        let netns = Netns::new("ysn");
+        let sb = Sandbox::on_node(&netns);
+        let api = ApiServer::start_in(&netns);
+        std::fs::create_dir_all(sb.path().join("empty-path")).unwrap();
+        Node { sb, api, netns, default_network: None }
+    }
+
+    pub fn conf_dir(&self) -> PathBuf {
+        self.sb.path().join("net.d")
+    }
+    /// The selector's `dataDir`.
+    pub fn data_dir(&self) -> PathBuf {
+        self.sb.path().join("yh-genie")
+    }
+    /// host-local's `dataDir`, for every network.
+    pub fn ipam_dir(&self) -> PathBuf {
+        self.sb.path().join("ipam")
+    }
+    /// yonghui's `dataDir` (unless a network sets another).
+    pub fn yonghui_dir(&self) -> PathBuf {
+        self.sb.path().join("yonghui")
+    }
+
+    pub fn write_conf(&self, rel: &str, conf: &Value) -> PathBuf {
+        self.sb.write(&format!("net.d/{rel}"), &conf.to_string())
+    }
+
+    /// A `yonghui` network `<confDir>/<name>/10-<name>.conflist` on this node's subnet
+    /// `10.77.<octet>.0/24` of the cluster network 10.77.0.0/16, delegating to `yh-bridge` on a
+    /// bridge of its own. The fabric does not masquerade (`FLANNEL_IPMASQ=false`), so yh-bridge
+    /// does: every pod gets NAT rules. `plugin_extra` keys replace the plugin's (e.g. `dataDir`,
+    /// `delegate`). Returns the path of the configuration.
+    pub fn add_yonghui_network(&self, name: &str, octet: u8, plugin_extra: Value) -> PathBuf {
+        let subnet_env = format!(
+            "FLANNEL_NETWORK=10.77.0.0/16\nFLANNEL_SUBNET=10.77.{octet}.1/24\nFLANNEL_MTU=1450\nFLANNEL_IPMASQ=false\n"
+        );
+        let subnet_file = self.sb.write(&format!("{name}.subnet.env"), &subnet_env);
+        let mut plugin = json!({
+            "type": "yonghui", "subnetFile": subnet_file, "dataDir": self.yonghui_dir(),
+            "delegate": {"bridge": unique("yb")}, "ipam": {"dataDir": self.ipam_dir()}
+        });
+        for (k, v) in plugin_extra.as_object().expect("plugin_extra is an object") {
+            plugin[k] = v.clone();
+        }
+        let list = json!({"cniVersion": "1.0.0", "name": name, "plugins": [plugin]});
+        self.write_conf(&format!("{name}/10-{name}.conflist"), &list)
+    }
+
+    /// The selector's stdin, as the runtime passes it, with `extra` keys merged in.
+    pub fn selector_conf(&self, version: &str, extra: Value) -> String {
+        let mut conf = json!({
+            "cniVersion": version, "name": "yh-genie", "type": "yh-genie",
+            "kubeconfig": self.api.kubeconfig(), "confDir": self.conf_dir(), "dataDir": self.data_dir(),
+            "binDir": self.sb.bin(),
+        });
+        if let Some(default) = &self.default_network {
+            conf["defaultNetwork"] = default.as_str().into();
+        }
+        for (k, v) in extra.as_object().expect("extra is an object") {
+            conf[k] = v.clone();
+        }
+        conf.to_string()
+    }
+
+    /// `00-yh-genie.conflist` in the conf dir, for cnidrive and `explain`.
+    pub fn selector_conflist(&self, version: &str) -> PathBuf {
+        let mut plugin: Value = serde_json::from_str(&self.selector_conf(version, json!({}))).unwrap();
+        let plugin = plugin.as_object_mut().unwrap();
+        plugin.remove("cniVersion");
+        plugin.remove("name");
+        self.write_conf(
+            "00-yh-genie.conflist",
+            &json!({"cniVersion": version, "name": "yh-genie", "plugins": [plugin]}),
+        )
+    }
+
+    /// A new pod sandbox (netns, container id) for the pod `name`.
+    pub fn pod(&self, name: &str) -> Pod {
+        let cid = unique("cid");
+        Pod { args: pod_args(name, &cid), name: name.to_string(), cid, netns: Netns::new("ysp") }
+    }
+
+    /// Call the selector as the runtime does, but with a `CNI_PATH` that holds no plugin: every
+    /// delegate must be found through `binDir`.
+    pub fn call(&self, command: &str, pod: &Pod, conf: &str) -> Reply {
+        let mut child = self.command(command, pod, &[]).spawn().expect("plugin starts");
+        child.stdin.take().unwrap().write_all(conf.as_bytes()).unwrap();
+        Reply::from(child.wait_with_output().unwrap())
+    }
+
+    /// The process `call` runs, not yet started; the caller writes the configuration to its stdin.
+    pub fn command(&self, command: &str, pod: &Pod, extra: &[(&str, &str)]) -> Command {
+        let netns = pod.netns_path();
+        let call = Call {
+            plugin: "yh-genie",
+            command,
+            container_id: &pod.cid,
+            netns: &netns,
+            ifname: "eth0",
+            args: &pod.args,
+            config: "",
+        };
+        let empty = self.sb.path().join("empty-path").display().to_string();
+        let mut env = vec![("CNI_PATH", empty.as_str())];
+        env.extend_from_slice(extra);
+        cni_command(&self.sb, &call, &env)
+    }
+
+    /// Files in the attachment record directory, temp files of interrupted writes included.
+    pub fn records(&self) -> Vec<String> {
+        list_dir(&self.data_dir().join("attachments"))
+    }
+
+    pub fn record(&self, pod: &Pod) -> Value {
+        let path = self.data_dir().join("attachments").join(format!("{}:eth0", pod.cid));
+        serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+    }
+
+    /// Addresses host-local has handed out over every network, with the container id holding each.
+    pub fn leases(&self) -> Vec<(String, String)> {
+        let mut leases = Vec::new();
+        for net in list_dir(&self.ipam_dir()) {
+            for file in list_dir(&self.ipam_dir().join(&net)) {
+                if file.parse::<std::net::IpAddr>().is_ok() {
+                    let text = std::fs::read_to_string(self.ipam_dir().join(&net).join(&file)).unwrap_or_default();
+                    leases.push((file, text.lines().next().unwrap_or_default().to_string()));
+                }
+            }
+        }
+        leases
+    }
+
+    /// Addresses host-local has handed out, over every network.
+    pub fn allocations(&self) -> Vec<String> {
+        self.leases().into_iter().map(|(ip, _)| ip).collect()
+    }
+
+    pub fn node_veths(&self) -> Vec<String> {
+        link_names(&self.netns, "type veth")
+    }
+
+    /// Lines of the node's NAT tables (both families) that belong to CNI plugins: `CNI-` chains
+    /// and the jumps to them.
+    pub fn nat_lines(&self) -> Vec<String> {
+        let dump = self.netns.must("iptables-save -t nat; ip6tables-save -t nat");
+        dump.lines().filter(|l| l.contains("CNI-")).map(String::from).collect()
+    }
+
+    /// Every file under the selector's and yonghui's data dirs, as paths relative to the sandbox.
+    pub fn state_files(&self) -> Vec<String> {
+        let mut files = Vec::new();
+        for dir in [self.data_dir(), self.yonghui_dir()] {
+            walk(&dir, &mut |p| files.push(p.strip_prefix(self.sb.path()).unwrap().display().to_string()));
+        }
+        files
+    }
+
+    /// Everything pods have left on the node: leases, veths, NAT rules, state files. Empty once
+    /// every pod has been DELeted.
+    pub fn leftovers(&self) -> Vec<String> {
+        let mut left: Vec<String> = self.allocations().into_iter().map(|ip| format!("lease {ip}")).collect();
+        left.extend(self.node_veths().into_iter().map(|v| format!("veth {v}")));
+        left.extend(self.nat_lines().into_iter().map(|l| format!("nat {l}")));
+        left.extend(self.state_files().into_iter().map(|f| format!("file {f}")));
+        left
+    }
+
+    /// What is left of one pod attached to `network`: interfaces in its netns (if that still
+    /// exists), its leases, its NAT chain and jumps, its record and yonghui file (or their temp files).
+    pub fn leftovers_of(&self, pod: &Pod, network: &str) -> Vec<String> {
+        let interfaces = if pod.netns.path().exists() { link_names(&pod.netns, "") } else { Vec::new() };
+        let mut left: Vec<String> =
+            interfaces.into_iter().filter(|l| l != "lo").map(|l| format!("interface {l} in the pod netns")).collect();
+        left.extend(self.leases().into_iter().filter(|(_, cid)| *cid == pod.cid).map(|(ip, _)| format!("lease {ip}")));
+        let chain = yh_genie::firewall::Owner::new(network, &pod.cid).chain();
+        left.extend(self.nat_lines().into_iter().filter(|l| l.contains(&chain)).map(|l| format!("nat {l}")));
+        left.extend(self.state_files().into_iter().filter(|f| f.contains(&pod.cid)).map(|f| format!("file {f}")));
+        left
+    }
+
+    /// What a failed ADD or a DEL must leave: nothing of `pod`, and nothing of any pod on the node.
+    pub fn assert_nothing_left(&self, pod: &Pod, case: &str) {
+        assert_eq!(link_names(&pod.netns, ""), ["lo"], "{case}: pod netns interfaces");
+        let left = self.leftovers();
+        assert!(left.is_empty(), "{case}: left on the node: {left:#?}");
+    }
+}
+
+/// A pod spec whose container takes `CNI_NETWORK_CONFIG` from ConfigMap `name`, key `key`.
+pub fn from_config_map(name: &str, key: &str) -> Value {
+    json!([{"name": "app", "image": "nginx", "env": [
+        {"name": ENV_VAR, "valueFrom": {"configMapKeyRef": {"name": name, "key": key}}}]}])
+}
+
+/// A pod spec whose container sets `CNI_NETWORK_CONFIG` to `value`.
+pub fn literal(value: &str) -> Value {
+    json!([{"name": "app", "image": "nginx", "env": [{"name": "OTHER", "value": "1"}, {"name": ENV_VAR, "value": value}]}])
+}
+
+/// Names in `dir`, sorted; none if it does not exist.
+pub fn list_dir(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .map(|d| d.flatten().map(|e| e.file_name().to_string_lossy().into_owned()).collect())
+        .unwrap_or_default();
+    names.sort();
+    names
+}
+
+/// Every file (not directory) under `dir`, recursively.
+fn walk(dir: &Path, found: &mut dyn FnMut(&Path)) {
+    for name in list_dir(dir) {
+        let path = dir.join(name);
+        if path.is_dir() { walk(&path, found) } else { found(&path) }
+    }
+}
+
+/// Names of the links in `netns` matching `filter` (`ip link show` syntax, e.g. `type veth`).
+pub fn link_names(netns: &Netns, filter: &str) -> Vec<String> {
+    let out = netns.must(&format!("ip -j link show {filter}"));
+    let links: Vec<Value> = serde_json::from_str(&out).unwrap_or_default();
+    links.iter().filter_map(|l| l["ifname"].as_str().map(String::from)).collect()
+}
+
+/// IPv4 addresses (`a.b.c.d/len`) on the pod's eth0.
+pub fn pod_addresses(pod: &Pod) -> Vec<String> {
+    let (ok, out) = pod.netns.exec("ip -j -4 addr show dev eth0");
+    if !ok {
+        return Vec::new();
+    }
+    let links: Vec<Value> = serde_json::from_str(&out).unwrap_or_default();
+    links
+        .iter()
+        .flat_map(|l| l["addr_info"].as_array().cloned().unwrap_or_default())
+        .map(|a| format!("{}/{}", a["local"].as_str().unwrap(), a["prefixlen"]))
+        .collect()
+}
