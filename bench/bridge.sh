@@ -70,7 +70,7 @@ ip netns exec "$NODE" env WORK="$WORK" N="$N" POD="/run/netns/${PREFIX}p" PLUGIN
     read -r -a plugins <<<"$PLUGINS"
     call() { # case, command, pod; prints elapsed microseconds
         local t0=$EPOCHREALTIME
-        CNI_COMMAND=$2 CNI_CONTAINERID=bench$1x$3 CNI_NETNS=$POD$1x$3 "$WORK/bin/${plugins[$1-1]}" <"$WORK/$1.json" \
+        CNI_COMMAND=$2 CNI_CONTAINERID=bench$1x$3 CNI_NETNS=$POD$1x$3 "$WORK/bin/${plugins[$1-1]}" <"$WORK/$1.json" 2>>"$WORK/plugins.log" \
             >"$WORK/out" || { echo "case $1 $2 of pod $3 failed: $(cat "$WORK/out")" >&2; exit 1; }
         local t1=$EPOCHREALTIME
         echo $(( ${t1/./} - ${t0/./} ))
