@@ -1,0 +1,56 @@
+//! The binary as people meet it: one program, many names; `--help` and `--version` without
+//! CNI_COMMAND; the CNI protocol with it.
+
+use std::process::{Command, Stdio};
+
+fn run_as(name: &str, args: &[&str], env: &[(&str, &str)]) -> (i32, String, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let link = dir.path().join(name);
+    std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_yh-genie"), &link).unwrap();
+    let out = Command::new(&link)
+        .args(args)
+        .env_remove("CNI_COMMAND")
+        .envs(env.iter().copied())
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn every_name_answers_version_and_help_as_its_plugin() {
+    for name in ["yh-genie", "yonghui", "yh-bridge", "veth", "router"] {
+        let (code, out, _) = run_as(name, &["--version"], &[]);
+        assert_eq!(code, 0);
+        assert!(out.starts_with(&format!("{name} {}", env!("CARGO_PKG_VERSION"))), "{out}");
+        assert!(out.contains("0.3.0, 0.3.1, 0.4.0, 1.0.0, 1.1.0"), "{out}");
+        let (code, out, _) = run_as(name, &["--help"], &[]);
+        assert_eq!(code, 0);
+        assert!(out.contains("install") && out.contains("explain") && out.contains("CNI_COMMAND"), "{out}");
+    }
+}
+
+#[test]
+fn an_unknown_command_is_a_usage_error() {
+    let (code, out, err) = run_as("yh-genie", &["frobnicate"], &[]);
+    assert_eq!(code, 2);
+    assert!(out.is_empty());
+    assert!(err.contains("frobnicate") && err.contains("--help"), "{err}");
+}
+
+#[test]
+fn with_cni_command_it_speaks_the_protocol_not_the_cli() {
+    let (code, out, _) = run_as("yonghui", &["--help"], &[("CNI_COMMAND", "VERSION")]);
+    assert_eq!(code, 0);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["supportedVersions"], serde_json::json!(["0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0"]));
+    let (code, out, _) = run_as("yh-genie", &[], &[("CNI_COMMAND", "ADD")]);
+    assert_eq!(code, 1);
+    let e: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(e["code"], 4);
+    assert!(e["msg"].as_str().unwrap().contains("CNI_CONTAINERID"), "{e}");
+}
