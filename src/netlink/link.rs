@@ -51,7 +51,17 @@ impl MacAddr {
     /// What a bridge reports once its last port has left.
     pub const ZERO: MacAddr = MacAddr([0; 6]);
 
-    fn from_bytes(b: &[u8]) -> Option<Self> {
+    /// A random locally administered unicast address, the kind the kernel picks for a device
+    /// without one. Plugins set it explicitly when a MAC must not change after creation (a bridge's,
+    /// one that neighbour entries name), which udev's MACAddressPolicy could otherwise do.
+    pub fn random() -> Result<Self, CniError> {
+        let mut mac = [0u8; 6];
+        getrandom::fill(&mut mac).map_err(|e| CniError::kernel(format!("no randomness for a MAC address: {e}")))?;
+        mac[0] = (mac[0] & 0xfe) | 0x02;
+        Ok(MacAddr(mac))
+    }
+
+    pub(super) fn from_bytes(b: &[u8]) -> Option<Self> {
         <[u8; 6]>::try_from(b).ok().map(MacAddr)
     }
 }
@@ -348,6 +358,15 @@ mod tests {
         for bad in ["", "0a:58:0a:f4:01", "0a:58:0a:f4:01:02:03", "0a:58:0a:f4:01:zz", "a:58:0a:f4:01:002"] {
             assert!(bad.parse::<MacAddr>().is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn random_macs_are_locally_administered_unicast() {
+        for _ in 0..64 {
+            let mac = MacAddr::random().unwrap();
+            assert_eq!(mac.0[0] & 0x03, 0x02, "{mac}");
+        }
+        assert_ne!(MacAddr::random().unwrap(), MacAddr::random().unwrap());
     }
 
     #[test]

@@ -47,7 +47,7 @@ impl Plugin for Veth {
                 let ns = Namespaces::open(pod_path)?;
                 hijack::undo_earlier(inv, &config.data_dir, &ns).await?;
                 let facts = Facts::gather(&ns, inv, &result).await?;
-                let plan = plan(&config, &facts, (plan::random_mac()?, plan::random_mac()?))?;
+                let plan = plan(&config, &facts, (MacAddr::random()?, MacAddr::random()?))?;
                 for subnet in &plan.skipped {
                     tracing::warn!("no node address of {subnet}'s family for the pod; not routing it by {POD_VETH}");
                 }
