@@ -42,7 +42,7 @@ impl Plugin for Veth {
                     "veth cannot be chained on {POD_VETH}, the interface it makes"
                 )));
             }
-            let pod_path = hijack::pod_netns(inv)?;
+            let pod_path = crate::plugins::container_netns(inv)?;
             let created = crate::runtime::block_on(async {
                 let ns = Namespaces::open(pod_path)?;
                 hijack::undo_earlier(inv, &config.data_dir, &ns).await?;
