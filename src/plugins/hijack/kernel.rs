@@ -88,11 +88,17 @@ impl Namespaces {
                 made(c.op.clone())
             }
             Op::SetSysctl(s) => {
-                let previous = self.in_ns(c.ns, || netns::read_sysctl(&s.key))??;
+                // Read and write on one trip into the namespace: in the pod, each is a thread.
+                let previous = self.in_ns(c.ns, || {
+                    let previous = netns::read_sysctl(&s.key)?;
+                    if previous != s.value {
+                        netns::write_sysctl(&s.key, &s.value)?;
+                    }
+                    Ok::<_, CniError>(previous)
+                })??;
                 if previous == s.value {
                     return Ok(None);
                 }
-                self.in_ns(c.ns, || netns::write_sysctl(&s.key, &s.value))??;
                 made(Op::SetSysctl(SysctlSpec { previous: Some(previous), ..s.clone() }))
             }
             Op::AddNeighbour(n) => {
