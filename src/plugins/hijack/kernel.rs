@@ -52,7 +52,7 @@ impl Namespaces {
     }
 
     async fn require_index(&self, ns: Ns, dev: &str) -> Result<u32, CniError> {
-        self.index(ns, dev).await?.ok_or_else(|| CniError::kernel(format!("{}: no interface {dev:?}", ns_name(ns))))
+        self.index(ns, dev).await?.ok_or_else(|| CniError::kernel(format!("{ns}: no interface {dev:?}")))
     }
 
     /// Make `changes` in order. Returns the changes really made, with previous sysctl values filled
@@ -264,10 +264,8 @@ impl Namespaces {
         let nl = self.nl(ns).ok_or("the pod's netns is gone")?;
         match nl.link_by_name(name).await {
             Ok(Some(l)) if l.kind.as_deref() == Some("veth") && l.up && l.mac == Some(mac) => Ok(()),
-            Ok(Some(l)) => {
-                Err(format!("{} end {name} changed (kind {:?}, up {}, mac {:?})", ns_name(ns), l.kind, l.up, l.mac))
-            }
-            Ok(None) => Err(format!("{} end {name} is gone", ns_name(ns))),
+            Ok(Some(l)) => Err(format!("{ns} end {name} changed (kind {:?}, up {}, mac {:?})", l.kind, l.up, l.mac)),
+            Ok(None) => Err(format!("{ns} end {name} is gone")),
             Err(e) => Err(e.to_string()),
         }
     }
@@ -278,13 +276,6 @@ impl Namespaces {
             Ns::Host => Ok(f()),
             Ns::Pod => netns::run_in(&self.pod_path, f),
         }
-    }
-}
-
-fn ns_name(ns: Ns) -> &'static str {
-    match ns {
-        Ns::Host => "host",
-        Ns::Pod => "pod",
     }
 }
 
