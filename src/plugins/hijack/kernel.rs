@@ -4,7 +4,7 @@
 use super::model::{Change, Ns, Op, RouteSpec, RuleSpec, SysctlSpec, VethSpec};
 use super::plan::{self, NodeAddresses};
 use crate::cni::{CniError, code};
-use crate::netlink::{AddressScope, IpFamily, Link, Netlink, VethPair};
+use crate::netlink::{AddressScope, IpFamily, Link, Netlink, Route, VethPair};
 use crate::netns;
 use ipnetwork::IpNetwork;
 use std::net::IpAddr;
@@ -299,17 +299,21 @@ pub async fn global_addresses(nl: &Netlink, index: u32) -> Result<Vec<IpNetwork>
         .collect())
 }
 
-/// The routes of link `link` in `table`, both families.
-pub async fn routes_of(nl: &Netlink, link: &Link, table: u32) -> Result<Vec<RouteSpec>, CniError> {
-    let mut out = Vec::new();
-    for family in [IpFamily::V4, IpFamily::V6] {
-        for r in nl.routes(family, Some(table)).await? {
-            if r.oif == Some(link.index) {
-                out.push(RouteSpec::from_kernel(&r, &link.name));
-            }
-        }
-    }
-    Ok(out)
+/// Every unicast route in the namespace, both families, every table: one dump per family (the
+/// kernel dumps all tables either way), from which a plugin's lookups are then taken.
+pub async fn all_routes(nl: &Netlink) -> Result<Vec<Route>, CniError> {
+    let mut routes = nl.routes(IpFamily::V4, None).await?;
+    routes.extend(nl.routes(IpFamily::V6, None).await?);
+    Ok(routes)
+}
+
+/// The routes of link `link` in `table`, among `routes`.
+pub fn routes_of(routes: &[Route], link: &Link, table: u32) -> Vec<RouteSpec> {
+    routes
+        .iter()
+        .filter(|r| r.oif == Some(link.index) && r.table == table)
+        .map(|r| RouteSpec::from_kernel(r, &link.name))
+        .collect()
 }
 
 /// The pod's NICs other than `lo` and the `veth` plugin's `veth0`.

@@ -130,7 +130,7 @@ impl Facts {
         Ok(Facts {
             nic: inv.ifname.clone(),
             nic_gateways: plan::gateways_of(prev, &nic_ips),
-            nic_routes: kernel::routes_of(pod, &nic, MAIN_TABLE).await?,
+            nic_routes: kernel::routes_of(&kernel::all_routes(pod).await?, &nic, MAIN_TABLE),
             other_nics: kernel::pod_nics(pod).await?.into_iter().map(|l| l.name).filter(|n| *n != inv.ifname).collect(),
             node: kernel::node_addresses(&ns.host, &nic_ips, &plan::families(&nic_ips)).await?,
             nic_mtu: nic.mtu,
