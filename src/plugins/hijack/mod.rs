@@ -62,8 +62,12 @@ pub async fn execute(
         Ok(made) => {
             record.changes = made;
             if let Err(e) = record.save(data_dir) {
-                let _ = ns.undo(&record.changes).await;
-                let _ = Record::remove(data_dir, &inv.container_id, &inv.ifname);
+                // The plan on disk still names everything made, so a failed undo is left to DEL.
+                if let Err(undo) = ns.undo(&record.changes).await {
+                    tracing::error!("undo after failing to record the ADD: {undo}");
+                } else if let Err(rm) = Record::remove(data_dir, &inv.container_id, &inv.ifname) {
+                    tracing::error!("{rm}");
+                }
                 return Err(e);
             }
             tracing::info!("ADD {} {}: {} changes made", inv.container_id, inv.ifname, record.changes.len());
