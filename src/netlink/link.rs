@@ -51,7 +51,17 @@ impl MacAddr {
     /// What a bridge reports once its last port has left.
     pub const ZERO: MacAddr = MacAddr([0; 6]);
 
-    fn from_bytes(b: &[u8]) -> Option<Self> {
+    /// A random locally administered unicast address, the kind the kernel picks for a device
+    /// without one. Plugins set it explicitly when a MAC must not change after creation (a bridge's,
+    /// one that neighbour entries name), which udev's MACAddressPolicy could otherwise do.
+    pub fn random() -> Result<Self, CniError> {
+        let mut mac = [0u8; 6];
+        getrandom::fill(&mut mac).map_err(|e| CniError::kernel(format!("no randomness for a MAC address: {e}")))?;
+        mac[0] = (mac[0] & 0xfe) | 0x02;
+        Ok(MacAddr(mac))
+    }
+
+    pub(super) fn from_bytes(b: &[u8]) -> Option<Self> {
         <[u8; 6]>::try_from(b).ok().map(MacAddr)
     }
 }
@@ -234,25 +244,6 @@ impl Netlink {
         self.set(LinkUnspec::new_with_index(index).up().build(), format_args!("setting link #{index} up")).await
     }
 
-    pub async fn set_down(&self, index: u32) -> Result<(), CniError> {
-        self.set(LinkUnspec::new_with_index(index).down().build(), format_args!("setting link #{index} down")).await
-    }
-
-    /// Make `index` a port of `master` (a bridge), or detach it with `None`.
-    pub async fn set_master(&self, index: u32, master: Option<u32>) -> Result<(), CniError> {
-        let b = LinkUnspec::new_with_index(index);
-        let b = match master {
-            Some(m) => b.controller(m),
-            None => b.nocontroller(),
-        };
-        self.set(b.build(), format_args!("setting master of link #{index} to {master:?}")).await
-    }
-
-    pub async fn set_mtu(&self, index: u32, mtu: u32) -> Result<(), CniError> {
-        self.set(LinkUnspec::new_with_index(index).mtu(mtu).build(), format_args!("setting mtu {mtu} on link #{index}"))
-            .await
-    }
-
     pub async fn set_mac(&self, index: u32, mac: MacAddr) -> Result<(), CniError> {
         let msg = LinkUnspec::new_with_index(index).address(mac.0.to_vec()).build();
         self.set(msg, format_args!("setting MAC {mac} on link #{index}")).await
@@ -261,21 +252,6 @@ impl Netlink {
     pub async fn set_promisc(&self, index: u32, on: bool) -> Result<(), CniError> {
         let msg = LinkUnspec::new_with_index(index).promiscuous(on).build();
         self.set(msg, format_args!("setting promiscuous mode {on} on link #{index}")).await
-    }
-
-    /// Rename a link (it must be down).
-    pub async fn rename(&self, index: u32, name: &str) -> Result<(), CniError> {
-        self.set(
-            LinkUnspec::new_with_index(index).name(name).build(),
-            format_args!("renaming link #{index} to {name:?}"),
-        )
-        .await
-    }
-
-    /// Move a link into the netns open as `netns`.
-    pub async fn move_to_netns(&self, index: u32, netns: BorrowedFd<'_>) -> Result<(), CniError> {
-        let msg = LinkUnspec::new_with_index(index).setns_by_fd(netns.as_raw_fd()).build();
-        self.set(msg, format_args!("moving link #{index} to another netns")).await
     }
 
     /// Hairpin (reflective relay) on a bridge port: frames may go back out the port they came in on.
@@ -348,6 +324,15 @@ mod tests {
         for bad in ["", "0a:58:0a:f4:01", "0a:58:0a:f4:01:02:03", "0a:58:0a:f4:01:zz", "a:58:0a:f4:01:002"] {
             assert!(bad.parse::<MacAddr>().is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn random_macs_are_locally_administered_unicast() {
+        for _ in 0..64 {
+            let mac = MacAddr::random().unwrap();
+            assert_eq!(mac.0[0] & 0x03, 0x02, "{mac}");
+        }
+        assert_ne!(MacAddr::random().unwrap(), MacAddr::random().unwrap());
     }
 
     #[test]

@@ -9,7 +9,6 @@
 //! `Option` for "no such thing"; deletions of something already gone succeed.
 
 mod addr;
-mod extra;
 mod link;
 mod neigh;
 mod route;
@@ -58,11 +57,6 @@ impl Netlink {
     fn from_socket(socket: TokioSocket) -> Self {
         let (connection, handle, _) = rtnetlink::from_socket(socket);
         Netlink { handle, connection: tokio::spawn(connection) }
-    }
-
-    /// The raw rtnetlink handle, for the rare request this interface does not cover.
-    pub fn handle(&self) -> &rtnetlink::Handle {
-        &self.handle
     }
 }
 
@@ -120,17 +114,17 @@ impl IpFamily {
 
 /// Whether a netlink error is the kernel's "no such thing" (ENOENT, ENODEV, ESRCH, EADDRNOTAVAIL):
 /// for DEL, something already gone.
-pub fn is_not_found(e: &rtnetlink::Error) -> bool {
+fn is_not_found(e: &rtnetlink::Error) -> bool {
     errno(e).is_some_and(|n| matches!(n, Errno::ENOENT | Errno::ENODEV | Errno::ESRCH | Errno::EADDRNOTAVAIL))
 }
 
 /// Whether a netlink error is EEXIST.
-pub fn is_exists(e: &rtnetlink::Error) -> bool {
+fn is_exists(e: &rtnetlink::Error) -> bool {
     errno(e) == Some(Errno::EEXIST)
 }
 
 /// The errno of a kernel error reply.
-pub fn errno(e: &rtnetlink::Error) -> Option<Errno> {
+fn errno(e: &rtnetlink::Error) -> Option<Errno> {
     match e {
         rtnetlink::Error::NetlinkError(m) => m.code.map(|c| Errno::from_raw(-c.get())),
         _ => None,
@@ -140,7 +134,7 @@ pub fn errno(e: &rtnetlink::Error) -> Option<Errno> {
 /// Wrap a netlink error with what was being done: code 106 for EEXIST (callers test for it, e.g. to
 /// retry a random name or accept an existing bridge), code 100 for everything else. The kernel's
 /// errno is shown as text ("File exists (os error 17)"), not as a raw netlink message dump.
-pub fn kernel_err(what: impl std::fmt::Display) -> impl FnOnce(rtnetlink::Error) -> CniError {
+fn kernel_err(what: impl std::fmt::Display) -> impl FnOnce(rtnetlink::Error) -> CniError {
     move |e| {
         let code = if is_exists(&e) { code::ALREADY_EXISTS } else { code::KERNEL };
         let why = match errno(&e) {

@@ -23,7 +23,7 @@ impl Neighbour {
             match attr {
                 NeighbourAttribute::Destination(NeighbourAddress::Inet(v4)) => ip = Some(IpAddr::V4(*v4)),
                 NeighbourAttribute::Destination(NeighbourAddress::Inet6(v6)) => ip = Some(IpAddr::V6(*v6)),
-                NeighbourAttribute::LinkLayerAddress(b) => mac = <[u8; 6]>::try_from(b.as_slice()).ok().map(MacAddr),
+                NeighbourAttribute::LinkLayerAddress(b) => mac = MacAddr::from_bytes(b),
                 _ => {}
             }
         }

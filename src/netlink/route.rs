@@ -1,13 +1,23 @@
-//! Routes (IPv4 and IPv6): add, replace, delete, list.
+//! Routes (IPv4 and IPv6): add, delete, list, and the kernel's route lookup (`ip route get`).
 
-use super::{IpFamily, Netlink, collect, kernel_err, ok_if_gone};
+use super::{IpFamily, Netlink, collect, errno, kernel_err, ok_if_gone};
 use crate::cni::CniError;
+use futures::TryStreamExt;
 use ipnetwork::IpNetwork;
 use netlink_packet_route::route::{
     RouteAddress, RouteAttribute, RouteHeader, RouteMessage, RouteProtocol, RouteScope, RouteType,
 };
+use nix::errno::Errno;
 use rtnetlink::RouteMessageBuilder;
 use std::net::IpAddr;
+
+fn ip_of(a: &RouteAddress) -> Option<IpAddr> {
+    match a {
+        RouteAddress::Inet(v4) => Some(IpAddr::V4(*v4)),
+        RouteAddress::Inet6(v6) => Some(IpAddr::V6(*v6)),
+        _ => None,
+    }
+}
 
 /// A unicast route. Build one with [`Route::new`] and the chained setters; routes listed from the
 /// kernel come back in the same shape.
@@ -62,10 +72,6 @@ impl Route {
         self
     }
 
-    pub fn family(&self) -> IpFamily {
-        IpFamily::of_net(&self.dst)
-    }
-
     /// Whether this is a default route (`0.0.0.0/0`, `::/0`).
     pub fn is_default(&self) -> bool {
         self.dst.prefix() == 0
@@ -96,11 +102,6 @@ impl Route {
             return None;
         }
         let family = IpFamily::from_address_family(m.header.address_family)?;
-        let ip = |a: &RouteAddress| match a {
-            RouteAddress::Inet(v4) => Some(IpAddr::V4(*v4)),
-            RouteAddress::Inet6(v6) => Some(IpAddr::V6(*v6)),
-            _ => None,
-        };
         let mut dst_ip = family.default_route().ip();
         let mut route = Route::new(family.default_route());
         route.table = u32::from(m.header.table);
@@ -108,8 +109,8 @@ impl Route {
         route.protocol = m.header.protocol;
         for attr in &m.attributes {
             match attr {
-                RouteAttribute::Destination(a) => dst_ip = ip(a)?,
-                RouteAttribute::Gateway(a) => route.gateway = ip(a),
+                RouteAttribute::Destination(a) => dst_ip = ip_of(a)?,
+                RouteAttribute::Gateway(a) => route.gateway = ip_of(a),
                 RouteAttribute::Oif(i) => route.oif = Some(*i),
                 RouteAttribute::Table(t) => route.table = *t,
                 RouteAttribute::Priority(p) => route.metric = Some(*p),
@@ -147,18 +148,6 @@ impl Netlink {
         self.handle.route().add(msg).execute().await.map_err(kernel_err(format_args!("adding route {route}")))
     }
 
-    /// Add or replace a route (`ip route replace`).
-    pub async fn replace_route(&self, route: &Route) -> Result<(), CniError> {
-        let msg = route.to_message()?;
-        self.handle
-            .route()
-            .add(msg)
-            .replace()
-            .execute()
-            .await
-            .map_err(kernel_err(format_args!("replacing route {route}")))
-    }
-
     /// Delete a route; one already gone is success. Matches on destination, table and whichever of
     /// gateway, output interface and metric are set; any scope and protocol.
     pub async fn del_route(&self, route: &Route) -> Result<(), CniError> {
@@ -175,6 +164,30 @@ impl Netlink {
         query.header.address_family = family.address_family();
         let msgs = collect(self.handle.route().get(query).execute(), "listing routes").await?;
         Ok(msgs.iter().filter_map(Route::from_message).filter(|r| table.is_none_or(|t| r.table == t)).collect())
+    }
+
+    /// The preferred source address of the route the kernel would take to `dst` (`ip route get dst`,
+    /// field `src`); `None` when `dst` is unreachable or the route names no source.
+    pub async fn route_source(&self, dst: IpAddr) -> Result<Option<IpAddr>, CniError> {
+        let prefix = if dst.is_ipv4() { 32 } else { 128 };
+        let msg = RouteMessageBuilder::<IpAddr>::new()
+            .destination_prefix(dst, prefix)
+            .map_err(|e| CniError::kernel(format!("route lookup for {dst}: {e}")))?
+            .build();
+        let reply = match self.handle.route().get(msg).execute().try_next().await {
+            Ok(reply) => reply,
+            // No route, so no source either.
+            Err(e) if matches!(errno(&e), Some(Errno::ENETUNREACH | Errno::EHOSTUNREACH | Errno::ENETDOWN)) => {
+                return Ok(None);
+            }
+            Err(e) => return Err(kernel_err(format_args!("route lookup for {dst}"))(e)),
+        };
+        Ok(reply.and_then(|m| {
+            m.attributes.iter().find_map(|a| match a {
+                RouteAttribute::PrefSource(a) => ip_of(a),
+                _ => None,
+            })
+        }))
     }
 }
 
@@ -199,7 +212,6 @@ mod tests {
         let back = Route::from_message(&v6.to_message().unwrap()).unwrap();
         assert_eq!(back, v6);
         assert!(back.is_default());
-        assert_eq!(back.family(), IpFamily::V6);
     }
 
     #[test]

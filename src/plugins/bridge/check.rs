@@ -7,6 +7,8 @@ use super::config::Conf;
 use crate::cni::result::Interface;
 use crate::cni::{CniError, CniResult, Invocation};
 use crate::netlink::{IpFamily, Link, MacAddr, Netlink, Route};
+use std::collections::HashMap;
+use std::collections::hash_map::Entry;
 use std::path::Path;
 
 pub struct Context<'a> {
@@ -73,10 +75,10 @@ async fn check_port(cx: &Context<'_>, bridge: &Link, pod_if: &Link) -> Result<()
     let peer_index = pod_if.link.ok_or_else(not_found)?;
     let port = cx.host.link_by_index(peer_index).await?.ok_or_else(not_found)?;
     let listed = cx.prev.interfaces.iter().find(|i| i.name == port.name && i.sandbox.is_none());
-    if port.master != Some(bridge.index) || port.link != Some(pod_if.index) || listed.is_none() {
-        return Err(not_found());
+    match listed {
+        Some(entry) if port.master == Some(bridge.index) && port.link == Some(pod_if.index) => same_mac(entry, &port),
+        _ => Err(not_found()),
     }
-    same_mac(listed.expect("checked above"), &port)
 }
 
 async fn check_addresses(cx: &Context<'_>, pod_if: &Link, pod_index: usize) -> Result<(), CniError> {
@@ -90,13 +92,15 @@ async fn check_addresses(cx: &Context<'_>, pod_if: &Link, pod_index: usize) -> R
 }
 
 async fn check_routes(cx: &Context<'_>) -> Result<(), CniError> {
-    let mut tables: Vec<(IpFamily, Vec<Route>)> = Vec::new();
+    let mut tables: HashMap<IpFamily, Vec<Route>> = HashMap::new();
     for r in &cx.prev.routes {
-        let family = IpFamily::of_net(&r.dst);
-        if !tables.iter().any(|(f, _)| *f == family) {
-            tables.push((family, cx.pod.routes(family, Some(Route::MAIN_TABLE)).await?));
-        }
-        let routes = &tables.iter().find(|(f, _)| *f == family).expect("loaded above").1;
+        let routes = match tables.entry(IpFamily::of_net(&r.dst)) {
+            Entry::Occupied(loaded) => loaded.into_mut(),
+            Entry::Vacant(family) => {
+                let routes = cx.pod.routes(*family.key(), Some(Route::MAIN_TABLE)).await?;
+                family.insert(routes)
+            }
+        };
         let dst = ipnetwork::IpNetwork::new(r.dst.network(), r.dst.prefix()).expect("a network's own prefix is valid");
         if !routes.iter().any(|k| k.dst == dst && (r.gw.is_none() || k.gateway == r.gw)) {
             let via = r.gw.map(|g| format!(" via {g}")).unwrap_or_default();

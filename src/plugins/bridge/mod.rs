@@ -23,6 +23,7 @@ use crate::cni::{CniError, CniResult, Invocation, Plugin, PluginConf, code};
 use crate::firewall::{Firewall, Owner};
 use crate::ipam::Ipam;
 use crate::netlink::{IpFamily, Link, MacAddr, Netlink, OPER_UP_TIMEOUT, Route};
+use crate::plugins::container_netns;
 use crate::{crash_point, netns, runtime};
 use config::Conf;
 use ipnetwork::IpNetwork;
@@ -126,10 +127,6 @@ impl Plugin for Bridge {
             check::check(&check::Context { inv, conf: &c, prev: &prev, host: &host, pod: &pod, netns_path }).await
         })
     }
-}
-
-fn container_netns(inv: &Invocation) -> Result<&Path, CniError> {
-    inv.netns.as_deref().ok_or_else(|| CniError::invalid_env("required env variables [CNI_NETNS] missing"))
 }
 
 /// A pod plugged into the bridge, not yet configured: what ADD has made so far.

@@ -4,7 +4,7 @@
 use super::model::{Change, Ns, Op, RouteSpec, RuleSpec, SysctlSpec, VethSpec};
 use super::plan::{self, NodeAddresses};
 use crate::cni::{CniError, code};
-use crate::netlink::{AddressScope, IpFamily, Link, Netlink, VethPair};
+use crate::netlink::{AddressScope, IpFamily, Link, Netlink, Route, VethPair};
 use crate::netns;
 use ipnetwork::IpNetwork;
 use std::net::IpAddr;
@@ -52,7 +52,7 @@ impl Namespaces {
     }
 
     async fn require_index(&self, ns: Ns, dev: &str) -> Result<u32, CniError> {
-        self.index(ns, dev).await?.ok_or_else(|| CniError::kernel(format!("{}: no interface {dev:?}", ns_name(ns))))
+        self.index(ns, dev).await?.ok_or_else(|| CniError::kernel(format!("{ns}: no interface {dev:?}")))
     }
 
     /// Make `changes` in order. Returns the changes really made, with previous sysctl values filled
@@ -88,11 +88,17 @@ impl Namespaces {
                 made(c.op.clone())
             }
             Op::SetSysctl(s) => {
-                let previous = self.in_ns(c.ns, || netns::read_sysctl(&s.key))??;
+                // Read and write on one trip into the namespace: in the pod, each is a thread.
+                let previous = self.in_ns(c.ns, || {
+                    let previous = netns::read_sysctl(&s.key)?;
+                    if previous != s.value {
+                        netns::write_sysctl(&s.key, &s.value)?;
+                    }
+                    Ok::<_, CniError>(previous)
+                })??;
                 if previous == s.value {
                     return Ok(None);
                 }
-                self.in_ns(c.ns, || netns::write_sysctl(&s.key, &s.value))??;
                 made(Op::SetSysctl(SysctlSpec { previous: Some(previous), ..s.clone() }))
             }
             Op::AddNeighbour(n) => {
@@ -258,10 +264,8 @@ impl Namespaces {
         let nl = self.nl(ns).ok_or("the pod's netns is gone")?;
         match nl.link_by_name(name).await {
             Ok(Some(l)) if l.kind.as_deref() == Some("veth") && l.up && l.mac == Some(mac) => Ok(()),
-            Ok(Some(l)) => {
-                Err(format!("{} end {name} changed (kind {:?}, up {}, mac {:?})", ns_name(ns), l.kind, l.up, l.mac))
-            }
-            Ok(None) => Err(format!("{} end {name} is gone", ns_name(ns))),
+            Ok(Some(l)) => Err(format!("{ns} end {name} changed (kind {:?}, up {}, mac {:?})", l.kind, l.up, l.mac)),
+            Ok(None) => Err(format!("{ns} end {name} is gone")),
             Err(e) => Err(e.to_string()),
         }
     }
@@ -272,13 +276,6 @@ impl Namespaces {
             Ns::Host => Ok(f()),
             Ns::Pod => netns::run_in(&self.pod_path, f),
         }
-    }
-}
-
-fn ns_name(ns: Ns) -> &'static str {
-    match ns {
-        Ns::Host => "host",
-        Ns::Pod => "pod",
     }
 }
 
@@ -302,17 +299,21 @@ pub async fn global_addresses(nl: &Netlink, index: u32) -> Result<Vec<IpNetwork>
         .collect())
 }
 
-/// The routes of link `link` in `table`, both families.
-pub async fn routes_of(nl: &Netlink, link: &Link, table: u32) -> Result<Vec<RouteSpec>, CniError> {
-    let mut out = Vec::new();
-    for family in [IpFamily::V4, IpFamily::V6] {
-        for r in nl.routes(family, Some(table)).await? {
-            if r.oif == Some(link.index) {
-                out.push(RouteSpec::from_kernel(&r, &link.name));
-            }
-        }
-    }
-    Ok(out)
+/// Every unicast route in the namespace, both families, every table: one dump per family (the
+/// kernel dumps all tables either way), from which a plugin's lookups are then taken.
+pub async fn all_routes(nl: &Netlink) -> Result<Vec<Route>, CniError> {
+    let mut routes = nl.routes(IpFamily::V4, None).await?;
+    routes.extend(nl.routes(IpFamily::V6, None).await?);
+    Ok(routes)
+}
+
+/// The routes of link `link` in `table`, among `routes`.
+pub fn routes_of(routes: &[Route], link: &Link, table: u32) -> Vec<RouteSpec> {
+    routes
+        .iter()
+        .filter(|r| r.oif == Some(link.index) && r.table == table)
+        .map(|r| RouteSpec::from_kernel(r, &link.name))
+        .collect()
 }
 
 /// The pod's NICs other than `lo` and the `veth` plugin's `veth0`.

@@ -30,11 +30,6 @@ pub fn chained_result(plugin: &str, conf: &PluginConf) -> Result<CniResult, CniE
     })
 }
 
-/// `CNI_NETNS`, which ADD and CHECK need.
-pub fn pod_netns(inv: &Invocation) -> Result<&Path, CniError> {
-    inv.netns.as_deref().ok_or_else(|| CniError::invalid_env("required env variables [CNI_NETNS] missing"))
-}
-
 /// The first step of ADD: undo what an earlier ADD of the same attachment made, if its record is
 /// still there (a runtime may repeat ADD without DEL), so that the plan starts from a clean pod.
 pub async fn undo_earlier(inv: &Invocation, data_dir: &Path, ns: &Namespaces) -> Result<(), CniError> {
@@ -67,8 +62,12 @@ pub async fn execute(
         Ok(made) => {
             record.changes = made;
             if let Err(e) = record.save(data_dir) {
-                let _ = ns.undo(&record.changes).await;
-                let _ = Record::remove(data_dir, &inv.container_id, &inv.ifname);
+                // The plan on disk still names everything made, so a failed undo is left to DEL.
+                if let Err(undo) = ns.undo(&record.changes).await {
+                    tracing::error!("undo after failing to record the ADD: {undo}");
+                } else if let Err(rm) = Record::remove(data_dir, &inv.container_id, &inv.ifname) {
+                    tracing::error!("{rm}");
+                }
                 return Err(e);
             }
             tracing::info!("ADD {} {}: {} changes made", inv.container_id, inv.ifname, record.changes.len());
@@ -118,7 +117,7 @@ pub fn check(inv: &Invocation, config: &HijackConfig) -> Result<(), CniError> {
         if config.skip_call {
             return Ok(());
         }
-        let pod_path = pod_netns(inv)?;
+        let pod_path = crate::plugins::container_netns(inv)?;
         let record = Record::load(&config.data_dir, &inv.container_id, &inv.ifname)?.ok_or_else(|| {
             CniError::new(
                 code::UNKNOWN_CONTAINER,

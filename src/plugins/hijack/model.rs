@@ -19,6 +19,15 @@ pub enum Ns {
     Pod,
 }
 
+impl fmt::Display for Ns {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Ns::Host => "host",
+            Ns::Pod => "pod",
+        })
+    }
+}
+
 /// A route, by interface name. `protocol` is kept so a route moved out of a table goes back as it was.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RouteSpec {
@@ -224,10 +233,7 @@ impl Change {
 
 impl fmt::Display for Change {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let ns = match self.ns {
-            Ns::Host => "host",
-            Ns::Pod => "pod",
-        };
+        let ns = self.ns;
         match &self.op {
             Op::CreateVeth(v) => write!(f, "{ns}: veth pair {} (pod end {}, mtu {})", v.host, v.pod, v.mtu),
             Op::SetSysctl(s) => write!(f, "{ns}: sysctl {}={}", s.key.replace('/', "."), s.value),

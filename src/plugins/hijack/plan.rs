@@ -43,15 +43,6 @@ pub fn host_veth_name(container_id: &str) -> String {
     format!("veth{}", &digest[..11])
 }
 
-/// A random locally administered unicast MAC. Set explicitly at creation so that udev's
-/// MACAddressPolicy cannot change it under the neighbour entries that name it.
-pub fn random_mac() -> Result<MacAddr, CniError> {
-    let mut mac = [0u8; 6];
-    getrandom::fill(&mut mac).map_err(|e| CniError::kernel(format!("no randomness for a MAC address: {e}")))?;
-    mac[0] = (mac[0] & 0xfe) | 0x02;
-    Ok(MacAddr(mac))
-}
-
 /// NIC name order as seed 004 means it, `eth0 < net1 < net2 < net10`: by the name's text without
 /// its trailing number, then by that number.
 pub fn nic_order(a: &str, b: &str) -> Ordering {
@@ -266,14 +257,6 @@ mod tests {
         assert_eq!(a, host_veth_name("0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"));
         assert_ne!(host_veth_name("c1"), host_veth_name("c2"));
         assert!(crate::cni::env::validate_ifname(&host_veth_name("weird.id_-x")).is_ok());
-    }
-
-    #[test]
-    fn random_macs_are_local_unicast() {
-        for _ in 0..32 {
-            let m = random_mac().unwrap().0;
-            assert_eq!(m[0] & 0x03, 0x02);
-        }
     }
 
     #[test]

@@ -62,7 +62,7 @@ impl Plugin for Router {
                     inv.ifname
                 )));
             }
-            let pod_path = hijack::pod_netns(inv)?;
+            let pod_path = crate::plugins::container_netns(inv)?;
             crate::runtime::block_on(async {
                 let ns = Namespaces::open(pod_path)?;
                 hijack::undo_earlier(inv, &config.common.data_dir, &ns).await?;
@@ -134,17 +134,22 @@ impl Facts {
                 return Err(CniError::new(code::IPAM, format!("{name} has no global address in the pod")));
             }
         }
-        let overlay_routes = kernel::routes_of(pod, &overlay, MAIN_TABLE).await?;
-        let moved = kernel::routes_of(pod, &overlay, config.common.route_table).await?;
+        let routes = kernel::all_routes(pod).await?;
+        let overlay_routes = kernel::routes_of(&routes, &overlay, MAIN_TABLE);
+        let moved = kernel::routes_of(&routes, &overlay, config.common.route_table);
         let overlay_gateways =
             overlay_routes.iter().chain(&moved).filter(|r| r.is_default()).filter_map(|r| r.via).collect();
-        let mut other_defaults = Vec::new();
-        for family in [IpFamily::V4, IpFamily::V6] {
-            let main = pod.routes(family, Some(MAIN_TABLE)).await?;
-            if main.iter().any(|r| r.is_default() && r.oif.is_some_and(|i| i != overlay.index)) {
-                other_defaults.push(family);
-            }
-        }
+        let other_defaults = [IpFamily::V4, IpFamily::V6]
+            .into_iter()
+            .filter(|family| {
+                routes.iter().any(|r| {
+                    r.table == MAIN_TABLE
+                        && r.is_default()
+                        && IpFamily::of_net(&r.dst) == *family
+                        && r.oif.is_some_and(|i| i != overlay.index)
+                })
+            })
+            .collect();
         let host_peer = kernel::host_peer(ns, &overlay).await?.map(|l| l.name);
         let node = kernel::node_addresses(&ns.host, &nic_ips, &plan::families(&overlay_ips)).await?;
         Ok(Facts {

@@ -42,12 +42,12 @@ impl Plugin for Veth {
                     "veth cannot be chained on {POD_VETH}, the interface it makes"
                 )));
             }
-            let pod_path = hijack::pod_netns(inv)?;
+            let pod_path = crate::plugins::container_netns(inv)?;
             let created = crate::runtime::block_on(async {
                 let ns = Namespaces::open(pod_path)?;
                 hijack::undo_earlier(inv, &config.data_dir, &ns).await?;
                 let facts = Facts::gather(&ns, inv, &result).await?;
-                let plan = plan(&config, &facts, (plan::random_mac()?, plan::random_mac()?))?;
+                let plan = plan(&config, &facts, (MacAddr::random()?, MacAddr::random()?))?;
                 for subnet in &plan.skipped {
                     tracing::warn!("no node address of {subnet}'s family for the pod; not routing it by {POD_VETH}");
                 }
@@ -130,7 +130,7 @@ impl Facts {
         Ok(Facts {
             nic: inv.ifname.clone(),
             nic_gateways: plan::gateways_of(prev, &nic_ips),
-            nic_routes: kernel::routes_of(pod, &nic, MAIN_TABLE).await?,
+            nic_routes: kernel::routes_of(&kernel::all_routes(pod).await?, &nic, MAIN_TABLE),
             other_nics: kernel::pod_nics(pod).await?.into_iter().map(|l| l.name).filter(|n| *n != inv.ifname).collect(),
             node: kernel::node_addresses(&ns.host, &nic_ips, &plan::families(&nic_ips)).await?,
             nic_mtu: nic.mtu,
