@@ -70,7 +70,7 @@ impl PluginConf {
 /// A network: a `.conflist` chain, or a `.conf` single plugin seen as a chain of one.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ConfList {
-    pub cni_version: String,
+    pub cni_version: CniVersion,
     pub name: String,
     pub disable_check: bool,
     pub plugins: Vec<Map<String, Value>>,
@@ -90,7 +90,7 @@ impl ConfList {
             Some(_) => Err(CniError::invalid_config(format!("{origin}: '{k}' must be a string"))),
         };
         let name = str_field("name")?;
-        let cni_version = str_field("cniVersion")?;
+        let cni_version = CniVersion::parse(&str_field("cniVersion")?).map_err(|e| e.context(origin))?;
         let plugins = if is_list || obj.contains_key("plugins") {
             let Some(Value::Array(list)) = obj.get("plugins") else {
                 return Err(CniError::invalid_config(format!("{origin}: a conflist needs a 'plugins' array")));
@@ -116,7 +116,6 @@ impl ConfList {
         if name.is_empty() {
             return Err(CniError::invalid_config(format!("{origin}: no 'name'")));
         }
-        CniVersion::parse(&cni_version).map_err(|e| e.context(origin))?;
         let disable_check = obj.get("disableCheck").and_then(Value::as_bool).unwrap_or(false);
         Ok(ConfList { cni_version, name, disable_check, plugins })
     }
@@ -130,20 +129,19 @@ impl ConfList {
 
     /// Stdin for plugin `index`: its own keys plus the list's `name` and `cniVersion`, and `prevResult`
     /// in the list's version when there is one (libcni's `buildOneConfig`).
-    pub fn plugin_stdin(&self, index: usize, prev: Option<&CniResult>) -> Result<Vec<u8>, CniError> {
-        let version = CniVersion::parse(&self.cni_version)?;
+    pub fn plugin_stdin(&self, index: usize, prev: Option<&CniResult>) -> Vec<u8> {
         let mut m = self.plugins[index].clone();
         m.insert("name".into(), self.name.clone().into());
-        m.insert("cniVersion".into(), self.cni_version.clone().into());
+        m.insert("cniVersion".into(), self.cni_version.as_str().into());
         match prev {
             Some(r) => {
-                m.insert("prevResult".into(), r.to_json(version));
+                m.insert("prevResult".into(), r.to_json(self.cni_version));
             }
             None => {
                 m.remove("prevResult");
             }
         }
-        Ok(serde_json::to_vec(&m).expect("a JSON map always serializes"))
+        serde_json::to_vec(&m).expect("a JSON map always serializes")
     }
 
     pub fn plugin_type(&self, index: usize) -> &str {
@@ -183,7 +181,7 @@ mod tests {
         )
         .unwrap();
         assert_eq!(list.plugins.len(), 2);
-        let stdin: Value = serde_json::from_slice(&list.plugin_stdin(1, None).unwrap()).unwrap();
+        let stdin: Value = serde_json::from_slice(&list.plugin_stdin(1, None)).unwrap();
         assert_eq!(stdin, json!({"cniVersion":"1.0.0","name":"b","type":"veth","x":1}));
     }
 
@@ -207,10 +205,10 @@ mod tests {
             ConfList::parse(br#"{"cniVersion":"0.3.1","name":"b","plugins":[{"type":"a"},{"type":"b"}]}"#, true, "x")
                 .unwrap();
         let prev = CniResult::from_json(&json!({"ips":[{"address":"10.0.0.2/24"}]})).unwrap();
-        let stdin: Value = serde_json::from_slice(&list.plugin_stdin(1, Some(&prev)).unwrap()).unwrap();
+        let stdin: Value = serde_json::from_slice(&list.plugin_stdin(1, Some(&prev))).unwrap();
         assert_eq!(stdin["prevResult"]["cniVersion"], "0.3.1");
         assert_eq!(stdin["prevResult"]["ips"][0]["version"], "4");
-        let conf = PluginConf::parse(&list.plugin_stdin(1, Some(&prev)).unwrap()).unwrap();
+        let conf = PluginConf::parse(&list.plugin_stdin(1, Some(&prev))).unwrap();
         assert_eq!(conf.prev_result().unwrap().unwrap().ips.len(), 1);
     }
 }
