@@ -139,11 +139,6 @@ impl CniResult {
     pub fn to_string(&self, version: CniVersion) -> String {
         self.to_json(version).to_string()
     }
-
-    /// Index of the interface named `name` in the given sandbox (None: any or host).
-    pub fn interface_index(&self, name: &str, sandbox: Option<&str>) -> Option<usize> {
-        self.interfaces.iter().position(|i| i.name == name && (sandbox.is_none() || i.sandbox.as_deref() == sandbox))
-    }
 }
 
 #[cfg(test)]

@@ -107,11 +107,6 @@ impl ApiClient {
         Ok(ApiClient { client, server, kubeconfig: kubeconfig.to_path_buf(), policy, deadline, runtime })
     }
 
-    /// The API server's URL, as messages name it.
-    pub fn server(&self) -> &str {
-        &self.server
-    }
-
     fn get<K>(&self, obj: ObjectRef<'_>) -> Result<Option<K>, CniError>
     where
         K: Resource<Scope = NamespaceResourceScope> + DeserializeOwned + Clone + Debug,
