@@ -124,14 +124,14 @@ pub fn resolve(conf_dir: &Path, name: &NetworkName) -> Result<NetworkFile, CniEr
     Ok(NetworkFile { network, path })
 }
 
-/// Load a resolved network's configuration: the exact bytes (for the record) and the parsed chain.
+/// Load a resolved network's configuration: the exact text (for the record) and the parsed chain.
 /// A chain that would run the selector again is refused: it would call itself without end.
-pub fn load(file: &NetworkFile) -> Result<(Vec<u8>, ConfList), CniError> {
-    let bytes = std::fs::read(&file.path).map_err(|e| {
+pub fn load(file: &NetworkFile) -> Result<(String, ConfList), CniError> {
+    let text = std::fs::read_to_string(&file.path).map_err(|e| {
         CniError::invalid_config(format!("network {}: cannot read {}: {e}", file.network, file.path.display()))
     })?;
-    let list = parse_conf(&bytes, &file.path).map_err(|e| e.context(format!("network {}", file.network)))?;
-    Ok((bytes, list))
+    let list = parse_conf(text.as_bytes(), &file.path).map_err(|e| e.context(format!("network {}", file.network)))?;
+    Ok((text, list))
 }
 
 /// Parse configuration bytes the way libcni does for the file's name (`.conflist` is a chain).
