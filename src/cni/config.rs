@@ -120,11 +120,16 @@ impl ConfList {
         Ok(ConfList { cni_version, name, disable_check, plugins })
     }
 
+    /// Parse the bytes of the file at `path`, in the shape its name gives it: `.conflist` is a chain.
+    pub fn parse_file(bytes: &[u8], path: &Path) -> Result<Self, CniError> {
+        let is_list = path.extension().is_some_and(|e| e == "conflist");
+        Self::parse(bytes, is_list, &path.display().to_string())
+    }
+
     pub fn load(path: &Path) -> Result<Self, CniError> {
         let bytes = std::fs::read(path)
             .map_err(|e| CniError::io(format!("cannot read network configuration {}: {e}", path.display())))?;
-        let is_list = path.extension().is_some_and(|e| e == "conflist");
-        Self::parse(&bytes, is_list, &path.display().to_string())
+        Self::parse_file(&bytes, path)
     }
 
     /// Stdin for plugin `index`: its own keys plus the list's `name` and `cniVersion`, and `prevResult`

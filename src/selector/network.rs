@@ -12,7 +12,7 @@ use std::fmt;
 use std::path::{Component, Path, PathBuf};
 
 /// File name endings of network configurations, as libcni loads them.
-const CONF_EXTENSIONS: [&str; 3] = ["conflist", "conf", "json"];
+pub const CONF_EXTENSIONS: [&str; 3] = ["conflist", "conf", "json"];
 
 /// How a value names a network.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -134,10 +134,10 @@ pub fn load(file: &NetworkFile) -> Result<(String, ConfList), CniError> {
     Ok((text, list))
 }
 
-/// Parse configuration bytes the way libcni does for the file's name (`.conflist` is a chain).
+/// Parse a network's configuration file (`.conflist` is a chain, as libcni reads it) and check that
+/// the selector can run it.
 pub fn parse_conf(bytes: &[u8], path: &Path) -> Result<ConfList, CniError> {
-    let is_list = path.extension().is_some_and(|e| e == "conflist");
-    let list = ConfList::parse(bytes, is_list, &path.display().to_string())?;
+    let list = ConfList::parse_file(bytes, path)?;
     if let Some(i) = (0..list.plugins.len()).find(|&i| list.plugin_type(i) == super::NAME) {
         return Err(CniError::invalid_config(format!(
             "{}: plugins[{i}] is {}, which would run the selector inside itself",
