@@ -83,8 +83,7 @@ fn step(list: &ConfList, i: usize, command: Command) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cni::CniArgs;
-    use std::os::unix::fs::PermissionsExt;
+    use crate::cni::testing::{invocation, script};
     use std::path::PathBuf;
 
     /// A bin dir of shell plugins that log `COMMAND name prev=yes|no` and answer ADD with an address.
@@ -107,15 +106,13 @@ mod tests {
             } else {
                 format!(r#"echo '{{"cniVersion":"1.0.0","ips":[{{"address":"{address}"}}]}}'"#)
             };
-            let script = format!(
-                "#!/bin/sh\nin=$(cat)\nprev=no\ncase \"$in\" in *prevResult*) prev=yes;; esac\n\
+            let body = format!(
+                "in=$(cat)\nprev=no\ncase \"$in\" in *prevResult*) prev=yes;; esac\n\
                  echo \"$CNI_COMMAND {name} prev=$prev\" >> {log}\n\
-                 if [ \"$CNI_COMMAND\" = ADD ]; then {add}; fi\n",
+                 if [ \"$CNI_COMMAND\" = ADD ]; then {add}; fi",
                 log = log.display()
             );
-            let path = self.dir.path().join(name);
-            std::fs::write(&path, script).unwrap();
-            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+            script(self.dir.path(), name, &body);
         }
         fn log_path(&self) -> PathBuf {
             self.dir.path().join("log")
@@ -126,14 +123,7 @@ mod tests {
             text.lines().map(String::from).collect()
         }
         fn inv(&self) -> Invocation {
-            Invocation {
-                command: Command::Add,
-                container_id: "c1".into(),
-                netns: Some(PathBuf::from("/run/netns/x")),
-                ifname: "eth0".into(),
-                args: CniArgs::default(),
-                path: vec![self.dir.path().to_path_buf()],
-            }
+            invocation(Command::Add, self.dir.path())
         }
     }
 

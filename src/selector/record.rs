@@ -165,14 +165,11 @@ mod tests {
     use crate::cni::CniArgs;
 
     fn inv(cid: &str, ifname: &str) -> Invocation {
-        Invocation {
-            command: crate::cni::Command::Add,
-            container_id: cid.into(),
-            netns: None,
-            ifname: ifname.into(),
-            args: CniArgs::parse("K8S_POD_NAMESPACE=ns;K8S_POD_NAME=p").unwrap(),
-            path: vec![],
-        }
+        let mut inv = crate::cni::testing::invocation(crate::cni::Command::Add, Path::new("/nonexistent"));
+        inv.container_id = cid.into();
+        inv.ifname = ifname.into();
+        inv.args = CniArgs::parse("K8S_POD_NAMESPACE=ns;K8S_POD_NAME=p").unwrap();
+        inv
     }
 
     const CONF: &str = r#"{"cniVersion":"1.0.0","name":"blue","plugins":[{"type":"bridge"}]}"#;
