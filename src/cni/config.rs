@@ -50,7 +50,7 @@ impl PluginConf {
 
     /// Deserialize the plugin's own view of the config; errors are code 7 and say what is wrong.
     pub fn typed<T: DeserializeOwned>(&self) -> Result<T, CniError> {
-        serde_json::from_value(Value::Object(self.raw.clone()))
+        T::deserialize(&self.raw)
             .map_err(|e| CniError::invalid_config(format!("invalid {} configuration: {e}", self.plugin_type)))
     }
 

@@ -98,7 +98,7 @@ impl CniResult {
                 }
             }
         }
-        serde_json::from_value(v.clone()).map_err(|e| CniError::decode(format!("invalid result: {e}")))
+        Self::deserialize(v).map_err(|e| CniError::decode(format!("invalid result: {e}")))
     }
 
     pub fn from_slice(bytes: &[u8]) -> Result<Self, CniError> {
