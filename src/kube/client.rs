@@ -233,7 +233,7 @@ fn jittered(pause: Duration) -> Duration {
 }
 
 /// A duration for messages: `30s`, `0.25s`.
-pub(crate) fn seconds(d: Duration) -> String {
+fn seconds(d: Duration) -> String {
     let s = format!("{:.2}", d.as_secs_f64());
     format!("{}s", s.trim_end_matches('0').trim_end_matches('.'))
 }

@@ -207,6 +207,6 @@ fn remove_logged(store: &RecordStore, inv: &Invocation) {
 }
 
 /// A warning in the plugin's log (stderr or `logFile`); stdout is the CNI protocol's.
-pub(crate) fn warn(msg: impl std::fmt::Display) {
+fn warn(msg: impl std::fmt::Display) {
     tracing::warn!("{msg}");
 }
