@@ -116,10 +116,13 @@ pub fn resolve(conf_dir: &Path, name: &NetworkName) -> Result<NetworkFile, CniEr
         inside(&file)?
     } else if relative.components().count() < 2 {
         return Err(bad(format!("{} is not inside a network directory under confDir", target.display())));
-    } else if has_conf_extension(&real) {
-        real
-    } else {
+    } else if !has_conf_extension(&real) {
         return Err(bad(format!("{} is not a .conflist, .conf or .json file", target.display())));
+    } else if !real.is_file() {
+        // A FIFO or a device would block or never end when read.
+        return Err(bad(format!("{} is not a regular file", target.display())));
+    } else {
+        real
     };
     Ok(NetworkFile { network, path })
 }
@@ -287,12 +290,14 @@ mod tests {
         let d = Dir::new();
         d.file("canal/notes.txt");
         d.file("top.conf");
+        nix::unistd::mkfifo(&d.conf().join("canal/fifo.conf"), nix::sys::stat::Mode::S_IRUSR).unwrap();
         for (value, want) in [
             ("nothere", "nothere"),
             ("canal", "has no *.conflist"),
             ("canal/notes.txt", "not a .conflist"),
             ("canal/missing.conf", "missing.conf"),
             ("top.conf", "not inside a network directory"),
+            ("canal/fifo.conf", "not a regular file"),
         ] {
             let e = d.resolve(value).unwrap_err();
             assert_eq!(e.code, 7, "{value}");
