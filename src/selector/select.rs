@@ -66,13 +66,13 @@ pub fn select(
     let Some((namespace, name)) = pod else {
         return default_network(config, Reason::NotAPod, None, Vec::new(), "the caller is not a Kubernetes pod");
     };
-    pod_arg("K8S_POD_NAMESPACE", namespace)?;
-    pod_arg("K8S_POD_NAME", name)?;
     let pod_ref = ObjectRef::pod(namespace, name);
     let Some(source) = source else {
         let why = format!("{pod_ref} cannot be looked up (no kubeconfig configured)");
         return default_network(config, Reason::KubernetesNotConfigured, None, Vec::new(), &why);
     };
+    pod_arg("K8S_POD_NAMESPACE", namespace)?;
+    pod_arg("K8S_POD_NAME", name)?;
     let pod =
         source.pod(namespace, name)?.ok_or_else(|| CniError::new(code::KUBE_API, format!("{pod_ref} not found")))?;
     let uid = pod.metadata.uid.clone();
@@ -422,7 +422,8 @@ mod tests {
             assert!(e.msg.contains(key), "{e}");
         }
         assert!(api.asked.borrow().is_empty());
-        assert!(select(&node.config, Some(("kube-system", "web-0.x-1")), None).is_ok());
+        let good = FakeApi::default().pod("kube-system", "web-0.x-1", json!([{"name": "c"}]));
+        assert!(select(&node.config, Some(("kube-system", "web-0.x-1")), Some(&good)).is_ok());
     }
 
     #[test]
