@@ -13,6 +13,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::{Duration, SystemTime};
 use tracing::Level;
+use tracing_subscriber::fmt::writer::BoxMakeWriter;
+use tracing_subscriber::util::SubscriberInitExt;
 
 /// The network this process's operation concerns, when the plugin knows better than its config's
 /// `name` (the selector learns it by selecting). Read by the operation line.
@@ -116,43 +118,45 @@ impl LogConfig {
 
     /// Install as the process-wide logger. The first call wins; later calls are no-ops.
     pub fn init(&self) {
-        let builder = tracing_subscriber::fmt().with_max_level(self.level).with_ansi(false).with_target(false);
-        match self.open() {
-            Some(Ok(f)) => {
-                let _ = builder.with_writer(Mutex::new(f)).try_init();
-            }
-            Some(Err(e)) => {
-                let _ = builder.with_writer(std::io::stderr).try_init();
-                tracing::warn!("cannot open log file {}: {e}; logging to stderr", self.file_display());
-            }
-            None => {
-                let _ = builder.with_writer(std::io::stderr).try_init();
-            }
+        let (subscriber, trouble) = self.subscriber();
+        let _ = subscriber.try_init();
+        if let Some(trouble) = trouble {
+            tracing::warn!("{trouble}");
         }
     }
 
     /// Run `f` with its events going where this config says (a built-in plugin run in process by
-    /// another keeps its own log). If the file cannot be opened they go to stderr: a plugin must
-    /// never fail because it cannot log.
+    /// another keeps its own log).
     pub fn scope<T>(&self, f: impl FnOnce() -> T) -> T {
-        let builder = tracing_subscriber::fmt().with_ansi(false).with_max_level(self.level).with_target(false);
-        match self.open() {
-            Some(Ok(file)) => tracing::subscriber::with_default(builder.with_writer(Mutex::new(file)).finish(), f),
-            Some(Err(e)) => tracing::subscriber::with_default(builder.with_writer(std::io::stderr).finish(), || {
-                tracing::warn!("cannot open log file {}: {e}; logging to stderr", self.file_display());
-                f()
-            }),
-            None => tracing::subscriber::with_default(builder.with_writer(std::io::stderr).finish(), f),
-        }
+        let (subscriber, trouble) = self.subscriber();
+        tracing::subscriber::with_default(subscriber, || {
+            if let Some(trouble) = trouble {
+                tracing::warn!("{trouble}");
+            }
+            f()
+        })
     }
 
-    fn file_display(&self) -> String {
-        self.file.as_deref().map(|p| p.display().to_string()).unwrap_or_default()
-    }
-
-    fn open(&self) -> Option<std::io::Result<File>> {
-        let path = self.file.as_deref()?;
-        Some(open_rotated(path, self.max_size_bytes, self.max_files, self.max_age))
+    /// A subscriber writing where this config says, and why it writes to stderr instead when the
+    /// file cannot be opened: a plugin must never fail because it cannot log.
+    fn subscriber(&self) -> (impl tracing::Subscriber + Send + Sync + 'static, Option<String>) {
+        let (writer, trouble) = match &self.file {
+            None => (BoxMakeWriter::new(std::io::stderr), None),
+            Some(path) => match open_rotated(path, self.max_size_bytes, self.max_files, self.max_age) {
+                Ok(file) => (BoxMakeWriter::new(Mutex::new(file)), None),
+                Err(e) => (
+                    BoxMakeWriter::new(std::io::stderr),
+                    Some(format!("cannot open log file {}: {e}; logging to stderr", path.display())),
+                ),
+            },
+        };
+        let subscriber = tracing_subscriber::fmt()
+            .with_max_level(self.level)
+            .with_ansi(false)
+            .with_target(false)
+            .with_writer(writer)
+            .finish();
+        (subscriber, trouble)
     }
 }
 
@@ -284,5 +288,14 @@ mod tests {
         let o = LogConfig { file: Some(file.clone()), ..LogConfig::seed_defaults("veth") };
         o.scope(|| tracing::debug!("first line"));
         assert!(fs::read_to_string(&file).unwrap().contains("first line"));
+    }
+
+    #[test]
+    fn a_log_file_that_cannot_be_opened_does_not_stop_the_plugin() {
+        let d = tempfile::tempdir().unwrap();
+        let not_a_dir = d.path().join("file");
+        fs::write(&not_a_dir, b"").unwrap();
+        let o = LogConfig { file: Some(not_a_dir.join("veth.log")), ..LogConfig::seed_defaults("veth") };
+        assert_eq!(o.scope(|| 42), 42);
     }
 }

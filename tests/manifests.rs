@@ -17,6 +17,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use yh_genie::cni::ConfList;
 use yh_genie::install::{Options, Request};
+use yh_genie::selector::network::parse_conf;
 
 /// The API calls the selector makes (SPEC §3 steps 2 and 3): (API group, resource, verb).
 const SELECTOR_API_CALLS: [(&str, &str, &str); 2] = [("", "pods", "get"), ("", "configmaps", "get")];
@@ -284,14 +285,13 @@ fn the_daemonset_mounts_every_host_path_the_installer_touches() {
     }
 }
 
-/// The network files a ConfigMap carries, as the installer will lay them out: key -> conf.
+/// The network files a ConfigMap carries, checked and laid out as the installer does: key -> conf.
 fn networks_of(cm: &ConfigMap, origin: &str) -> BTreeMap<String, ConfList> {
     cm.data
         .iter()
         .flatten()
         .map(|(key, text)| {
-            let conf = ConfList::parse(text.as_bytes(), key.ends_with(".conflist"), &format!("{origin}: {key}"))
-                .unwrap_or_else(|e| panic!("{e}"));
+            let conf = parse_conf(text.as_bytes(), &Path::new(origin).join(key)).unwrap_or_else(|e| panic!("{e}"));
             let stem = key.rsplit_once('.').unwrap().0;
             assert_eq!(conf.name, stem, "{origin}: {key} must name its network {stem:?}");
             (key.clone(), conf)
@@ -306,7 +306,7 @@ fn example_networks() -> BTreeMap<String, ConfList> {
         .map(|e| {
             let path = e.unwrap().path();
             let key = path.file_name().unwrap().to_str().unwrap().to_owned();
-            let conf = ConfList::load(&path).unwrap_or_else(|e| panic!("{e}"));
+            let conf = parse_conf(&std::fs::read(&path).unwrap(), &path).unwrap_or_else(|e| panic!("{e}"));
             assert_eq!(conf.name, key.rsplit_once('.').unwrap().0, "{key} must name its network after the file");
             (key, conf)
         })

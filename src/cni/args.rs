@@ -26,19 +26,13 @@ impl CniArgs {
         self.pairs.iter().rev().find(|(k, _)| k == key).map(|(_, v)| v.as_str()).filter(|v| !v.is_empty())
     }
 
-    pub fn pod_namespace(&self) -> Option<&str> {
-        self.get("K8S_POD_NAMESPACE")
-    }
-    pub fn pod_name(&self) -> Option<&str> {
-        self.get("K8S_POD_NAME")
-    }
     pub fn pod_uid(&self) -> Option<&str> {
         self.get("K8S_POD_UID")
     }
 
     /// `namespace/name` when both are present: the caller is a Kubernetes pod.
     pub fn pod(&self) -> Option<(&str, &str)> {
-        Some((self.pod_namespace()?, self.pod_name()?))
+        Some((self.get("K8S_POD_NAMESPACE")?, self.get("K8S_POD_NAME")?))
     }
 
     /// The string to hand on to a delegate (order and unknown keys kept).

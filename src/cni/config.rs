@@ -50,7 +50,7 @@ impl PluginConf {
 
     /// Deserialize the plugin's own view of the config; errors are code 7 and say what is wrong.
     pub fn typed<T: DeserializeOwned>(&self) -> Result<T, CniError> {
-        serde_json::from_value(Value::Object(self.raw.clone()))
+        T::deserialize(&self.raw)
             .map_err(|e| CniError::invalid_config(format!("invalid {} configuration: {e}", self.plugin_type)))
     }
 
@@ -70,7 +70,7 @@ impl PluginConf {
 /// A network: a `.conflist` chain, or a `.conf` single plugin seen as a chain of one.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ConfList {
-    pub cni_version: String,
+    pub cni_version: CniVersion,
     pub name: String,
     pub disable_check: bool,
     pub plugins: Vec<Map<String, Value>>,
@@ -90,7 +90,7 @@ impl ConfList {
             Some(_) => Err(CniError::invalid_config(format!("{origin}: '{k}' must be a string"))),
         };
         let name = str_field("name")?;
-        let cni_version = str_field("cniVersion")?;
+        let cni_version = CniVersion::parse(&str_field("cniVersion")?).map_err(|e| e.context(origin))?;
         let plugins = if is_list || obj.contains_key("plugins") {
             let Some(Value::Array(list)) = obj.get("plugins") else {
                 return Err(CniError::invalid_config(format!("{origin}: a conflist needs a 'plugins' array")));
@@ -116,34 +116,37 @@ impl ConfList {
         if name.is_empty() {
             return Err(CniError::invalid_config(format!("{origin}: no 'name'")));
         }
-        CniVersion::parse(&cni_version).map_err(|e| e.context(origin))?;
         let disable_check = obj.get("disableCheck").and_then(Value::as_bool).unwrap_or(false);
         Ok(ConfList { cni_version, name, disable_check, plugins })
+    }
+
+    /// Parse the bytes of the file at `path`, in the shape its name gives it: `.conflist` is a chain.
+    pub fn parse_file(bytes: &[u8], path: &Path) -> Result<Self, CniError> {
+        let is_list = path.extension().is_some_and(|e| e == "conflist");
+        Self::parse(bytes, is_list, &path.display().to_string())
     }
 
     pub fn load(path: &Path) -> Result<Self, CniError> {
         let bytes = std::fs::read(path)
             .map_err(|e| CniError::io(format!("cannot read network configuration {}: {e}", path.display())))?;
-        let is_list = path.extension().is_some_and(|e| e == "conflist");
-        Self::parse(&bytes, is_list, &path.display().to_string())
+        Self::parse_file(&bytes, path)
     }
 
     /// Stdin for plugin `index`: its own keys plus the list's `name` and `cniVersion`, and `prevResult`
     /// in the list's version when there is one (libcni's `buildOneConfig`).
-    pub fn plugin_stdin(&self, index: usize, prev: Option<&CniResult>) -> Result<Vec<u8>, CniError> {
-        let version = CniVersion::parse(&self.cni_version)?;
+    pub fn plugin_stdin(&self, index: usize, prev: Option<&CniResult>) -> Vec<u8> {
         let mut m = self.plugins[index].clone();
         m.insert("name".into(), self.name.clone().into());
-        m.insert("cniVersion".into(), self.cni_version.clone().into());
+        m.insert("cniVersion".into(), self.cni_version.as_str().into());
         match prev {
             Some(r) => {
-                m.insert("prevResult".into(), r.to_json(version));
+                m.insert("prevResult".into(), r.to_json(self.cni_version));
             }
             None => {
                 m.remove("prevResult");
             }
         }
-        Ok(serde_json::to_vec(&m).expect("a JSON map always serializes"))
+        serde_json::to_vec(&m).expect("a JSON map always serializes")
     }
 
     pub fn plugin_type(&self, index: usize) -> &str {
@@ -183,7 +186,7 @@ mod tests {
         )
         .unwrap();
         assert_eq!(list.plugins.len(), 2);
-        let stdin: Value = serde_json::from_slice(&list.plugin_stdin(1, None).unwrap()).unwrap();
+        let stdin: Value = serde_json::from_slice(&list.plugin_stdin(1, None)).unwrap();
         assert_eq!(stdin, json!({"cniVersion":"1.0.0","name":"b","type":"veth","x":1}));
     }
 
@@ -207,10 +210,10 @@ mod tests {
             ConfList::parse(br#"{"cniVersion":"0.3.1","name":"b","plugins":[{"type":"a"},{"type":"b"}]}"#, true, "x")
                 .unwrap();
         let prev = CniResult::from_json(&json!({"ips":[{"address":"10.0.0.2/24"}]})).unwrap();
-        let stdin: Value = serde_json::from_slice(&list.plugin_stdin(1, Some(&prev)).unwrap()).unwrap();
+        let stdin: Value = serde_json::from_slice(&list.plugin_stdin(1, Some(&prev))).unwrap();
         assert_eq!(stdin["prevResult"]["cniVersion"], "0.3.1");
         assert_eq!(stdin["prevResult"]["ips"][0]["version"], "4");
-        let conf = PluginConf::parse(&list.plugin_stdin(1, Some(&prev)).unwrap()).unwrap();
+        let conf = PluginConf::parse(&list.plugin_stdin(1, Some(&prev))).unwrap();
         assert_eq!(conf.prev_result().unwrap().unwrap().ips.len(), 1);
     }
 }

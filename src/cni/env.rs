@@ -91,10 +91,6 @@ impl Invocation {
         Ok(inv)
     }
 
-    pub fn from_process_env() -> Result<Self, CniError> {
-        Self::from_env(|k| std::env::var(k).ok())
-    }
-
     /// The environment a delegate gets for the same call (`command` may differ, e.g. DEL on rollback).
     pub fn env_for(&self, command: Command) -> Vec<(&'static str, String)> {
         let path = std::env::join_paths(&self.path).map(|p| p.to_string_lossy().into_owned()).unwrap_or_default();

@@ -40,8 +40,6 @@ pub struct CniError {
     pub details: String,
 }
 
-pub type CniResultOf<T> = Result<T, CniError>;
-
 impl CniError {
     pub fn new(code: u32, msg: impl Into<String>) -> Self {
         CniError { code, msg: msg.into(), details: String::new() }

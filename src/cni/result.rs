@@ -98,7 +98,7 @@ impl CniResult {
                 }
             }
         }
-        serde_json::from_value(v.clone()).map_err(|e| CniError::decode(format!("invalid result: {e}")))
+        Self::deserialize(v).map_err(|e| CniError::decode(format!("invalid result: {e}")))
     }
 
     pub fn from_slice(bytes: &[u8]) -> Result<Self, CniError> {
@@ -138,11 +138,6 @@ impl CniResult {
 
     pub fn to_string(&self, version: CniVersion) -> String {
         self.to_json(version).to_string()
-    }
-
-    /// Index of the interface named `name` in the given sandbox (None: any or host).
-    pub fn interface_index(&self, name: &str, sandbox: Option<&str>) -> Option<usize> {
-        self.interfaces.iter().position(|i| i.name == name && (sandbox.is_none() || i.sandbox.as_deref() == sandbox))
     }
 }
 

@@ -1,16 +1,14 @@
 //! Network confs shipped to the node: each `NAME.conflist`, `NAME.conf` or `NAME.json` in the source
 //! directory (typically a mounted ConfigMap, one key per network) becomes `<confDir>/NAME/<file>`,
-//! where the selector finds the network NAME. Each file is checked as a CNI configuration first, so a
-//! typo fails here, naming the file, instead of at a pod's ADD.
+//! where the selector finds the network NAME. Each file is checked first as the selector will load
+//! it, so a typo fails here, naming the file, instead of at a pod's ADD.
 //!
 //! Files are never deleted: a network dropped from the source may still be in use by running pods.
 
 use super::files::{self, Change};
-use crate::cni::ConfList;
+use crate::selector::network::{CONF_EXTENSIONS, parse_conf};
 use anyhow::{Context, anyhow};
 use std::path::{Path, PathBuf};
-
-const EXTENSIONS: [&str; 3] = ["conflist", "conf", "json"];
 
 /// One installed (or already current) network file.
 #[derive(Debug, PartialEq)]
@@ -47,15 +45,15 @@ pub fn sync(source: &Path, conf_dir: &Path, reserved: &[&str]) -> anyhow::Result
 }
 
 fn install_one(file: &Path, name: &str, conf_dir: &Path, reserved: &[&str]) -> anyhow::Result<Installed> {
-    let (network, extension) = name
+    let (network, _) = name
         .rsplit_once('.')
-        .filter(|(network, ext)| !network.is_empty() && EXTENSIONS.contains(ext))
+        .filter(|(network, ext)| !network.is_empty() && CONF_EXTENSIONS.contains(ext))
         .ok_or_else(|| anyhow!("{}: a network file is named NAME.conflist, NAME.conf or NAME.json", file.display()))?;
     if reserved.contains(&network) {
         return Err(anyhow!("{}: {network:?} is reserved for yh-genie's own files", file.display()));
     }
     let bytes = std::fs::read(file).with_context(|| format!("reading {}", file.display()))?;
-    ConfList::parse(&bytes, extension == "conflist", &file.display().to_string())?;
+    parse_conf(&bytes, file)?;
     let dir = conf_dir.join(network);
     files::ensure_dir(&dir, 0o755).with_context(|| format!("creating {}", dir.display()))?;
     let path = dir.join(name);
@@ -96,10 +94,12 @@ mod tests {
         fs::write(src.join("broken.conflist"), "{").unwrap();
         fs::write(src.join("README"), "hi").unwrap();
         fs::write(src.join("yh-genie.d.conf"), PTP).unwrap();
+        fs::write(src.join("loop.conf"), r#"{"cniVersion": "1.0.0", "name": "loop", "type": "yh-genie"}"#).unwrap();
         let err = format!("{:#}", sync(&src, &conf, &["yh-genie.d"]).unwrap_err());
         assert!(err.contains("broken.conflist: not valid JSON"), "{err}");
         assert!(err.contains("README: a network file is named"), "{err}");
         assert!(err.contains("reserved"), "{err}");
+        assert!(err.contains("loop.conf: plugins[0] is yh-genie"), "{err}");
         assert!(conf.join("yonghui/yonghui.conflist").exists());
         assert!(!conf.join("broken").exists());
     }

@@ -107,11 +107,6 @@ impl ApiClient {
         Ok(ApiClient { client, server, kubeconfig: kubeconfig.to_path_buf(), policy, deadline, runtime })
     }
 
-    /// The API server's URL, as messages name it.
-    pub fn server(&self) -> &str {
-        &self.server
-    }
-
     fn get<K>(&self, obj: ObjectRef<'_>) -> Result<Option<K>, CniError>
     where
         K: Resource<Scope = NamespaceResourceScope> + DeserializeOwned + Clone + Debug,
@@ -238,7 +233,7 @@ fn jittered(pause: Duration) -> Duration {
 }
 
 /// A duration for messages: `30s`, `0.25s`.
-pub(crate) fn seconds(d: Duration) -> String {
+fn seconds(d: Duration) -> String {
     let s = format!("{:.2}", d.as_secs_f64());
     format!("{}s", s.trim_end_matches('0').trim_end_matches('.'))
 }

@@ -2,7 +2,7 @@
 //! previous result as `prevResult`; DEL in reverse with the final result; CHECK in order. Built-in
 //! plugins run in process, others by exec (`plugins::invoke`).
 
-use crate::cni::{CniError, CniResult, CniVersion, Command, ConfList, Invocation, code};
+use crate::cni::{CniError, CniResult, Command, ConfList, Invocation, code};
 use crate::plugins;
 
 /// An ADD that failed, and whether what it had made was undone.
@@ -18,9 +18,9 @@ pub struct AddFailed {
 pub fn add(list: &ConfList, inv: &Invocation) -> Result<CniResult, AddFailed> {
     let mut prev: Option<CniResult> = None;
     for i in 0..list.plugins.len() {
-        let outcome = list.plugin_stdin(i, prev.as_ref()).and_then(|stdin| {
-            plugins::invoke(list.plugin_type(i), Command::Add, inv, &stdin)?
-                .ok_or_else(|| CniError::new(code::DELEGATE_FAILED, "returned no result".to_string()))
+        let stdin = list.plugin_stdin(i, prev.as_ref());
+        let outcome = plugins::invoke(list.plugin_type(i), Command::Add, inv, &stdin).and_then(|result| {
+            result.ok_or_else(|| CniError::new(code::DELEGATE_FAILED, "returned no result".to_string()))
         });
         match outcome {
             Ok(result) => prev = Some(result),
@@ -44,12 +44,11 @@ pub fn del(list: &ConfList, inv: &Invocation, prev: Option<&CniResult>) -> Resul
 /// CHECK every plugin in order with the ADD result. Skipped, as libcni does, for versions before
 /// 0.4.0 and for chains with `disableCheck`.
 pub fn check(list: &ConfList, inv: &Invocation, prev: &CniResult) -> Result<(), CniError> {
-    if !version(list).has_check() || list.disable_check {
+    if !list.cni_version.has_check() || list.disable_check {
         return Ok(());
     }
     for i in 0..list.plugins.len() {
-        let stdin = list.plugin_stdin(i, Some(prev))?;
-        plugins::invoke(list.plugin_type(i), Command::Check, inv, &stdin)
+        plugins::invoke(list.plugin_type(i), Command::Check, inv, &list.plugin_stdin(i, Some(prev)))
             .map_err(|e| e.context(step(list, i, Command::Check)))?;
     }
     Ok(())
@@ -57,24 +56,16 @@ pub fn check(list: &ConfList, inv: &Invocation, prev: &CniResult) -> Result<(), 
 
 /// DEL plugins `count-1` down to 0.
 fn del_plugins(list: &ConfList, inv: &Invocation, count: usize, prev: Option<&CniResult>) -> Result<(), CniError> {
-    let prev = prev.filter(|_| version(list).del_gets_prev_result());
+    let prev = prev.filter(|_| list.cni_version.del_gets_prev_result());
     let mut first_error = None;
     for i in (0..count).rev() {
-        let outcome = list
-            .plugin_stdin(i, prev)
-            .and_then(|stdin| plugins::invoke(list.plugin_type(i), Command::Del, inv, &stdin));
-        if let Err(e) = outcome {
+        if let Err(e) = plugins::invoke(list.plugin_type(i), Command::Del, inv, &list.plugin_stdin(i, prev)) {
             let e = e.context(step(list, i, Command::Del));
             super::warn(e.to_string());
             first_error.get_or_insert(e);
         }
     }
     first_error.map_or(Ok(()), Err)
-}
-
-fn version(list: &ConfList) -> CniVersion {
-    // `ConfList::parse` has checked it.
-    CniVersion::parse(&list.cni_version).unwrap_or(CniVersion::V0_3_0)
 }
 
 /// `network blue: plugin 2 of 2 (portmap) ADD`, for error messages.
@@ -92,8 +83,7 @@ fn step(list: &ConfList, i: usize, command: Command) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cni::CniArgs;
-    use std::os::unix::fs::PermissionsExt;
+    use crate::cni::testing::{invocation, script};
     use std::path::PathBuf;
 
     /// A bin dir of shell plugins that log `COMMAND name prev=yes|no` and answer ADD with an address.
@@ -116,15 +106,13 @@ mod tests {
             } else {
                 format!(r#"echo '{{"cniVersion":"1.0.0","ips":[{{"address":"{address}"}}]}}'"#)
             };
-            let script = format!(
-                "#!/bin/sh\nin=$(cat)\nprev=no\ncase \"$in\" in *prevResult*) prev=yes;; esac\n\
+            let body = format!(
+                "in=$(cat)\nprev=no\ncase \"$in\" in *prevResult*) prev=yes;; esac\n\
                  echo \"$CNI_COMMAND {name} prev=$prev\" >> {log}\n\
-                 if [ \"$CNI_COMMAND\" = ADD ]; then {add}; fi\n",
+                 if [ \"$CNI_COMMAND\" = ADD ]; then {add}; fi",
                 log = log.display()
             );
-            let path = self.dir.path().join(name);
-            std::fs::write(&path, script).unwrap();
-            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+            script(self.dir.path(), name, &body);
         }
         fn log_path(&self) -> PathBuf {
             self.dir.path().join("log")
@@ -135,14 +123,7 @@ mod tests {
             text.lines().map(String::from).collect()
         }
         fn inv(&self) -> Invocation {
-            Invocation {
-                command: Command::Add,
-                container_id: "c1".into(),
-                netns: Some(PathBuf::from("/run/netns/x")),
-                ifname: "eth0".into(),
-                args: CniArgs::default(),
-                path: vec![self.dir.path().to_path_buf()],
-            }
+            invocation(Command::Add, self.dir.path())
         }
     }
 

@@ -74,7 +74,7 @@ impl SelectorConfig {
         let index = (0..list.plugins.len()).find(|&i| list.plugin_type(i) == super::NAME).ok_or_else(|| {
             CniError::invalid_config(format!("{}: no plugin of type {}", path.display(), super::NAME))
         })?;
-        let conf = PluginConf::parse(&list.plugin_stdin(index, None)?)?;
+        let conf = PluginConf::parse(&list.plugin_stdin(index, None))?;
         Self::from_plugin_conf(&conf).map_err(|e| e.context(path.display()))
     }
 }
@@ -112,7 +112,7 @@ pub fn valid_attachments(conf: &PluginConf) -> Result<Vec<(String, String)>, Cni
     let value = conf.raw.get(KEY).filter(|v| !v.is_null()).ok_or_else(|| {
         CniError::invalid_config(format!("GC needs '{KEY}' in the configuration; nothing was collected"))
     })?;
-    let list: Vec<Attachment> = serde_json::from_value(Value::clone(value))
+    let list = Vec::<Attachment>::deserialize(value)
         .map_err(|e| CniError::invalid_config(format!("'{KEY}' is not a list of {{containerID, ifname}}: {e}")))?;
     Ok(list.into_iter().map(|a| (a.container_id, a.ifname)).collect())
 }

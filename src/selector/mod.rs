@@ -33,14 +33,14 @@ impl Plugin for Selector {
             select::select(&config, inv.args.pod(), api.as_ref().map(|a| a as &dyn PodSource))?
         };
         crate::logging::note_network(&selection.file.network);
-        let (bytes, list) = network::load(&selection.file)?;
+        let (conf, list) = network::load(&selection.file)?;
         let pod = inv.args.pod().map(|(namespace, name)| PodIdentity {
             namespace: namespace.to_string(),
             name: name.to_string(),
             uid: inv.args.pod_uid().map(String::from).or(selection.pod_uid.clone()),
         });
         let store = RecordStore::new(&config.data_dir);
-        let mut record = Record::new(inv, &selection.file.network, &selection.file.path, &bytes, pod)?;
+        let mut record = Record::new(inv, &selection.file.network, &selection.file.path, conf, pod);
         if store.read(&inv.container_id, &inv.ifname).is_some() {
             warn(format!(
                 "ADD of container {} interface {} replaces an attachment record that was never DELeted",
@@ -207,6 +207,6 @@ fn remove_logged(store: &RecordStore, inv: &Invocation) {
 }
 
 /// A warning in the plugin's log (stderr or `logFile`); stdout is the CNI protocol's.
-pub(crate) fn warn(msg: impl std::fmt::Display) {
+fn warn(msg: impl std::fmt::Display) {
     tracing::warn!("{msg}");
 }

@@ -12,7 +12,7 @@ use std::fmt;
 use std::path::{Component, Path, PathBuf};
 
 /// File name endings of network configurations, as libcni loads them.
-const CONF_EXTENSIONS: [&str; 3] = ["conflist", "conf", "json"];
+pub const CONF_EXTENSIONS: [&str; 3] = ["conflist", "conf", "json"];
 
 /// How a value names a network.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -116,28 +116,31 @@ pub fn resolve(conf_dir: &Path, name: &NetworkName) -> Result<NetworkFile, CniEr
         inside(&file)?
     } else if relative.components().count() < 2 {
         return Err(bad(format!("{} is not inside a network directory under confDir", target.display())));
-    } else if has_conf_extension(&real) {
-        real
-    } else {
+    } else if !has_conf_extension(&real) {
         return Err(bad(format!("{} is not a .conflist, .conf or .json file", target.display())));
+    } else if !real.is_file() {
+        // A FIFO or a device would block or never end when read.
+        return Err(bad(format!("{} is not a regular file", target.display())));
+    } else {
+        real
     };
     Ok(NetworkFile { network, path })
 }
 
-/// Load a resolved network's configuration: the exact bytes (for the record) and the parsed chain.
+/// Load a resolved network's configuration: the exact text (for the record) and the parsed chain.
 /// A chain that would run the selector again is refused: it would call itself without end.
-pub fn load(file: &NetworkFile) -> Result<(Vec<u8>, ConfList), CniError> {
-    let bytes = std::fs::read(&file.path).map_err(|e| {
+pub fn load(file: &NetworkFile) -> Result<(String, ConfList), CniError> {
+    let text = std::fs::read_to_string(&file.path).map_err(|e| {
         CniError::invalid_config(format!("network {}: cannot read {}: {e}", file.network, file.path.display()))
     })?;
-    let list = parse_conf(&bytes, &file.path).map_err(|e| e.context(format!("network {}", file.network)))?;
-    Ok((bytes, list))
+    let list = parse_conf(text.as_bytes(), &file.path).map_err(|e| e.context(format!("network {}", file.network)))?;
+    Ok((text, list))
 }
 
-/// Parse configuration bytes the way libcni does for the file's name (`.conflist` is a chain).
+/// Parse a network's configuration file (`.conflist` is a chain, as libcni reads it) and check that
+/// the selector can run it.
 pub fn parse_conf(bytes: &[u8], path: &Path) -> Result<ConfList, CniError> {
-    let is_list = path.extension().is_some_and(|e| e == "conflist");
-    let list = ConfList::parse(bytes, is_list, &path.display().to_string())?;
+    let list = ConfList::parse_file(bytes, path)?;
     if let Some(i) = (0..list.plugins.len()).find(|&i| list.plugin_type(i) == super::NAME) {
         return Err(CniError::invalid_config(format!(
             "{}: plugins[{i}] is {}, which would run the selector inside itself",
@@ -287,12 +290,14 @@ mod tests {
         let d = Dir::new();
         d.file("canal/notes.txt");
         d.file("top.conf");
+        nix::unistd::mkfifo(&d.conf().join("canal/fifo.conf"), nix::sys::stat::Mode::S_IRUSR).unwrap();
         for (value, want) in [
             ("nothere", "nothere"),
             ("canal", "has no *.conflist"),
             ("canal/notes.txt", "not a .conflist"),
             ("canal/missing.conf", "missing.conf"),
             ("top.conf", "not inside a network directory"),
+            ("canal/fifo.conf", "not a regular file"),
         ] {
             let e = d.resolve(value).unwrap_err();
             assert_eq!(e.code, 7, "{value}");

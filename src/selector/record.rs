@@ -47,16 +47,8 @@ pub struct PodIdentity {
 }
 
 impl Record {
-    pub fn new(
-        inv: &Invocation,
-        network: &str,
-        conf_path: &Path,
-        conf: &[u8],
-        pod: Option<PodIdentity>,
-    ) -> Result<Self, CniError> {
-        let conf = String::from_utf8(conf.to_vec())
-            .map_err(|_| CniError::invalid_config(format!("{} is not UTF-8 text", conf_path.display())))?;
-        Ok(Record {
+    pub fn new(inv: &Invocation, network: &str, conf_path: &Path, conf: String, pod: Option<PodIdentity>) -> Self {
+        Record {
             format: FORMAT,
             container_id: inv.container_id.clone(),
             ifname: inv.ifname.clone(),
@@ -67,7 +59,7 @@ impl Record {
             conf,
             pod,
             result: None,
-        })
+        }
     }
 
     /// The recorded configuration, parsed as it was at ADD.
@@ -173,31 +165,28 @@ mod tests {
     use crate::cni::CniArgs;
 
     fn inv(cid: &str, ifname: &str) -> Invocation {
-        Invocation {
-            command: crate::cni::Command::Add,
-            container_id: cid.into(),
-            netns: None,
-            ifname: ifname.into(),
-            args: CniArgs::parse("K8S_POD_NAMESPACE=ns;K8S_POD_NAME=p").unwrap(),
-            path: vec![],
-        }
+        let mut inv = crate::cni::testing::invocation(crate::cni::Command::Add, Path::new("/nonexistent"));
+        inv.container_id = cid.into();
+        inv.ifname = ifname.into();
+        inv.args = CniArgs::parse("K8S_POD_NAMESPACE=ns;K8S_POD_NAME=p").unwrap();
+        inv
     }
 
-    const CONF: &[u8] = br#"{"cniVersion":"1.0.0","name":"blue","plugins":[{"type":"bridge"}]}"#;
+    const CONF: &str = r#"{"cniVersion":"1.0.0","name":"blue","plugins":[{"type":"bridge"}]}"#;
 
     #[test]
     fn round_trip_with_result_and_exact_conf_bytes() {
         let d = tempfile::tempdir().unwrap();
         let store = RecordStore::new(d.path());
         let pod = PodIdentity { namespace: "ns".into(), name: "p".into(), uid: Some("u".into()) };
-        let mut r = Record::new(&inv("c1", "eth0"), "blue", Path::new("/n/blue/b.conflist"), CONF, Some(pod)).unwrap();
+        let mut r = Record::new(&inv("c1", "eth0"), "blue", Path::new("/n/blue/b.conflist"), CONF.into(), Some(pod));
         store.write(&r).unwrap();
         assert_eq!(store.read("c1", "eth0").unwrap(), r);
         let result = CniResult::from_json(&serde_json::json!({"ips": [{"address": "10.0.0.2/24"}]})).unwrap();
         r.set_result(&result);
         store.write(&r).unwrap();
         let back = store.read("c1", "eth0").unwrap();
-        assert_eq!(back.conf.as_bytes(), CONF);
+        assert_eq!(back.conf, CONF);
         assert_eq!(back.result().unwrap(), Some(result));
         assert_eq!(back.conf_list().unwrap().name, "blue");
         assert_eq!(back.cni_args, "K8S_POD_NAMESPACE=ns;K8S_POD_NAME=p");
@@ -212,7 +201,7 @@ mod tests {
         let d = tempfile::tempdir().unwrap();
         let store = RecordStore::new(d.path());
         for (cid, ifname) in [("a_b", "c"), ("a", "b_c"), ("a", "eth1")] {
-            store.write(&Record::new(&inv(cid, ifname), "n", Path::new("/x.conf"), CONF, None).unwrap()).unwrap();
+            store.write(&Record::new(&inv(cid, ifname), "n", Path::new("/x.conf"), CONF.into(), None)).unwrap();
         }
         let all: Vec<_> = store.list().unwrap().into_iter().map(|r| (r.container_id, r.ifname)).collect();
         assert_eq!(all.len(), 3);

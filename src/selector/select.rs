@@ -71,6 +71,8 @@ pub fn select(
         let why = format!("{pod_ref} cannot be looked up (no kubeconfig configured)");
         return default_network(config, Reason::KubernetesNotConfigured, None, Vec::new(), &why);
     };
+    pod_arg("K8S_POD_NAMESPACE", namespace)?;
+    pod_arg("K8S_POD_NAME", name)?;
     let pod =
         source.pod(namespace, name)?.ok_or_else(|| CniError::new(code::KUBE_API, format!("{pod_ref} not found")))?;
     let uid = pod.metadata.uid.clone();
@@ -125,6 +127,25 @@ pub fn select(
             let why = format!("{pod_ref} chooses no network (no container sets {ENV_VAR})");
             default_network(config, Reason::PodChoseNothing, uid, notes, &why)
         }
+    }
+}
+
+/// Check a name from `CNI_ARGS` before it goes into an API URL, which `kube` builds by pasting the
+/// name into the path unescaped: `a?x` would fetch pod `a`, `..` another path. Kubernetes names are
+/// DNS-1123 labels or subdomains: lowercase letters, digits, `-` and `.`, alphanumeric at both ends.
+fn pod_arg(key: &str, value: &str) -> Result<(), CniError> {
+    let alphanumeric = |b: Option<&u8>| b.is_some_and(|b| b.is_ascii_lowercase() || b.is_ascii_digit());
+    let bytes = value.as_bytes();
+    let valid = bytes.len() <= 253
+        && alphanumeric(bytes.first())
+        && alphanumeric(bytes.last())
+        && bytes.iter().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || matches!(b, b'-' | b'.'));
+    if valid {
+        Ok(())
+    } else {
+        Err(CniError::invalid_env(format!(
+            "CNI_ARGS: {key} {value:?} is not a Kubernetes name (lowercase letters, digits, '-' and '.')"
+        )))
     }
 }
 
@@ -383,6 +404,26 @@ mod tests {
         assert_eq!((s.file.network.as_str(), s.reason), ("green", Reason::NotAPod));
         let s = select(&node.config, Some(("default", "p")), None).unwrap();
         assert_eq!(s.reason, Reason::KubernetesNotConfigured);
+    }
+
+    #[test]
+    fn pod_names_that_are_not_kubernetes_names_are_refused_before_any_request() {
+        let node = Node::new();
+        let api = FakeApi::default().pod("default", "a", json!([{"name": "c", "env": env_value("blue")}]));
+        for (namespace, name, key) in [
+            ("default", "a?x", "K8S_POD_NAME"),
+            ("default", "..", "K8S_POD_NAME"),
+            ("default", "a/b", "K8S_POD_NAME"),
+            ("default", "Web-0", "K8S_POD_NAME"),
+            ("kube-system/configmaps", "a", "K8S_POD_NAMESPACE"),
+        ] {
+            let e = select(&node.config, Some((namespace, name)), Some(&api)).unwrap_err();
+            assert_eq!(e.code, 4, "{namespace}/{name}");
+            assert!(e.msg.contains(key), "{e}");
+        }
+        assert!(api.asked.borrow().is_empty());
+        let good = FakeApi::default().pod("kube-system", "web-0.x-1", json!([{"name": "c"}]));
+        assert!(select(&node.config, Some(("kube-system", "web-0.x-1")), Some(&good)).is_ok());
     }
 
     #[test]
