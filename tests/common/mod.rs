@@ -15,7 +15,6 @@ use std::sync::atomic::{AtomicU32, Ordering};
 
 /// Where Debian's containernetworking-plugins puts the reference plugins.
 pub const REFERENCE_PLUGINS: &str = "/usr/lib/cni";
-pub const BUILTIN_NAMES: [&str; 5] = ["yh-genie", "yonghui", "yh-bridge", "veth", "router"];
 
 pub fn is_root() -> bool {
     nix::unistd::Uid::effective().is_root()
@@ -78,9 +77,7 @@ impl Netns {
         assert!(ok, "in netns {}: {cmd}\n{out}", self.name);
         out
     }
-}
 
-impl Netns {
     /// Delete it now, as a runtime does when it tears a sandbox down (then dropping does nothing).
     pub fn delete(&self) {
         must(&format!("ip netns delete {}", self.name));
@@ -125,7 +122,8 @@ impl Sandbox {
         let bin = dir.path().join("bin");
         std::fs::create_dir_all(&bin).unwrap();
         let exe = PathBuf::from(env!("CARGO_BIN_EXE_yh-genie"));
-        for name in BUILTIN_NAMES {
+        // Laid out as the installer lays them out: the binary under its own name and every plugin's.
+        for name in std::iter::once("yh-genie").chain(yh_genie::install::PLUGIN_NAMES) {
             std::os::unix::fs::symlink(&exe, bin.join(name)).unwrap();
         }
         if let Ok(entries) = std::fs::read_dir(REFERENCE_PLUGINS) {
