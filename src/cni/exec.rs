@@ -11,6 +11,9 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 /// How long a delegate may run before it is killed. Generous: IPAM and SR-IOV plugins can be slow.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
 
+/// The most a plugin may write to stdout: far above any real result, far below a node's memory.
+const MAX_OUTPUT: u64 = 16 << 20;
+
 /// The first executable file named `plugin_type` in `dirs`.
 pub fn find_plugin(plugin_type: &str, dirs: &[PathBuf]) -> Result<PathBuf, CniError> {
     if plugin_type.is_empty() || plugin_type.contains('/') || plugin_type == "." || plugin_type == ".." {
@@ -86,10 +89,15 @@ pub async fn exec_plugin(
             let _ = child_stdin.write_all(stdin).await;
             drop(child_stdin);
         };
+        // A result is a few KiB; a plugin that writes without end must not take the node's memory.
         let mut out = Vec::new();
-        let read = child_stdout.read_to_end(&mut out);
+        let mut limited = (&mut child_stdout).take(MAX_OUTPUT + 1);
+        let read = limited.read_to_end(&mut out);
         let ((), read) = tokio::join!(write, read);
         read?;
+        if out.len() as u64 > MAX_OUTPUT {
+            return Err(std::io::Error::other(format!("wrote more than {} MiB to stdout", MAX_OUTPUT >> 20)));
+        }
         let status = child.wait().await?;
         Ok::<_, std::io::Error>((status, out))
     };
@@ -168,6 +176,15 @@ mod tests {
         let e = rt().block_on(exec_plugin(&p, Command::Add, &inv(), b"{}", Duration::from_millis(200))).unwrap_err();
         assert_eq!(e.code, 101);
         assert!(e.msg.contains("timed out"));
+    }
+
+    #[test]
+    fn endless_output_is_cut_off_as_a_failure() {
+        let d = tempfile::tempdir().unwrap();
+        let p = script(d.path(), "chatty", "exec yes");
+        let e = rt().block_on(exec_plugin(&p, Command::Add, &inv(), b"{}", DEFAULT_TIMEOUT)).unwrap_err();
+        assert_eq!(e.code, 101);
+        assert!(e.msg.contains("more than 16 MiB"), "{e}");
     }
 
     #[test]
