@@ -8,7 +8,7 @@
 //! Three ways of killing: at random times spread over the whole of a normal ADD or DEL, measured
 //! first, one random offset within each of equal slices (the seed is printed; `YH_GENIE_TEST_SEED`
 //! replays it); at every crash point (src/crash_point.rs), so that each window between two steps is
-//! hit for sure; and while a slow IPAM plugin runs, which must die with the selector.
+//! hit for sure; and while a slow IPAM plugin runs, which the DEL must wait for.
 
 mod common;
 
@@ -59,15 +59,24 @@ enum Ending {
 }
 
 /// Run the selector's `command` for `pod` and kill it as `how` says. The signal goes to the selector
-/// alone, as a runtime sends it; the plugins it was running (the IPAM plugin, iptables-restore) must
-/// die with it. It runs in a process group of its own, returned, which they share, so that the test
-/// can tell when the last of them has ended.
+/// alone, as a runtime sends it; the plugins it was running (the IPAM plugin, iptables-restore)
+/// finish their work, and the runtime's DEL waits for them. It runs in a process group of its own,
+/// returned, which they share, so that the test can tell when the last of them has ended.
 fn run_and_kill(n: &Node, command: &str, pod: &Pod, conf: &str, how: Kill) -> (Ending, Pid) {
     let crash_point = match how {
         Kill::AtCrashPoint(point) => vec![(yh_genie::crash_point::VAR, point)],
         _ => vec![],
     };
-    let mut child = n.command(command, pod, &crash_point).process_group(0).spawn().expect("plugin starts");
+    // Its output goes to a file, not a pipe: waiting for the end of a pipe would wait for the
+    // helpers that share it, and the runtime's DEL must come while they may still be at work.
+    let output = tempfile::tempfile().unwrap();
+    let mut child = n
+        .command(command, pod, &crash_point)
+        .stdout(output.try_clone().unwrap())
+        .stderr(output)
+        .process_group(0)
+        .spawn()
+        .expect("plugin starts");
     // A plugin killed before it reads its stdin closes the pipe: that is not the test's failure.
     let _ = child.stdin.take().unwrap().write_all(conf.as_bytes());
     let pid = Pid::from_raw(child.id() as i32);
@@ -86,7 +95,7 @@ fn run_and_kill(n: &Node, command: &str, pod: &Pod, conf: &str, how: Kill) -> (E
         // Killing a process that has exited but is not yet reaped does nothing.
         let _ = kill(pid, Signal::SIGKILL);
     }
-    let status = child.wait_with_output().unwrap().status;
+    let status = child.wait().unwrap();
     let ending = match status.signal() {
         Some(9) => Ending::Killed,
         _ => Ending::Finished(status.code().unwrap_or(-1)),
@@ -218,19 +227,23 @@ fn killed_at_every_crash_point_the_runtimes_del_leaves_nothing() {
 }
 
 /// A runtime kills a plugin whose IPAM plugin is slow (one that asks a remote allocator, say) and
-/// DELs right away. The IPAM plugin must not live on and allocate after that DEL has released
-/// everything: a plugin's helpers die with it.
+/// DELs right away. The IPAM plugin is not killed with the plugin (killed mid-write, host-local can
+/// leave a lease with no owner); it finishes, allocating an address. The DEL must wait for it,
+/// holding the attachment's lock it inherited, and then release that address.
 #[test]
-fn a_plugin_killed_while_its_ipam_plugin_runs_takes_it_along() {
+fn a_del_after_a_killed_add_waits_for_its_ipam_plugin_and_releases_what_it_allocated() {
     let n = Node::new();
     let started = n.sb.path().join("ipam-started");
-    // host-local, after a pause on ADD; it says when it has started.
+    let finished = n.sb.path().join("ipam-finished");
+    // host-local, after a pause on ADD; it says when it has started and when it has finished.
     let slow = n.sb.bin().join("slow-ipam");
     std::fs::write(
         &slow,
         format!(
-            "#!/bin/sh\nif [ \"$CNI_COMMAND\" = ADD ]; then touch {}; sleep 1; fi\nexec \"$(dirname \"$0\")/host-local\"\n",
-            started.display()
+            "#!/bin/sh\nif [ \"$CNI_COMMAND\" != ADD ]; then exec \"$(dirname \"$0\")/host-local\"; fi\n\
+             touch {}; sleep 1\n\"$(dirname \"$0\")/host-local\"; rc=$?\ntouch {}; exit $rc\n",
+            started.display(),
+            finished.display()
         ),
     )
     .unwrap();
@@ -238,7 +251,18 @@ fn a_plugin_killed_while_its_ipam_plugin_runs_takes_it_along() {
     n.add_yonghui_network(NETWORK, 31, json!({"ipam": {"type": "slow-ipam", "dataDir": n.ipam_dir()}}));
     n.api.put_pod("default", POD, common::node::literal(NETWORK));
     let conf = n.selector_conf("1.0.0", json!({}));
-    let (ending, left) = crash_then_del(&n, &conf, &n.pod(POD), "ADD", Kill::OnceExists(&started));
+    let pod = n.pod(POD);
+
+    let (ending, _) = run_and_kill(&n, "ADD", &pod, &conf, Kill::OnceExists(&started));
     assert_eq!(ending, Ending::Killed);
-    assert!(left.is_empty(), "left once the killed ADD's processes had ended: {left:?}");
+    assert!(!finished.exists(), "the IPAM plugin was still at work when the plugin was killed");
+    let reply = n.call("DEL", &pod, &conf);
+    assert_eq!(reply.code, 0, "{reply:?}");
+    assert!(finished.exists(), "the DEL returned while the killed ADD's IPAM plugin was still at work");
+    let reserved = common::node::list_dir(&n.ipam_dir())
+        .iter()
+        .any(|net| n.ipam_dir().join(net).join("last_reserved_ip.0").exists());
+    assert!(reserved, "the IPAM plugin, left to finish, allocated an address");
+    let left = n.leftovers();
+    assert!(left.is_empty(), "left after the DEL: {left:?}");
 }

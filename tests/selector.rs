@@ -171,7 +171,7 @@ fn api_server_down_during_add_is_try_again_later_and_leaves_nothing() {
     let err = n.call("ADD", &pod, &conf).err();
     assert_eq!(err["code"], 11, "{err}");
     assert!(msg(&err).contains(&n.api.url()) && msg(&err).contains("pod default/web-0"), "{err}");
-    n.assert_nothing_left(&pod, "ADD with the API server down");
+    n.assert_failed_add_left_nothing(&pod, "ADD with the API server down");
     n.api.up();
     n.add_expecting(&pod, &conf, BLUE);
     n.call("DEL", &pod, &conf).ok();
@@ -200,7 +200,7 @@ fn transient_api_failures_are_retried_within_the_budget() {
         let err = n.call("ADD", &pod, &conf).err();
         assert_eq!(err["code"], 11, "{err}");
         assert!(msg(&err).contains(says) && msg(&err).contains(&n.api.url()), "{err}");
-        n.assert_nothing_left(&pod, says);
+        n.assert_failed_add_left_nothing(&pod, says);
         n.api.clear_faults();
     }
 }
@@ -266,6 +266,9 @@ fn bad_inputs_are_named_and_leave_nothing_behind() {
         for want in wants {
             assert!(msg(&err).contains(want), "{name}: {err} lacks {want:?}");
         }
+        n.assert_failed_add_left_nothing(&pod, name);
+        // As a runtime does after a failed ADD.
+        assert_eq!(n.call("DEL", &pod, conf).code, 0, "{name}: DEL after the failed ADD");
         n.assert_nothing_left(&pod, name);
     }
 }

@@ -153,11 +153,13 @@ impl Soak {
         Some(address)
     }
 
-    /// A failed ADD must be code 11 (nothing else can fail here) and leave nothing of the pod.
+    /// A failed ADD must be code 11 (nothing else can fail here) and leave nothing of the pod but
+    /// its attachment lock file, which the DEL that follows removes.
     fn add_failed(&self, pod: &Pod, stdout: &str) {
         let error: Value = serde_json::from_str(stdout).unwrap_or_default();
         let code = error["code"].as_u64();
-        let left = self.n.leftovers_of(pod, NETWORK);
+        let own_lock = format!("lock {}:eth0", pod.cid);
+        let left: Vec<String> = self.n.leftovers_of(pod, NETWORK).into_iter().filter(|l| *l != own_lock).collect();
         let mut tally = self.tally.lock().unwrap();
         match code {
             Some(11) if left.is_empty() => *tally.adds_failed_cleanly.entry(11).or_default() += 1,

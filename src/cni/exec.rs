@@ -1,6 +1,7 @@
 //! Running an external plugin the way libcni does: found on the CNI path, config on stdin,
 //! `CNI_*` in the environment, result or error JSON on stdout, stderr passed through. Bounded in time.
 
+use super::attachment_lock;
 use super::env::{Command, Invocation};
 use super::error::{CniError, code};
 use std::path::{Path, PathBuf};
@@ -34,31 +35,29 @@ fn is_executable(p: &Path) -> bool {
     std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
 }
 
-/// A command for a helper process of this plugin (a delegate or IPAM plugin, iptables-restore) that
-/// never outlives the plugin: it is killed when its handle is dropped (at a timeout), and by the
-/// kernel when the plugin dies (killed at the runtime's timeout, say). Otherwise a helper still at
-/// work, an IPAM plugin allocating an address, would finish after the runtime's DEL that follows
-/// the kill had released everything, and what it made would leak.
-///
-/// The kernel sends the signal when the *thread* that spawned the helper ends. Helpers are spawned
-/// and awaited by the thread that runs the plugin (`runtime::block_on` is a current-thread
-/// runtime), which outlives them.
+/// A command for a helper process of this plugin (a delegate or IPAM plugin, iptables-restore). It
+/// is killed when its handle is dropped (at a timeout). It is *not* killed when the plugin dies
+/// (killed at the runtime's timeout, say): interrupted anywhere, a helper can leave what no DEL
+/// finds (host-local killed between creating a lease file and writing its owner). Instead it
+/// inherits the attachment's lock (`attachment_lock`), so that the runtime's next operation on the
+/// attachment, the DEL that follows the kill, waits until the helper has finished.
 pub fn helper_command(program: impl AsRef<std::ffi::OsStr>) -> tokio::process::Command {
     let mut command = tokio::process::Command::new(program);
     command.kill_on_drop(true);
-    let plugin = std::process::id();
-    // SAFETY: the closure runs in the forked child before exec and makes only async-signal-safe
-    // system calls (prctl, getppid). It allocates nothing, not even for an error (an OS error code
-    // is stored inline): another thread may have held the allocator's lock at the fork.
-    unsafe {
-        command.pre_exec(move || {
-            nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL)?;
-            // The plugin died between the fork and the prctl: the helper must not run at all.
-            if nix::unistd::getppid().as_raw().cast_unsigned() != plugin {
-                return Err(nix::errno::Errno::ESRCH.into());
-            }
-            Ok(())
-        });
+    if let Some((fd, path)) = attachment_lock::held() {
+        command.env(attachment_lock::HELD_VAR, path);
+        // SAFETY: the closure runs in the forked child before exec and makes one async-signal-safe
+        // system call (fcntl). It allocates nothing, not even for an error (an OS error code is
+        // stored inline): another thread may have held the allocator's lock at the fork. The
+        // descriptor is open: the lock is registered for as long as it is.
+        unsafe {
+            command.pre_exec(move || {
+                let fd = std::os::fd::BorrowedFd::borrow_raw(fd);
+                // Only in the child: the descriptor survives its exec, and its children's.
+                nix::fcntl::fcntl(fd, nix::fcntl::FcntlArg::F_SETFD(nix::fcntl::FdFlag::empty()))?;
+                Ok(())
+            });
+        }
     }
     command
 }
@@ -154,6 +153,32 @@ mod tests {
         let out = rt().block_on(exec_plugin(&p, Command::Del, &inv(), br#"{"x":1}"#, DEFAULT_TIMEOUT)).unwrap();
         let v: serde_json::Value = serde_json::from_slice(&out).unwrap();
         assert_eq!(v, serde_json::json!({"cmd":"DEL","args":"K8S_POD_NAME=p","in":{"x":1}}));
+    }
+
+    #[test]
+    fn a_delegate_holds_the_attachments_lock_and_knows_it() {
+        let _serial = attachment_lock::tests::serial();
+        let d = tempfile::tempdir().unwrap();
+        let lock = attachment_lock::acquire(d.path(), "c1", "eth0", None, attachment_lock::WAIT).unwrap();
+        let lock_file = attachment_lock::path(&std::path::absolute(d.path()).unwrap(), "c1", "eth0");
+        // The delegate prints the lock it was told of and every file it has open.
+        let p = script(
+            d.path(),
+            "lister",
+            &format!(
+                r#"printf '%s\n' "${}"; for fd in /proc/$$/fd/*; do readlink "$fd"; done; exit 0"#,
+                attachment_lock::HELD_VAR
+            ),
+        );
+        let out = rt().block_on(exec_plugin(&p, Command::Add, &inv(), b"{}", DEFAULT_TIMEOUT)).unwrap();
+        let out = String::from_utf8(out).unwrap();
+        let mut lines = out.lines();
+        assert_eq!(lines.next(), Some(lock_file.to_str().unwrap()), "told of the lock");
+        assert!(lines.any(|l| l == lock_file.to_str().unwrap()), "holds the lock file open: {out}");
+        drop(lock);
+        // Without a lock, nothing is passed on.
+        let out = rt().block_on(exec_plugin(&p, Command::Add, &inv(), b"{}", DEFAULT_TIMEOUT)).unwrap();
+        assert_eq!(String::from_utf8(out).unwrap().lines().next(), Some(""));
     }
 
     #[test]

@@ -2,6 +2,7 @@
 //! version conversions, errors, exec of external plugins, and the `Plugin` trait every plugin implements.
 
 pub mod args;
+pub mod attachment_lock;
 pub mod config;
 pub mod env;
 pub mod error;

@@ -1,6 +1,7 @@
 //! What every plugin shares: the `Plugin` trait, and `run`, which turns one process invocation
 //! (env + stdin) into a call on a plugin and prints the result or the error JSON.
 
+use super::attachment_lock;
 use super::config::PluginConf;
 use super::env::{Command, Invocation};
 use super::error::CniError;
@@ -8,6 +9,7 @@ use super::result::CniResult;
 use super::version::{self, CniVersion};
 use crate::logging::LogConfig;
 use std::io::{Read, Write};
+use std::path::Path;
 use std::time::Instant;
 
 /// A CNI plugin. Methods are synchronous and are never called from inside an async runtime, so a
@@ -85,7 +87,27 @@ pub fn run_with(plugin: &dyn Plugin, get_env: impl Fn(&str) -> Option<String>, s
         version_for_errors = conf.cni_version.as_str().to_string();
         LogConfig::for_plugin(plugin.name(), &conf.raw).init();
         op.network = conf.name.clone();
+        // Held until this call returns; its helpers hold it until they end (see attachment_lock).
+        let lock = match inv.command {
+            Command::Add | Command::Del | Command::Check => {
+                let dir = get_env(attachment_lock::DIR_VAR).unwrap_or_else(|| attachment_lock::DEFAULT_DIR.into());
+                let inherited = get_env(attachment_lock::HELD_VAR);
+                attachment_lock::acquire(
+                    Path::new(&dir),
+                    &inv.container_id,
+                    &inv.ifname,
+                    inherited.as_deref(),
+                    attachment_lock::WAIT,
+                )
+            }
+            _ => None,
+        };
         let out = dispatch(plugin, &inv, &conf)?;
+        if inv.command == Command::Del
+            && let Some(lock) = lock
+        {
+            lock.remove();
+        }
         if let Some(r) = &out {
             op.ips = r.ips.iter().map(|ip| ip.address.to_string()).collect::<Vec<_>>().join(",");
         }
@@ -171,18 +193,38 @@ mod tests {
     }
 
     fn go(cmd: &str, stdin: &str) -> (i32, serde_json::Value) {
-        let env: HashMap<&str, String> = [
+        let locks = tempfile::tempdir().unwrap();
+        go_locking_in(locks.path(), cmd, stdin)
+    }
+
+    fn go_locking_in(locks: &std::path::Path, cmd: &str, stdin: &str) -> (i32, serde_json::Value) {
+        let locks = locks.display().to_string();
+        let env: HashMap<&str, &str> = [
             ("CNI_COMMAND", cmd),
             ("CNI_CONTAINERID", "c1"),
             ("CNI_NETNS", "/run/netns/x"),
             ("CNI_IFNAME", "eth0"),
             ("CNI_PATH", "/opt/cni/bin"),
+            (attachment_lock::DIR_VAR, &locks),
         ]
         .into_iter()
-        .map(|(k, v)| (k, v.to_string()))
         .collect();
-        let o = run_with(&Echo, |k| env.get(k).cloned(), &mut stdin.as_bytes());
+        let _serial = attachment_lock::tests::serial();
+        let o = run_with(&Echo, |k| env.get(k).map(|v| v.to_string()), &mut stdin.as_bytes());
         (o.exit_code, serde_json::from_slice(&o.stdout).unwrap_or(serde_json::Value::Null))
+    }
+
+    #[test]
+    fn add_keeps_the_attachments_lock_file_for_the_del_which_removes_it() {
+        let locks = tempfile::tempdir().unwrap();
+        let conf = r#"{"cniVersion":"1.0.0","name":"n","type":"echo"}"#;
+        assert_eq!(go_locking_in(locks.path(), "ADD", conf).0, 0);
+        assert!(attachment_lock::path(locks.path(), "c1", "eth0").exists());
+        assert_eq!(go_locking_in(locks.path(), "CHECK", conf).0, 1);
+        assert!(attachment_lock::path(locks.path(), "c1", "eth0").exists(), "a failed CHECK keeps it");
+        assert_eq!(go_locking_in(locks.path(), "DEL", conf).0, 0);
+        assert!(!attachment_lock::path(locks.path(), "c1", "eth0").exists());
+        assert_eq!(go_locking_in(locks.path(), "DEL", conf).0, 0, "DEL is idempotent, lock file or not");
     }
 
     #[test]

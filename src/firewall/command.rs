@@ -1,5 +1,5 @@
-//! Running the firewall tools: bounded in time, never outliving the plugin (`helper_command`), stdin
-//! fed, failures as code-105 errors that carry the tool's own message.
+//! Running the firewall tools: bounded in time, holding the attachment's lock (`helper_command`),
+//! stdin fed, failures as code-105 errors that carry the tool's own message.
 
 use crate::cni::{CniError, code};
 use std::path::Path;

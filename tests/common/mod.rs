@@ -106,15 +106,23 @@ impl Sandbox {
     }
 
     /// A command that runs `program` in the node netns if there is one.
+    /// A command for `program` on this sandbox's node, taking attachment locks in `locks()`.
     pub fn command(&self, program: &Path) -> Command {
-        match &self.node {
+        let mut c = match &self.node {
             Some(node) => {
                 let mut c = Command::new("ip");
                 c.args(["netns", "exec", node]).arg(program);
                 c
             }
             None => Command::new(program),
-        }
+        };
+        c.env(yh_genie::cni::attachment_lock::DIR_VAR, self.locks());
+        c
+    }
+
+    /// The attachment lock files' directory of plugins run by `command`.
+    pub fn locks(&self) -> PathBuf {
+        self.path().join("locks")
     }
 
     pub fn new() -> Self {

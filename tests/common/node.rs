@@ -220,7 +220,13 @@ impl Node {
         left.extend(self.node_veths().into_iter().map(|v| format!("veth {v}")));
         left.extend(self.nat_lines().into_iter().map(|l| format!("nat {l}")));
         left.extend(self.state_files().into_iter().map(|f| format!("file {f}")));
+        left.extend(self.lock_files().into_iter().map(|f| format!("lock {f}")));
         left
+    }
+
+    /// Attachment lock files (`<container id>:<ifname>`): an ADD keeps its own, a DEL removes it.
+    pub fn lock_files(&self) -> Vec<String> {
+        list_dir(&self.sb.locks())
     }
 
     /// What is left of one pod attached to `network`: interfaces in its netns (if that still
@@ -233,13 +239,23 @@ impl Node {
         let chain = yh_genie::firewall::Owner::new(network, &pod.cid).chain();
         left.extend(self.nat_lines().into_iter().filter(|l| l.contains(&chain)).map(|l| format!("nat {l}")));
         left.extend(self.state_files().into_iter().filter(|f| f.contains(&pod.cid)).map(|f| format!("file {f}")));
+        left.extend(self.lock_files().into_iter().filter(|f| f.contains(&pod.cid)).map(|f| format!("lock {f}")));
         left
     }
 
-    /// What a failed ADD or a DEL must leave: nothing of `pod`, and nothing of any pod on the node.
+    /// What a DEL must leave: nothing of `pod`, and nothing of any pod on the node.
     pub fn assert_nothing_left(&self, pod: &Pod, case: &str) {
         assert_eq!(link_names(&pod.netns, ""), ["lo"], "{case}: pod netns interfaces");
         let left = self.leftovers();
+        assert!(left.is_empty(), "{case}: left on the node: {left:#?}");
+    }
+
+    /// What a failed ADD must leave: nothing of `pod` but its attachment lock file, which the DEL
+    /// that a runtime sends after a failed ADD removes, and nothing of any other pod.
+    pub fn assert_failed_add_left_nothing(&self, pod: &Pod, case: &str) {
+        assert_eq!(link_names(&pod.netns, ""), ["lo"], "{case}: pod netns interfaces");
+        let own_lock = format!("lock {}:eth0", pod.cid);
+        let left: Vec<String> = self.leftovers().into_iter().filter(|l| *l != own_lock).collect();
         assert!(left.is_empty(), "{case}: left on the node: {left:#?}");
     }
 }

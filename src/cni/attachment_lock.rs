@@ -1,0 +1,282 @@
+//! One operation at a time on an attachment (container id + interface name), the remains of a
+//! killed operation included.
+//!
+//! A runtime never runs two operations on one attachment at once, but when its timeout kills a
+//! plugin it sends DEL right away, while the helpers the killed plugin started (an IPAM plugin
+//! allocating, `iptables-restore`, an exec'd delegate and its own IPAM plugin) may still be at
+//! work. What a helper makes after that DEL leaks. Killing helpers along with the plugin is no
+//! cure: it interrupts them anywhere, and host-local killed between creating a lease file and
+//! writing its owner into it leaves a lease that no DEL can find.
+//!
+//! So helpers are left to finish, and the next operation waits for them. Each operation holds an
+//! exclusive `flock` on `<dir>/<container id>:<ifname>`; its helpers inherit the locked descriptor
+//! (and pass it on to theirs: Go plugins keep inherited descriptors across exec), so the lock is
+//! free only once the last process of the operation has exited, whether the plugin itself died or
+//! not. Remains that are still running after `WAIT` (a hung IPAM plugin) are killed, as a living
+//! plugin kills a helper at its timeout, so that a stuck helper cannot hold a pod's DEL forever.
+//!
+//! The directory is on tmpfs (`/run`): a lock means nothing after a reboot. DEL removes the file;
+//! an ADD keeps it for the DEL that will follow. Where the lock cannot be had at all (`/run` read
+//! only, say), the operation goes on without it, with a warning: a lock is a safeguard, and no pod
+//! loses its network for the want of one.
+
+use std::fs::{File, OpenOptions};
+use std::os::fd::{AsRawFd, RawFd};
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+/// Where the lock files are, unless `DIR_VAR` says otherwise.
+pub const DEFAULT_DIR: &str = "/run/yh-genie/attachments";
+/// Environment variable naming another lock directory (tests give each sandbox its own).
+pub const DIR_VAR: &str = "YH_GENIE_LOCK_DIR";
+/// Set in the environment of helpers to the lock file they hold through their ancestor. A yh-genie
+/// plugin run further down the same operation (a delegate of a delegate) finds it and does not
+/// wait for a lock its own caller holds.
+pub const HELD_VAR: &str = "YH_GENIE_ATTACHMENT_LOCK";
+
+/// How long an operation waits for the remains of the previous one before killing them: as long
+/// as a living plugin gives a helper (`exec::DEFAULT_TIMEOUT`).
+pub const WAIT: Duration = super::exec::DEFAULT_TIMEOUT;
+
+/// After killing the remains, how long to wait for the kernel to take them away.
+const AFTER_KILL: Duration = Duration::from_secs(1);
+
+/// The lock this process holds, for `exec::helper_command` to pass on: its descriptor and path.
+static HELD: Mutex<Option<(RawFd, PathBuf)>> = Mutex::new(None);
+
+/// An attachment's lock, held until dropped. Helpers spawned meanwhile inherit it.
+#[derive(Debug)]
+pub struct AttachmentLock {
+    file: File,
+    path: PathBuf,
+}
+
+/// The descriptor and path of the lock this process holds, if any.
+pub fn held() -> Option<(RawFd, PathBuf)> {
+    HELD.lock().unwrap_or_else(|e| e.into_inner()).clone()
+}
+
+/// The lock file of an attachment. `:` separates the two: container ids cannot contain one.
+pub fn path(dir: &Path, container_id: &str, ifname: &str) -> PathBuf {
+    dir.join(format!("{container_id}:{ifname}"))
+}
+
+/// Take the lock of `container_id`/`ifname` in `dir`, waiting up to `wait` for whoever holds it,
+/// then killing the holders. `inherited` is `HELD_VAR` as this process found it. None when the
+/// caller's operation already holds the lock, or when it cannot be had (logged).
+pub fn acquire(
+    dir: &Path,
+    container_id: &str,
+    ifname: &str,
+    inherited: Option<&str>,
+    wait: Duration,
+) -> Option<AttachmentLock> {
+    // Absolute, to compare with what /proc says a process holds and with what helpers inherit.
+    let dir = std::path::absolute(dir).unwrap_or_else(|_| dir.to_path_buf());
+    let path = path(&dir, container_id, ifname);
+    if inherited.is_some_and(|held| Path::new(held) == path) {
+        return None;
+    }
+    match lock(&path, wait) {
+        Ok(lock) => lock,
+        Err(e) => {
+            tracing::warn!(lock = %path.display(), error = %e, "cannot take the attachment's lock; going on without it");
+            None
+        }
+    }
+}
+
+fn lock(path: &Path, wait: Duration) -> std::io::Result<Option<AttachmentLock>> {
+    if let Some(dir) = path.parent() {
+        std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir)?;
+    }
+    let started = Instant::now();
+    let mut deadline = started + wait;
+    let mut killed = false;
+    let mut pause = Duration::from_millis(1);
+    let mut file = open(path)?;
+    loop {
+        match file.try_lock() {
+            // A DEL may have removed the file between our open and our lock: then the lock is on
+            // a file nobody else will open, and the one to lock is the path's new file.
+            Ok(()) if same_file(&file, path)? => break,
+            Ok(()) => file = open(path)?,
+            Err(std::fs::TryLockError::WouldBlock) => {}
+            Err(std::fs::TryLockError::Error(e)) => return Err(e),
+        }
+        if Instant::now() >= deadline {
+            if killed {
+                tracing::warn!(lock = %path.display(), "the attachment is still locked by processes that were killed; going on");
+                return Ok(None);
+            }
+            let pids = kill_holders(path);
+            tracing::warn!(lock = %path.display(), ?pids, waited_ms = started.elapsed().as_millis() as u64,
+                "processes of an earlier operation on this attachment outlived the wait; killed them");
+            killed = true;
+            deadline = Instant::now() + AFTER_KILL;
+        }
+        std::thread::sleep(pause);
+        pause = (pause * 2).min(Duration::from_millis(20));
+    }
+    let waited = started.elapsed();
+    if waited >= Duration::from_millis(1) {
+        tracing::info!(lock = %path.display(), waited_ms = waited.as_millis() as u64,
+            "waited for an earlier operation on this attachment to end");
+    }
+    *HELD.lock().unwrap_or_else(|e| e.into_inner()) = Some((file.as_raw_fd(), path.to_path_buf()));
+    Ok(Some(AttachmentLock { file, path: path.to_path_buf() }))
+}
+
+fn open(path: &Path) -> std::io::Result<File> {
+    // std opens with O_CLOEXEC: only helpers spawned while the lock is held get the descriptor.
+    OpenOptions::new().read(true).write(true).create(true).truncate(false).mode(0o600).open(path)
+}
+
+fn same_file(file: &File, path: &Path) -> std::io::Result<bool> {
+    let (open, named) = (file.metadata()?, std::fs::metadata(path));
+    Ok(named.is_ok_and(|named| (named.dev(), named.ino()) == (open.dev(), open.ino())))
+}
+
+/// Kill every process (but this one) that has `path` open. Returns their pids.
+fn kill_holders(path: &Path) -> Vec<i32> {
+    let me = std::process::id();
+    let mut killed = Vec::new();
+    let Ok(procs) = std::fs::read_dir("/proc") else { return killed };
+    for entry in procs.flatten() {
+        let Some(pid) = entry.file_name().to_str().and_then(|p| p.parse::<u32>().ok()) else { continue };
+        if pid == me {
+            continue;
+        }
+        let Ok(fds) = std::fs::read_dir(entry.path().join("fd")) else { continue };
+        let holds = fds.flatten().any(|fd| std::fs::read_link(fd.path()).is_ok_and(|target| target == path));
+        if holds {
+            let pid = nix::unistd::Pid::from_raw(pid as i32);
+            if nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL).is_ok() {
+                killed.push(pid.as_raw());
+            }
+        }
+    }
+    killed
+}
+
+impl AttachmentLock {
+    /// Remove the lock file, then release the lock: the attachment is gone (DEL succeeded).
+    pub fn remove(self) {
+        if let Err(e) = std::fs::remove_file(&self.path) {
+            tracing::warn!(lock = %self.path.display(), error = %e, "cannot remove the attachment's lock file");
+        }
+    }
+}
+
+impl Drop for AttachmentLock {
+    fn drop(&mut self) {
+        let mut held = HELD.lock().unwrap_or_else(|e| e.into_inner());
+        if held.as_ref().is_some_and(|(fd, _)| *fd == self.file.as_raw_fd()) {
+            *held = None;
+        }
+        // Closing `file` releases the lock, unless helpers that outlive this process still hold it.
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use std::os::unix::process::CommandExt;
+    use std::process::{Command, Stdio};
+
+    /// A child process (`sleep`) that holds `lock`'s descriptor, as a helper spawned under it does.
+    fn holder(lock: &AttachmentLock, secs: &str) -> std::process::Child {
+        let fd = lock.file.as_raw_fd();
+        let mut command = Command::new("sleep");
+        command.arg(secs).stdin(Stdio::null());
+        // SAFETY: fcntl is async-signal-safe.
+        unsafe {
+            command.pre_exec(move || {
+                let fd = std::os::fd::BorrowedFd::borrow_raw(fd);
+                nix::fcntl::fcntl(fd, nix::fcntl::FcntlArg::F_SETFD(nix::fcntl::FdFlag::empty()))?;
+                Ok(())
+            });
+        }
+        command.spawn().unwrap()
+    }
+
+    /// Tests that take locks run one at a time: the lock a process holds is process-wide.
+    pub(crate) static SERIAL: Mutex<()> = Mutex::new(());
+
+    pub(crate) fn serial() -> std::sync::MutexGuard<'static, ()> {
+        SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    #[test]
+    fn the_lock_is_free_only_once_the_last_holder_has_ended() {
+        let _serial = serial();
+        let dir = tempfile::tempdir().unwrap();
+        let first = acquire(dir.path(), "c1", "eth0", None, WAIT).expect("a free lock is taken");
+        assert_eq!(held().map(|(_, p)| p), Some(path(dir.path(), "c1", "eth0")));
+        let mut helper = holder(&first, "0.3");
+        drop(first);
+        assert_eq!(held(), None);
+        // The plugin is gone but its helper still runs: the next operation waits for it.
+        let second = acquire(dir.path(), "c1", "eth0", None, WAIT).expect("the lock is taken once the helper ends");
+        assert!(helper.try_wait().unwrap().is_some(), "the lock was taken while the helper still held it");
+        // Another attachment is not held up by this one.
+        let other = acquire(dir.path(), "c1", "net1", None, Duration::ZERO);
+        assert!(other.is_some());
+        drop((second, other));
+    }
+
+    #[test]
+    fn remains_that_outlive_the_wait_are_killed() {
+        let _serial = serial();
+        let dir = tempfile::tempdir().unwrap();
+        let first = acquire(dir.path(), "c1", "eth0", None, WAIT).unwrap();
+        let mut helper = holder(&first, "600");
+        drop(first);
+        let second = acquire(dir.path(), "c1", "eth0", None, Duration::from_millis(50));
+        assert!(second.is_some(), "the lock is taken once its holder is killed");
+        let status = helper.wait().unwrap();
+        assert_eq!(std::os::unix::process::ExitStatusExt::signal(&status), Some(9));
+    }
+
+    #[test]
+    fn a_lock_held_by_the_callers_operation_is_not_waited_for() {
+        let _serial = serial();
+        let dir = tempfile::tempdir().unwrap();
+        let outer = acquire(dir.path(), "c1", "eth0", None, WAIT).unwrap();
+        let inherited = path(dir.path(), "c1", "eth0").display().to_string();
+        assert!(acquire(dir.path(), "c1", "eth0", Some(&inherited), Duration::ZERO).is_none());
+        assert_eq!(
+            held().map(|(_, p)| p),
+            Some(path(dir.path(), "c1", "eth0")),
+            "the outer lock is still the one held"
+        );
+        drop(outer);
+    }
+
+    #[test]
+    fn del_removes_the_file_and_a_waiter_locks_the_new_one() {
+        let _serial = serial();
+        let dir = tempfile::tempdir().unwrap();
+        let lock = acquire(dir.path(), "c1", "eth0", None, WAIT).unwrap();
+        // A waiter that opened the file before the DEL removed it.
+        let stale = open(&path(dir.path(), "c1", "eth0")).unwrap();
+        lock.remove();
+        assert!(!path(dir.path(), "c1", "eth0").exists());
+        stale.try_lock().unwrap();
+        assert!(!same_file(&stale, &path(dir.path(), "c1", "eth0")).unwrap(), "a removed file is told apart");
+        let next = acquire(dir.path(), "c1", "eth0", None, Duration::ZERO).expect("the path's new file is locked");
+        assert!(path(dir.path(), "c1", "eth0").exists());
+        drop(next);
+    }
+
+    #[test]
+    fn without_a_usable_directory_the_operation_goes_on_unlocked() {
+        let _serial = serial();
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("not-a-dir");
+        std::fs::write(&file, "").unwrap();
+        assert!(acquire(&file, "c1", "eth0", None, WAIT).is_none());
+    }
+}
