@@ -397,3 +397,38 @@ fn a_yonghui_network_runs_in_process_through_yh_bridge() {
     n.assert_nothing_left(&pod, "yonghui");
     assert!(list_dir(&n.yonghui_dir()).is_empty(), "yonghui's saved delegate config is gone");
 }
+
+/// A network whose plugin is not run in process but exec'd, and itself execs one of ours (as the
+/// reference flannel plugin execs its delegate): the plugin down the line has the attachment's
+/// lock file open through its callers, and must see that its own operation holds the lock rather
+/// than wait for it (60 s) and then kill its callers.
+#[test]
+fn a_yh_genie_plugin_exec_d_further_down_the_same_operation_does_not_wait_for_the_lock() {
+    let n = node();
+    let relay = n.sb.bin().join("relay");
+    std::fs::write(&relay, "#!/bin/sh\nexec \"$(dirname \"$0\")/yh-bridge\"\n").unwrap();
+    std::fs::set_permissions(&relay, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let mut plugin = n.bridge_plugin(BLUE);
+    plugin["type"] = "relay".into();
+    n.write_conf(
+        "relayed/10-relayed.conflist",
+        &json!({"cniVersion": "1.0.0", "name": "relayed", "plugins": [plugin]}),
+    );
+    n.api.put_pod("default", "p-relayed", literal("relayed"));
+    let conf = n.selector_conf("1.0.0", json!({}));
+    let pod = n.pod("p-relayed");
+
+    let add = n.call("ADD", &pod, &conf);
+    assert_eq!(add.code, 0, "{add:?}");
+    assert_eq!(pod_addresses(&pod).len(), 1, "{add:?}");
+    let del = n.call("DEL", &pod, &conf);
+    assert_eq!(del.code, 0, "{del:?}");
+    for reply in [&add, &del] {
+        assert!(
+            !reply.stderr.contains("earlier operation") && !reply.stderr.contains("locked by"),
+            "waited for its own lock: {}",
+            reply.stderr
+        );
+    }
+    n.assert_nothing_left(&pod, "relayed");
+}

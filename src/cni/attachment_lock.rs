@@ -31,10 +31,6 @@ use std::time::{Duration, Instant};
 pub const DEFAULT_DIR: &str = "/run/yh-genie/attachments";
 /// Environment variable naming another lock directory (tests give each sandbox its own).
 pub const DIR_VAR: &str = "YH_GENIE_LOCK_DIR";
-/// Set in the environment of helpers to the lock file they hold through their ancestor. A yh-genie
-/// plugin run further down the same operation (a delegate of a delegate) finds it and does not
-/// wait for a lock its own caller holds.
-pub const HELD_VAR: &str = "YH_GENIE_ATTACHMENT_LOCK";
 
 /// How long an operation waits for the remains of the previous one before killing them: as long
 /// as a living plugin gives a helper (`exec::DEFAULT_TIMEOUT`).
@@ -44,7 +40,7 @@ pub const WAIT: Duration = super::exec::DEFAULT_TIMEOUT;
 const AFTER_KILL: Duration = Duration::from_secs(1);
 
 /// The lock this process holds, for `exec::helper_command` to pass on: its descriptor and path.
-static HELD: Mutex<Option<(RawFd, PathBuf)>> = Mutex::new(None);
+static HELD: Mutex<Option<RawFd>> = Mutex::new(None);
 
 /// An attachment's lock, held until dropped. Helpers spawned meanwhile inherit it.
 #[derive(Debug)]
@@ -53,9 +49,9 @@ pub struct AttachmentLock {
     path: PathBuf,
 }
 
-/// The descriptor and path of the lock this process holds, if any.
-pub fn held() -> Option<(RawFd, PathBuf)> {
-    HELD.lock().unwrap_or_else(|e| e.into_inner()).clone()
+/// The descriptor of the lock this process holds, if any.
+pub fn held() -> Option<RawFd> {
+    *HELD.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// The lock file of an attachment. `:` separates the two: container ids cannot contain one.
@@ -64,21 +60,13 @@ pub fn path(dir: &Path, container_id: &str, ifname: &str) -> PathBuf {
 }
 
 /// Take the lock of `container_id`/`ifname` in `dir`, waiting up to `wait` for whoever holds it,
-/// then killing the holders. `inherited` is `HELD_VAR` as this process found it. None when the
-/// caller's operation already holds the lock, or when it cannot be had (logged).
-pub fn acquire(
-    dir: &Path,
-    container_id: &str,
-    ifname: &str,
-    inherited: Option<&str>,
-    wait: Duration,
-) -> Option<AttachmentLock> {
-    // Absolute, to compare with what /proc says a process holds and with what helpers inherit.
+/// then killing the holders. None when this process is part of the operation that holds the lock
+/// (a yh-genie plugin exec'd by a delegate of the selector, say: it inherited the descriptor), or
+/// when the lock cannot be had (logged).
+pub fn acquire(dir: &Path, container_id: &str, ifname: &str, wait: Duration) -> Option<AttachmentLock> {
+    // Absolute, to compare with what /proc says a process holds.
     let dir = std::path::absolute(dir).unwrap_or_else(|_| dir.to_path_buf());
     let path = path(&dir, container_id, ifname);
-    if inherited.is_some_and(|held| Path::new(held) == path) {
-        return None;
-    }
     match lock(&path, wait) {
         Ok(lock) => lock,
         Err(e) => {
@@ -97,21 +85,30 @@ fn lock(path: &Path, wait: Duration) -> std::io::Result<Option<AttachmentLock>> 
     let mut killed = false;
     let mut pause = Duration::from_millis(1);
     let mut file = open(path)?;
+    let mut first = true;
     loop {
         match file.try_lock() {
             // A DEL may have removed the file between our open and our lock: then the lock is on
             // a file nobody else will open, and the one to lock is the path's new file.
             Ok(()) if same_file(&file, path)? => break,
             Ok(()) => file = open(path)?,
+            // Only looked for when the lock is taken: the common case pays nothing for it.
+            Err(std::fs::TryLockError::WouldBlock) if first && holds_another_descriptor_of(&file) => return Ok(None),
             Err(std::fs::TryLockError::WouldBlock) => {}
             Err(std::fs::TryLockError::Error(e)) => return Err(e),
         }
+        first = false;
         if Instant::now() >= deadline {
             if killed {
                 tracing::warn!(lock = %path.display(), "the attachment is still locked by processes that were killed; going on");
                 return Ok(None);
             }
             let pids = kill_holders(path);
+            if pids.is_empty() {
+                // Held by this process's own callers, which did not pass the descriptor on.
+                tracing::warn!(lock = %path.display(), "the attachment is locked by this operation's callers; going on");
+                return Ok(None);
+            }
             tracing::warn!(lock = %path.display(), ?pids, waited_ms = started.elapsed().as_millis() as u64,
                 "processes of an earlier operation on this attachment outlived the wait; killed them");
             killed = true;
@@ -125,7 +122,7 @@ fn lock(path: &Path, wait: Duration) -> std::io::Result<Option<AttachmentLock>> 
         tracing::info!(lock = %path.display(), waited_ms = waited.as_millis() as u64,
             "waited for an earlier operation on this attachment to end");
     }
-    *HELD.lock().unwrap_or_else(|e| e.into_inner()) = Some((file.as_raw_fd(), path.to_path_buf()));
+    *HELD.lock().unwrap_or_else(|e| e.into_inner()) = Some(file.as_raw_fd());
     Ok(Some(AttachmentLock { file, path: path.to_path_buf() }))
 }
 
@@ -134,19 +131,30 @@ fn open(path: &Path) -> std::io::Result<File> {
     OpenOptions::new().read(true).write(true).create(true).truncate(false).mode(0o600).open(path)
 }
 
+/// Whether this process has `file`'s file open through another descriptor: inherited from the
+/// plugin whose operation holds the lock, or held by this process itself.
+fn holds_another_descriptor_of(file: &File) -> bool {
+    let (Ok(open), mine) = (file.metadata(), file.as_raw_fd().to_string()) else { return false };
+    let Ok(fds) = std::fs::read_dir("/proc/self/fd") else { return false };
+    fds.flatten().filter(|fd| fd.file_name().to_str() != Some(&mine)).any(|fd| {
+        // Following the link: the metadata of the file the descriptor is open on.
+        std::fs::metadata(fd.path()).is_ok_and(|m| (m.dev(), m.ino()) == (open.dev(), open.ino()))
+    })
+}
+
 fn same_file(file: &File, path: &Path) -> std::io::Result<bool> {
     let (open, named) = (file.metadata()?, std::fs::metadata(path));
     Ok(named.is_ok_and(|named| (named.dev(), named.ino()) == (open.dev(), open.ino())))
 }
 
-/// Kill every process (but this one) that has `path` open. Returns their pids.
+/// Kill every process that has `path` open, but this one and its ancestors. Returns their pids.
 fn kill_holders(path: &Path) -> Vec<i32> {
-    let me = std::process::id();
+    let spared = ancestry();
     let mut killed = Vec::new();
     let Ok(procs) = std::fs::read_dir("/proc") else { return killed };
     for entry in procs.flatten() {
         let Some(pid) = entry.file_name().to_str().and_then(|p| p.parse::<u32>().ok()) else { continue };
-        if pid == me {
+        if spared.contains(&pid) {
             continue;
         }
         let Ok(fds) = std::fs::read_dir(entry.path().join("fd")) else { continue };
@@ -161,6 +169,19 @@ fn kill_holders(path: &Path) -> Vec<i32> {
     killed
 }
 
+/// This process and its ancestors, from /proc.
+fn ancestry() -> Vec<u32> {
+    let mut line = vec![std::process::id()];
+    let mut pid = std::os::unix::process::parent_id();
+    while pid > 1 && !line.contains(&pid) {
+        line.push(pid);
+        // The parent is the 4th field of /proc/<pid>/stat, after the command in parentheses.
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        pid = stat.rsplit_once(')').and_then(|(_, rest)| rest.split_whitespace().nth(1)?.parse().ok()).unwrap_or(0);
+    }
+    line
+}
+
 impl AttachmentLock {
     /// Remove the lock file, then release the lock: the attachment is gone (DEL succeeded).
     pub fn remove(self) {
@@ -173,7 +194,7 @@ impl AttachmentLock {
 impl Drop for AttachmentLock {
     fn drop(&mut self) {
         let mut held = HELD.lock().unwrap_or_else(|e| e.into_inner());
-        if held.as_ref().is_some_and(|(fd, _)| *fd == self.file.as_raw_fd()) {
+        if *held == Some(self.file.as_raw_fd()) {
             *held = None;
         }
         // Closing `file` releases the lock, unless helpers that outlive this process still hold it.
@@ -186,9 +207,18 @@ pub(crate) mod tests {
     use std::os::unix::process::CommandExt;
     use std::process::{Command, Stdio};
 
+    /// A plugin's lock as `acquire` takes it, but not registered for `helper_command`: helpers
+    /// that other tests spawn meanwhile must not inherit it (the lock a process holds is
+    /// process-wide), or these tests would wait for them, or kill them.
+    fn locked_quietly(dir: &Path) -> File {
+        let file = open(&path(dir, "c1", "eth0")).unwrap();
+        file.try_lock().unwrap();
+        file
+    }
+
     /// A child process (`sleep`) that holds `lock`'s descriptor, as a helper spawned under it does.
-    fn holder(lock: &AttachmentLock, secs: &str) -> std::process::Child {
-        let fd = lock.file.as_raw_fd();
+    fn holder(lock: &File, secs: &str) -> std::process::Child {
+        let fd = lock.as_raw_fd();
         let mut command = Command::new("sleep");
         command.arg(secs).stdin(Stdio::null());
         // SAFETY: fcntl is async-signal-safe.
@@ -213,16 +243,14 @@ pub(crate) mod tests {
     fn the_lock_is_free_only_once_the_last_holder_has_ended() {
         let _serial = serial();
         let dir = tempfile::tempdir().unwrap();
-        let first = acquire(dir.path(), "c1", "eth0", None, WAIT).expect("a free lock is taken");
-        assert_eq!(held().map(|(_, p)| p), Some(path(dir.path(), "c1", "eth0")));
+        let first = locked_quietly(dir.path());
         let mut helper = holder(&first, "0.3");
         drop(first);
-        assert_eq!(held(), None);
         // The plugin is gone but its helper still runs: the next operation waits for it.
-        let second = acquire(dir.path(), "c1", "eth0", None, WAIT).expect("the lock is taken once the helper ends");
+        let second = acquire(dir.path(), "c1", "eth0", WAIT).expect("the lock is taken once the helper ends");
         assert!(helper.try_wait().unwrap().is_some(), "the lock was taken while the helper still held it");
         // Another attachment is not held up by this one.
-        let other = acquire(dir.path(), "c1", "net1", None, Duration::ZERO);
+        let other = acquire(dir.path(), "c1", "net1", Duration::ZERO);
         assert!(other.is_some());
         drop((second, other));
     }
@@ -231,42 +259,51 @@ pub(crate) mod tests {
     fn remains_that_outlive_the_wait_are_killed() {
         let _serial = serial();
         let dir = tempfile::tempdir().unwrap();
-        let first = acquire(dir.path(), "c1", "eth0", None, WAIT).unwrap();
+        let first = locked_quietly(dir.path());
         let mut helper = holder(&first, "600");
         drop(first);
-        let second = acquire(dir.path(), "c1", "eth0", None, Duration::from_millis(50));
+        let second = acquire(dir.path(), "c1", "eth0", Duration::from_millis(50));
         assert!(second.is_some(), "the lock is taken once its holder is killed");
         let status = helper.wait().unwrap();
         assert_eq!(std::os::unix::process::ExitStatusExt::signal(&status), Some(9));
     }
 
     #[test]
-    fn a_lock_held_by_the_callers_operation_is_not_waited_for() {
+    fn a_process_that_has_the_lock_file_open_already_is_part_of_the_operation_holding_it() {
         let _serial = serial();
         let dir = tempfile::tempdir().unwrap();
-        let outer = acquire(dir.path(), "c1", "eth0", None, WAIT).unwrap();
-        let inherited = path(dir.path(), "c1", "eth0").display().to_string();
-        assert!(acquire(dir.path(), "c1", "eth0", Some(&inherited), Duration::ZERO).is_none());
-        assert_eq!(
-            held().map(|(_, p)| p),
-            Some(path(dir.path(), "c1", "eth0")),
-            "the outer lock is still the one held"
-        );
+        let outer = acquire(dir.path(), "c1", "eth0", WAIT).expect("a free lock is taken");
+        assert_eq!(held(), Some(outer.file.as_raw_fd()), "passed on to helpers");
+        let again = open(&path(dir.path(), "c1", "eth0")).unwrap();
+        assert!(holds_another_descriptor_of(&again));
+        let other = open(&path(dir.path(), "c1", "net1")).unwrap();
+        assert!(!holds_another_descriptor_of(&other));
+        assert!(acquire(dir.path(), "c1", "eth0", WAIT).is_none(), "not taken twice");
+        assert_eq!(held(), Some(outer.file.as_raw_fd()), "the outer lock is still the one passed on");
         drop(outer);
+        assert_eq!(held(), None);
+    }
+
+    #[test]
+    fn this_process_and_its_ancestors_are_never_killed() {
+        let line = ancestry();
+        assert_eq!(line[0], std::process::id());
+        assert_eq!(line[1], std::os::unix::process::parent_id());
+        assert!(line.len() >= 2);
     }
 
     #[test]
     fn del_removes_the_file_and_a_waiter_locks_the_new_one() {
         let _serial = serial();
         let dir = tempfile::tempdir().unwrap();
-        let lock = acquire(dir.path(), "c1", "eth0", None, WAIT).unwrap();
+        let lock = acquire(dir.path(), "c1", "eth0", WAIT).unwrap();
         // A waiter that opened the file before the DEL removed it.
         let stale = open(&path(dir.path(), "c1", "eth0")).unwrap();
         lock.remove();
         assert!(!path(dir.path(), "c1", "eth0").exists());
         stale.try_lock().unwrap();
         assert!(!same_file(&stale, &path(dir.path(), "c1", "eth0")).unwrap(), "a removed file is told apart");
-        let next = acquire(dir.path(), "c1", "eth0", None, Duration::ZERO).expect("the path's new file is locked");
+        let next = acquire(dir.path(), "c1", "eth0", Duration::ZERO).expect("the path's new file is locked");
         assert!(path(dir.path(), "c1", "eth0").exists());
         drop(next);
     }
@@ -277,6 +314,6 @@ pub(crate) mod tests {
         let dir = tempfile::tempdir().unwrap();
         let file = dir.path().join("not-a-dir");
         std::fs::write(&file, "").unwrap();
-        assert!(acquire(&file, "c1", "eth0", None, WAIT).is_none());
+        assert!(acquire(&file, "c1", "eth0", WAIT).is_none());
     }
 }

@@ -91,14 +91,7 @@ pub fn run_with(plugin: &dyn Plugin, get_env: impl Fn(&str) -> Option<String>, s
         let lock = match inv.command {
             Command::Add | Command::Del | Command::Check => {
                 let dir = get_env(attachment_lock::DIR_VAR).unwrap_or_else(|| attachment_lock::DEFAULT_DIR.into());
-                let inherited = get_env(attachment_lock::HELD_VAR);
-                attachment_lock::acquire(
-                    Path::new(&dir),
-                    &inv.container_id,
-                    &inv.ifname,
-                    inherited.as_deref(),
-                    attachment_lock::WAIT,
-                )
+                attachment_lock::acquire(Path::new(&dir), &inv.container_id, &inv.ifname, attachment_lock::WAIT)
             }
             _ => None,
         };
