@@ -49,6 +49,11 @@ pub struct AttachmentLock {
     path: PathBuf,
 }
 
+/// The lock directory, given `DIR_VAR` as the environment has it.
+pub fn dir(from_env: Option<String>) -> PathBuf {
+    from_env.map_or_else(|| PathBuf::from(DEFAULT_DIR), PathBuf::from)
+}
+
 /// The descriptor of the lock this process holds, if any.
 pub fn held() -> Option<RawFd> {
     *HELD.lock().unwrap_or_else(|e| e.into_inner())

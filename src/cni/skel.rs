@@ -9,7 +9,6 @@ use super::result::CniResult;
 use super::version::{self, CniVersion};
 use crate::logging::LogConfig;
 use std::io::{Read, Write};
-use std::path::Path;
 use std::time::Instant;
 
 /// A CNI plugin. Methods are synchronous and are never called from inside an async runtime, so a
@@ -90,8 +89,8 @@ pub fn run_with(plugin: &dyn Plugin, get_env: impl Fn(&str) -> Option<String>, s
         // Held until this call returns; its helpers hold it until they end (see attachment_lock).
         let lock = match inv.command {
             Command::Add | Command::Del | Command::Check => {
-                let dir = get_env(attachment_lock::DIR_VAR).unwrap_or_else(|| attachment_lock::DEFAULT_DIR.into());
-                attachment_lock::acquire(Path::new(&dir), &inv.container_id, &inv.ifname, attachment_lock::WAIT)
+                let dir = attachment_lock::dir(get_env(attachment_lock::DIR_VAR));
+                attachment_lock::acquire(&dir, &inv.container_id, &inv.ifname, attachment_lock::WAIT)
             }
             _ => None,
         };

@@ -10,6 +10,7 @@ pub mod network;
 mod record;
 pub mod select;
 
+use crate::cni::attachment_lock;
 use crate::cni::{CniArgs, CniError, CniResult, Command, Invocation, Plugin, PluginConf, code};
 use crate::kube::{ApiClient, ApiPolicy, PodSource};
 use config::SelectorConfig;
@@ -110,11 +111,14 @@ impl Plugin for Selector {
         let config = SelectorConfig::from_plugin_conf(conf)?;
         let valid: HashSet<(String, String)> = config::valid_attachments(conf)?.into_iter().collect();
         let store = RecordStore::new(&config.data_dir);
+        let locks = attachment_lock::dir(std::env::var(attachment_lock::DIR_VAR).ok());
         let mut first_error = None;
         for record in store.list()? {
             if valid.contains(&(record.container_id.clone(), record.ifname.clone())) {
                 continue;
             }
+            // A DEL like the runtime's: after the remains of any killed call on the attachment.
+            let lock = attachment_lock::acquire(&locks, &record.container_id, &record.ifname, attachment_lock::WAIT);
             // The runtime has forgotten this container; if its netns still exists, clean inside it too.
             let stale = Invocation {
                 command: Command::Del,
@@ -129,9 +133,16 @@ impl Plugin for Selector {
                 None => Ok(()),
             }
             .and_then(|()| store.remove(&record.container_id, &record.ifname));
-            if let Err(e) = outcome {
-                warn(format!("GC of container {} interface {}: {e}", record.container_id, record.ifname));
-                first_error.get_or_insert(e);
+            match outcome {
+                Ok(()) => {
+                    if let Some(lock) = lock {
+                        lock.remove();
+                    }
+                }
+                Err(e) => {
+                    warn(format!("GC of container {} interface {}: {e}", record.container_id, record.ifname));
+                    first_error.get_or_insert(e);
+                }
             }
         }
         first_error.map_or(Ok(()), Err)
