@@ -238,8 +238,10 @@ impl Node {
         left.extend(self.leases().into_iter().filter(|(_, cid)| *cid == pod.cid).map(|(ip, _)| format!("lease {ip}")));
         let chain = yh_genie::firewall::Owner::new(network, &pod.cid).chain();
         left.extend(self.nat_lines().into_iter().filter(|l| l.contains(&chain)).map(|l| format!("nat {l}")));
-        left.extend(self.state_files().into_iter().filter(|f| f.contains(&pod.cid)).map(|f| format!("file {f}")));
-        left.extend(self.lock_files().into_iter().filter(|f| f.contains(&pod.cid)).map(|f| format!("lock {f}")));
+        // By whole name: `cid7x2` must not claim the files of `cid7x20`.
+        let of_pod = |f: &String| f.split(['/', ':', '.']).any(|part| part == pod.cid);
+        left.extend(self.state_files().into_iter().filter(of_pod).map(|f| format!("file {f}")));
+        left.extend(self.lock_files().into_iter().filter(of_pod).map(|f| format!("lock {f}")));
         left
     }
 
