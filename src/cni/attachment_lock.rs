@@ -39,7 +39,7 @@ pub const WAIT: Duration = super::exec::DEFAULT_TIMEOUT;
 /// After killing the remains, how long to wait for the kernel to take them away.
 const AFTER_KILL: Duration = Duration::from_secs(1);
 
-/// The lock this process holds, for `exec::helper_command` to pass on: its descriptor and path.
+/// The descriptor of the lock this process holds, for `exec::helper_command` to pass on.
 static HELD: Mutex<Option<RawFd>> = Mutex::new(None);
 
 /// An attachment's lock, held until dropped. Helpers spawned meanwhile inherit it.
@@ -97,7 +97,7 @@ fn lock(path: &Path, wait: Duration) -> std::io::Result<Option<AttachmentLock>> 
             // a file nobody else will open, and the one to lock is the path's new file.
             Ok(()) if same_file(&file, path)? => break,
             Ok(()) => file = open(path)?,
-            // Only looked for when the lock is taken: the common case pays nothing for it.
+            // Looked for only when the lock is busy: the common case, a free lock, pays nothing.
             Err(std::fs::TryLockError::WouldBlock) if first && holds_another_descriptor_of(&file) => return Ok(None),
             Err(std::fs::TryLockError::WouldBlock) => {}
             Err(std::fs::TryLockError::Error(e)) => return Err(e),
@@ -165,6 +165,7 @@ fn kill_holders(path: &Path) -> Vec<i32> {
         let Ok(fds) = std::fs::read_dir(entry.path().join("fd")) else { continue };
         let holds = fds.flatten().any(|fd| std::fs::read_link(fd.path()).is_ok_and(|target| target == path));
         if holds {
+            // By pid: one reused between the scan and the kill would have to hold the file too.
             let pid = nix::unistd::Pid::from_raw(pid as i32);
             if nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL).is_ok() {
                 killed.push(pid.as_raw());
