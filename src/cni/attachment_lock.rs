@@ -165,7 +165,8 @@ fn kill_holders(path: &Path) -> Vec<i32> {
         let Ok(fds) = std::fs::read_dir(entry.path().join("fd")) else { continue };
         let holds = fds.flatten().any(|fd| std::fs::read_link(fd.path()).is_ok_and(|target| target == path));
         if holds {
-            // By pid: one reused between the scan and the kill would have to hold the file too.
+            // By pid, checked just before: a holder that exited and whose pid was reused in the
+            // microseconds between would be hit. This path runs only for remains hung for 60 s.
             let pid = nix::unistd::Pid::from_raw(pid as i32);
             if nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL).is_ok() {
                 killed.push(pid.as_raw());
