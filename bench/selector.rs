@@ -335,7 +335,28 @@ fn main() {
             peak as f64 / 1024.0
         );
     }
+    println!("{}", attachment_lock_cost());
     println!("targets: selector ADD median at most 1.5x the bridge alone; peak RSS of one ADD at most 15 MB");
+}
+
+/// What the attachment lock (taken by every ADD, CHECK and DEL) costs, measured in this process:
+/// an ADD's take-and-release, then a DEL's take-and-remove, on tmpfs beside the real directory.
+fn attachment_lock_cost() -> String {
+    use yh_genie::cni::attachment_lock::{DEFAULT_DIR, WAIT, acquire};
+    let dir = Path::new(DEFAULT_DIR).with_file_name(format!("bench-{}", std::process::id()));
+    const PAIRS: u32 = 2000;
+    let started = Instant::now();
+    for i in 0..PAIRS {
+        let cid = format!("lock{i}");
+        drop(acquire(&dir, &cid, "eth0", WAIT).expect("a free lock"));
+        acquire(&dir, &cid, "eth0", WAIT).expect("a free lock").remove();
+    }
+    let per_pair = started.elapsed() / PAIRS;
+    let _ = std::fs::remove_dir(&dir);
+    format!(
+        "attachment lock: {:.1} µs per ADD + DEL (take, release; take, remove), {PAIRS} pairs",
+        per_pair.as_secs_f64() * 1e6
+    )
 }
 
 /// ADD one pod of `case` while sampling the selector's VmHWM, then DEL it; returns the peak in KiB.
