@@ -26,12 +26,17 @@ use std::time::{Duration, Instant};
 struct Options {
     pods: usize,
     parallel: usize,
+    /// Run by `cargo test --all-targets` (no `--bench`): a few pods, to show that the benchmark
+    /// works, in a debug build whose figures mean nothing.
+    smoke: bool,
 }
 
 impl Options {
     fn from_args() -> Self {
-        let mut o = Options { pods: 100, parallel: 8 };
         let args: Vec<String> = std::env::args().skip(1).collect();
+        let smoke = !args.iter().any(|a| a == "--bench");
+        let mut o =
+            if smoke { Options { pods: 3, parallel: 2, smoke } } else { Options { pods: 100, parallel: 8, smoke } };
         let mut it = args.iter();
         while let Some(a) = it.next() {
             match a.as_str() {
@@ -281,6 +286,10 @@ fn main() {
         b.selector_case("yh-genie -> no-op", "noop", &noop, o.pods),
     ];
 
+    if o.smoke {
+        println!("smoke run (cargo test, debug build, {} pods): the figures below are not measurements;", o.pods);
+        println!("measure with bench/selector.sh");
+    }
     println!("yh-genie selector benchmark: {} pods, release build, cases interleaved per pod", o.pods);
     println!("each selector case: GET pod + GET ConfigMap (bare network name), record, run the network's chain");
     println!("  bridge alone:        Debian's reference bridge + host-local exec'd by this driver, as libcni would");
