@@ -35,8 +35,8 @@ impl Options {
     fn from_args() -> Self {
         let args: Vec<String> = std::env::args().skip(1).collect();
         let smoke = !args.iter().any(|a| a == "--bench");
-        let mut o =
-            if smoke { Options { pods: 3, parallel: 2, smoke } } else { Options { pods: 100, parallel: 8, smoke } };
+        let (pods, parallel) = if smoke { (3, 2) } else { (100, 8) };
+        let mut o = Options { pods, parallel, smoke };
         let mut it = args.iter();
         while let Some(a) = it.next() {
             match a.as_str() {

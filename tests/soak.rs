@@ -158,7 +158,7 @@ impl Soak {
     fn add_failed(&self, pod: &Pod, stdout: &str) {
         let error: Value = serde_json::from_str(stdout).unwrap_or_default();
         let code = error["code"].as_u64();
-        let own_lock = format!("lock {}:eth0", pod.cid);
+        let own_lock = Node::own_lock(pod);
         let left: Vec<String> = self.n.leftovers_of(pod, NETWORK).into_iter().filter(|l| *l != own_lock).collect();
         let mut tally = self.tally.lock().unwrap();
         match code {

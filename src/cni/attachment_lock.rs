@@ -59,6 +59,19 @@ pub fn held() -> Option<RawFd> {
     *HELD.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+/// In a forked child before exec: keep the lock's descriptor `fd` open across the exec, so that the
+/// helper holds the lock (and passes it on to its own helpers). Async-signal-safe: one fcntl, no
+/// allocation, not even for an error (an OS error code is stored inline).
+///
+/// # Safety
+/// `fd` must be open: the lock's descriptor from `held()`, open in the parent at the fork.
+pub unsafe fn pass_on_in_child(fd: RawFd) -> std::io::Result<()> {
+    // SAFETY: the caller guarantees that `fd` is open.
+    let fd = unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) };
+    nix::fcntl::fcntl(fd, nix::fcntl::FcntlArg::F_SETFD(nix::fcntl::FdFlag::empty()))?;
+    Ok(())
+}
+
 /// The lock file of an attachment. `:` separates the two: container ids cannot contain one.
 pub fn path(dir: &Path, container_id: &str, ifname: &str) -> PathBuf {
     dir.join(format!("{container_id}:{ifname}"))
@@ -228,14 +241,8 @@ pub(crate) mod tests {
         let fd = lock.as_raw_fd();
         let mut command = Command::new("sleep");
         command.arg(secs).stdin(Stdio::null());
-        // SAFETY: fcntl is async-signal-safe.
-        unsafe {
-            command.pre_exec(move || {
-                let fd = std::os::fd::BorrowedFd::borrow_raw(fd);
-                nix::fcntl::fcntl(fd, nix::fcntl::FcntlArg::F_SETFD(nix::fcntl::FdFlag::empty()))?;
-                Ok(())
-            });
-        }
+        // SAFETY: `pass_on_in_child` is async-signal-safe and `lock` is open.
+        unsafe { command.pre_exec(move || pass_on_in_child(fd)) };
         command.spawn().unwrap()
     }
 
@@ -292,11 +299,17 @@ pub(crate) mod tests {
     }
 
     #[test]
-    fn this_process_and_its_ancestors_are_never_killed() {
+    fn killing_the_holders_spares_this_process_and_its_ancestors() {
+        let _serial = serial();
+        let dir = tempfile::tempdir().unwrap();
+        let mine = locked_quietly(dir.path());
+        let mut helper = holder(&mine, "600");
+        let path = path(&std::path::absolute(dir.path()).unwrap(), "c1", "eth0");
+        assert_eq!(kill_holders(&path), [helper.id() as i32], "only the other holder");
+        assert_eq!(std::os::unix::process::ExitStatusExt::signal(&helper.wait().unwrap()), Some(9));
+        assert!(mine.metadata().is_ok(), "this process still has it open");
         let line = ancestry();
-        assert_eq!(line[0], std::process::id());
-        assert_eq!(line[1], std::os::unix::process::parent_id());
-        assert!(line.len() >= 2);
+        assert_eq!(line[..2], [std::process::id(), std::os::unix::process::parent_id()]);
     }
 
     #[test]

@@ -45,18 +45,10 @@ pub fn helper_command(program: impl AsRef<std::ffi::OsStr>) -> tokio::process::C
     let mut command = tokio::process::Command::new(program);
     command.kill_on_drop(true);
     if let Some(fd) = attachment_lock::held() {
-        // SAFETY: the closure runs in the forked child before exec and makes one async-signal-safe
-        // system call (fcntl). It allocates nothing, not even for an error (an OS error code is
-        // stored inline): another thread may have held the allocator's lock at the fork. The
-        // descriptor is open: the lock is registered for as long as it is.
-        unsafe {
-            command.pre_exec(move || {
-                let fd = std::os::fd::BorrowedFd::borrow_raw(fd);
-                // Only in the child: the descriptor survives its exec, and its children's.
-                nix::fcntl::fcntl(fd, nix::fcntl::FcntlArg::F_SETFD(nix::fcntl::FdFlag::empty()))?;
-                Ok(())
-            });
-        }
+        // SAFETY: the closure runs in the forked child before exec, where only async-signal-safe
+        // calls may be made (another thread may have held the allocator's lock at the fork), and
+        // `pass_on_in_child` is one. The descriptor is open: a lock is registered while it is.
+        unsafe { command.pre_exec(move || attachment_lock::pass_on_in_child(fd)) };
     }
     command
 }

@@ -105,8 +105,8 @@ impl Sandbox {
         Sandbox { node: Some(node.name.clone()), ..Self::new() }
     }
 
-    /// A command that runs `program` in the node netns if there is one.
-    /// A command for `program` on this sandbox's node, taking attachment locks in `locks()`.
+    /// A command that runs `program` in the node netns if there is one, taking attachment locks in
+    /// `locks()`.
     pub fn command(&self, program: &Path) -> Command {
         let mut c = match &self.node {
             Some(node) => {

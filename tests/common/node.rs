@@ -229,6 +229,11 @@ impl Node {
         list_dir(&self.sb.locks())
     }
 
+    /// What `leftovers_of` calls the lock file of `pod`, the one thing a failed ADD leaves of it.
+    pub fn own_lock(pod: &Pod) -> String {
+        format!("lock {}:eth0", pod.cid)
+    }
+
     /// What is left of one pod attached to `network`: interfaces in its netns (if that still
     /// exists), its leases, its NAT chain and jumps, its record and yonghui file (or their temp files).
     pub fn leftovers_of(&self, pod: &Pod, network: &str) -> Vec<String> {
@@ -256,7 +261,7 @@ impl Node {
     /// that a runtime sends after a failed ADD removes, and nothing of any other pod.
     pub fn assert_failed_add_left_nothing(&self, pod: &Pod, case: &str) {
         assert_eq!(link_names(&pod.netns, ""), ["lo"], "{case}: pod netns interfaces");
-        let own_lock = format!("lock {}:eth0", pod.cid);
+        let own_lock = Node::own_lock(pod);
         let left: Vec<String> = self.leftovers().into_iter().filter(|l| *l != own_lock).collect();
         assert!(left.is_empty(), "{case}: left on the node: {left:#?}");
     }
