@@ -4,6 +4,7 @@
 #![allow(dead_code)]
 
 pub mod apiserver;
+pub mod cri;
 pub mod node;
 pub mod rng;
 
