@@ -4,8 +4,10 @@
 #![allow(dead_code)]
 
 pub mod apiserver;
+pub mod containerd;
 pub mod cri;
 pub mod node;
+pub mod pause_image;
 pub mod rng;
 
 use serde_json::Value;
