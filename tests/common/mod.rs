@@ -6,6 +6,7 @@
 pub mod apiserver;
 pub mod containerd;
 pub mod cri;
+pub mod cri_node;
 pub mod node;
 pub mod pause_image;
 pub mod rng;
