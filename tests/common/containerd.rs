@@ -25,7 +25,7 @@ use super::{Netns, must};
 use std::io::{BufRead, BufReader};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
 const RUN_PREFIX: &str = "yh-genie-cri.";
@@ -114,7 +114,8 @@ impl Containerd {
     /// Import an image archive into the CRI plugin's namespace, unpacked for its snapshotter.
     pub fn import(&self, archive: &Path) {
         let out = self
-            .node_command("ctr")
+            .node_command("timeout")
+            .args([&PATIENCE.as_secs().to_string(), "ctr"])
             .arg("--address")
             .arg(self.socket())
             .args(["--namespace", "k8s.io", "images", "import"])
@@ -159,15 +160,8 @@ impl Containerd {
     /// Stop containerd as a service manager does (SIGTERM); its shims, and so the sandboxes, stay.
     pub fn stop_daemon(&mut self) {
         let mut daemon = self.daemon.take().expect("containerd is running");
-        signal(daemon.id(), nix::sys::signal::Signal::SIGTERM);
-        let started = Instant::now();
-        while daemon.try_wait().unwrap().is_none() {
-            if started.elapsed() > PATIENCE {
-                let _ = daemon.kill();
-                let _ = daemon.wait();
-                panic!("containerd did not stop within {PATIENCE:?} of SIGTERM:\n{}", self.log_tail());
-            }
-            std::thread::sleep(Duration::from_millis(50));
+        if terminate(&mut daemon).is_none() {
+            panic!("containerd did not stop within {PATIENCE:?} of SIGTERM:\n{}", self.log_tail());
         }
     }
 
@@ -281,6 +275,23 @@ exec sleep infinity"#;
 
 fn run_name(dir: &Path) -> String {
     dir.file_name().unwrap().to_string_lossy().into_owned()
+}
+
+/// SIGTERM `child` and wait for it to exit; None (and SIGKILL) if it takes longer than PATIENCE.
+pub fn terminate(child: &mut Child) -> Option<ExitStatus> {
+    signal(child.id(), nix::sys::signal::Signal::SIGTERM);
+    let started = Instant::now();
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            return Some(status);
+        }
+        if started.elapsed() > PATIENCE {
+            let _ = child.kill();
+            let _ = child.wait();
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }
 
 fn signal(pid: u32, signal: nix::sys::signal::Signal) {

@@ -12,7 +12,7 @@
 //!   the node netns), chained with the built-in `veth` so that the pod reaches its node (seed 004).
 
 use super::apiserver::{ApiServer, TOKEN};
-use super::containerd::{Containerd, RunDir, require_containerd};
+use super::containerd::{Containerd, RunDir, require_containerd, terminate};
 use super::cri::{self, PodSandboxConfig, RuntimeService};
 use super::node::{cni_nat_lines, host_local_leases, link_names, list_dir, walk};
 use super::{Netns, pause_image, require_root};
@@ -197,9 +197,17 @@ impl CriNode {
         self.installer = Some(installer);
     }
 
-    /// containerd's NetworkReady condition, and its reason and message.
+    /// containerd's NetworkReady condition, and its reason and message, once the CRI plugin answers
+    /// (it says "server is not initialized yet" while it recovers its state after a start).
     fn network_ready(&self) -> (bool, String) {
-        let status = self.cri.status().unwrap_or_else(|e| panic!("CRI Status: {e}\n{}", self.containerd.log_tail()));
+        let started = Instant::now();
+        let status = loop {
+            match self.cri.status() {
+                Ok(status) => break status,
+                Err(e) if started.elapsed() > PATIENCE => panic!("CRI Status: {e}\n{}", self.containerd.log_tail()),
+                Err(_) => std::thread::sleep(Duration::from_millis(50)),
+            }
+        };
         let conditions = status.status.map(|s| s.conditions).unwrap_or_default();
         let network = conditions.iter().find(|c| c.r#type == "NetworkReady").expect("a NetworkReady condition");
         (network.status, format!("{}: {}", network.reason, network.message))
@@ -354,11 +362,8 @@ impl CriNode {
     /// goes), containerd stops with no shim or sandbox left behind, and the node is taken down.
     pub fn finish(mut self) {
         self.assert_nothing_left("at the end");
-        let mut installer = self.installer.take().unwrap();
-        nix::sys::signal::kill(nix::unistd::Pid::from_raw(installer.id() as i32), nix::sys::signal::Signal::SIGTERM)
-            .unwrap();
-        let status = installer.wait().unwrap();
-        assert!(status.success(), "the installer exits cleanly on SIGTERM: {status}");
+        let status = terminate(&mut self.installer.take().unwrap());
+        assert!(status.is_some_and(|s| s.success()), "the installer exits cleanly on SIGTERM: {status:?}");
         assert!(!self.conf_dir().join("00-yh-genie.conflist").exists(), "the installer removed its conflist");
         let left = self.containerd.shutdown();
         assert!(left.is_empty(), "processes left by containerd once it stopped: {left:#?}");
