@@ -8,7 +8,9 @@
 //!   by a `holder` process so that a restarted containerd finds the mounts of the first one (the pod
 //!   netns bind mounts and the sandboxes' rootfs), as it does on a real node. In it `/run` is a fresh
 //!   tmpfs, because containerd 1.6 puts shim sockets and runc state under `/run/containerd` whatever
-//!   its configuration says, and `/sys` is the node netns's, as `ip netns exec` makes it (with the
+//!   its configuration says; `/var/lib` is a copy-on-write view whose writes land in the run dir
+//!   (`var-lib/upper`), because libcni in containerd caches results in `/var/lib/cni` whatever its
+//!   configuration says; and `/sys` is the node netns's, as `ip netns exec` makes it (with the
 //!   machine's cgroup hierarchies moved onto it, for runc).
 //!
 //! The test process sees none of those mounts; it reads the node's files through
@@ -68,7 +70,7 @@ impl Containerd {
         // What an earlier test process killed mid-run left is found by the run dir's name: its
         // processes and cgroups, and this netns.
         std::fs::write(dir.join("netns"), &node.name).unwrap();
-        for sub in ["root", "state", "opt", "cgroup"] {
+        for sub in ["root", "state", "opt", "cgroup", "var-lib/upper", "var-lib/work"] {
             std::fs::create_dir_all(dir.join(sub)).unwrap();
         }
         std::fs::write(dir.join("containerd.toml"), config(&dir, cni_bin, cni_conf, sandbox_image)).unwrap();
@@ -103,6 +105,13 @@ impl Containerd {
     /// A path of the node's mount namespace, as the test process reaches it.
     pub fn node_path(&self, path: &str) -> PathBuf {
         PathBuf::from(format!("/proc/{}/root", self.holder.id())).join(path.trim_start_matches('/'))
+    }
+
+    /// Files the node's processes wrote under `/var/lib`.
+    pub fn var_lib_files(&self) -> Vec<PathBuf> {
+        let mut files = Vec::new();
+        super::node::walk(&self.dir.join("var-lib/upper"), &mut |p| files.push(p.to_path_buf()));
+        files
     }
 
     /// Mount points in the node's mount namespace.
@@ -250,6 +259,7 @@ mount --rbind /sys/fs/cgroup "$1/cgroup"
 mount -t sysfs sysfs /sys
 mount --move "$1/cgroup" /sys/fs/cgroup
 mount -t tmpfs -o mode=0755 yh-genie-cri-run /run
+mount -t overlay -o "lowerdir=/var/lib,upperdir=$1/var-lib/upper,workdir=$1/var-lib/work" yh-genie-cri-var-lib /var/lib
 cd "$1"
 echo ready
 exec sleep infinity"#;

@@ -325,8 +325,8 @@ impl CriNode {
     }
 
     /// Everything pods have left on the node, over every kind of state: host-local leases,
-    /// attachment records and the plugins' own records, attachment lock files, host veths, NAT
-    /// rules, pod netns and the mounts containerd made for sandboxes.
+    /// attachment records and the plugins' own records, attachment lock files, containerd's CNI
+    /// result cache, host veths, NAT rules, pod netns and the mounts containerd made for sandboxes.
     pub fn leftovers(&self) -> Vec<String> {
         let mut left: Vec<String> = host_local_leases(&self.path("var/lib/cni/networks"))
             .into_iter()
@@ -336,6 +336,9 @@ impl CriNode {
             walk(&self.path(dir), &mut |p| left.push(format!("file {}", p.display())));
         }
         left.extend(list_dir(&self.containerd.node_path(LOCK_DIR)).into_iter().map(|f| format!("lock {f}")));
+        // containerd's libcni result cache (/var/lib/cni/results), which its DEL clears, and anything
+        // else written to the node's /var/lib.
+        left.extend(self.containerd.var_lib_files().into_iter().map(|f| format!("node /var/lib file {}", f.display())));
         let veths = link_names(&self.netns, "type veth").into_iter().filter(|l| l != "par0" && l != "wire0");
         left.extend(veths.map(|l| format!("host veth {l}")));
         left.extend(cni_nat_lines(&self.netns).into_iter().map(|l| format!("nat {l}")));
