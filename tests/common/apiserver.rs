@@ -111,6 +111,15 @@ impl ApiServer {
         format!("https://{}", self.addr)
     }
 
+    pub fn port(&self) -> u16 {
+        self.addr.port()
+    }
+
+    /// The PEM of the CA that signed the server's certificate (a service account's `ca.crt`).
+    pub fn ca(&self) -> PathBuf {
+        self.dir.path().join("ca.pem")
+    }
+
     /// A kubeconfig with the server's CA and the right token.
     pub fn kubeconfig(&self) -> PathBuf {
         self.dir.path().join("kubeconfig")
@@ -124,7 +133,7 @@ impl ApiServer {
              users:\n- name: test\n  user:\n    token: {token}\ncontexts:\n- name: test\n  context:\n    cluster: test\n    user: test\n\
              current-context: test\n",
             url = self.url(),
-            ca = self.dir.path().join("ca.pem").display(),
+            ca = self.ca().display(),
         );
         std::fs::write(&path, text).unwrap();
         path

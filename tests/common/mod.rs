@@ -1,10 +1,15 @@
 //! Shared support for the root integration tests: throwaway network namespaces, a CNI bin dir with
 //! this binary under every plugin name beside Debian's reference plugins, and a small CNI driver that
-//! calls plugins exactly as a runtime does (env, stdin, exec, exit status, stdout JSON).
+//! calls plugins exactly as a runtime does (env, stdin, exec, exit status, stdout JSON); for
+//! tests/cri.rs, a private containerd node, a CRI v1 client and the pause image.
 #![allow(dead_code)]
 
 pub mod apiserver;
+pub mod containerd;
+pub mod cri;
+pub mod cri_node;
 pub mod node;
+pub mod pause_image;
 pub mod rng;
 
 use serde_json::Value;

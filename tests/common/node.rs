@@ -176,16 +176,7 @@ impl Node {
 
     /// Addresses host-local has handed out over every network, with the container id holding each.
     pub fn leases(&self) -> Vec<(String, String)> {
-        let mut leases = Vec::new();
-        for net in list_dir(&self.ipam_dir()) {
-            for file in list_dir(&self.ipam_dir().join(&net)) {
-                if file.parse::<std::net::IpAddr>().is_ok() {
-                    let text = std::fs::read_to_string(self.ipam_dir().join(&net).join(&file)).unwrap_or_default();
-                    leases.push((file, text.lines().next().unwrap_or_default().to_string()));
-                }
-            }
-        }
-        leases
+        host_local_leases(&self.ipam_dir())
     }
 
     /// Addresses host-local has handed out, over every network.
@@ -200,8 +191,7 @@ impl Node {
     /// Lines of the node's NAT tables (both families) that belong to CNI plugins: `CNI-` chains
     /// and the jumps to them.
     pub fn nat_lines(&self) -> Vec<String> {
-        let dump = self.netns.must("iptables-save -t nat; ip6tables-save -t nat");
-        dump.lines().filter(|l| l.contains("CNI-")).map(String::from).collect()
+        cni_nat_lines(&self.netns)
     }
 
     /// Every file under the selector's and yonghui's data dirs, as paths relative to the sandbox.
@@ -288,11 +278,33 @@ pub fn list_dir(dir: &Path) -> Vec<String> {
 }
 
 /// Every file (not directory) under `dir`, recursively.
-fn walk(dir: &Path, found: &mut dyn FnMut(&Path)) {
+pub fn walk(dir: &Path, found: &mut dyn FnMut(&Path)) {
     for name in list_dir(dir) {
         let path = dir.join(name);
         if path.is_dir() { walk(&path, found) } else { found(&path) }
     }
+}
+
+/// Addresses host-local has handed out from its data dir `dir` over every network, with the
+/// container id holding each.
+pub fn host_local_leases(dir: &Path) -> Vec<(String, String)> {
+    let mut leases = Vec::new();
+    for net in list_dir(dir) {
+        for file in list_dir(&dir.join(&net)) {
+            if file.parse::<std::net::IpAddr>().is_ok() {
+                let text = std::fs::read_to_string(dir.join(&net).join(&file)).unwrap_or_default();
+                leases.push((file, text.lines().next().unwrap_or_default().to_string()));
+            }
+        }
+    }
+    leases
+}
+
+/// Lines of `netns`'s NAT tables (both families) that belong to CNI plugins: `CNI-` chains and the
+/// jumps to them.
+pub fn cni_nat_lines(netns: &Netns) -> Vec<String> {
+    let dump = netns.must("iptables-save -t nat; ip6tables-save -t nat");
+    dump.lines().filter(|l| l.contains("CNI-")).map(String::from).collect()
 }
 
 /// Names of the links in `netns` matching `filter` (`ip link show` syntax, e.g. `type veth`).

@@ -1,0 +1,171 @@
+//! yh-genie on the real runtime path: containerd's CRI plugin calls it, through go-cni and libcni,
+//! as the kubelet asks for pod sandboxes. Each test starts a node (`common::cri_node`): a private
+//! containerd 1.6 in a throwaway netns and mount namespace, its CNI dirs laid out by
+//! `yh-genie install` as the DaemonSet does, and the fake API server holding the pods and
+//! ConfigMaps. The tests speak CRI v1 gRPC to containerd (RunPodSandbox, PodSandboxStatus,
+//! StopPodSandbox, RemovePodSandbox, ListPodSandbox) and check what the kubelet would see (the pod
+//! IP containerd reports, errors) and what the node holds (addresses in the pod's netns, records,
+//! leases, locks, veths, NAT rules, netns, mounts, processes).
+
+mod common;
+
+use common::cri_node::{BRIDGE, CriNode, MACVLAN_VETH, NODE_IP, Network, Sandbox, YONGHUI};
+use common::node::{from_config_map, literal};
+use serde_json::json;
+use std::collections::BTreeSet;
+use std::time::Instant;
+
+/// How a pod chooses its network.
+#[derive(Clone, Copy, Debug)]
+enum Choice {
+    /// A ConfigMap key holding the seed's JSON form naming the network's file.
+    SeedJson,
+    /// A ConfigMap key holding the network's name.
+    BareName,
+    /// A literal env value `network/file`.
+    Literal,
+}
+
+/// Put pod `name` choosing `network` by `choice` into the API server.
+fn put_choosing(node: &CriNode, name: &str, network: &Network, choice: Choice) {
+    let containers = match choice {
+        Choice::SeedJson => {
+            let seed = json!({"kubernetes": {"kubeconfig": node.network_file(network)}}).to_string();
+            node.api.put_config_map("default", &format!("{name}-cm"), json!({"cni_network_config": seed}));
+            from_config_map(&format!("{name}-cm"), "cni_network_config")
+        }
+        Choice::BareName => {
+            node.api.put_config_map("default", &format!("{name}-cm"), json!({"network": network.name}));
+            from_config_map(&format!("{name}-cm"), "network")
+        }
+        Choice::Literal => literal(&format!("{0}/{0}.conflist", network.name)),
+    };
+    node.put_pod(name, containers);
+}
+
+/// What the kubelet and the node must see of a sandbox of `network`: containerd reports an IP of
+/// the network, that IP is on the pod's eth0, and the selector recorded the network for the pod
+/// named by the CNI_ARGS containerd built.
+fn assert_on_network(node: &CriNode, sandbox: &Sandbox, network: &Network) {
+    let case = format!("pod {} (sandbox {})", sandbox.pod, sandbox.id);
+    assert!(network.contains(&sandbox.ip), "{case}: containerd reports {:?}, not in {network:?}", sandbox.ip);
+    assert_eq!(node.sandbox_addresses(sandbox), [sandbox.ip.as_str()], "{case}: eth0 in the pod's netns");
+    let record = node.record(sandbox);
+    assert_eq!(record["network"], network.name, "{case}: {record}");
+    let uid = format!("uid-default-{}", sandbox.pod);
+    assert_eq!(record["pod"], json!({"namespace": "default", "name": sandbox.pod, "uid": uid}), "{case}");
+}
+
+fn pings(node: &CriNode, from: &Sandbox, to: &str) -> bool {
+    node.in_sandbox(from, &format!("ping -c1 -W2 {to}")).0
+}
+
+#[test]
+fn the_pod_ip_containerd_reports_is_in_the_network_the_pod_chose() {
+    let node = CriNode::start();
+    let mut sandboxes: Vec<(Sandbox, Network)> = Vec::new();
+    for network in [YONGHUI, BRIDGE, MACVLAN_VETH] {
+        for choice in [Choice::SeedJson, Choice::BareName, Choice::Literal] {
+            let name = format!("{}-{}", network.name, format!("{choice:?}").to_lowercase());
+            put_choosing(&node, &name, &network, choice);
+            let sandbox = node.run_pod(&name, 0).unwrap_or_else(|e| panic!("{name}: {e}\n{}", node.logs()));
+            assert_on_network(&node, &sandbox, &network);
+            sandboxes.push((sandbox, network));
+        }
+    }
+    node.put_pod("no-choice", json!([{"name": "app", "image": "nginx"}]));
+    let sandbox = node.run_pod("no-choice", 0).unwrap_or_else(|e| panic!("no-choice: {e}\n{}", node.logs()));
+    assert_on_network(&node, &sandbox, &YONGHUI);
+    sandboxes.push((sandbox, YONGHUI));
+
+    // Pod to pod: each pod reaches the next pod of its network.
+    for network in [YONGHUI, BRIDGE, MACVLAN_VETH] {
+        let on: Vec<&Sandbox> = sandboxes.iter().filter(|(_, n)| n.name == network.name).map(|(s, _)| s).collect();
+        for pair in on.windows(2) {
+            assert!(pings(&node, pair[0], &pair[1].ip), "{} reaches {} ({})", pair[0].pod, pair[1].pod, pair[1].ip);
+        }
+    }
+    // The macvlan pods reach their node through the veth the chain added (a macvlan child alone cannot).
+    for (sandbox, network) in &sandboxes {
+        if network.name == MACVLAN_VETH.name {
+            assert!(pings(&node, sandbox, NODE_IP), "{} reaches its node {NODE_IP}", sandbox.pod);
+        }
+    }
+
+    for (sandbox, _) in &sandboxes {
+        node.remove_pod(sandbox);
+    }
+    node.finish();
+}
+
+#[test]
+fn a_sandbox_whose_add_fails_fails_with_the_reason_leaves_nothing_and_the_retry_succeeds() {
+    let node = CriNode::start();
+    let network = YONGHUI;
+    put_choosing(&node, "retried", &network, Choice::BareName);
+    node.api.down();
+    let started = Instant::now();
+    let error = node.run_pod("retried", 0).expect_err("RunPodSandbox fails while the API server is down");
+    let message = error.message();
+    assert!(
+        message.contains("unreachable") && message.contains(&node.api.url()),
+        "the CRI error carries the CNI error naming the API server: {message}"
+    );
+    common::report(&format!("failed RunPodSandbox took {:?}: {message}", started.elapsed()));
+    node.assert_nothing_left("after the failed RunPodSandbox");
+
+    // The kubelet retries with the next attempt number.
+    node.api.up();
+    let sandbox = node.run_pod("retried", 1).unwrap_or_else(|e| panic!("the retry: {e}\n{}", node.logs()));
+    assert_on_network(&node, &sandbox, &network);
+    node.remove_pod(&sandbox);
+    node.finish();
+}
+
+#[test]
+fn a_dozen_sandboxes_at_once_get_distinct_addresses() {
+    let node = CriNode::start();
+    let names: Vec<String> = (0..12).map(|i| format!("many-{i}")).collect();
+    for name in &names {
+        node.put_pod(name, json!([{"name": "app", "image": "nginx"}]));
+    }
+    let configs = names.iter().map(|name| node.sandbox_config(name, 0)).collect();
+    let started = Instant::now();
+    let results = node.cri.run_pod_sandboxes(configs);
+    common::report(&format!("12 concurrent RunPodSandbox took {:?}", started.elapsed()));
+    let sandboxes: Vec<Sandbox> = results
+        .into_iter()
+        .zip(&names)
+        .map(|(r, name)| node.sandbox(&r.unwrap_or_else(|e| panic!("{name}: {e}\n{}", node.logs()))))
+        .collect();
+    for sandbox in &sandboxes {
+        assert_on_network(&node, sandbox, &YONGHUI);
+    }
+    let distinct: BTreeSet<&str> = sandboxes.iter().map(|s| s.ip.as_str()).collect();
+    assert_eq!(distinct.len(), 12, "distinct addresses: {sandboxes:#?}");
+    assert!(pings(&node, &sandboxes[0], &sandboxes[11].ip), "the first pod reaches the last");
+    for sandbox in &sandboxes {
+        node.remove_pod(sandbox);
+    }
+    node.finish();
+}
+
+#[test]
+fn sandboxes_are_torn_down_after_a_containerd_restart_with_the_api_server_down() {
+    let mut node = CriNode::start();
+    put_choosing(&node, "survivor", &YONGHUI, Choice::SeedJson);
+    let sandbox = node.run_pod("survivor", 0).unwrap_or_else(|e| panic!("{e}\n{}", node.logs()));
+    assert_on_network(&node, &sandbox, &YONGHUI);
+
+    node.stop_containerd();
+    let kept = node.sandbox_processes();
+    assert!(kept.iter().any(|p| p.contains("containerd-shim")), "the shim keeps running: {kept:?}");
+    assert_eq!(node.sandbox_addresses(&sandbox), [sandbox.ip.as_str()], "the pod keeps its address");
+    node.api.down();
+    node.restart_containerd();
+    assert_eq!(node.sandbox(&sandbox.id).ip, sandbox.ip, "containerd recovered the sandbox and its IP");
+
+    // DEL works from the attachment record alone: the API server is still down.
+    node.remove_pod(&sandbox);
+    node.finish();
+}
