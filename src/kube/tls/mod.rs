@@ -79,8 +79,8 @@ impl KubeconfigTrust {
         let anchors: Vec<CertificateDer<'static>> =
             anchors.iter().map(|der| CertificateDer::from(der.clone())).collect();
         let mut roots = rustls::RootCertStore::empty();
-        // Certificates webpki cannot take as anchors are left out, as kube's own store leaves
-        // nothing out but fails; the builder below fails when none is left.
+        // kube's own store, built first from the same certificates, has already refused any that
+        // cannot be an anchor; with none at all, the builder below fails.
         let _ = roots.add_parsable_certificates(anchors.iter().cloned());
         let webpki = WebPkiServerVerifier::builder_with_provider(Arc::new(roots), provider).build()?;
         Ok(KubeconfigTrust { webpki, anchors })
