@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # Installs what building and testing yh-genie needs on a fresh Debian machine (run as root):
 # Debian's reference CNI plugins (real delegates and the behaviour to match), iproute2, iptables and
-# nftables, ping, shellcheck, containerd and runc with gcc and libc6-dev (tests/cri.rs runs a
-# private containerd and builds its pause image), and cnidrive, a minimal CNI runtime on libcni
-# (as containerd uses).
+# nftables, ping, shellcheck; containerd and runc with gcc and libc6-dev (tests/cri.rs runs a
+# private containerd and builds its pause image); and Go with Debian's libcni sources, from which it
+# builds the project's own libcni driver (tools/cnidrive) into target/tools/cnidrive.
 set -euo pipefail
+cd "$(dirname "$0")/.."
 
 packages=(containernetworking-plugins iproute2 iptables nftables iputils-ping shellcheck jq time
-          containerd runc gcc libc6-dev)
+          containerd runc gcc libc6-dev golang-go golang-github-appc-cni-dev)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -28,13 +29,16 @@ if [ ${#missing[@]} -gt 0 ]; then
   fi
 fi
 
-# cnidrive is built from Debian's packaged libcni by the shared tool, when it is beside the checkout.
-here=$(cd "$(dirname "$0")/.." && pwd)
-cnidrive_src=${CNIDRIVE_SRC:-$here/../shared/tools/cnidrive}
-if ! command -v cnidrive >/dev/null 2>&1; then
-  if [ -x "$cnidrive_src/build.sh" ]; then
-    bash "$cnidrive_src/build.sh" /usr/local/bin/cnidrive
-  else
-    echo "note: $cnidrive_src/build.sh not found; tests that replay flows through libcni will fail" >&2
-  fi
+# cnidrive: built against Debian's packaged libcni (GOPATH mode: no module download), rebuilt
+# whenever its source or the Go toolchain changes. A stamp beside it records what it was built from.
+tools=$PWD/target/tools
+source_dir=$PWD/tools/cnidrive
+stamp=$( (cat "$source_dir"/*.go; go version; dpkg-query -W -f='${Version}' golang-github-appc-cni-dev) | sha256sum | cut -d' ' -f1)
+if [ ! -x "$tools/cnidrive" ] || [ "$(cat "$tools/cnidrive.stamp" 2>/dev/null)" != "$stamp" ]; then
+  mkdir -p "$tools"
+  GOPATH=/usr/share/gocode GO111MODULE=off GOFLAGS='' GOCACHE="$tools/go-cache" \
+    go build -o "$tools/cnidrive.new" ./tools/cnidrive
+  mv -f "$tools/cnidrive.new" "$tools/cnidrive"
+  echo "$stamp" > "$tools/cnidrive.stamp"
+  echo "built $tools/cnidrive"
 fi

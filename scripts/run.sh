@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The main job on a fresh machine: install prerequisites, build the release binary, and give a pod
-# a network the way a container runtime does — through libcni (cnidrive) in throwaway network
+# a network the way a container runtime does — through libcni (tools/cnidrive) in throwaway network
 # namespaces: yonghui reads a subnet.env and delegates to the built-in yh-bridge, the pod gets an
 # address, routes and MTU, pings its gateway, and DEL takes everything back. Needs root.
 set -euo pipefail
@@ -9,6 +9,7 @@ cd "$(dirname "$0")/.."
 scripts/prereqs.sh
 cargo build --release --quiet
 binary=$PWD/target/release/yh-genie
+cnidrive=$PWD/target/tools/cnidrive
 "$binary" --version
 
 work=$(mktemp -d)
@@ -40,7 +41,7 @@ JSON
 
 ip netns add "$node"
 ip netns add "$pod"
-run() { ip netns exec "$node" env CNI_PATH="$work/bin" CNI_CACHE_DIR="$work/cache" cnidrive "$@"; }
+run() { ip netns exec "$node" env CNI_PATH="$work/bin" CNI_CACHE_DIR="$work/cache" "$cnidrive" "$@"; }
 
 echo "== ADD (pod netns $pod, node netns $node)"
 run add "$work/yonghui.conflist" "/run/netns/$pod" demo-container eth0 "IgnoreUnknown=1"

@@ -4,7 +4,7 @@
 //! two together so no caller can forget.
 
 use crate::cni::exec::{DEFAULT_TIMEOUT, exec_plugin, find_plugin};
-use crate::cni::{CniError, CniResult, Command, Invocation, PluginConf, code};
+use crate::cni::{CniError, CniResult, CniVersion, Command, Invocation, PluginConf, code};
 use serde_json::Value;
 
 /// The IPAM plugin of one network configuration, for one invocation.
@@ -12,6 +12,8 @@ pub struct Ipam<'a> {
     plugin_type: String,
     inv: &'a Invocation,
     stdin: Vec<u8>,
+    /// The configuration's version: the shape of an answer that does not say its own.
+    version: CniVersion,
 }
 
 impl<'a> Ipam<'a> {
@@ -28,7 +30,7 @@ impl<'a> Ipam<'a> {
             },
             Some(_) => return Err(CniError::invalid_config("'ipam' must be an object")),
         };
-        Ok(Some(Ipam { plugin_type, inv, stdin: conf.to_bytes() }))
+        Ok(Some(Ipam { plugin_type, inv, stdin: conf.to_bytes(), version: conf.cni_version }))
     }
 
     pub fn plugin_type(&self) -> &str {
@@ -46,7 +48,7 @@ impl<'a> Ipam<'a> {
     /// address's (or route's) family: code 104 otherwise, after giving the allocation back.
     pub async fn add(&self) -> Result<CniResult, CniError> {
         let out = self.exec(Command::Add).await?;
-        let parsed = CniResult::from_slice(&out)
+        let parsed = CniResult::from_slice(&out, self.version)
             .map_err(|e| e.context(format!("result of IPAM plugin {}", self.plugin_type)))
             .and_then(|r| {
                 usable(&r)
@@ -165,6 +167,26 @@ mod tests {
         let ok = crate::runtime::block_on(ipam.add_with_rollback(async |r: CniResult| Ok(r.ips.len()))).unwrap();
         assert_eq!(ok, 1);
         assert_eq!(std::fs::read_to_string(&log).unwrap(), "ADD\n");
+    }
+
+    #[test]
+    fn a_legacy_answer_is_read_in_the_configurations_version() {
+        let d = tempfile::tempdir().unwrap();
+        // host-local's 0.2.0 answer, here without cniVersion: the config's version says its shape.
+        fake_ipam(
+            d.path(),
+            r#"{"ip4":{"ip":"10.0.0.2/24","gateway":"10.0.0.1","routes":[{"dst":"0.0.0.0/0"}]},"dns":{}}"#,
+        );
+        let i = inv(d.path());
+        let c =
+            PluginConf::parse(br#"{"cniVersion":"0.2.0","name":"n","type":"yh-bridge","ipam":{"type":"fake-ipam"}}"#)
+                .unwrap();
+        let r = crate::runtime::block_on(Ipam::from_conf(&c, &i).unwrap().unwrap().add()).unwrap();
+        assert_eq!(
+            (r.ips[0].address.to_string(), r.ips[0].gateway.unwrap().to_string()),
+            ("10.0.0.2/24".into(), "10.0.0.1".into())
+        );
+        assert_eq!(r.routes[0].dst.to_string(), "0.0.0.0/0");
     }
 
     #[test]

@@ -28,7 +28,7 @@ fn every_name_answers_version_and_help_as_its_plugin() {
         let (code, out, _) = run_as(name, &["--version"], &[]);
         assert_eq!(code, 0);
         assert!(out.starts_with(&format!("{name} {}", env!("CARGO_PKG_VERSION"))), "{out}");
-        assert!(out.contains("0.3.0, 0.3.1, 0.4.0, 1.0.0, 1.1.0"), "{out}");
+        assert!(out.contains("0.1.0, 0.2.0, 0.3.0, 0.3.1, 0.4.0, 1.0.0, 1.1.0"), "{out}");
         let (code, out, _) = run_as(name, &["--help"], &[]);
         assert_eq!(code, 0);
         assert!(out.contains("install") && out.contains("explain") && out.contains("CNI_COMMAND"), "{out}");
@@ -48,7 +48,10 @@ fn with_cni_command_it_speaks_the_protocol_not_the_cli() {
     let (code, out, _) = run_as("yonghui", &["--help"], &[("CNI_COMMAND", "VERSION")]);
     assert_eq!(code, 0);
     let v: serde_json::Value = serde_json::from_str(&out).unwrap();
-    assert_eq!(v["supportedVersions"], serde_json::json!(["0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0"]));
+    assert_eq!(
+        v["supportedVersions"],
+        serde_json::json!(["0.1.0", "0.2.0", "0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0"])
+    );
     let (code, out, _) = run_as("yh-genie", &[], &[("CNI_COMMAND", "ADD")]);
     assert_eq!(code, 1);
     let e: serde_json::Value = serde_json::from_str(&out).unwrap();

@@ -190,13 +190,11 @@ fn pod_lifecycle_through_the_suite_driver() {
 
 #[test]
 fn pod_lifecycle_through_libcni() {
-    assert!(cnidrive().is_some(), "cnidrive is missing: build it with ../shared/tools/cnidrive/build.sh");
     let node = Node::with_base_routes(route_via_bridge());
     let list = node.conflist("1.0.0");
     let pod = Netns::new("yhpod");
     let pod_path = pod.path().display().to_string();
     let cid = unique("cid");
-    // cnidrive prints plugin errors on stderr; success is exit 0 and the result on stdout.
     let drive = |cmd: &str, netns: &str| {
         let reply = cnidrive_run(&node.sb, cmd, &list, netns, &cid, "eth0", "");
         assert_eq!(reply.code, 0, "cnidrive {cmd} failed: {reply:?}");

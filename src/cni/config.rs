@@ -18,7 +18,8 @@ pub struct PluginConf {
 }
 
 impl PluginConf {
-    /// Parse stdin: JSON object (code 6 if not), `type` string and a supported `cniVersion` (codes 7, 1).
+    /// Parse stdin: JSON object (code 6 if not), `type` string and a supported `cniVersion` (codes 7,
+    /// 1); none, or an empty one, is 0.1.0.
     pub fn parse(bytes: &[u8]) -> Result<Self, CniError> {
         let v: Value = serde_json::from_slice(bytes)
             .map_err(|e| CniError::decode(format!("network configuration is not valid JSON: {e}")))?;
@@ -34,12 +35,12 @@ impl PluginConf {
             Some(_) => return Err(CniError::invalid_config("network configuration 'type' must be a non-empty string")),
             None => return Err(CniError::invalid_config("network configuration has no 'type'")),
         };
-        let version = match raw.get("cniVersion") {
-            Some(Value::String(s)) => s.as_str(),
+        let declared = match raw.get("cniVersion") {
+            Some(Value::String(s)) => Some(s.as_str()),
             Some(_) => return Err(CniError::invalid_config("network configuration 'cniVersion' must be a string")),
-            None => "",
+            None => None,
         };
-        let cni_version = CniVersion::parse(version)?;
+        let cni_version = CniVersion::of_config(declared)?;
         let name = match raw.get("name") {
             Some(Value::String(s)) => s.clone(),
             None => String::new(),
@@ -54,11 +55,20 @@ impl PluginConf {
             .map_err(|e| CniError::invalid_config(format!("invalid {} configuration: {e}", self.plugin_type)))
     }
 
-    /// `prevResult`, parsed (any version), if present and not null.
+    /// The `cniVersion` as written, when it is a non-empty string: what a meta plugin hands on.
+    pub fn declared_version(&self) -> Option<CniVersion> {
+        match self.raw.get("cniVersion") {
+            Some(Value::String(s)) if !s.is_empty() => Some(self.cni_version),
+            _ => None,
+        }
+    }
+
+    /// `prevResult`, parsed (any version; one without `cniVersion` is in the config's), if present
+    /// and not null.
     pub fn prev_result(&self) -> Result<Option<CniResult>, CniError> {
         match self.raw.get("prevResult") {
             None | Some(Value::Null) => Ok(None),
-            Some(v) => CniResult::from_json(v).map(Some).map_err(|e| e.context("prevResult")),
+            Some(v) => CniResult::from_json(v, self.cni_version).map(Some).map_err(|e| e.context("prevResult")),
         }
     }
 
@@ -67,10 +77,26 @@ impl PluginConf {
     }
 }
 
+/// The version of a configuration's bytes, read leniently (for reading a plugin's answer to it):
+/// none or empty is 0.1.0; what cannot be read is taken as the newest.
+pub fn version_of(config: &[u8]) -> CniVersion {
+    let declared = match serde_json::from_slice::<Value>(config) {
+        Ok(Value::Object(m)) => match m.get("cniVersion") {
+            None => Some(CniVersion::V0_1_0),
+            Some(Value::String(s)) => CniVersion::of_config(Some(s)).ok(),
+            Some(_) => None,
+        },
+        _ => None,
+    };
+    declared.unwrap_or(CniVersion::LATEST)
+}
+
 /// A network: a `.conflist` chain, or a `.conf` single plugin seen as a chain of one.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ConfList {
     pub cni_version: CniVersion,
+    /// `cniVersion` as written, empty when absent: what libcni injects into every plugin's stdin.
+    pub version_text: String,
     pub name: String,
     pub disable_check: bool,
     pub plugins: Vec<Map<String, Value>>,
@@ -90,7 +116,8 @@ impl ConfList {
             Some(_) => Err(CniError::invalid_config(format!("{origin}: '{k}' must be a string"))),
         };
         let name = str_field("name")?;
-        let cni_version = CniVersion::parse(&str_field("cniVersion")?).map_err(|e| e.context(origin))?;
+        let version_text = str_field("cniVersion")?;
+        let cni_version = CniVersion::of_config(Some(&version_text)).map_err(|e| e.context(origin))?;
         let plugins = if is_list || obj.contains_key("plugins") {
             let Some(Value::Array(list)) = obj.get("plugins") else {
                 return Err(CniError::invalid_config(format!("{origin}: a conflist needs a 'plugins' array")));
@@ -117,7 +144,7 @@ impl ConfList {
             return Err(CniError::invalid_config(format!("{origin}: no 'name'")));
         }
         let disable_check = obj.get("disableCheck").and_then(Value::as_bool).unwrap_or(false);
-        Ok(ConfList { cni_version, name, disable_check, plugins })
+        Ok(ConfList { cni_version, version_text, name, disable_check, plugins })
     }
 
     /// Parse the bytes of the file at `path`, in the shape its name gives it: `.conflist` is a chain.
@@ -132,21 +159,22 @@ impl ConfList {
         Self::parse_file(&bytes, path)
     }
 
-    /// Stdin for plugin `index`: its own keys plus the list's `name` and `cniVersion`, and `prevResult`
-    /// in the list's version when there is one (libcni's `buildOneConfig`).
-    pub fn plugin_stdin(&self, index: usize, prev: Option<&CniResult>) -> Vec<u8> {
+    /// Stdin for plugin `index`: its own keys plus the list's `name` and `cniVersion` as written
+    /// (empty when the list has none), and `prevResult` in the list's version when there is one
+    /// (libcni's `buildOneConfig`). Fails only when `prev` cannot be written in a 0.1.0/0.2.0 list.
+    pub fn plugin_stdin(&self, index: usize, prev: Option<&CniResult>) -> Result<Vec<u8>, CniError> {
         let mut m = self.plugins[index].clone();
         m.insert("name".into(), self.name.clone().into());
-        m.insert("cniVersion".into(), self.cni_version.as_str().into());
+        m.insert("cniVersion".into(), self.version_text.clone().into());
         match prev {
             Some(r) => {
-                m.insert("prevResult".into(), r.to_json(self.cni_version));
+                m.insert("prevResult".into(), r.to_json(self.cni_version).map_err(|e| e.context("prevResult"))?);
             }
             None => {
                 m.remove("prevResult");
             }
         }
-        serde_json::to_vec(&m).expect("a JSON map always serializes")
+        Ok(serde_json::to_vec(&m).expect("a JSON map always serializes"))
     }
 
     pub fn plugin_type(&self, index: usize) -> &str {
@@ -169,7 +197,42 @@ mod tests {
         assert_eq!(PluginConf::parse(b"{nope").unwrap_err().code, 6);
         assert_eq!(PluginConf::parse(br#"{"cniVersion":"1.0.0","type":5}"#).unwrap_err().code, 7);
         assert_eq!(PluginConf::parse(br#"{"cniVersion":"9.9.9","type":"x"}"#).unwrap_err().code, 1);
-        assert_eq!(PluginConf::parse(br#"{"type":"x"}"#).unwrap_err().code, 1);
+    }
+
+    #[test]
+    fn version_of_bytes_is_lenient() {
+        assert_eq!(version_of(br#"{"type":"x"}"#), CniVersion::V0_1_0);
+        assert_eq!(version_of(br#"{"cniVersion":"0.2.0"}"#), CniVersion::V0_2_0);
+        for unreadable in [&b"{"[..], br#"{"cniVersion":"9"}"#, br#"{"cniVersion":1}"#, b"[]"] {
+            assert_eq!(version_of(unreadable), CniVersion::LATEST);
+        }
+    }
+
+    #[test]
+    fn no_version_or_an_empty_one_is_0_1_0_and_not_declared() {
+        for conf in [&br#"{"type":"x"}"#[..], br#"{"cniVersion":"","type":"x"}"#] {
+            let c = PluginConf::parse(conf).unwrap();
+            assert_eq!((c.cni_version, c.declared_version()), (CniVersion::V0_1_0, None));
+        }
+        let c = PluginConf::parse(br#"{"cniVersion":"0.1.0","type":"x"}"#).unwrap();
+        assert_eq!(c.declared_version(), Some(CniVersion::V0_1_0));
+        assert_eq!(PluginConf::parse(br#"{"cniVersion":2,"type":"x"}"#).unwrap_err().code, 7);
+    }
+
+    #[test]
+    fn a_list_without_a_version_hands_its_plugins_an_empty_one_as_libcni_does() {
+        let list = ConfList::parse(br#"{"name":"old","plugins":[{"type":"a"},{"type":"b"}]}"#, true, "x").unwrap();
+        assert_eq!((list.cni_version, list.version_text.as_str()), (CniVersion::V0_1_0, ""));
+        let prev = CniResult::from_json(&json!({"ip4":{"ip":"10.0.0.2/24"}}), CniVersion::V0_1_0).unwrap();
+        let stdin: Value = serde_json::from_slice(&list.plugin_stdin(1, Some(&prev)).unwrap()).unwrap();
+        assert_eq!(stdin["cniVersion"], "");
+        assert_eq!(stdin["prevResult"], json!({"cniVersion":"0.1.0","ip4":{"ip":"10.0.0.2/24"},"dns":{}}));
+        let conf = PluginConf::parse(&list.plugin_stdin(1, Some(&prev)).unwrap()).unwrap();
+        assert_eq!(conf.prev_result().unwrap().unwrap(), prev);
+        // Nothing to say in 0.2.0 without an address: the chain learns why.
+        let e = list.plugin_stdin(1, Some(&CniResult::default())).unwrap_err();
+        assert_eq!(e.code, 1);
+        assert!(e.msg.starts_with("prevResult: "), "{e}");
     }
 
     #[test]
@@ -186,7 +249,7 @@ mod tests {
         )
         .unwrap();
         assert_eq!(list.plugins.len(), 2);
-        let stdin: Value = serde_json::from_slice(&list.plugin_stdin(1, None)).unwrap();
+        let stdin: Value = serde_json::from_slice(&list.plugin_stdin(1, None).unwrap()).unwrap();
         assert_eq!(stdin, json!({"cniVersion":"1.0.0","name":"b","type":"veth","x":1}));
     }
 
@@ -209,11 +272,11 @@ mod tests {
         let list =
             ConfList::parse(br#"{"cniVersion":"0.3.1","name":"b","plugins":[{"type":"a"},{"type":"b"}]}"#, true, "x")
                 .unwrap();
-        let prev = CniResult::from_json(&json!({"ips":[{"address":"10.0.0.2/24"}]})).unwrap();
-        let stdin: Value = serde_json::from_slice(&list.plugin_stdin(1, Some(&prev))).unwrap();
+        let prev = CniResult::from_json(&json!({"ips":[{"address":"10.0.0.2/24"}]}), CniVersion::V0_3_1).unwrap();
+        let stdin: Value = serde_json::from_slice(&list.plugin_stdin(1, Some(&prev)).unwrap()).unwrap();
         assert_eq!(stdin["prevResult"]["cniVersion"], "0.3.1");
         assert_eq!(stdin["prevResult"]["ips"][0]["version"], "4");
-        let conf = PluginConf::parse(&list.plugin_stdin(1, Some(&prev))).unwrap();
+        let conf = PluginConf::parse(&list.plugin_stdin(1, Some(&prev)).unwrap()).unwrap();
         assert_eq!(conf.prev_result().unwrap().unwrap().ips.len(), 1);
     }
 }

@@ -21,7 +21,8 @@ pub mod code {
     pub const DELEGATE_FAILED: u32 = 101;
     /// The container's network namespace cannot be opened.
     pub const NETNS: u32 = 102;
-    /// The Kubernetes API answered, but refused (not found, unauthorized, forbidden, invalid object).
+    /// The Kubernetes API answered, but refused (not found, unauthorized, forbidden, invalid object), or
+    /// its certificate is not trusted.
     pub const KUBE_API: u32 = 103;
     /// The IPAM plugin's answer is unusable (e.g. no address).
     pub const IPAM: u32 = 104;

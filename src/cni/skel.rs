@@ -35,7 +35,7 @@ pub trait Plugin: Sync {
 pub fn dispatch(plugin: &dyn Plugin, inv: &Invocation, conf: &PluginConf) -> Result<Option<CniResult>, CniError> {
     let v = conf.cni_version;
     match inv.command {
-        Command::Add => plugin.add(inv, conf).map(Some),
+        Command::Add => add_in_version(plugin, inv, conf).map(Some),
         Command::Del => plugin.del(inv, conf).map(|()| None),
         Command::Check if !v.has_check() => Err(incompatible(v, "CHECK")),
         Command::Check => plugin.check(inv, conf).map(|()| None),
@@ -46,8 +46,24 @@ pub fn dispatch(plugin: &dyn Plugin, inv: &Invocation, conf: &PluginConf) -> Res
     }
 }
 
+/// ADD, failing (with what it made undone) when the result cannot be written in the config's
+/// version: a 0.1.0/0.2.0 result needs an address. Checked here rather than when printing, so a
+/// built-in plugin called in process fails exactly as an exec'd one would.
+fn add_in_version(plugin: &dyn Plugin, inv: &Invocation, conf: &PluginConf) -> Result<CniResult, CniError> {
+    let result = plugin.add(inv, conf)?;
+    if let Err(e) = result.to_json(conf.cni_version) {
+        if let Err(undo) = plugin.del(&inv.with_command(Command::Del), conf) {
+            tracing::warn!("undoing the ADD whose result could not be written: {undo}");
+        }
+        return Err(e);
+    }
+    Ok(result)
+}
+
+/// libcni's skel words: the command is named, the version goes in the details.
 fn incompatible(v: CniVersion, what: &str) -> CniError {
-    CniError::new(super::error::code::INCOMPATIBLE_VERSION, format!("config version {v} does not allow {what}"))
+    CniError::new(super::error::code::INCOMPATIBLE_VERSION, format!("config version does not allow {what}"))
+        .with_details(format!("config is {:?}", v.as_str()))
 }
 
 /// Outcome of one process invocation, before it is printed.
@@ -103,7 +119,10 @@ pub fn run_with(plugin: &dyn Plugin, get_env: impl Fn(&str) -> Option<String>, s
         if let Some(r) = &out {
             op.ips = r.ips.iter().map(|ip| ip.address.to_string()).collect::<Vec<_>>().join(",");
         }
-        Ok(out.map(|r| r.to_string(conf.cni_version).into_bytes()).unwrap_or_default())
+        match out {
+            Some(r) => Ok(r.to_string(conf.cni_version)?.into_bytes()),
+            None => Ok(Vec::new()),
+        }
     })();
     let outcome = match result {
         Ok(stdout) => Outcome { exit_code: 0, stdout, error: None },
@@ -168,7 +187,11 @@ mod tests {
     use super::*;
     use std::collections::HashMap;
 
+    /// Answers ADD with its prevResult (or an empty result); counts its DELs on the calling thread.
     struct Echo;
+    thread_local! {
+        static ECHO_DELS: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+    }
     impl Plugin for Echo {
         fn name(&self) -> &'static str {
             "echo"
@@ -177,6 +200,7 @@ mod tests {
             Ok(conf.prev_result()?.unwrap_or_default())
         }
         fn del(&self, _: &Invocation, _: &PluginConf) -> Result<(), CniError> {
+            ECHO_DELS.set(ECHO_DELS.get() + 1);
             Ok(())
         }
         fn check(&self, _: &Invocation, _: &PluginConf) -> Result<(), CniError> {
@@ -231,6 +255,39 @@ mod tests {
     }
 
     #[test]
+    fn legacy_versions_print_the_0_2_0_shape_and_have_no_check() {
+        let prev = r#""prevResult":{"cniVersion":"1.0.0","ips":[{"address":"10.0.0.2/24","gateway":"10.0.0.1"}],"routes":[{"dst":"10.0.0.0/8"}]}"#;
+        for (version_key, printed) in
+            [(r#""cniVersion":"0.2.0","#, "0.2.0"), ("", "0.1.0"), (r#""cniVersion":"","#, "0.1.0")]
+        {
+            let (rc, out) = go("ADD", &format!(r#"{{{version_key}"name":"n","type":"echo",{prev}}}"#));
+            assert_eq!(rc, 0, "{out}");
+            assert_eq!(
+                out,
+                serde_json::json!({"cniVersion": printed, "dns": {},
+                    "ip4": {"ip": "10.0.0.2/24", "gateway": "10.0.0.1", "routes": [{"dst": "10.0.0.0/8"}]}})
+            );
+            // As libcni's skel answers: code 1, whatever the plugin would have said.
+            let (rc, out) = go("CHECK", &format!(r#"{{{version_key}"name":"n","type":"echo"}}"#));
+            assert_eq!(
+                (rc, out["code"].as_u64(), out["msg"].as_str()),
+                (1, Some(1), Some("config version does not allow CHECK"))
+            );
+            assert!(out["details"].as_str().unwrap().contains(printed), "{out}");
+            assert_eq!(go("DEL", &format!(r#"{{{version_key}"name":"n","type":"echo"}}"#)).0, 0);
+        }
+    }
+
+    #[test]
+    fn an_add_whose_result_a_legacy_version_cannot_hold_fails_and_is_undone() {
+        let dels = ECHO_DELS.get();
+        let (rc, out) = go("ADD", r#"{"cniVersion":"0.2.0","name":"n","type":"echo"}"#);
+        assert_eq!((rc, out["code"].as_u64()), (1, Some(1)), "{out}");
+        assert!(out["msg"].as_str().unwrap().contains("no IP address"), "{out}");
+        assert_eq!(ECHO_DELS.get(), dels + 1, "the ADD was undone by a DEL");
+    }
+
+    #[test]
     fn errors_are_json_on_stdout_with_version() {
         let (rc, out) = go("CHECK", r#"{"cniVersion":"1.0.0","name":"n","type":"echo"}"#);
         assert_eq!((rc, out["code"].as_u64(), out["cniVersion"].as_str()), (1, Some(3), Some("1.0.0")));
@@ -248,7 +305,8 @@ mod tests {
     fn version_command() {
         let (rc, out) = go("VERSION", "");
         assert_eq!(rc, 0);
-        assert_eq!(out["supportedVersions"].as_array().unwrap().len(), 5);
+        assert_eq!(out["supportedVersions"].as_array().unwrap().len(), 7);
+        assert_eq!(out["supportedVersions"][0], "0.1.0");
         let (_, out) = go("VERSION", r#"{"cniVersion":"0.4.0"}"#);
         assert_eq!(out["cniVersion"], "0.4.0");
     }

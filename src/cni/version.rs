@@ -1,10 +1,14 @@
-//! CNI spec versions this crate speaks, matched exactly as the Go reference library does.
+//! CNI spec versions this crate speaks, matched exactly as the Go reference library does. A
+//! configuration without `cniVersion` (or with an empty one, which is what libcni injects into the
+//! plugins of a list that has none) is 0.1.0, as the spec and libcni's skel read it.
 
 use super::error::{CniError, code};
 use std::fmt;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum CniVersion {
+    V0_1_0,
+    V0_2_0,
     V0_3_0,
     V0_3_1,
     V0_4_0,
@@ -12,11 +16,12 @@ pub enum CniVersion {
     V1_1_0,
 }
 
-pub const SUPPORTED: [&str; 5] = ["0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0"];
+pub const SUPPORTED: [&str; 7] = ["0.1.0", "0.2.0", "0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0"];
 
 impl CniVersion {
     pub const LATEST: CniVersion = CniVersion::V1_1_0;
-    const ALL: [CniVersion; 5] = [Self::V0_3_0, Self::V0_3_1, Self::V0_4_0, Self::V1_0_0, Self::V1_1_0];
+    pub const ALL: [CniVersion; 7] =
+        [Self::V0_1_0, Self::V0_2_0, Self::V0_3_0, Self::V0_3_1, Self::V0_4_0, Self::V1_0_0, Self::V1_1_0];
 
     pub fn as_str(self) -> &'static str {
         SUPPORTED[self as usize]
@@ -30,6 +35,19 @@ impl CniVersion {
         })
     }
 
+    /// The version of a configuration whose `cniVersion` is `declared`: none or empty is 0.1.0.
+    pub fn of_config(declared: Option<&str>) -> Result<Self, CniError> {
+        match declared {
+            None | Some("") => Ok(Self::V0_1_0),
+            Some(v) => Self::parse(v),
+        }
+    }
+
+    /// 0.1.0 and 0.2.0 results have one `ip4` and one `ip6` object instead of `ips`, `routes`
+    /// and `interfaces`.
+    pub fn has_ip4_ip6_result(self) -> bool {
+        self <= Self::V0_2_0
+    }
     /// CHECK exists from 0.4.0 on.
     pub fn has_check(self) -> bool {
         self >= Self::V0_4_0
@@ -38,7 +56,7 @@ impl CniVersion {
     pub fn has_gc_and_status(self) -> bool {
         self >= Self::V1_1_0
     }
-    /// Results before 1.0.0 carry `ips[].version`.
+    /// Results of 0.3.0 to 0.4.0 carry `ips[].version`.
     pub fn has_ip_version_field(self) -> bool {
         self < Self::V1_0_0
     }
@@ -73,7 +91,7 @@ mod tests {
         for v in SUPPORTED {
             assert_eq!(CniVersion::parse(v).unwrap().as_str(), v);
         }
-        for bad in ["", "0.2.0", "1.0", "1.0.0 ", "v1.0.0", "1.2.0"] {
+        for bad in ["", "0.2", "1.0", "1.0.0 ", "v1.0.0", "1.2.0", "0.5.0"] {
             let e = CniVersion::parse(bad).unwrap_err();
             assert_eq!(e.code, 1, "{bad:?}");
             assert!(e.details.contains(&format!("{bad:?}")));
@@ -81,9 +99,21 @@ mod tests {
     }
 
     #[test]
+    fn a_configuration_without_a_version_is_0_1_0() {
+        assert_eq!(CniVersion::of_config(None).unwrap(), CniVersion::V0_1_0);
+        assert_eq!(CniVersion::of_config(Some("")).unwrap(), CniVersion::V0_1_0);
+        assert_eq!(CniVersion::of_config(Some("0.2.0")).unwrap(), CniVersion::V0_2_0);
+        assert_eq!(CniVersion::of_config(Some("0.1")).unwrap_err().code, 1);
+    }
+
+    #[test]
     fn feature_gates() {
+        assert!(CniVersion::V0_2_0.has_ip4_ip6_result());
+        assert!(!CniVersion::V0_3_0.has_ip4_ip6_result());
+        assert!(!CniVersion::V0_2_0.has_check());
         assert!(!CniVersion::V0_3_1.has_check());
         assert!(CniVersion::V0_4_0.has_check());
+        assert!(!CniVersion::V0_2_0.del_gets_prev_result());
         assert!(!CniVersion::V1_0_0.has_gc_and_status());
         assert!(CniVersion::V1_1_0.has_gc_and_status());
         assert!(CniVersion::V0_4_0.has_ip_version_field());

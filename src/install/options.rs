@@ -388,7 +388,7 @@ mod tests {
         );
         assert!(err(&["--bin-dir", "opt/cni/bin"], IN_POD).contains("--bin-dir must be an absolute"));
         assert!(err(&["--wait-for", "run/x"], IN_POD).contains("--wait-for"));
-        assert!(err(&["--cni-version", "0.2.0"], IN_POD).contains("--cni-version must be one of"));
+        assert!(err(&["--cni-version", "0.5.0"], IN_POD).contains("--cni-version must be one of"));
         assert!(err(&["--interval", "0"], IN_POD).contains("--interval"));
         assert!(err(&["--interval", "-1"], IN_POD).contains("--interval"));
         assert!(err(&["--interval", "nan"], IN_POD).contains("--interval"));

@@ -5,10 +5,10 @@
 //! every attempt, the pauses between them), and each attempt is cut at `attempt_timeout`. Transient
 //! failures (connection refused or reset, no answer in time, 429, 5xx) are retried with jittered
 //! exponential backoff while the budget lasts; refusals (401, 403, 404, an object that does not
-//! parse) are final. kube's own retry layer is switched off so that this is the only retry loop and
-//! the budget is the only clock.
+//! parse, a server certificate that is not trusted) are final. The client has no retry layer of its
+//! own, so this is the only retry loop and the budget is the only clock.
 
-use super::{ObjectRef, PodSource};
+use super::{ObjectRef, PodSource, tls};
 use crate::cni::{CniError, code};
 use ::kube::config::{KubeConfigOptions, Kubeconfig};
 use ::kube::{Api, Client, Config, Resource};
@@ -66,6 +66,8 @@ pub struct ApiClient {
     client: Client,
     server: String,
     kubeconfig: PathBuf,
+    /// Whether the kubeconfig names the cluster's CA (else the system's roots are trusted).
+    has_ca_data: bool,
     policy: ApiPolicy,
     deadline: Instant,
     runtime: tokio::runtime::Runtime,
@@ -86,25 +88,21 @@ impl ApiClient {
         let parsed = Kubeconfig::read_from(kubeconfig).map_err(|e| bad_kubeconfig(&e))?;
         // Loading may run an exec credential plugin, so it is bounded like any API work.
         let remaining = deadline.saturating_duration_since(Instant::now());
-        let mut config = runtime
+        let config = runtime
             .block_on(async {
                 tokio::time::timeout(remaining, Config::from_custom_kubeconfig(parsed, &KubeConfigOptions::default()))
                     .await
             })
             .map_err(|_| CniError::try_again(format!("loading kubeconfig {} took too long", kubeconfig.display())))?
             .map_err(|e| bad_kubeconfig(&e))?;
-        config.connect_timeout = Some(policy.attempt_timeout);
-        config.read_timeout = Some(policy.attempt_timeout);
-        config.write_timeout = Some(policy.attempt_timeout);
-        // A pooled connection's idle time must not count against the next answer.
-        config.reset_reader_on_write = true;
-        config.default_retry = false;
         let server = config.cluster_url.to_string().trim_end_matches('/').to_string();
+        let has_ca_data = config.root_cert.is_some();
         let client = {
             let _in_runtime = runtime.enter();
-            Client::try_from(config).map_err(|e| bad_kubeconfig(&e))?
+            // Each request is bounded as a whole by `attempt_timeout` (see `get_with_retries`).
+            tls::client(config, policy.attempt_timeout).map_err(|e| bad_kubeconfig(&e))?
         };
-        Ok(ApiClient { client, server, kubeconfig: kubeconfig.to_path_buf(), policy, deadline, runtime })
+        Ok(ApiClient { client, server, kubeconfig: kubeconfig.to_path_buf(), has_ca_data, policy, deadline, runtime })
     }
 
     fn get<K>(&self, obj: ObjectRef<'_>) -> Result<Option<K>, CniError>
@@ -137,6 +135,10 @@ impl ApiClient {
                 Ok(Err(e)) => match classify(&e) {
                     Failure::Refused { status: Some(404), .. } => return Ok(None),
                     Failure::Refused { status, text } => return Err(self.refusal(obj, status, &text)),
+                    Failure::Certificate(problem) => {
+                        let why = tls::explain(&problem, &self.server, &self.kubeconfig, self.has_ca_data);
+                        return Err(CniError::new(code::KUBE_API, format!("cannot get {obj}: {why}")));
+                    }
                     Failure::Transient(text) => last_error = text,
                 },
                 Err(_) => last_error = format!("no answer within {}", seconds(limit)),
@@ -182,16 +184,21 @@ impl PodSource for ApiClient {
 }
 
 /// What went wrong with one attempt, and whether trying again can help.
-#[derive(Debug, PartialEq, Eq)]
+#[derive(Debug, PartialEq)]
 enum Failure {
     /// The API server may answer next time: connection refused or reset, timeouts, 408, 429, 5xx.
     Transient(String),
     /// It answered, and the answer will not change by asking again.
     Refused { status: Option<u16>, text: String },
+    /// Its certificate is not trusted: it will be the same certificate next time.
+    Certificate(rustls::CertificateError),
 }
 
 fn classify(e: &::kube::Error) -> Failure {
     use ::kube::Error as E;
+    if let Some(problem) = tls::problem(e) {
+        return Failure::Certificate(problem);
+    }
     match e {
         E::Api(status) if matches!(status.code, 408 | 429 | 500..=599) => {
             Failure::Transient(format!("{} {}", status.code, status.message))

@@ -6,6 +6,7 @@
 //! `kube` crate, bounded in time and retried within one budget (see `client`).
 
 mod client;
+mod tls;
 
 pub use client::{ApiClient, ApiPolicy};
 
@@ -15,8 +16,8 @@ use std::fmt;
 
 /// The two reads the selector makes. `Ok(None)`: the object does not exist (the caller knows what
 /// that means for it). Errors are CNI errors ready to print, naming the object: code 11 when the
-/// API server could not be reached in time, 103 when it refused (unauthorized, forbidden) or sent
-/// an object that does not parse.
+/// API server could not be reached in time, 103 when it refused (unauthorized, forbidden), sent
+/// an object that does not parse, or presented a certificate that is not trusted.
 pub trait PodSource {
     fn pod(&self, namespace: &str, name: &str) -> Result<Option<Pod>, CniError>;
     fn config_map(&self, namespace: &str, name: &str) -> Result<Option<ConfigMap>, CniError>;

@@ -9,7 +9,7 @@ pub mod yonghui;
 
 use crate::cni::exec::{self, DEFAULT_TIMEOUT};
 use crate::cni::skel::{self, Plugin};
-use crate::cni::{CniError, CniResult, Command, Invocation, PluginConf};
+use crate::cni::{CniError, CniResult, Command, Invocation, PluginConf, config};
 use std::path::Path;
 
 /// Plugins that are part of this binary. The selector is not here: it is never a delegate.
@@ -45,7 +45,10 @@ pub fn invoke(
     let binary = exec::find_plugin(plugin_type, &inv.path)?;
     let out = crate::runtime::block_on(exec::exec_plugin(&binary, command, &inv, stdin, DEFAULT_TIMEOUT))?;
     if command == Command::Add {
-        return CniResult::from_slice(&out).map(Some).map_err(|e| e.context(format!("result of plugin {plugin_type}")));
+        // A result without a version is in the config's, as libcni reads it.
+        return CniResult::from_slice(&out, config::version_of(stdin))
+            .map(Some)
+            .map_err(|e| e.context(format!("result of plugin {plugin_type}")));
     }
     Ok(None)
 }

@@ -18,9 +18,9 @@ pub struct AddFailed {
 pub fn add(list: &ConfList, inv: &Invocation) -> Result<CniResult, AddFailed> {
     let mut prev: Option<CniResult> = None;
     for i in 0..list.plugins.len() {
-        let stdin = list.plugin_stdin(i, prev.as_ref());
-        let outcome = plugins::invoke(list.plugin_type(i), Command::Add, inv, &stdin).and_then(|result| {
-            result.ok_or_else(|| CniError::new(code::DELEGATE_FAILED, "returned no result".to_string()))
+        let outcome = list.plugin_stdin(i, prev.as_ref()).and_then(|stdin| {
+            plugins::invoke(list.plugin_type(i), Command::Add, inv, &stdin)?
+                .ok_or_else(|| CniError::new(code::DELEGATE_FAILED, "returned no result".to_string()))
         });
         match outcome {
             Ok(result) => prev = Some(result),
@@ -41,14 +41,17 @@ pub fn del(list: &ConfList, inv: &Invocation, prev: Option<&CniResult>) -> Resul
     del_plugins(list, inv, list.plugins.len(), prev)
 }
 
-/// CHECK every plugin in order with the ADD result. Skipped, as libcni does, for versions before
-/// 0.4.0 and for chains with `disableCheck`.
+/// CHECK every plugin in order with the ADD result. Skipped for chains with `disableCheck`, as
+/// libcni skips them, and for networks before 0.4.0, which have no CHECK: libcni refuses those,
+/// but the runtime asked the selector at a version that has CHECK, and the network's plugins
+/// cannot be asked, so there is nothing of theirs to check.
 pub fn check(list: &ConfList, inv: &Invocation, prev: &CniResult) -> Result<(), CniError> {
     if !list.cni_version.has_check() || list.disable_check {
         return Ok(());
     }
     for i in 0..list.plugins.len() {
-        plugins::invoke(list.plugin_type(i), Command::Check, inv, &list.plugin_stdin(i, Some(prev)))
+        list.plugin_stdin(i, Some(prev))
+            .and_then(|stdin| plugins::invoke(list.plugin_type(i), Command::Check, inv, &stdin))
             .map_err(|e| e.context(step(list, i, Command::Check)))?;
     }
     Ok(())
@@ -59,7 +62,10 @@ fn del_plugins(list: &ConfList, inv: &Invocation, count: usize, prev: Option<&Cn
     let prev = prev.filter(|_| list.cni_version.del_gets_prev_result());
     let mut first_error = None;
     for i in (0..count).rev() {
-        if let Err(e) = plugins::invoke(list.plugin_type(i), Command::Del, inv, &list.plugin_stdin(i, prev)) {
+        let outcome = list
+            .plugin_stdin(i, prev)
+            .and_then(|stdin| plugins::invoke(list.plugin_type(i), Command::Del, inv, &stdin));
+        if let Err(e) = outcome {
             let e = e.context(step(list, i, Command::Del));
             super::warn(e.to_string());
             first_error.get_or_insert(e);
@@ -172,6 +178,52 @@ mod tests {
         let e = del(&chain("1.0.0", &["a", "missing", "b"], false), &p.inv(), None).unwrap_err();
         assert!(e.msg.contains("plugin 2 of 3 (missing) DEL"), "{e}");
         assert_eq!(p.log(), ["DEL b prev=no", "DEL a prev=no"]);
+    }
+
+    #[test]
+    fn a_0_2_0_chain_hands_on_results_in_the_0_2_0_shape() {
+        let p = Plugins::new();
+        // An old plugin: answers in 0.2.0 (without saying so) and keeps its stdin per command.
+        let kept = p.dir.path().join("old.stdin");
+        let answer = r#"{"ip4":{"ip":"10.0.0.9/24","gateway":"10.0.0.1","routes":[{"dst":"10.9.0.0/16"}]},"dns":{}}"#;
+        let body = format!(
+            "cat > {kept}.$CNI_COMMAND\n[ \"$CNI_COMMAND\" = ADD ] && echo '{answer}'\nexit 0",
+            kept = kept.display()
+        );
+        script(p.dir.path(), "old", &body);
+        let stdin = |command: &str| -> serde_json::Value {
+            serde_json::from_slice(&std::fs::read(format!("{}.{command}", kept.display())).unwrap()).unwrap()
+        };
+        let list = chain("0.2.0", &["old", "old"], false);
+        let r = add(&list, &p.inv()).unwrap();
+        assert_eq!((address(&r), r.routes[0].dst.to_string()), ("10.0.0.9/24".into(), "10.9.0.0/16".into()));
+        // The second plugin got the first one's result as 0.2.0 says it.
+        assert_eq!(
+            stdin("ADD")["prevResult"],
+            serde_json::json!({"cniVersion": "0.2.0", "dns": {},
+                "ip4": {"ip": "10.0.0.9/24", "gateway": "10.0.0.1", "routes": [{"dst": "10.9.0.0/16"}]}})
+        );
+        // No prevResult on DEL before 0.4.0; no CHECK at all.
+        del(&list, &p.inv(), Some(&r)).unwrap();
+        assert!(stdin("DEL").get("prevResult").is_none());
+        check(&list, &p.inv(), &r).unwrap();
+        assert!(!std::path::Path::new(&format!("{}.CHECK", kept.display())).exists());
+    }
+
+    #[test]
+    fn a_list_without_a_version_passes_an_empty_one_and_needs_addresses_to_chain() {
+        let p = Plugins::new();
+        let list = ConfList::parse(br#"{"name":"net","plugins":[{"type":"a"},{"type":"b"}]}"#, true, "x").unwrap();
+        // The fake plugins answer in 1.0.0; the list's 0.1.0 prevResult carries the address on.
+        assert_eq!(address(&add(&list, &p.inv()).unwrap()), "10.0.0.2/24");
+        assert_eq!(p.log(), ["ADD a prev=no", "ADD b prev=yes"]);
+        // A first result with no address cannot be handed on in 0.1.0: the ADD fails, undone.
+        script(p.dir.path(), "empty", r#"cat >/dev/null; echo '{"cniVersion":"1.0.0"}'"#);
+        let list = ConfList::parse(br#"{"name":"net","plugins":[{"type":"empty"},{"type":"b"}]}"#, true, "x").unwrap();
+        let failed = add(&list, &p.inv()).unwrap_err();
+        assert_eq!(failed.error.code, 1);
+        assert!(failed.error.msg.starts_with("network net: plugin 2 of 2 (b) ADD: prevResult: "), "{}", failed.error);
+        assert!(failed.undone);
     }
 
     #[test]

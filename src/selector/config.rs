@@ -74,7 +74,7 @@ impl SelectorConfig {
         let index = (0..list.plugins.len()).find(|&i| list.plugin_type(i) == super::NAME).ok_or_else(|| {
             CniError::invalid_config(format!("{}: no plugin of type {}", path.display(), super::NAME))
         })?;
-        let conf = PluginConf::parse(&list.plugin_stdin(index, None))?;
+        let conf = PluginConf::parse(&list.plugin_stdin(index, None)?)?;
         Self::from_plugin_conf(&conf).map_err(|e| e.context(path.display()))
     }
 }

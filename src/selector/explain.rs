@@ -86,6 +86,10 @@ fn explain(options: &Options) -> Result<String, CniError> {
     let selection = select::select(&config, pod, api.as_ref().map(|a| a as &dyn PodSource))?;
     let (_, list) = network::load(&selection.file)?;
     let plugins: Vec<&str> = (0..list.plugins.len()).map(|i| list.plugin_type(i)).collect();
+    let version = match list.version_text.as_str() {
+        "" => format!("none, read as {}", list.cni_version),
+        _ => list.cni_version.to_string(),
+    };
     Ok(render(
         options,
         &selection,
@@ -93,7 +97,7 @@ fn explain(options: &Options) -> Result<String, CniError> {
             "{} (name {:?}, cniVersion {}, plugins: {})",
             selection.file.path.display(),
             list.name,
-            list.cni_version,
+            version,
             plugins.join(" -> ")
         ),
     ))

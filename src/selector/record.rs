@@ -68,11 +68,11 @@ impl Record {
     }
 
     pub fn result(&self) -> Result<Option<CniResult>, CniError> {
-        self.result.as_ref().map(CniResult::from_json).transpose()
+        self.result.as_ref().map(|r| CniResult::from_json(r, crate::cni::CniVersion::LATEST)).transpose()
     }
 
     pub fn set_result(&mut self, result: &CniResult) {
-        self.result = Some(result.to_json(crate::cni::CniVersion::LATEST));
+        self.result = Some(result.to_latest_json());
     }
 }
 
@@ -182,7 +182,11 @@ mod tests {
         let mut r = Record::new(&inv("c1", "eth0"), "blue", Path::new("/n/blue/b.conflist"), CONF.into(), Some(pod));
         store.write(&r).unwrap();
         assert_eq!(store.read("c1", "eth0").unwrap(), r);
-        let result = CniResult::from_json(&serde_json::json!({"ips": [{"address": "10.0.0.2/24"}]})).unwrap();
+        let result = CniResult::from_json(
+            &serde_json::json!({"ips": [{"address": "10.0.0.2/24"}]}),
+            crate::cni::CniVersion::LATEST,
+        )
+        .unwrap();
         r.set_result(&result);
         store.write(&r).unwrap();
         let back = store.read("c1", "eth0").unwrap();

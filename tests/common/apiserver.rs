@@ -5,7 +5,7 @@
 //! token), counts and logs requests (and counts those it answered with a fault), and misbehaves on
 //! demand: `inject` queues faults (HTTP errors, slow answers, hangs, dropped connections) for the
 //! next requests or for all of them, and `down`/`up` close and reopen the port so that clients see
-//! connection refused.
+//! connection refused. `start_serving` gives it a certificate with something wrong ([`Serving`]).
 
 use super::Netns;
 use hyper::body::{Bytes, Incoming};
@@ -32,6 +32,22 @@ pub enum Fault {
     Hang,
     /// Close the connection without an answer.
     Drop,
+}
+
+/// The certificate the server presents, and what the kubeconfig it writes trusts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Serving {
+    /// Issued for 127.0.0.1 by the CA the kubeconfig names.
+    Valid,
+    /// Issued for 127.0.0.1 by another CA than the kubeconfig's.
+    UnknownCa,
+    /// Issued by the kubeconfig's CA, expired since 2020.
+    Expired,
+    /// Issued by the kubeconfig's CA for `kubernetes.invalid` only.
+    WrongName,
+    /// One self-signed CA:TRUE certificate for 127.0.0.1, serving and in the kubeconfig as its CA:
+    /// what rustls refuses as `CaUsedAsEndEntity` and kubectl accepts.
+    SelfSignedCa,
 }
 
 #[derive(Default)]
@@ -68,17 +84,22 @@ pub struct ApiServer {
 impl ApiServer {
     /// A server on this machine's 127.0.0.1.
     pub fn start() -> Self {
-        Self::start_at(None)
+        Self::start_at(None, Serving::Valid)
     }
 
     /// A server on 127.0.0.1 of `node`, where the plugins of a `Sandbox::on_node` run.
     pub fn start_in(node: &Netns) -> Self {
-        Self::start_at(Some(node.path()))
+        Self::start_serving(node, Serving::Valid)
     }
 
-    fn start_at(netns: Option<PathBuf>) -> Self {
+    /// `start_in` with the certificate `serving` describes.
+    pub fn start_serving(node: &Netns, serving: Serving) -> Self {
+        Self::start_at(Some(node.path()), serving)
+    }
+
+    fn start_at(netns: Option<PathBuf>, serving: Serving) -> Self {
         let dir = tempfile::tempdir().expect("tempdir");
-        let (tls, ca_pem) = tls_acceptor();
+        let (tls, ca_pem) = tls_acceptor(serving);
         std::fs::write(dir.path().join("ca.pem"), ca_pem).unwrap();
         let (handle_tx, handle_rx) = std::sync::mpsc::channel();
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
@@ -279,15 +300,42 @@ fn bind(netns: Option<&Path>, port: u16) -> std::net::TcpListener {
     }
 }
 
-/// A TLS acceptor for a certificate valid for 127.0.0.1, and the PEM of the CA that signed it.
-fn tls_acceptor() -> (tokio_rustls::TlsAcceptor, String) {
-    use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, IsCa, KeyPair};
-    let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
-    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    let ca = CertifiedIssuer::self_signed(ca_params, KeyPair::generate().unwrap()).unwrap();
+/// A TLS acceptor presenting the certificate `serving` describes, and the PEM of the CA the
+/// kubeconfig is to trust.
+fn tls_acceptor(serving: Serving) -> (tokio_rustls::TlsAcceptor, String) {
+    use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, DnType, IsCa, KeyPair, date_time_ymd};
+    let ca = |name: &str| {
+        let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
+        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        params.distinguished_name.push(DnType::CommonName, name);
+        CertifiedIssuer::self_signed(params, KeyPair::generate().unwrap()).unwrap()
+    };
+    let trusted = ca("yh-genie test CA");
     let server_key = KeyPair::generate().unwrap();
-    let server_cert =
-        CertificateParams::new(vec!["127.0.0.1".to_string()]).unwrap().signed_by(&server_key, &ca).unwrap();
+    let for_names =
+        |names: &[&str]| CertificateParams::new(names.iter().map(|n| n.to_string()).collect::<Vec<_>>()).unwrap();
+    let (server_cert, trusted_pem) = match serving {
+        Serving::Valid => (for_names(&["127.0.0.1"]).signed_by(&server_key, &trusted).unwrap(), trusted.pem()),
+        Serving::UnknownCa => {
+            (for_names(&["127.0.0.1"]).signed_by(&server_key, &ca("another CA")).unwrap(), trusted.pem())
+        }
+        Serving::Expired => {
+            let mut params = for_names(&["127.0.0.1"]);
+            params.not_before = date_time_ymd(2019, 1, 1);
+            params.not_after = date_time_ymd(2020, 1, 1);
+            (params.signed_by(&server_key, &trusted).unwrap(), trusted.pem())
+        }
+        Serving::WrongName => {
+            (for_names(&["kubernetes.invalid"]).signed_by(&server_key, &trusted).unwrap(), trusted.pem())
+        }
+        Serving::SelfSignedCa => {
+            let mut params = for_names(&["127.0.0.1"]);
+            params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+            let cert = params.self_signed(&server_key).unwrap();
+            let pem = cert.pem();
+            (cert, pem)
+        }
+    };
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let key = rustls::pki_types::PrivateKeyDer::Pkcs8(server_key.serialize_der().into());
     let config = rustls::ServerConfig::builder_with_provider(provider)
@@ -296,7 +344,7 @@ fn tls_acceptor() -> (tokio_rustls::TlsAcceptor, String) {
         .with_no_client_auth()
         .with_single_cert(vec![server_cert.der().clone()], key)
         .unwrap();
-    (tokio_rustls::TlsAcceptor::from(Arc::new(config)), ca.pem())
+    (tokio_rustls::TlsAcceptor::from(Arc::new(config)), trusted_pem)
 }
 
 async fn serve_connection(tls: tokio_rustls::TlsAcceptor, tcp: tokio::net::TcpStream, state: Arc<State>) {

@@ -238,14 +238,18 @@ impl From<std::process::Output> for Reply {
     }
 }
 
-/// The cnidrive binary (libcni, as containerd and CRI-O use it), if it has been built.
-/// `.ci/run` builds it; set CNIDRIVE to override. Returns None when absent so callers can say so.
-pub fn cnidrive() -> Option<PathBuf> {
-    let p = std::env::var_os("CNIDRIVE").map(PathBuf::from).unwrap_or_else(|| PathBuf::from("/usr/local/bin/cnidrive"));
-    p.exists().then_some(p)
+/// The project's libcni driver (tools/cnidrive), where scripts/prereqs.sh builds it; `CNIDRIVE`
+/// overrides. Tests that need it fail, naming the command that builds it, when it is absent.
+pub fn cnidrive() -> PathBuf {
+    let p = std::env::var_os("CNIDRIVE")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("target/tools/cnidrive"));
+    assert!(p.exists(), "{} is missing: scripts/prereqs.sh builds it (the README's commands run it)", p.display());
+    p
 }
 
 /// Run cnidrive `cmd` (add|check|del) on a conflist file; libcni's cache goes under the sandbox.
+/// On failure cnidrive prints the CNI error on stdout: exit 1 for a plugin's, 2 for libcni's own.
 pub fn cnidrive_run(
     sb: &Sandbox,
     cmd: &str,
@@ -255,9 +259,8 @@ pub fn cnidrive_run(
     ifname: &str,
     args: &str,
 ) -> Reply {
-    let drive = cnidrive().expect("cnidrive is built by .ci/run (../shared/tools/cnidrive/build.sh)");
     let out = sb
-        .command(&drive)
+        .command(&cnidrive())
         .args([cmd, &conflist.display().to_string(), netns, cid, ifname, args])
         .env("CNI_PATH", sb.bin())
         .env("CNI_CACHE_DIR", sb.path().join("libcni-cache"))

@@ -7,7 +7,7 @@
 //! records and yonghui's saved delegate configurations (temp files of interrupted writes included),
 //! interfaces in the pod's netns. Tests assert those lists are empty.
 
-use super::apiserver::ApiServer;
+use super::apiserver::{ApiServer, Serving};
 use super::{Call, Netns, Reply, Sandbox, cni_command, require_root, unique};
 use serde_json::{Value, json};
 use std::io::Write;
@@ -55,10 +55,15 @@ pub fn pod_args(name: &str, cid: &str) -> String {
 
 impl Node {
     pub fn new() -> Self {
+        Self::serving(Serving::Valid)
+    }
+
+    /// A node whose API server presents the certificate `serving` describes.
+    pub fn serving(serving: Serving) -> Self {
         require_root();
         let netns = Netns::new("ysn");
         let sb = Sandbox::on_node(&netns);
-        let api = ApiServer::start_in(&netns);
+        let api = ApiServer::start_serving(&netns, serving);
         std::fs::create_dir_all(sb.path().join("empty-path")).unwrap();
         Node { sb, api, netns, default_network: None }
     }

@@ -84,7 +84,7 @@ mod tests {
         Conf::parse(&PluginConf::from_value(v).unwrap(), &CniArgs::default()).unwrap()
     }
     fn ipam(v: Value) -> CniResult {
-        CniResult::from_json(&v).unwrap()
+        CniResult::from_json(&v, crate::cni::CniVersion::LATEST).unwrap()
     }
 
     #[test]

@@ -352,11 +352,14 @@ mod tests {
 
     #[test]
     fn gateways_come_from_the_result_for_the_nics_addresses() {
-        let prev = CniResult::from_json(&serde_json::json!({"ips": [
-            {"address": "10.1.0.5/24", "gateway": "10.1.0.1"},
-            {"address": "10.2.0.5/24", "gateway": "10.2.0.1"},
-            {"address": "fd00::5/64"}
-        ]}))
+        let prev = CniResult::from_json(
+            &serde_json::json!({"ips": [
+                {"address": "10.1.0.5/24", "gateway": "10.1.0.1"},
+                {"address": "10.2.0.5/24", "gateway": "10.2.0.1"},
+                {"address": "fd00::5/64"}
+            ]}),
+            crate::cni::CniVersion::LATEST,
+        )
         .unwrap();
         assert_eq!(gateways_of(&prev, &[net("10.1.0.5/24"), net("fd00::5/64")]), vec![ip("10.1.0.1")]);
     }

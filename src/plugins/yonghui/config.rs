@@ -15,7 +15,9 @@ pub const DEFAULT_DATA_DIR: &str = "/var/lib/cni/yonghui";
 pub struct NetConf {
     /// The network's name; the delegate gets it too (host-local keys its leases by it).
     pub name: String,
-    pub cni_version: CniVersion,
+    /// `cniVersion` when it is set (not empty). A missing one is handed on as missing, as the
+    /// flannel plugin does: the delegate then reads 0.1.0, as yonghui itself does.
+    pub cni_version: Option<CniVersion>,
     /// `subnetFile`: the fabric daemon's subnet.env.
     pub subnet_file: PathBuf,
     /// `dataDir`: where each container's delegate configuration is kept for DEL.
@@ -45,7 +47,7 @@ impl NetConf {
         }
         Ok(NetConf {
             name: conf.name.clone(),
-            cni_version: conf.cni_version,
+            cni_version: conf.declared_version(),
             subnet_file: path(conf, "subnetFile", DEFAULT_SUBNET_FILE)?,
             data_dir: data_dir(conf)?,
             delegate,
@@ -140,7 +142,7 @@ mod tests {
         assert_eq!(c.delegate_type(), Some("ipvlan"));
         assert_eq!(c.ipam.unwrap()["dataDir"], "/x/ipam");
         assert_eq!(c.runtime_config, Some(json!({"portMappings": []})));
-        assert_eq!(c.cni_version, CniVersion::V0_4_0);
+        assert_eq!(c.cni_version, Some(CniVersion::V0_4_0));
     }
 
     #[test]

@@ -1,7 +1,8 @@
 //! The delegate's network configuration: yonghui's `delegate` section completed from subnet.env.
 //! A pure function of the config and the subnet file, so every rule is unit-tested without a kernel.
 //!
-//! Common to every platform: `name` is yonghui's, `cniVersion` is yonghui's, `runtimeConfig` is
+//! Common to every platform: `name` is yonghui's, `cniVersion` is yonghui's when it has one (a
+//! missing one stays missing, as in flannel, so the delegate reads 0.1.0 too), `runtimeConfig` is
 //! handed on, `type` defaults per platform, and keys yonghui does not know pass through unchanged.
 //! The Linux rules are here; the Windows ones are in [`super::windows`].
 
@@ -64,7 +65,10 @@ pub fn generate(conf: &NetConf, env: &SubnetEnv, platform: Platform) -> Result<D
     let mut config = conf.delegate.clone();
     config.insert("name".into(), conf.name.clone().into());
     config.insert("type".into(), plugin_type.clone().into());
-    config.insert("cniVersion".into(), conf.cni_version.as_str().into());
+    // As flannel: yonghui's version when it has one; else the delegate's own, if it names one.
+    if let Some(version) = conf.cni_version {
+        config.insert("cniVersion".into(), version.as_str().into());
+    }
     if let Some(runtime_config) = &conf.runtime_config {
         config.insert("runtimeConfig".into(), runtime_config.clone());
     }
@@ -393,6 +397,33 @@ mod tests {
         );
         let c = config(r#"{"name": "n", "type": "yonghui"}"#, SEED_000_ENV);
         assert!(c.get("runtimeConfig").is_none());
+    }
+
+    /// `conf` exactly as given: a seed's netconf, no cniVersion added.
+    fn linux_as_given(conf: Value) -> Delegate {
+        let conf = NetConf::from_plugin_conf(&PluginConf::from_value(conf).unwrap()).unwrap();
+        generate(&conf, &env(SEED_000_ENV), Platform::Linux).unwrap()
+    }
+
+    #[test]
+    fn seed_003_without_a_version_hands_the_delegate_none_as_flannel_does() {
+        // Missing, or empty as libcni injects it for a list without one: the same to flannel.
+        for conf in
+            [json!({"name": "mynet", "type": "yonghui"}), json!({"name": "mynet", "type": "yonghui", "cniVersion": ""})]
+        {
+            let d = linux_as_given(conf);
+            assert_eq!(
+                String::from_utf8(d.to_bytes()).unwrap(),
+                r#"{"ipMasq":false,"ipam":{"routes":[{"dst":"10.1.0.0/16"}],"subnet":"10.1.17.0/24","type":"host-local"},"isGateway":true,"mtu":1472,"name":"mynet","type":"yh-bridge"}"#
+            );
+        }
+        // With none of its own, yonghui leaves the delegate's; with one, its own wins.
+        let d = linux_as_given(json!({"name": "n", "type": "yonghui", "delegate": {"cniVersion": "0.2.0"}}));
+        assert_eq!(d.config["cniVersion"], "0.2.0");
+        let d = linux_as_given(
+            json!({"name": "n", "type": "yonghui", "cniVersion": "0.1.0", "delegate": {"cniVersion": "1.0.0"}}),
+        );
+        assert_eq!(d.config["cniVersion"], "0.1.0");
     }
 
     #[test]

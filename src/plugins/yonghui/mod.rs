@@ -84,7 +84,9 @@ impl Plugin for Yonghui {
         let mut delegate = PluginConf::parse(&bytes)
             .map_err(|e| e.context(format!("saved delegate configuration {}", saved.path.display())))?;
         if let Some(prev) = conf.prev_result()? {
-            delegate.raw.insert("prevResult".into(), prev.to_json(delegate.cni_version));
+            delegate
+                .raw
+                .insert("prevResult".into(), prev.to_json(delegate.cni_version).map_err(|e| e.context("prevResult"))?);
         }
         run_delegate(&delegate.plugin_type, Command::Check, inv, &delegate.to_bytes()).map(drop)
     }
@@ -192,7 +194,8 @@ mod tests {
     use std::os::unix::fs::PermissionsExt;
 
     /// A node in a temp dir: a subnet.env, a data dir, and a scripted delegate `fake` on the CNI
-    /// path that logs each command, keeps its stdin, and fails a command when told to.
+    /// path that logs each command, keeps its stdin, fails a command when told to, and answers ADD
+    /// with the file `answer` when there is one.
     struct Node {
         dir: tempfile::TempDir,
     }
@@ -208,6 +211,7 @@ cat > {d}/stdin-$CNI_COMMAND
 if [ -f {d}/fail-$CNI_COMMAND ]; then echo '{{"code":11,"msg":"injected failure"}}'; exit 1; fi
 if [ "$CNI_COMMAND" = ADD ]; then
   cmp -s {d}/stdin-ADD {d}/data/c1 || {{ echo '{{"code":999,"msg":"config not saved before ADD"}}'; exit 1; }}
+  if [ -f {d}/answer ]; then cat {d}/answer; exit 0; fi
   echo '{{"cniVersion":"1.0.0","ips":[{{"address":"10.1.17.2/24","gateway":"10.1.17.1"}}]}}'
 fi
 "#
@@ -378,6 +382,24 @@ fi
         node.del().unwrap();
         assert!(!temp.exists());
         assert_eq!(node.calls(), "");
+    }
+
+    #[test]
+    fn without_a_version_the_delegate_gets_none_and_its_0_1_0_answer_is_read() {
+        let node = Node::new();
+        // What the fake delegate says, as an old plugin given a config without a version would.
+        let answer = r#"{"ip4":{"ip":"10.1.17.2/24","gateway":"10.1.17.1","routes":[{"dst":"10.1.0.0/16"}]},"dns":{}}"#;
+        std::fs::write(node.path("answer"), answer).unwrap();
+        let mut conf = node.conf(json!({})).raw;
+        conf.remove("cniVersion");
+        let conf = PluginConf::from_value(Value::Object(conf)).unwrap();
+        let result = Yonghui.add(&node.inv(Command::Add), &conf).unwrap();
+        assert!(node.stdin_of("ADD").get("cniVersion").is_none(), "{}", node.stdin_of("ADD"));
+        assert_eq!(result.ips[0].address.to_string(), "10.1.17.2/24");
+        assert_eq!(result.routes[0].dst.to_string(), "10.1.0.0/16");
+        // DEL replays the saved bytes, version-less as they were.
+        Yonghui.del(&node.inv(Command::Del), &conf).unwrap();
+        assert!(node.stdin_of("DEL").get("cniVersion").is_none());
     }
 
     #[test]

@@ -1,4 +1,7 @@
-//! The ADD result, held in the newest (1.1.0) shape and printed in whatever version a config asks for.
+//! The ADD result, held in the newest (1.1.0) shape, parsed from and printed in whatever version a
+//! config asks for. The 0.1.0/0.2.0 shape (`ip4`/`ip6`) and its conversions are in [`legacy`].
+
+mod legacy;
 
 use super::error::CniError;
 use super::version::CniVersion;
@@ -84,8 +87,17 @@ pub struct CniResult {
 }
 
 impl CniResult {
-    /// Parse a result of any supported version (`ips[].version` of 0.3.x/0.4.0 is checked, then dropped).
-    pub fn from_json(v: &Value) -> Result<Self, CniError> {
+    /// Parse a result of any supported version. Its shape is that of its own `cniVersion`, or,
+    /// when it has none, of `assumed` (the version of the configuration it answers), as libcni
+    /// reads a result without a version. `ips[].version` of 0.3.x/0.4.0 is checked, then dropped.
+    pub fn from_json(v: &Value, assumed: CniVersion) -> Result<Self, CniError> {
+        let version = match v.get("cniVersion").and_then(Value::as_str) {
+            None | Some("") => assumed,
+            Some(declared) => CniVersion::parse(declared).unwrap_or(CniVersion::LATEST),
+        };
+        if version.has_ip4_ip6_result() {
+            return legacy::parse(v);
+        }
         if let Some(ips) = v.get("ips").and_then(Value::as_array) {
             for ip in ips {
                 if let (Some(ver), Some(addr)) =
@@ -101,14 +113,19 @@ impl CniResult {
         Self::deserialize(v).map_err(|e| CniError::decode(format!("invalid result: {e}")))
     }
 
-    pub fn from_slice(bytes: &[u8]) -> Result<Self, CniError> {
+    /// `from_json` of a plugin's stdout.
+    pub fn from_slice(bytes: &[u8], assumed: CniVersion) -> Result<Self, CniError> {
         let v: Value =
             serde_json::from_slice(bytes).map_err(|e| CniError::decode(format!("invalid result JSON: {e}")))?;
-        Self::from_json(&v)
+        Self::from_json(&v, assumed)
     }
 
-    /// The result as the spec's JSON for `version`.
-    pub fn to_json(&self, version: CniVersion) -> Value {
+    /// The result as the spec's JSON for `version`. Only the 0.1.0/0.2.0 shape can fail: it needs
+    /// an address (code 1).
+    pub fn to_json(&self, version: CniVersion) -> Result<Value, CniError> {
+        if version.has_ip4_ip6_result() {
+            return legacy::print(self, version);
+        }
         let mut out = self.clone();
         if !version.has_v110_fields() {
             for i in &mut out.interfaces {
@@ -133,11 +150,18 @@ impl CniResult {
                 ip["version"] = if cfg.address.is_ipv4() { "4" } else { "6" }.into();
             }
         }
+        Ok(v)
+    }
+
+    /// The result in the newest version, which holds everything and cannot fail.
+    pub fn to_latest_json(&self) -> Value {
+        let mut v = serde_json::to_value(self).expect("a result always serializes");
+        v["cniVersion"] = CniVersion::LATEST.as_str().into();
         v
     }
 
-    pub fn to_string(&self, version: CniVersion) -> String {
-        self.to_json(version).to_string()
+    pub fn to_string(&self, version: CniVersion) -> Result<String, CniError> {
+        self.to_json(version).map(|v| v.to_string())
     }
 }
 
@@ -147,7 +171,7 @@ mod tests {
     use serde_json::json;
 
     fn sample() -> CniResult {
-        CniResult::from_json(&json!({
+        from(json!({
             "cniVersion": "1.1.0",
             "interfaces": [{"name": "cni0", "mac": "aa:bb:cc:dd:ee:ff"}, {"name": "eth0", "sandbox": "/run/netns/p", "mtu": 1450}],
             "ips": [{"address": "10.1.17.2/24", "gateway": "10.1.17.1", "interface": 1},
@@ -155,13 +179,16 @@ mod tests {
             "routes": [{"dst": "10.1.0.0/16", "table": 200}, {"dst": "0.0.0.0/0", "gw": "10.1.17.1"}],
             "dns": {"nameservers": ["10.96.0.10"]}
         }))
-        .unwrap()
+    }
+
+    fn from(v: Value) -> CniResult {
+        CniResult::from_json(&v, CniVersion::LATEST).unwrap()
     }
 
     #[test]
     fn old_versions_get_ip_version_and_lose_new_fields() {
         for v in [CniVersion::V0_3_0, CniVersion::V0_3_1, CniVersion::V0_4_0] {
-            let j = sample().to_json(v);
+            let j = sample().to_json(v).unwrap();
             assert_eq!(j["cniVersion"], v.as_str());
             assert_eq!(j["ips"][0]["version"], "4");
             assert_eq!(j["ips"][1]["version"], "6");
@@ -172,10 +199,10 @@ mod tests {
 
     #[test]
     fn v1_has_no_ip_version_and_v110_keeps_new_fields() {
-        let j = sample().to_json(CniVersion::V1_0_0);
+        let j = sample().to_json(CniVersion::V1_0_0).unwrap();
         assert!(j["ips"][0].get("version").is_none());
         assert!(j["routes"][0].get("table").is_none());
-        let j = sample().to_json(CniVersion::V1_1_0);
+        let j = sample().to_json(CniVersion::V1_1_0).unwrap();
         assert_eq!(j["routes"][0]["table"], 200);
         assert_eq!(j["interfaces"][1]["mtu"], 1450);
     }
@@ -183,31 +210,63 @@ mod tests {
     #[test]
     fn conversion_round_trips_through_every_version() {
         for v in [CniVersion::V0_3_0, CniVersion::V0_3_1, CniVersion::V0_4_0, CniVersion::V1_0_0] {
-            let down = sample().to_json(v);
-            let back = CniResult::from_json(&down).unwrap();
+            let down = sample().to_json(v).unwrap();
+            let back = CniResult::from_json(&down, CniVersion::LATEST).unwrap();
             assert_eq!(back.ips, sample().ips);
             assert_eq!(
                 back.routes.iter().map(|r| (r.dst, r.gw)).collect::<Vec<_>>(),
                 sample().routes.iter().map(|r| (r.dst, r.gw)).collect::<Vec<_>>()
             );
-            assert_eq!(back.to_json(CniVersion::V1_1_0)["cniVersion"], "1.1.0");
+            assert_eq!(back.to_json(CniVersion::V1_1_0).unwrap()["cniVersion"], "1.1.0");
         }
     }
 
     #[test]
     fn host_bits_are_kept_and_bad_input_is_a_decode_error() {
         assert_eq!(sample().ips[0].address.to_string(), "10.1.17.2/24");
-        assert_eq!(CniResult::from_json(&json!({"ips": [{"address": "nope"}]})).unwrap_err().code, 6);
+        let latest = CniVersion::LATEST;
+        assert_eq!(CniResult::from_json(&json!({"ips": [{"address": "nope"}]}), latest).unwrap_err().code, 6);
         assert_eq!(
-            CniResult::from_json(&json!({"ips": [{"version": "6", "address": "10.0.0.1/24"}]})).unwrap_err().code,
+            CniResult::from_json(&json!({"ips": [{"version": "6", "address": "10.0.0.1/24"}]}), latest)
+                .unwrap_err()
+                .code,
             6
         );
-        assert_eq!(CniResult::from_slice(b"{").unwrap_err().code, 6);
+        assert_eq!(CniResult::from_slice(b"{", latest).unwrap_err().code, 6);
     }
 
     #[test]
     fn empty_dns_is_an_object() {
-        let j = CniResult::default().to_json(CniVersion::V1_0_0);
+        let j = CniResult::default().to_json(CniVersion::V1_0_0).unwrap();
         assert_eq!(j, json!({"cniVersion": "1.0.0", "dns": {}}));
+        assert_eq!(CniResult::default().to_latest_json(), json!({"cniVersion": "1.1.0", "dns": {}}));
+        assert_eq!(sample().to_latest_json(), sample().to_json(CniVersion::LATEST).unwrap());
+    }
+
+    #[test]
+    fn the_shape_is_the_results_own_version_or_else_the_assumed_one() {
+        let legacy = json!({"ip4": {"ip": "10.0.0.2/24", "gateway": "10.0.0.1"}, "dns": {}});
+        // No version: the configuration's decides, as libcni's fixupResultVersion has it.
+        let r = CniResult::from_json(&legacy, CniVersion::V0_2_0).unwrap();
+        assert_eq!(r.ips[0].address.to_string(), "10.0.0.2/24");
+        assert!(CniResult::from_json(&legacy, CniVersion::V1_0_0).unwrap().ips.is_empty());
+        // A result's own version wins over the configuration's.
+        let mut declared = legacy.clone();
+        declared["cniVersion"] = "0.1.0".into();
+        assert_eq!(CniResult::from_json(&declared, CniVersion::V1_0_0).unwrap().ips.len(), 1);
+        let current = json!({"cniVersion": "1.0.0", "ips": [{"address": "10.0.0.2/24"}]});
+        assert_eq!(CniResult::from_json(&current, CniVersion::V0_2_0).unwrap().ips.len(), 1);
+        assert_eq!(CniResult::from_json(&json!({"cniVersion": ""}), CniVersion::V0_1_0).unwrap(), CniResult::default());
+    }
+
+    #[test]
+    fn every_version_prints_and_reparses_the_first_address_of_each_family() {
+        for v in CniVersion::ALL {
+            let printed = sample().to_json(v).unwrap();
+            assert_eq!(printed["cniVersion"], v.as_str());
+            let back = CniResult::from_json(&printed, CniVersion::LATEST).unwrap();
+            let addresses = |r: &CniResult| r.ips.iter().map(|ip| (ip.address, ip.gateway)).collect::<Vec<_>>();
+            assert_eq!(addresses(&back), addresses(&sample()), "{v}");
+        }
     }
 }
