@@ -49,7 +49,7 @@ impl Pod {
 /// The runtime's CNI_ARGS for a pod in namespace `default`.
 pub fn pod_args(name: &str, cid: &str) -> String {
     format!(
-        "IgnoreUnknown=1;K8S_POD_NAMESPACE=default;K8S_POD_NAME={name};K8S_POD_INFRA_CONTAINER_ID={cid};K8S_POD_UID=uid-{name}"
+        "IgnoreUnknown=1;K8S_POD_NAMESPACE=default;K8S_POD_NAME={name};K8S_POD_INFRA_CONTAINER_ID={cid};K8S_POD_UID=uid-default-{name}"
     )
 }
 
