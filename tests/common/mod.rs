@@ -4,6 +4,7 @@
 #![allow(dead_code)]
 
 pub mod apiserver;
+pub mod lan;
 pub mod node;
 pub mod rng;
 

@@ -23,6 +23,8 @@ pub struct Node {
     pub netns: Netns,
     /// `defaultNetwork` of the selector's configuration, if any.
     pub default_network: Option<String>,
+    /// Links the test made in the node netns (a LAN's parent NIC), not pods' leftovers.
+    pub fixtures: std::sync::Mutex<Vec<String>>,
 }
 
 /// A pod sandbox: its netns, name (as the API server knows it), container id and the runtime's CNI_ARGS.
@@ -60,7 +62,7 @@ impl Node {
         let sb = Sandbox::on_node(&netns);
         let api = ApiServer::start_in(&netns);
         std::fs::create_dir_all(sb.path().join("empty-path")).unwrap();
-        Node { sb, api, netns, default_network: None }
+        Node { sb, api, netns, default_network: None, fixtures: Default::default() }
     }
 
     pub fn conf_dir(&self) -> PathBuf {
@@ -193,8 +195,10 @@ impl Node {
         self.leases().into_iter().map(|(ip, _)| ip).collect()
     }
 
+    /// Veths in the node netns, but the test's own (`fixtures`).
     pub fn node_veths(&self) -> Vec<String> {
-        link_names(&self.netns, "type veth")
+        let fixtures = self.fixtures.lock().unwrap();
+        link_names(&self.netns, "type veth").into_iter().filter(|l| !fixtures.contains(l)).collect()
     }
 
     /// Lines of the node's NAT tables (both families) that belong to CNI plugins: `CNI-` chains
