@@ -239,14 +239,22 @@ impl Node {
     }
 
     /// What is left of one pod attached to `network`: interfaces in its netns (if that still
-    /// exists), its leases, its NAT chain and jumps, its record and yonghui file (or their temp files).
+    /// exists), its leases, its NAT chain and jumps, its records and yonghui files (or their temp files).
     pub fn leftovers_of(&self, pod: &Pod, network: &str) -> Vec<String> {
+        self.leftovers_of_networks(pod, &[network])
+    }
+
+    /// `leftovers_of` a pod attached to several networks.
+    pub fn leftovers_of_networks(&self, pod: &Pod, networks: &[&str]) -> Vec<String> {
         let interfaces = if pod.netns.path().exists() { link_names(&pod.netns, "") } else { Vec::new() };
         let mut left: Vec<String> =
             interfaces.into_iter().filter(|l| l != "lo").map(|l| format!("interface {l} in the pod netns")).collect();
         left.extend(self.leases().into_iter().filter(|(_, cid)| *cid == pod.cid).map(|(ip, _)| format!("lease {ip}")));
-        let chain = yh_genie::firewall::Owner::new(network, &pod.cid).chain();
-        left.extend(self.nat_lines().into_iter().filter(|l| l.contains(&chain)).map(|l| format!("nat {l}")));
+        let chains: Vec<String> =
+            networks.iter().map(|network| yh_genie::firewall::Owner::new(network, &pod.cid).chain()).collect();
+        left.extend(
+            self.nat_lines().into_iter().filter(|l| chains.iter().any(|c| l.contains(c))).map(|l| format!("nat {l}")),
+        );
         // By whole name: `cid7x2` must not claim the files of `cid7x20`.
         let of_pod = |f: &String| f.split(['/', ':', '.']).any(|part| part == pod.cid);
         left.extend(self.state_files().into_iter().filter(of_pod).map(|f| format!("file {f}")));
