@@ -99,7 +99,7 @@ impl Soak {
                 return;
             }
             let name = format!("soak-{i}");
-            let config_map = if i % 2 == 0 { "net" } else { "two-nets" };
+            let config_map = if i.is_multiple_of(2) { "net" } else { "two-nets" };
             self.n.api.put_pod("default", &name, from_config_map(config_map, "net"));
             self.cycle(&self.n.pod(&name), &mut rng);
             self.tally.lock().unwrap().cycles += 1;
