@@ -192,16 +192,41 @@ fn a_network_attachment_definition_in_the_annotation_does_the_same() {
     let c = Cluster::new(json!({}));
     let n = &c.n;
     n.api.put_nad("default", "macvlan-router", None);
-    n.api.put_annotated_pod("default", "web-1", json!({NETWORKS: "macvlan-router@net1"}), literal("ptpnet"));
+    n.api.put_config_map("default", "overlay", json!({"network": "ptpnet"}));
+    n.api.put_annotated_pod(
+        "default",
+        "web-1",
+        json!({NETWORKS: "macvlan-router@net1"}),
+        from_config_map("overlay", "network"),
+    );
     n.api.put_pod("default", "peer", literal("ptpnet"));
     let peer = n.pod("peer");
     c.must("add", &peer);
     let pod = n.pod("web-1");
+    let before = n.api.request_log().len();
     the_router_pattern_works_and_del_leaves_nothing(&c, &pod, &peer);
     let status = network_status(n, "web-1");
     assert_eq!(status[1]["name"], "default/macvlan-router", "a NAD's network is named by the NAD");
+    // The requests of this pod's ADD are every kind of call the code makes, which the installer's
+    // ClusterRole grants (tests/manifests.rs holds that equal to API_CALLS).
+    let calls: std::collections::BTreeSet<(String, String, String)> =
+        n.api.request_log()[before..].iter().map(|line| rbac_of(line)).collect();
+    let granted = yh_genie::kube::API_CALLS.iter().map(|(g, r, v)| (g.to_string(), r.to_string(), v.to_string()));
+    assert_eq!(calls, granted.collect());
     c.must("del", &peer);
     assert!(n.leftovers().is_empty());
+}
+
+/// `GET /api/v1/namespaces/default/pods/web-1` as RBAC names it: ("", "pods", "get").
+fn rbac_of(line: &str) -> (String, String, String) {
+    let (method, path) = line.split_once(' ').unwrap();
+    let parts: Vec<&str> = path.trim_start_matches('/').split('/').collect();
+    let (group, resource) = match parts.as_slice() {
+        ["api", "v1", "namespaces", _, resource, _] => ("", *resource),
+        ["apis", group, _, "namespaces", _, resource, _] => (*group, *resource),
+        _ => panic!("unexpected request {line}"),
+    };
+    (group.to_string(), resource.to_string(), method.to_lowercase())
 }
 
 #[test]

@@ -17,8 +17,8 @@ pub struct NetworkAttachmentDefinition {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kind: Option<String>,
     pub metadata: ObjectMeta,
-    #[serde(default)]
-    pub spec: NetworkAttachmentDefinitionSpec,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spec: Option<NetworkAttachmentDefinitionSpec>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -30,7 +30,7 @@ pub struct NetworkAttachmentDefinitionSpec {
 impl NetworkAttachmentDefinition {
     /// `spec.config` when it holds anything but white space.
     pub fn inline_config(&self) -> Option<&str> {
-        self.spec.config.as_deref().filter(|c| !c.trim().is_empty())
+        self.spec.as_ref().and_then(|s| s.config.as_deref()).filter(|c| !c.trim().is_empty())
     }
 }
 

@@ -5,7 +5,7 @@
 //! each network's chain on its interface (`attach`, `chain`). DEL, CHECK and GC work from the
 //! records alone, never from the API server.
 
-mod annotation;
+pub mod annotation;
 mod attach;
 mod chain;
 pub mod config;
@@ -20,7 +20,6 @@ pub mod selection;
 mod status;
 pub mod value;
 
-pub use annotation::{Extras, NETWORKS as NETWORKS_ANNOTATION, Request as AnnotationRequest};
 pub use status::NETWORK_STATUS;
 
 use crate::cni::attachment_lock;
