@@ -259,7 +259,8 @@ impl Bench {
                                         .steps
                                         .iter()
                                         .map(|step| {
-                                            let out = self.call(step, command, &cids[c][i], pod, &step.stdin.to_string());
+                                            let out =
+                                                self.call(step, command, &cids[c][i], pod, &step.stdin.to_string());
                                             serde_json::from_str(&out).unwrap()
                                         })
                                         .collect();

@@ -218,33 +218,33 @@ const CRASH_POINTS: &[(&str, &str)] = &[
     ("ADD", "yh-bridge.add.before-nat"),
     ("ADD", "yh-bridge.add.nat-added"),
     ("ADD", "selector.add.chain-done"),
-    ("ADD", "write_atomic.before-rename:3"),
     ("ADD", "selector.add.attached"),
+    ("ADD", "write_atomic.before-rename:3"),
     ("DEL", "yh-bridge.del.interface-deleted"),
     ("DEL", "yh-bridge.del.address-released"),
     ("DEL", "yonghui.del.delegate-done"),
     ("DEL", "selector.del.chain-done"),
 ];
 
-/// The same for a pod with two networks: every point of the first attachment (`:1`), between the
-/// two, inside the second (`:2`, its record and yonghui file are writes 4 to 6), and after both;
-/// DEL takes `net1` first, then `eth0`.
+/// The same for a pod with two networks: both records are written before either chain runs
+/// (`write_atomic` `:1` and `:2`, renamed one after the other), then every point of the first
+/// network (yonghui's file is write `:3`, the rest `:1`), between the two, inside the second
+/// (write `:4`, the rest `:2`), after both, and the results (write `:5`); DEL takes `net1` first.
 const CRASH_POINTS_TWO_NETWORKS: &[(&str, &str)] = &[
     ("ADD", "write_atomic.before-rename:1"),
     ("ADD", "write_atomic.before-rename:2"),
+    ("ADD", "write_atomic.before-rename:3"),
     ("ADD", "yh-bridge.add.address-allocated:1"),
     ("ADD", "yh-bridge.add.nat-added:1"),
     ("ADD", "selector.add.chain-done:1"),
-    ("ADD", "write_atomic.before-rename:3"),
     ("ADD", "write_atomic.before-rename:4"),
-    ("ADD", "write_atomic.before-rename:5"),
     ("ADD", "yh-bridge.add.veth-made:2"),
     ("ADD", "yh-bridge.add.address-allocated:2"),
     ("ADD", "yh-bridge.add.before-nat:2"),
     ("ADD", "yh-bridge.add.nat-added:2"),
     ("ADD", "selector.add.chain-done:2"),
-    ("ADD", "write_atomic.before-rename:6"),
     ("ADD", "selector.add.attached"),
+    ("ADD", "write_atomic.before-rename:5"),
     ("DEL", "yh-bridge.del.interface-deleted:1"),
     ("DEL", "yonghui.del.delegate-done:1"),
     ("DEL", "selector.del.chain-done:1"),

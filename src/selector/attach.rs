@@ -1,6 +1,14 @@
-//! A pod's networks as one: ADD attaches them in order, each recorded before its chain runs, and
-//! undoes the ones already made if one fails; DEL, CHECK and GC work from the records of every
-//! attachment that belongs to the runtime's interface.
+//! A pod's networks as one: ADD records them all, then attaches them in order and undoes the ones
+//! already made if one fails; DEL, CHECK and GC work from the records of every attachment that
+//! belongs to the runtime's interface.
+//!
+//! What is durable, and when: every network's record is on disk before the first chain runs
+//! (written together: a file fsync each, one of the directory); the results are written once every
+//! network is attached, all in the record of the runtime's interface (one durable write). A pod with
+//! one network costs two durable writes, as it always did; each further network one fsync. A crash
+//! before the results leaves records without them, which DEL handles as an ADD that did not
+//! complete (DEL without `prevResult`). DEL removes the records together, once every network's DEL
+//! has succeeded, so a DEL killed half-way starts again from all of them.
 //!
 //! Every attachment runs inside the runtime's call, under its lock (`attachment_lock` on the
 //! runtime's `<containerID>:<CNI_IFNAME>`): helpers of all of them hold it, so the runtime's next
@@ -10,7 +18,7 @@ use super::annotation::Extras;
 use super::config::SelectorConfig;
 use super::record::{Found, Record, RecordStore};
 use super::selection::{self, Attachment, PodIdentity};
-use super::{chain, default_route, extras};
+use super::{chain, extras};
 use crate::cni::{CniArgs, CniError, CniResult, ConfList, Invocation, code};
 
 /// One network attached: its record (with the result), chain and call.
@@ -39,8 +47,9 @@ pub fn recorded_call(runtime: &Invocation, config: &SelectorConfig, record: &Rec
     delegate_call(runtime, config, &record.ifname, args)
 }
 
-/// ADD every attachment in order. On a failure, the ones attached are DELeted in reverse (their
-/// records removed), and the error names the network and interface that failed.
+/// Record every attachment, then ADD each in order. On a failure, the ones attached are DELeted in
+/// reverse and every record is removed, and the error names the network and interface that failed.
+/// The results are not recorded yet: `record_results` does it once the pod is complete.
 pub fn add_all(
     runtime: &Invocation,
     config: &SelectorConfig,
@@ -48,17 +57,50 @@ pub fn add_all(
     attachments: &[Attachment],
     pod: Option<PodIdentity>,
 ) -> Result<Vec<Attached>, CniError> {
-    let mut done: Vec<Attached> = Vec::with_capacity(attachments.len());
+    let mut prepared = Vec::with_capacity(attachments.len());
     for (position, attachment) in attachments.iter().enumerate() {
-        match add_one(runtime, config, store, position, attachment, pod.clone()) {
-            Ok(attached) => done.push(attached),
-            Err(e) => {
-                undo(store, &mut done);
-                return Err(in_context(e, position, attachments));
+        prepared.push(
+            prepare(runtime, config, store, position, attachment, pod.clone())
+                .map_err(|e| in_context(e, position, attachments))?,
+        );
+    }
+    store.write_all(&prepared.iter().map(|(record, _, _)| record).collect::<Vec<_>>())?;
+    let mut done: Vec<Attached> = Vec::with_capacity(attachments.len());
+    for (position, (record, list, call)) in prepared.into_iter().enumerate() {
+        match chain::add(&list, &call) {
+            Ok(result) => {
+                crate::crash_point::reached("selector.add.chain-done");
+                done.push(Attached { record, list, call, result });
+            }
+            Err(failed) => {
+                // When undoing failed, the records stay so that the runtime's DEL can finish the job.
+                if undo(&mut done) && failed.undone {
+                    remove_logged(store, runtime, attachments.iter().map(|a| a.ifname.clone()).collect());
+                }
+                return Err(in_context(failed.error, position, attachments));
             }
         }
     }
     Ok(done)
+}
+
+/// Write the results of `done` (in the record of the runtime's interface).
+pub fn record_results(store: &RecordStore, done: &mut [Attached]) -> Result<(), CniError> {
+    let (first, further) = done.split_first_mut().expect("a pod has at least one network");
+    first.record.set_result(&first.result);
+    for a in further.iter() {
+        first.record.set_further_result(&a.record.ifname, &a.result);
+    }
+    store.write(&first.record)
+}
+
+/// Undo a whole ADD after its attachments: DEL them in reverse and remove every record, unless a
+/// DEL failed (the runtime's DEL will finish the job from the records).
+pub fn abandon(store: &RecordStore, runtime: &Invocation, done: &mut Vec<Attached>) {
+    let ifnames = done.iter().map(|a| a.record.ifname.clone()).collect();
+    if undo(done) {
+        remove_logged(store, runtime, ifnames);
+    }
 }
 
 /// A pod with one network keeps the messages it always had; with several, the message says which.
@@ -70,18 +112,19 @@ fn in_context(e: CniError, position: usize, attachments: &[Attachment]) -> CniEr
     e.context(format!("network {} on interface {} ({} of {})", a.network, a.ifname, position + 1, attachments.len()))
 }
 
-fn add_one(
+/// An attachment's record, chain and call, before anything is written.
+fn prepare(
     runtime: &Invocation,
     config: &SelectorConfig,
     store: &RecordStore,
     position: usize,
     attachment: &Attachment,
     pod: Option<PodIdentity>,
-) -> Result<Attached, CniError> {
+) -> Result<(Record, ConfList, Invocation), CniError> {
     let conf = extras::apply_to_config(&attachment.config, &attachment.extras);
     let list = selection::parse_config(&attachment.network, attachment.path.as_deref(), &conf)?;
     let call = call_of(runtime, config, &attachment.ifname, &attachment.extras);
-    let mut record = Record::new(runtime, &call, position, attachment, conf, pod);
+    let record = Record::new(runtime, &call, position, attachment, conf, pod);
     if let Some(existing) = store.read(&runtime.container_id, &attachment.ifname) {
         if existing.owner() != runtime.ifname {
             return Err(CniError::new(
@@ -99,37 +142,19 @@ fn add_one(
             runtime.container_id, attachment.ifname
         ));
     }
-    store.write(&record)?;
-    let result = match chain::add(&list, &call) {
-        Ok(result) => result,
-        Err(failed) => {
-            // When undoing failed, the record stays so that the runtime's DEL can finish the job.
-            if failed.undone {
-                remove_logged(store, &record);
-            }
-            return Err(failed.error);
-        }
-    };
-    crate::crash_point::reached("selector.add.chain-done");
-    record.set_result(&result);
-    if let Err(e) = store.write(&record) {
-        // Without its result on disk the attachment could not be CHECKed or DELeted properly.
-        if chain::del(&list, &call, Some(&result)).is_ok() {
-            remove_logged(store, &record);
-        }
-        return Err(e);
-    }
-    Ok(Attached { record, list, call, result })
+    Ok((record, list, call))
 }
 
-/// DEL what was attached, in reverse; a record whose DEL fails stays for the runtime's DEL.
-pub fn undo(store: &RecordStore, done: &mut Vec<Attached>) {
+/// DEL what was attached, in reverse. Whether every DEL succeeded.
+fn undo(done: &mut Vec<Attached>) -> bool {
+    let mut all = true;
     while let Some(a) = done.pop() {
-        match chain::del(&a.list, &a.call, Some(&a.result)) {
-            Ok(()) => remove_logged(store, &a.record),
-            Err(e) => super::warn(format!("undoing interface {} of the failed ADD: {e}", a.record.ifname)),
+        if let Err(e) = chain::del(&a.list, &a.call, Some(&a.result)) {
+            super::warn(format!("undoing interface {} of the failed ADD: {e}", a.record.ifname));
+            all = false;
         }
     }
+    all
 }
 
 /// The records of the runtime's attachment, in ADD order, and what else the container has under
@@ -147,17 +172,21 @@ pub fn records_of(store: &RecordStore, runtime: &Invocation) -> Result<(Vec<Reco
         }
     }
     mine.sort_by_key(|r| r.position);
+    // The further networks' results are in the record of the runtime's interface.
+    let further = mine.iter().find(|r| r.ifname == runtime.ifname).map(|r| r.further_results.clone());
+    for record in mine.iter_mut().filter(|r| r.result.is_none()) {
+        record.result = further.as_ref().and_then(|f| f.get(&record.ifname).cloned());
+    }
     Ok((mine, others))
 }
 
-/// DEL every attachment of `records`, in reverse, each with its recorded configuration and result,
-/// removing each record once its DEL succeeded. Every attachment is tried; the first error is
-/// returned. Records that cannot be used (no parsable configuration or result) are returned, by
-/// interface, for the caller to DEL another way.
+/// DEL every attachment of `records`, in reverse, each with its recorded configuration and result.
+/// Every attachment is tried; the first error is returned. Records that cannot be used (no parsable
+/// configuration or result) are returned, by interface, for the caller to DEL another way. Nothing
+/// is removed: the caller removes the records once everything is DELeted.
 pub fn del_records(
     runtime: &Invocation,
     config: &SelectorConfig,
-    store: &RecordStore,
     records: &[Record],
 ) -> (Result<(), CniError>, Vec<String>) {
     let mut first_error = None;
@@ -168,20 +197,19 @@ pub fn del_records(
             continue;
         };
         let call = recorded_call(runtime, config, record);
-        let outcome = chain::del(&list, &call, result.as_ref()).and_then(|()| {
-            crate::crash_point::reached("selector.del.chain-done");
-            store.remove(&record.container_id, &record.ifname)
-        });
-        if let Err(e) = outcome {
-            let e = if records.len() > 1 { e.context(format!("interface {}", record.ifname)) } else { e };
-            first_error.get_or_insert(e);
+        match chain::del(&list, &call, result.as_ref()) {
+            Ok(()) => crate::crash_point::reached("selector.del.chain-done"),
+            Err(e) => {
+                let e = if records.len() > 1 { e.context(format!("interface {}", record.ifname)) } else { e };
+                first_error.get_or_insert(e);
+            }
         }
     }
     (first_error.map_or(Ok(()), Err), unusable)
 }
 
-/// CHECK every attachment of `records` in order, with its recorded result (as `default-route` left
-/// the routes).
+/// CHECK every attachment of `records` in order, with its recorded result (recorded as
+/// `default-route` left the routes).
 pub fn check_records(runtime: &Invocation, config: &SelectorConfig, records: &[Record]) -> Result<(), CniError> {
     let unknown = |ifname: &str, why: &str| {
         CniError::new(code::UNKNOWN_CONTAINER, format!("container {} interface {ifname}: {why}", runtime.container_id))
@@ -190,11 +218,6 @@ pub fn check_records(runtime: &Invocation, config: &SelectorConfig, records: &[R
     for record in records {
         results.push(record.result()?.ok_or_else(|| unknown(&record.ifname, "its ADD did not complete"))?);
     }
-    let requests =
-        default_route::requested(records.iter().map(|r| (r.ifname.as_str(), r.extras.default_route.as_slice())));
-    let mut pairs: Vec<(&str, &mut CniResult)> =
-        records.iter().map(|r| r.ifname.as_str()).zip(results.iter_mut()).collect();
-    default_route::adjust(&mut pairs, &requests);
     for (record, result) in records.iter().zip(&results) {
         let list = record.conf_list()?;
         chain::check(&list, &recorded_call(runtime, config, record), result)
@@ -217,8 +240,8 @@ pub fn usable(record: &Record) -> Option<(ConfList, Option<CniResult>)> {
     }
 }
 
-fn remove_logged(store: &RecordStore, record: &Record) {
-    if let Err(e) = store.remove(&record.container_id, &record.ifname) {
+fn remove_logged(store: &RecordStore, runtime: &Invocation, ifnames: Vec<String>) {
+    if let Err(e) = store.remove_all(&runtime.container_id, &ifnames) {
         super::warn(e);
     }
 }

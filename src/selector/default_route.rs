@@ -9,10 +9,9 @@
 
 use super::selection::Attachment;
 use crate::cni::result::Route as ResultRoute;
-use crate::cni::{CniError, CniResult};
+use crate::cni::{CniError, CniResult, Invocation};
 use crate::netlink::{IpFamily, Netlink, Route};
 use std::net::IpAddr;
-use std::path::Path;
 
 /// (interface, gateway) for every default route the attachments ask for (at most one per family:
 /// the selection refuses more).
@@ -25,11 +24,13 @@ pub fn requested_by(attachments: &[Attachment]) -> Vec<(String, IpAddr)> {
     requested(attachments.iter().map(|a| (a.ifname.as_str(), a.extras.default_route.as_slice())))
 }
 
-/// Make the pod's routes what `requests` ask for, in the netns at `netns`.
-pub fn apply(netns: &Path, requests: &[(String, IpAddr)]) -> Result<(), CniError> {
+/// Make the pod's routes what `requests` ask for, in the netns of the runtime's call `runtime`.
+/// Nothing asked, nothing done.
+pub fn apply(runtime: &Invocation, requests: &[(String, IpAddr)]) -> Result<(), CniError> {
     if requests.is_empty() {
         return Ok(());
     }
+    let netns = crate::plugins::container_netns(runtime)?;
     crate::runtime::block_on(async {
         let nl = Netlink::in_netns(netns)?;
         for (ifname, gateway) in requests {
@@ -46,6 +47,7 @@ pub fn apply(netns: &Path, requests: &[(String, IpAddr)]) -> Result<(), CniError
         }
         Ok(())
     })
+    .map_err(|e: CniError| e.context("default-route"))
 }
 
 /// The results as the routes now are: for each request, no default route of its family in any

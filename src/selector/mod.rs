@@ -58,15 +58,16 @@ impl Plugin for Selector {
         let mut attached = attach::add_all(inv, &config, &store, &selection.attachments, pod.clone())?;
         crate::crash_point::reached("selector.add.attached");
         let requests = default_route::requested_by(&selection.attachments);
-        if let (false, Some(netns)) = (requests.is_empty(), &inv.netns)
-            && let Err(e) = default_route::apply(netns, &requests)
-        {
-            attach::undo(&store, &mut attached);
-            return Err(e.context("default-route"));
+        let finished = default_route::apply(inv, &requests).and_then(|()| {
+            let mut results: Vec<(&str, &mut CniResult)> =
+                attached.iter_mut().map(|a| (a.record.ifname.as_str(), &mut a.result)).collect();
+            default_route::adjust(&mut results, &requests);
+            attach::record_results(&store, &mut attached)
+        });
+        if let Err(e) = finished {
+            attach::abandon(&store, inv, &mut attached);
+            return Err(e);
         }
-        let mut results: Vec<(&str, &mut CniResult)> =
-            attached.iter_mut().map(|a| (a.record.ifname.as_str(), &mut a.result)).collect();
-        default_route::adjust(&mut results, &requests);
         if let (Some(api), Some(pod)) = (api.as_mut(), &pod) {
             write_status(api, &config, pod, &attached);
         }
@@ -79,22 +80,32 @@ impl Plugin for Selector {
         let store = RecordStore::new(&config.data_dir);
         let (records, others) = attach::records_of(&store, inv)?;
         note_networks(records.iter().map(|r| r.network.as_str()));
-        if records.is_empty() && !others.iter().any(|f| matches!(f, Found::Unreadable(_))) {
+        let unreadable: Vec<String> = others
+            .iter()
+            .filter_map(|f| match f {
+                Found::Unreadable(ifname) => Some(ifname.clone()),
+                _ => None,
+            })
+            .collect();
+        let interrupted = others.iter().filter_map(|f| match f {
+            Found::Interrupted(ifname) => Some(ifname.clone()),
+            _ => None,
+        });
+        if records.is_empty() && unreadable.is_empty() {
             del_without_record(&config, inv, None)?;
             crate::crash_point::reached("selector.del.chain-done");
-            remove_all(&store, inv, std::iter::once(inv.ifname.clone()).chain(interface_names(&others)))?;
-            return Ok(());
+            let ifnames: Vec<String> = std::iter::once(inv.ifname.clone()).chain(interrupted).collect();
+            return store.remove_all(&inv.container_id, &ifnames);
         }
-        let (outcome, mut unusable) = attach::del_records(inv, &config, &store, &records);
-        unusable.extend(others.iter().filter_map(|f| match f {
-            Found::Unreadable(ifname) => Some(ifname.clone()),
-            _ => None,
-        }));
+        let (outcome, mut unusable) = attach::del_records(inv, &config, &records);
+        unusable.extend(unreadable);
         if !unusable.is_empty() {
             del_without_record(&config, inv, Some(&unusable))?;
         }
         outcome?;
-        remove_all(&store, inv, unusable.into_iter().chain(interface_names(&others)))
+        let ifnames: Vec<String> =
+            records.iter().map(|r| r.ifname.clone()).chain(unusable).chain(interrupted).collect();
+        store.remove_all(&inv.container_id, &ifnames)
     }
 
     fn check(&self, inv: &Invocation, conf: &PluginConf) -> Result<(), CniError> {
@@ -140,8 +151,10 @@ impl Plugin for Selector {
                 args: CniArgs::parse(&own.cni_args).unwrap_or_default(),
                 path: inv.path.clone(),
             };
-            let (outcome, unusable) = attach::del_records(&runtime, &config, &store, &records);
-            let outcome = outcome.and_then(|()| remove_all(&store, &runtime, unusable));
+            let (outcome, _) = attach::del_records(&runtime, &config, &records);
+            // What cannot be used cannot be undone any more: the runtime has forgotten the pod.
+            let ifnames: Vec<String> = records.iter().map(|r| r.ifname.clone()).collect();
+            let outcome = outcome.and_then(|()| store.remove_all(&container_id, &ifnames));
             match outcome {
                 Ok(()) => {
                     if let Some(lock) = lock {
@@ -240,29 +253,6 @@ fn del_without_record(config: &SelectorConfig, inv: &Invocation, only: Option<&[
         }
     }
     first_error.map_or(Ok(()), Err)
-}
-
-/// Remove the records (and the temp files of interrupted writes) of these interfaces.
-fn remove_all(
-    store: &RecordStore,
-    inv: &Invocation,
-    ifnames: impl IntoIterator<Item = String>,
-) -> Result<(), CniError> {
-    for ifname in ifnames {
-        store.remove(&inv.container_id, &ifname)?;
-    }
-    Ok(())
-}
-
-/// The interfaces that have only the temp file of an interrupted record write.
-fn interface_names(found: &[Found]) -> Vec<String> {
-    found
-        .iter()
-        .filter_map(|f| match f {
-            Found::Interrupted(ifname) => Some(ifname.clone()),
-            _ => None,
-        })
-        .collect()
 }
 
 /// The networks of the operation, for its log line.

@@ -6,10 +6,10 @@
 //! (`<containerID>:<ifname>`), each saying which of the runtime's attachments it belongs to (the
 //! runtime's `CNI_IFNAME`, whose DEL removes them all) and its position in the ADD.
 //!
-//! A record is written (atomically, durably) before any plugin of its network runs, and again with
-//! the result once the chain has succeeded; DEL removes it after the chain's DEL. A record that
-//! cannot be read or parsed is logged and treated as absent: DEL then falls back to asking the API
-//! server.
+//! A record is written (atomically, durably) before any plugin of its network runs; once every
+//! network of the pod has succeeded, the record of the runtime's interface is written again with
+//! the results of them all. DEL removes the records after the networks' DELs. A record that cannot
+//! be read or parsed is logged and treated as absent: DEL then falls back to asking the API server.
 //!
 //! The format is still 1: this release added fields (`runtimeIfname`, `position`, `source`,
 //! `extras`) that a record written by the earlier release lacks, and their defaults describe it: the
@@ -22,6 +22,7 @@ use crate::cni::{CniError, CniResult, ConfList, Invocation};
 use crate::fsutil;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+use std::collections::BTreeMap;
 use std::io;
 use std::path::{Path, PathBuf};
 
@@ -60,6 +61,10 @@ pub struct Record {
     /// The chain's final result (1.1.0 JSON), once ADD has completed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub result: Option<Value>,
+    /// On the record of the runtime's interface: the results of the pod's further networks, by
+    /// interface, written with its own in one durable write once every network is attached.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub further_results: BTreeMap<String, Value>,
 }
 
 fn is_zero(n: &usize) -> bool {
@@ -93,6 +98,7 @@ impl Record {
             extras: attachment.extras.clone(),
             pod,
             result: None,
+            further_results: BTreeMap::new(),
         }
     }
 
@@ -112,6 +118,11 @@ impl Record {
 
     pub fn set_result(&mut self, result: &CniResult) {
         self.result = Some(result.to_json(crate::cni::CniVersion::LATEST));
+    }
+
+    /// Keep `result` as the result of the pod's further network on `ifname`.
+    pub fn set_further_result(&mut self, ifname: &str, result: &CniResult) {
+        self.further_results.insert(ifname.to_string(), result.to_json(crate::cni::CniVersion::LATEST));
     }
 }
 
@@ -163,10 +174,28 @@ impl RecordStore {
         }
     }
 
-    pub fn remove(&self, container_id: &str, ifname: &str) -> Result<(), CniError> {
-        let path = self.path(container_id, ifname);
-        fsutil::remove_durably(&path)
-            .map_err(|e| CniError::io(format!("cannot remove attachment record {}: {e}", path.display())))
+    /// Write `records` (of one container) together: each whole or absent after a crash, one fsync
+    /// each and one for the directory.
+    pub fn write_all(&self, records: &[&Record]) -> Result<(), CniError> {
+        let files: Vec<(PathBuf, Vec<u8>)> = records
+            .iter()
+            .map(|r| {
+                (
+                    self.path(&r.container_id, &r.ifname),
+                    serde_json::to_vec_pretty(r).expect("a record always serializes"),
+                )
+            })
+            .collect();
+        fsutil::write_atomic_all(&files, 0o600)
+            .map_err(|e| CniError::io(format!("cannot write attachment records in {}: {e}", self.dir.display())))
+    }
+
+    /// Remove the records of these interfaces of a container (and temp files of their interrupted
+    /// writes) together: one fsync of the directory.
+    pub fn remove_all(&self, container_id: &str, ifnames: &[String]) -> Result<(), CniError> {
+        let paths: Vec<PathBuf> = ifnames.iter().map(|ifname| self.path(container_id, ifname)).collect();
+        fsutil::remove_all_durably(&paths)
+            .map_err(|e| CniError::io(format!("cannot remove attachment records in {}: {e}", self.dir.display())))
     }
 
     /// Every record file of `container_id`, and every interface of it that has only the temp file
@@ -341,8 +370,8 @@ mod tests {
             [("b_c".into(), "b_c".into(), 0), ("eth1".into(), "eth1".into(), 0), ("net1".into(), "eth1".into(), 1)]
         );
         assert_eq!(store.of_container("a_b").unwrap().len(), 1, "a_b is not a");
-        store.remove("a", "b_c").unwrap();
-        store.remove("a", "b_c").unwrap();
+        store.remove_all("a", &["b_c".into()]).unwrap();
+        store.remove_all("a", &["b_c".into()]).unwrap();
         assert!(store.read("a", "b_c").is_none());
         assert!(store.read("a_b", "c").is_some());
     }
