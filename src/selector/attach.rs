@@ -171,13 +171,18 @@ pub fn records_of(store: &RecordStore, runtime: &Invocation) -> Result<(Vec<Reco
             other => others.push(other),
         }
     }
-    mine.sort_by_key(|r| r.position);
-    // The further networks' results are in the record of the runtime's interface.
-    let further = mine.iter().find(|r| r.ifname == runtime.ifname).map(|r| r.further_results.clone());
-    for record in mine.iter_mut().filter(|r| r.result.is_none()) {
+    in_order(&mut mine, &runtime.ifname);
+    Ok((mine, others))
+}
+
+/// The records of the runtime attachment on `owner`, in ADD order, each with its result: the
+/// further networks' results are in the record of the runtime's interface.
+pub fn in_order(records: &mut [Record], owner: &str) {
+    records.sort_by_key(|r| r.position);
+    let further = records.iter().find(|r| r.ifname == owner).map(|r| r.further_results.clone());
+    for record in records.iter_mut().filter(|r| r.result.is_none()) {
         record.result = further.as_ref().and_then(|f| f.get(&record.ifname).cloned());
     }
-    Ok((mine, others))
 }
 
 /// DEL every attachment of `records`, in reverse, each with its recorded configuration and result.

@@ -138,7 +138,7 @@ impl Plugin for Selector {
         }
         let mut first_error = None;
         for ((container_id, owner), mut records) in stale {
-            records.sort_by_key(|r| r.position);
+            attach::in_order(&mut records, &owner);
             // A DEL like the runtime's: after the remains of any killed call on the attachment.
             let lock = attachment_lock::acquire(&locks, &container_id, &owner, attachment_lock::WAIT);
             let own = records.iter().find(|r| r.ifname == owner).unwrap_or(&records[0]);
