@@ -142,19 +142,19 @@ impl Bench {
     /// The selector's stdin, and a ConfigMap + pods choosing `network` by its bare name.
     fn selector_case(&self, label: &str, network: &str, conf: &Value, pods: usize) -> Case {
         self.install(network, conf);
-        self.choosing_case(label, network, pods)
+        self.choosing_case(label, network, pods, &self.sb.path().join("yh-genie"))
     }
 
-    /// The selector's stdin, and a ConfigMap + pods whose CNI_NETWORK_CONFIG is `value` (networks
-    /// installed already).
-    fn choosing_case(&self, label: &str, value: &str, pods: usize) -> Case {
+    /// The selector's stdin (records in `data_dir`), and a ConfigMap + pods whose
+    /// CNI_NETWORK_CONFIG is `value` (networks installed already).
+    fn choosing_case(&self, label: &str, value: &str, pods: usize, data_dir: &Path) -> Case {
         let network = value.replace(',', "-");
         let cm = format!("{network}-net");
         self.api.put_config_map("default", &cm, json!({"cni_network_config": value}));
         let stdin = json!({
             "cniVersion": "1.0.0", "name": "yh-genie", "type": "yh-genie",
             "kubeconfig": self.api.kubeconfig(), "confDir": self.sb.path().join("net.d"),
-            "dataDir": self.sb.path().join("yh-genie"), "binDir": self.sb.bin(),
+            "dataDir": data_dir, "binDir": self.sb.bin(),
         });
         let pods = (0..pods)
             .map(|i| {
