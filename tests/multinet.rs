@@ -6,7 +6,7 @@
 mod common;
 
 use common::lan::{LAN_GATEWAY, LAN_PEER, Lan, OVERLAY, RouterNetworks, SERVICES};
-use common::node::{Node, Pod, from_config_map, link_names, literal};
+use common::node::{Node, Pod, addresses_on, from_config_map, link_names, literal};
 use common::{Reply, cnidrive_run};
 use serde_json::{Value, json};
 use std::path::PathBuf;
@@ -59,16 +59,7 @@ impl Cluster {
 
 /// IPv4 addresses (without prefix) on `dev` of the pod.
 fn addresses(pod: &Pod, dev: &str) -> Vec<String> {
-    let (ok, out) = pod.netns.exec(&format!("ip -j -4 addr show dev {dev}"));
-    if !ok {
-        return Vec::new();
-    }
-    let links: Vec<Value> = serde_json::from_str(&out).unwrap_or_default();
-    links
-        .iter()
-        .flat_map(|l| l["addr_info"].as_array().cloned().unwrap_or_default())
-        .map(|a| a["local"].as_str().unwrap().to_string())
-        .collect()
+    addresses_on(pod, dev).into_iter().map(|a| a.split('/').next().unwrap().to_string()).collect()
 }
 
 /// `ip route get` in the pod: (dev, gateway).

@@ -7,7 +7,7 @@
 mod common;
 
 use common::lan::{LAN_GATEWAY, Lan, RouterNetworks};
-use common::node::{Node, Pod, link_names, list_dir, literal};
+use common::node::{Node, addresses_on as addresses, link_names, list_dir, literal};
 use serde_json::{Value, json};
 
 const NETWORKS: &str = "k8s.v1.cni.cncf.io/networks";
@@ -24,17 +24,6 @@ fn node() -> (Node, Lan) {
 
 fn msg(reply: &Value) -> &str {
     reply["msg"].as_str().unwrap()
-}
-
-/// IPv4 addresses (`a.b.c.d/len`) on `dev` of the pod.
-fn addresses(pod: &Pod, dev: &str) -> Vec<String> {
-    let out = pod.netns.exec(&format!("ip -j -4 addr show dev {dev}")).1;
-    let links: Vec<Value> = serde_json::from_str(&out).unwrap_or_default();
-    links
-        .iter()
-        .flat_map(|l| l["addr_info"].as_array().cloned().unwrap_or_default())
-        .map(|a| format!("{}/{}", a["local"].as_str().unwrap(), a["prefixlen"]))
-        .collect()
 }
 
 #[test]

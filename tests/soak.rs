@@ -16,7 +16,7 @@
 mod common;
 
 use common::apiserver::Fault;
-use common::node::{Node, Pod, from_config_map, link_names, pod_addresses};
+use common::node::{Node, Pod, addresses_on, from_config_map, link_names, pod_addresses};
 use common::report;
 use common::rng::Rng;
 use serde_json::{Value, json};
@@ -214,17 +214,6 @@ impl Soak {
             tally.leaks.push(format!("{what} of {}: {left:?}", pod.cid));
         }
     }
-}
-
-/// IPv4 addresses (`a.b.c.d/len`) on `dev` of the pod.
-fn addresses_on(pod: &Pod, dev: &str) -> Vec<String> {
-    let out = pod.netns.exec(&format!("ip -j -4 addr show dev {dev}")).1;
-    let links: Vec<Value> = serde_json::from_str(&out).unwrap_or_default();
-    links
-        .iter()
-        .flat_map(|l| l["addr_info"].as_array().cloned().unwrap_or_default())
-        .map(|a| format!("{}/{}", a["local"].as_str().unwrap_or_default(), a["prefixlen"]))
-        .collect()
 }
 
 /// Fault episodes injected, by kind.

@@ -316,7 +316,12 @@ pub fn link_names(netns: &Netns, filter: &str) -> Vec<String> {
 
 /// IPv4 addresses (`a.b.c.d/len`) on the pod's eth0.
 pub fn pod_addresses(pod: &Pod) -> Vec<String> {
-    let (ok, out) = pod.netns.exec("ip -j -4 addr show dev eth0");
+    addresses_on(pod, "eth0")
+}
+
+/// IPv4 addresses (`a.b.c.d/len`) on the pod's interface `dev`; none if it has no such interface.
+pub fn addresses_on(pod: &Pod, dev: &str) -> Vec<String> {
+    let (ok, out) = pod.netns.exec(&format!("ip -j -4 addr show dev {dev}"));
     if !ok {
         return Vec::new();
     }
