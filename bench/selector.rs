@@ -13,6 +13,7 @@
 
 #[path = "../tests/common/mod.rs"]
 mod common;
+mod multinet;
 
 use common::apiserver::ApiServer;
 use common::{Netns, Sandbox, unique};
@@ -26,6 +27,8 @@ use std::time::{Duration, Instant};
 struct Options {
     pods: usize,
     parallel: usize,
+    /// `--networks-only`: only pods with 1, 2 and 4 networks (bench/multinet.rs).
+    networks_only: bool,
     /// Run by `cargo test --all-targets` (no `--bench`): a few pods, to show that the benchmark
     /// works, in a debug build whose figures mean nothing.
     smoke: bool,
@@ -36,12 +39,13 @@ impl Options {
         let args: Vec<String> = std::env::args().skip(1).collect();
         let smoke = !args.iter().any(|a| a == "--bench");
         let (pods, parallel) = if smoke { (3, 2) } else { (100, 8) };
-        let mut o = Options { pods, parallel, smoke };
+        let mut o = Options { pods, parallel, networks_only: false, smoke };
         let mut it = args.iter();
         while let Some(a) = it.next() {
             match a.as_str() {
                 "--pods" => o.pods = it.next().and_then(|v| v.parse().ok()).expect("--pods N"),
                 "--parallel" => o.parallel = it.next().and_then(|v| v.parse().ok()).expect("--parallel N"),
+                "--networks-only" => o.networks_only = true,
                 // `cargo bench` appends --bench.
                 _ => {}
             }
@@ -50,14 +54,21 @@ impl Options {
     }
 }
 
-/// One way of attaching pods: a program, its stdin, and one netns per pod.
+/// One way of attaching pods: the plugin calls that make one pod's networks, and one netns per pod.
 struct Case {
-    label: &'static str,
-    program: PathBuf,
-    stdin: Value,
+    label: String,
+    /// In order for ADD, in reverse for DEL: one through the selector, one per network run directly.
+    steps: Vec<Step>,
     /// The selector's cases name their pods to the API server; the plugin-alone cases need no names.
     through_selector: bool,
     pods: Vec<Pod>,
+}
+
+/// One plugin call: the program, its stdin, and the interface it makes.
+struct Step {
+    program: PathBuf,
+    stdin: Value,
+    ifname: String,
 }
 
 struct Pod {
@@ -65,7 +76,7 @@ struct Pod {
     args: String,
 }
 
-/// What one case measured in one round.
+/// What one case measured in one round: the wall time of all its steps, per pod.
 #[derive(Default)]
 struct Times {
     add: Vec<Duration>,
@@ -123,15 +134,27 @@ impl Bench {
         json!({"cniVersion": "1.0.0", "name": "noop", "plugins": [{"type": "noop"}]})
     }
 
+    /// Write network `name`'s configuration under the selector's conf dir.
+    fn install(&self, name: &str, conf: &Value) {
+        self.sb.write(&format!("net.d/{name}/10-{name}.conflist"), &conf.to_string());
+    }
+
     /// The selector's stdin, and a ConfigMap + pods choosing `network` by its bare name.
-    fn selector_case(&self, label: &'static str, network: &str, conf: &Value, pods: usize) -> Case {
-        self.sb.write(&format!("net.d/{network}/10-{network}.conflist"), &conf.to_string());
+    fn selector_case(&self, label: &str, network: &str, conf: &Value, pods: usize) -> Case {
+        self.install(network, conf);
+        self.choosing_case(label, network, pods, &self.sb.path().join("yh-genie"))
+    }
+
+    /// The selector's stdin (records in `data_dir`), and a ConfigMap + pods whose
+    /// CNI_NETWORK_CONFIG is `value` (networks installed already).
+    fn choosing_case(&self, label: &str, value: &str, pods: usize, data_dir: &Path) -> Case {
+        let network = value.replace(',', "-");
         let cm = format!("{network}-net");
-        self.api.put_config_map("default", &cm, json!({"cni_network_config": network}));
+        self.api.put_config_map("default", &cm, json!({"cni_network_config": value}));
         let stdin = json!({
             "cniVersion": "1.0.0", "name": "yh-genie", "type": "yh-genie",
             "kubeconfig": self.api.kubeconfig(), "confDir": self.sb.path().join("net.d"),
-            "dataDir": self.sb.path().join("yh-genie"), "binDir": self.sb.bin(),
+            "dataDir": data_dir, "binDir": self.sb.bin(),
         });
         let pods = (0..pods)
             .map(|i| {
@@ -142,30 +165,45 @@ impl Bench {
                     json!([{"name": "app", "image": "nginx", "env": [{"name": "CNI_NETWORK_CONFIG",
                         "valueFrom": {"configMapKeyRef": {"name": cm, "key": "cni_network_config"}}}]}]),
                 );
-                let args = format!("IgnoreUnknown=1;K8S_POD_NAMESPACE=default;K8S_POD_NAME={name};K8S_POD_UID=uid-{i}");
+                let uid = format!("uid-default-{name}");
+                let args = format!("IgnoreUnknown=1;K8S_POD_NAMESPACE=default;K8S_POD_NAME={name};K8S_POD_UID={uid}");
                 Pod { netns: Netns::new("ybp"), args }
             })
             .collect();
-        Case { label, program: self.sb.bin().join("yh-genie"), stdin, through_selector: true, pods }
+        let step = Step { program: self.sb.bin().join("yh-genie"), stdin, ifname: "eth0".into() };
+        Case { label: label.to_string(), steps: vec![step], through_selector: true, pods }
     }
 
     /// The first plugin of `conf` run directly, as libcni would for a one-plugin list.
-    fn alone_case(&self, label: &'static str, conf: &Value, pods: usize) -> Case {
-        let mut stdin = conf["plugins"][0].clone();
-        stdin["name"] = conf["name"].clone();
-        stdin["cniVersion"] = conf["cniVersion"].clone();
-        let program = self.sb.bin().join(stdin["type"].as_str().unwrap());
+    fn alone_case(&self, label: &str, conf: &Value, pods: usize) -> Case {
+        self.direct_case(label, &[conf], pods)
+    }
+
+    /// The first plugin of each of `confs` run directly, one after the other, on `eth0`, `net1`...
+    fn direct_case(&self, label: &str, confs: &[&Value], pods: usize) -> Case {
+        let steps = confs
+            .iter()
+            .enumerate()
+            .map(|(i, conf)| {
+                let mut stdin = conf["plugins"][0].clone();
+                stdin["name"] = conf["name"].clone();
+                stdin["cniVersion"] = conf["cniVersion"].clone();
+                let program = self.sb.bin().join(stdin["type"].as_str().unwrap());
+                let ifname = if i == 0 { "eth0".to_string() } else { format!("net{i}") };
+                Step { program, stdin, ifname }
+            })
+            .collect();
         let pods = (0..pods).map(|_| Pod { netns: Netns::new("ybp"), args: "IgnoreUnknown=1".into() }).collect();
-        Case { label, program, stdin, through_selector: false, pods }
+        Case { label: label.to_string(), steps, through_selector: false, pods }
     }
 
     /// Start one plugin process like a runtime, `stdin` written and closed.
-    fn spawn(&self, program: &Path, command: &str, cid: &str, pod: &Pod, stdin: &str) -> std::process::Child {
-        let mut child = Command::new(program)
+    fn spawn(&self, step: &Step, command: &str, cid: &str, pod: &Pod, stdin: &str) -> std::process::Child {
+        let mut child = Command::new(&step.program)
             .env("CNI_COMMAND", command)
             .env("CNI_CONTAINERID", cid)
             .env("CNI_NETNS", pod.netns.path())
-            .env("CNI_IFNAME", "eth0")
+            .env("CNI_IFNAME", &step.ifname)
             .env("CNI_ARGS", &pod.args)
             .env("CNI_PATH", self.sb.bin())
             // cargo sets it for the bench process; a runtime does not, and it slows the dynamic loader.
@@ -179,26 +217,25 @@ impl Bench {
         child
     }
 
-    /// Run one plugin process to its end; returns its wall time and stdout.
-    fn call(&self, program: &Path, command: &str, cid: &str, pod: &Pod, stdin: &str) -> (Duration, String) {
-        let start = Instant::now();
-        let out = self.spawn(program, command, cid, pod, stdin).wait_with_output().unwrap();
-        let elapsed = start.elapsed();
+    /// Run one plugin process to its end; returns its stdout.
+    fn call(&self, step: &Step, command: &str, cid: &str, pod: &Pod, stdin: &str) -> String {
+        let out = self.spawn(step, command, cid, pod, stdin).wait_with_output().unwrap();
         let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
         assert!(
             out.status.success(),
             "{} {command} failed: {stdout} {}",
-            program.display(),
+            step.program.display(),
             String::from_utf8_lossy(&out.stderr)
         );
-        (elapsed, stdout)
+        stdout
     }
 
     /// ADD then DEL every pod of every case, `parallel` pods at a time, cases interleaved per pod.
     fn round(&self, cases: &[Case], pods: usize, parallel: usize) -> Vec<Times> {
         let cids: Vec<Vec<String>> = cases.iter().map(|_| (0..pods).map(|_| unique("bench")).collect()).collect();
-        let results: Vec<Vec<Mutex<Value>>> =
-            cases.iter().map(|_| (0..pods).map(|_| Mutex::new(Value::Null)).collect()).collect();
+        // The ADD result of each step of each pod of each case.
+        let results: Vec<Vec<Mutex<Vec<Value>>>> =
+            cases.iter().map(|_| (0..pods).map(|_| Mutex::new(Vec::new())).collect()).collect();
         let times: Vec<Mutex<Times>> = cases.iter().map(|_| Mutex::default()).collect();
         for command in ["ADD", "DEL"] {
             let next = Mutex::new(0usize);
@@ -215,20 +252,32 @@ impl Bench {
                                 break;
                             }
                             for (c, case) in cases.iter().enumerate() {
-                                let mut stdin = case.stdin.clone();
-                                // DEL gets the ADD result as prevResult, as libcni gives it from its cache;
-                                // the selector keeps its own.
-                                if command == "DEL" && !case.through_selector {
-                                    stdin["prevResult"] = results[c][i].lock().unwrap().clone();
-                                }
-                                let (elapsed, stdout) =
-                                    self.call(&case.program, command, &cids[c][i], &case.pods[i], &stdin.to_string());
-                                let mut t = times[c].lock().unwrap();
+                                let pod = &case.pods[i];
+                                let started = Instant::now();
                                 if command == "ADD" {
-                                    *results[c][i].lock().unwrap() = serde_json::from_str(&stdout).unwrap();
-                                    t.add.push(elapsed);
+                                    let added: Vec<Value> = case
+                                        .steps
+                                        .iter()
+                                        .map(|step| {
+                                            let out =
+                                                self.call(step, command, &cids[c][i], pod, &step.stdin.to_string());
+                                            serde_json::from_str(&out).unwrap()
+                                        })
+                                        .collect();
+                                    times[c].lock().unwrap().add.push(started.elapsed());
+                                    *results[c][i].lock().unwrap() = added;
                                 } else {
-                                    t.del.push(elapsed);
+                                    let added = results[c][i].lock().unwrap().clone();
+                                    for (step, result) in case.steps.iter().zip(added).rev() {
+                                        let mut stdin = step.stdin.clone();
+                                        // DEL gets the ADD result as prevResult, as libcni gives it from its
+                                        // cache; the selector keeps its own.
+                                        if !case.through_selector {
+                                            stdin["prevResult"] = result;
+                                        }
+                                        self.call(step, command, &cids[c][i], pod, &stdin.to_string());
+                                    }
+                                    times[c].lock().unwrap().del.push(started.elapsed());
                                 }
                             }
                         }
@@ -274,6 +323,19 @@ fn main() {
     let o = Options::from_args();
     let b = Bench::new();
     b.enter_node();
+    if o.smoke {
+        println!("smoke run (cargo test, debug build, {} pods): the figures below are not measurements;", o.pods);
+        println!("measure with bench/selector.sh");
+    }
+    if !o.networks_only {
+        single_network(&b, &o);
+    }
+    multinet::run(&b, o.pods);
+}
+
+/// Pods with one network: the selector through yonghui, the reference bridge and a no-op, beside
+/// the plugin alone; sequential and several at once; RSS; the lock's cost.
+fn single_network(b: &Bench, o: &Options) {
     let bridge = b.bridge_network("bench", "10.88.0.0/16");
     let noop = b.noop_network();
     let yonghui = b.yonghui_network();
@@ -286,10 +348,6 @@ fn main() {
         b.selector_case("yh-genie -> no-op", "noop", &noop, o.pods),
     ];
 
-    if o.smoke {
-        println!("smoke run (cargo test, debug build, {} pods): the figures below are not measurements;", o.pods);
-        println!("measure with bench/selector.sh");
-    }
     println!("yh-genie selector benchmark: {} pods, release build, cases interleaved per pod", o.pods);
     println!("each selector case: GET pod + GET ConfigMap (bare network name), record, run the network's chain");
     println!("  bridge alone:        Debian's reference bridge + host-local exec'd by this driver, as libcni would");
@@ -337,7 +395,7 @@ fn main() {
     // Peak RSS of one selector ADD per network: the yh-genie process's own VmHWM.
     println!();
     for case in cases.iter().filter(|c| c.through_selector) {
-        let peak = peak_rss_of_add(&b, case);
+        let peak = peak_rss_of_add(b, case);
         println!(
             "peak RSS of one ADD, {:<20} {:.1} MB (VmHWM of the yh-genie process, sampled)",
             case.label,
@@ -372,10 +430,11 @@ fn attachment_lock_cost() -> String {
 fn peak_rss_of_add(b: &Bench, case: &Case) -> u64 {
     let cid = unique("rss");
     let pod = &case.pods[0];
-    let stdin = case.stdin.to_string();
-    let child = b.spawn(&case.program, "ADD", &cid, pod, &stdin);
+    let step = &case.steps[0];
+    let stdin = step.stdin.to_string();
+    let child = b.spawn(step, "ADD", &cid, pod, &stdin);
     let peak = peak_rss_kib(child.id());
     assert!(child.wait_with_output().unwrap().status.success());
-    b.call(&case.program, "DEL", &cid, pod, &stdin);
+    b.call(step, "DEL", &cid, pod, &stdin);
     peak
 }

@@ -35,6 +35,42 @@ pub fn write_atomic_with(path: &Path, mode: u32, fill: impl FnOnce(&mut File) ->
     result
 }
 
+/// `write_atomic` for several files of one directory together: each written to its temp file and
+/// fsync'd, then all renamed, then the directory fsync'd once. Each file is whole or absent after a
+/// crash at any point; what costs is one fsync per file and one for the directory, not two per file.
+/// On an error, the temp files not yet renamed are removed (files already renamed stay).
+pub fn write_atomic_all(files: &[(PathBuf, Vec<u8>)], mode: u32) -> io::Result<()> {
+    let Some((first, _)) = files.first() else { return Ok(()) };
+    let dir = parent_dir(first);
+    if files.iter().any(|(path, _)| parent_dir(path) != dir) {
+        return Err(io::Error::new(io::ErrorKind::InvalidInput, "write_atomic_all writes into one directory"));
+    }
+    fs::DirBuilder::new().recursive(true).mode(0o700).create(dir)?;
+    let mut temps: Vec<(PathBuf, &Path)> = Vec::with_capacity(files.len());
+    let result = (|| {
+        for (path, bytes) in files {
+            let tmp = temp_sibling(path)?;
+            temps.push((tmp.clone(), path));
+            let mut f = OpenOptions::new().write(true).create_new(true).mode(mode).open(&tmp)?;
+            f.write_all(bytes)?;
+            f.set_permissions(fs::Permissions::from_mode(mode))?;
+            f.sync_all()?;
+        }
+        while let Some((tmp, path)) = temps.first().cloned() {
+            crate::crash_point::reached("write_atomic.before-rename");
+            fs::rename(&tmp, path)?;
+            temps.remove(0);
+        }
+        File::open(dir)?.sync_all()
+    })();
+    if result.is_err() {
+        for (tmp, _) in temps {
+            let _ = fs::remove_file(tmp);
+        }
+    }
+    result
+}
+
 /// Make `path` a symbolic link to `target`, atomically: a link made under a temp name in the same
 /// directory is renamed over `path`, so readers see the old entry or the new link, never neither.
 pub fn symlink_atomic(target: &Path, path: &Path) -> io::Result<()> {
@@ -90,14 +126,53 @@ pub fn remove_durably(path: &Path) -> io::Result<()> {
     Ok(())
 }
 
+/// `remove_durably` for several files of one directory together: one look for abandoned temp files,
+/// one fsync of the directory.
+pub fn remove_all_durably(paths: &[PathBuf]) -> io::Result<()> {
+    let Some(first) = paths.first() else { return Ok(()) };
+    let dir = parent_dir(first);
+    if paths.iter().any(|path| parent_dir(path) != dir) {
+        return Err(io::Error::new(io::ErrorKind::InvalidInput, "remove_all_durably removes from one directory"));
+    }
+    let names: Vec<String> = match fs::read_dir(dir) {
+        Ok(entries) => {
+            entries.filter_map(Result::ok).filter_map(|e| e.file_name().to_str().map(String::from)).collect()
+        }
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(e),
+    };
+    let mut removed = false;
+    for path in paths {
+        let temps = abandoned_among(path, &names)?;
+        for file in temps.iter().map(PathBuf::as_path).chain([path.as_path()]) {
+            match fs::remove_file(file) {
+                Ok(()) => removed = true,
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                Err(e) => return Err(e),
+            }
+        }
+    }
+    if removed {
+        File::open(dir)?.sync_all()?;
+    }
+    Ok(())
+}
+
 /// The temp files of `path` whose writer process no longer exists.
 fn abandoned_temps(path: &Path) -> io::Result<Vec<PathBuf>> {
-    let prefix = temp_prefix(path)?;
-    let entries = match fs::read_dir(parent_dir(path)) {
-        Ok(entries) => entries,
+    let names: Vec<String> = match fs::read_dir(parent_dir(path)) {
+        Ok(entries) => {
+            entries.filter_map(Result::ok).filter_map(|e| e.file_name().to_str().map(String::from)).collect()
+        }
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
         Err(e) => return Err(e),
     };
+    abandoned_among(path, &names)
+}
+
+/// Of the `names` in `path`'s directory, the temp files of `path` whose writer no longer exists.
+fn abandoned_among(path: &Path, names: &[String]) -> io::Result<Vec<PathBuf>> {
+    let prefix = temp_prefix(path)?;
     let writer_pid = |name: &str| -> Option<i32> {
         let (pid, nonce) = name.strip_prefix(&prefix)?.split_once('-')?;
         if !nonce.bytes().all(|b| b.is_ascii_hexdigit()) {
@@ -107,11 +182,7 @@ fn abandoned_temps(path: &Path) -> io::Result<Vec<PathBuf>> {
     };
     let gone =
         |pid: i32| nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None) == Err(nix::errno::Errno::ESRCH);
-    Ok(entries
-        .filter_map(Result::ok)
-        .filter(|e| e.file_name().to_str().and_then(writer_pid).is_some_and(gone))
-        .map(|e| e.path())
-        .collect())
+    Ok(names.iter().filter(|name| writer_pid(name).is_some_and(gone)).map(|name| parent_dir(path).join(name)).collect())
 }
 
 pub fn hex(bytes: &[u8]) -> String {
@@ -190,6 +261,27 @@ mod tests {
         assert!(!dead.exists());
         assert!(live.exists(), "a live writer's temp file stays");
         assert!(other.exists(), "another file's temp file stays");
+    }
+
+    #[test]
+    fn several_files_written_and_removed_together() {
+        let d = tempfile::tempdir().unwrap();
+        let files: Vec<(PathBuf, Vec<u8>)> =
+            ["c1:eth0", "c1:net1"].iter().map(|n| (d.path().join("records").join(n), n.as_bytes().to_vec())).collect();
+        write_atomic_all(&files, 0o600).unwrap();
+        for (path, bytes) in &files {
+            assert_eq!(&fs::read(path).unwrap(), bytes);
+            assert_eq!(fs::metadata(path).unwrap().permissions().mode() & 0o777, 0o600);
+        }
+        let dead = d.path().join(format!("records/.c1:net1.tmp-{}-0123456789ab", dead_pid()));
+        fs::write(&dead, b"half").unwrap();
+        assert_eq!(fs::read_dir(d.path().join("records")).unwrap().count(), 3);
+        let paths: Vec<PathBuf> = files.iter().map(|(p, _)| p.clone()).collect();
+        remove_all_durably(&paths).unwrap();
+        assert_eq!(fs::read_dir(d.path().join("records")).unwrap().count(), 0, "the dead writer's temp file too");
+        remove_all_durably(&paths).unwrap();
+        let elsewhere = vec![(d.path().join("a/x"), vec![]), (d.path().join("b/y"), vec![])];
+        assert_eq!(write_atomic_all(&elsewhere, 0o600).unwrap_err().kind(), io::ErrorKind::InvalidInput);
     }
 
     #[test]

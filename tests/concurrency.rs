@@ -67,7 +67,9 @@ fn pods_added_at_once_share_a_new_bridge_get_distinct_addresses_and_are_deleted_
             let record = n.record(pod);
             assert_eq!(record["network"], network.as_str(), "{case}");
             assert_eq!(record["result"]["ips"], result["ips"], "{case}: the record keeps the pod's own result");
-            let saved: Value = serde_json::from_slice(&std::fs::read(n.data_dir().join(&pod.cid)).unwrap()).unwrap();
+            let saved: Value =
+                serde_json::from_slice(&std::fs::read(n.data_dir().join(format!("{}:eth0", pod.cid))).unwrap())
+                    .unwrap();
             assert_eq!(saved["bridge"], bridge.as_str(), "{case}: yonghui's saved delegate configuration");
             let leases: Vec<_> = n.leases().into_iter().filter(|(_, cid)| *cid == pod.cid).collect();
             assert_eq!(leases.len(), 1, "{case}: one lease per pod: {leases:?}");

@@ -3,7 +3,8 @@
 //! then makes, right away, must succeed and leave nothing of the pod: no interface in its netns, no
 //! host veth, no lease, no NAT rule, no attachment record, no saved delegate configuration, no temp
 //! file of an interrupted write. The network is `yonghui` -> `yh-bridge` (with NAT) -> `host-local`
-//! through the selector, the pod choosing it by ConfigMap.
+//! through the selector, the pod choosing it by ConfigMap; and a pod with two such networks (`eth0`
+//! and `net1`, their yonghui state in one data dir), killed between and inside its attachments.
 //!
 //! Three ways of killing: at random times spread over the whole of a normal ADD or DEL, measured
 //! first, one random offset within each of equal slices (the seed is printed; `YH_GENIE_TEST_SEED`
@@ -25,15 +26,20 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 const NETWORK: &str = "fabric";
+/// The second network of the two-network pod, on `net1`.
+const SECOND: &str = "fabric2";
 const POD: &str = "crash";
 /// Random kill times per command.
 const KILLS: usize = 30;
 
-/// A node whose pods choose the yonghui network by ConfigMap, and the selector's configuration.
-fn node() -> (Node, String) {
+/// A node whose pods choose `networks` (a CNI_NETWORK_CONFIG value of yonghui networks) by
+/// ConfigMap, and the selector's configuration.
+fn node(networks: &[&str]) -> (Node, String) {
     let n = Node::new();
-    n.add_yonghui_network(NETWORK, 30, json!({}));
-    n.api.put_config_map("default", "net", json!({"net": NETWORK}));
+    for (i, network) in networks.iter().enumerate() {
+        n.add_yonghui_network(network, 30 + i as u8, json!({}));
+    }
+    n.api.put_config_map("default", "net", json!({"net": networks.join(",")}));
     n.api.put_pod("default", POD, from_config_map("net", "net"));
     let conf = n.selector_conf("1.0.0", json!({}));
     (n, conf)
@@ -116,7 +122,14 @@ fn wait_for_orphans(pgid: Pid) {
 /// The DEL comes right away, as a runtime's does; once every process the killed call started has
 /// ended too, nothing of the pod may be left. The second DEL, a runtime's retry, must succeed and
 /// change nothing. Returns how the call ended and what was left after each DEL.
-fn crash_then_del(n: &Node, conf: &str, pod: &Pod, command: &str, how: Kill) -> (Ending, Vec<String>) {
+fn crash_then_del(
+    n: &Node,
+    networks: &[&str],
+    conf: &str,
+    pod: &Pod,
+    command: &str,
+    how: Kill,
+) -> (Ending, Vec<String>) {
     if command == "DEL" {
         n.call("ADD", pod, conf).ok();
     }
@@ -126,7 +139,7 @@ fn crash_then_del(n: &Node, conf: &str, pod: &Pod, command: &str, how: Kill) -> 
         let reply = n.call("DEL", pod, conf);
         assert_eq!(reply.code, 0, "{round} after {command} killed ({how:?}, {ending:?}): {reply:?}");
         wait_for_orphans(group);
-        let mut left = n.leftovers_of(pod, NETWORK);
+        let mut left = n.leftovers_of_networks(pod, networks);
         left.extend(n.node_veths().into_iter().map(|v| format!("veth {v}")));
         leaks.extend(left.into_iter().map(|l| format!("after the {round}: {l}")));
     }
@@ -140,9 +153,18 @@ fn median(mut samples: Vec<Duration>) -> Duration {
 
 #[test]
 fn killed_at_random_times_in_add_or_del_the_runtimes_del_leaves_nothing() {
+    killed_at_random_times(&[NETWORK], KILLS);
+}
+
+#[test]
+fn killed_at_random_times_in_the_add_or_del_of_two_networks_the_runtimes_del_leaves_nothing() {
+    killed_at_random_times(&[NETWORK, SECOND], KILLS);
+}
+
+fn killed_at_random_times(networks: &[&str], kills: usize) {
     let (mut rng, seed) = Rng::from_env();
     report(&format!("crash: seed {seed} (set {} to replay)", common::rng::SEED_VAR));
-    let (n, conf) = node();
+    let (n, conf) = node(networks);
     let mut pod = n.pod(POD);
 
     let (mut add_times, mut del_times) = (Vec::new(), Vec::new());
@@ -156,15 +178,15 @@ fn killed_at_random_times_in_add_or_del_the_runtimes_del_leaves_nothing() {
         del_times.push(started.elapsed());
     }
 
-    let mut summary = format!("crash: seed {seed}");
+    let mut summary = format!("crash: {} network(s), seed {seed}", networks.len());
     let mut leaks = Vec::new();
     for (command, duration) in [("ADD", median(add_times)), ("DEL", median(del_times))] {
         let (mut killed, mut finished) = (0, 0);
-        for slice in 0..KILLS {
+        for slice in 0..kills {
             // Up to 10 % past the median, so that the end of slower runs is covered too.
-            let after = duration.mul_f64(1.1 * (slice as f64 + rng.unit()) / KILLS as f64);
+            let after = duration.mul_f64(1.1 * (slice as f64 + rng.unit()) / kills as f64);
             pod = pod.renew(POD);
-            let (ending, left) = crash_then_del(&n, &conf, &pod, command, Kill::After(after));
+            let (ending, left) = crash_then_del(&n, networks, &conf, &pod, command, Kill::After(after));
             match ending {
                 Ending::Killed => killed += 1,
                 Ending::Finished(0) => finished += 1,
@@ -173,10 +195,10 @@ fn killed_at_random_times_in_add_or_del_the_runtimes_del_leaves_nothing() {
             leaks.extend(left.into_iter().map(|l| format!("{command} killed at {after:?}, {l}")));
         }
         summary += &format!(
-            "; {command} (median {:.1} ms) killed at {KILLS} random times: {killed} mid-way, {finished} after it \
+            "; {command} (median {:.1} ms) killed at {kills} random times: {killed} mid-way, {finished} after it \
              finished, runtime DELs ok {}",
             duration.as_secs_f64() * 1000.0,
-            2 * KILLS
+            2 * kills
         );
     }
     let left = n.leftovers();
@@ -185,7 +207,7 @@ fn killed_at_random_times_in_add_or_del_the_runtimes_del_leaves_nothing() {
     assert!(left.is_empty(), "left on the node (seed {seed}): {left:#?}");
 }
 
-/// Every crash point (src/crash_point.rs) of ADD and of DEL on this network, in the order a call
+/// Every crash point (src/crash_point.rs) of ADD and of DEL on one network, in the order a call
 /// reaches them. `write_atomic` is reached three times by ADD: the record, yonghui's saved
 /// configuration, the record with the result.
 const CRASH_POINTS: &[(&str, &str)] = &[
@@ -196,6 +218,7 @@ const CRASH_POINTS: &[(&str, &str)] = &[
     ("ADD", "yh-bridge.add.before-nat"),
     ("ADD", "yh-bridge.add.nat-added"),
     ("ADD", "selector.add.chain-done"),
+    ("ADD", "selector.add.attached"),
     ("ADD", "write_atomic.before-rename:3"),
     ("DEL", "yh-bridge.del.interface-deleted"),
     ("DEL", "yh-bridge.del.address-released"),
@@ -203,23 +226,61 @@ const CRASH_POINTS: &[(&str, &str)] = &[
     ("DEL", "selector.del.chain-done"),
 ];
 
+/// The same for a pod with two networks: both records are written before either chain runs
+/// (`write_atomic` `:1` and `:2`, renamed one after the other), then every point of the first
+/// network (yonghui's file is write `:3`, the rest `:1`), between the two, inside the second
+/// (write `:4`, the rest `:2`), after both, and the results (write `:5`); DEL takes `net1` first.
+const CRASH_POINTS_TWO_NETWORKS: &[(&str, &str)] = &[
+    ("ADD", "write_atomic.before-rename:1"),
+    ("ADD", "write_atomic.before-rename:2"),
+    ("ADD", "write_atomic.before-rename:3"),
+    ("ADD", "yh-bridge.add.address-allocated:1"),
+    ("ADD", "yh-bridge.add.nat-added:1"),
+    ("ADD", "selector.add.chain-done:1"),
+    ("ADD", "write_atomic.before-rename:4"),
+    ("ADD", "yh-bridge.add.veth-made:2"),
+    ("ADD", "yh-bridge.add.address-allocated:2"),
+    ("ADD", "yh-bridge.add.before-nat:2"),
+    ("ADD", "yh-bridge.add.nat-added:2"),
+    ("ADD", "selector.add.chain-done:2"),
+    ("ADD", "selector.add.attached"),
+    ("ADD", "write_atomic.before-rename:5"),
+    ("DEL", "yh-bridge.del.interface-deleted:1"),
+    ("DEL", "yonghui.del.delegate-done:1"),
+    ("DEL", "selector.del.chain-done:1"),
+    ("DEL", "yh-bridge.del.interface-deleted:2"),
+    ("DEL", "yh-bridge.del.address-released:2"),
+    ("DEL", "yonghui.del.delegate-done:2"),
+    ("DEL", "selector.del.chain-done:2"),
+];
+
 #[test]
 fn killed_at_every_crash_point_the_runtimes_del_leaves_nothing() {
-    let (n, conf) = node();
+    killed_at_every_crash_point(&[NETWORK], CRASH_POINTS);
+}
+
+#[test]
+fn killed_at_every_crash_point_of_two_networks_the_runtimes_del_leaves_nothing() {
+    killed_at_every_crash_point(&[NETWORK, SECOND], CRASH_POINTS_TWO_NETWORKS);
+}
+
+fn killed_at_every_crash_point(networks: &[&str], points: &[(&str, &str)]) {
+    let (n, conf) = node(networks);
     let mut pod = n.pod(POD);
     let mut leaks = Vec::new();
-    for &(command, point) in CRASH_POINTS {
+    for &(command, point) in points {
         pod = pod.renew(POD);
-        let (ending, left) = crash_then_del(&n, &conf, &pod, command, Kill::AtCrashPoint(point));
+        let (ending, left) = crash_then_del(&n, networks, &conf, &pod, command, Kill::AtCrashPoint(point));
         assert_eq!(ending, Ending::Killed, "{command} did not reach crash point {point}");
         leaks.extend(left.into_iter().map(|l| format!("{command} killed at {point}, {l}")));
     }
     let left = n.leftovers();
     report(&format!(
-        "crash: {} crash points ({} in ADD, {} in DEL), each followed by the runtime's DEL twice; leaks found: {}",
-        CRASH_POINTS.len(),
-        CRASH_POINTS.iter().filter(|(c, _)| *c == "ADD").count(),
-        CRASH_POINTS.iter().filter(|(c, _)| *c == "DEL").count(),
+        "crash: {} network(s), {} crash points ({} in ADD, {} in DEL), each followed by the runtime's DEL twice; leaks found: {}",
+        networks.len(),
+        points.len(),
+        points.iter().filter(|(c, _)| *c == "ADD").count(),
+        points.iter().filter(|(c, _)| *c == "DEL").count(),
         leaks.len() + left.len()
     ));
     assert!(leaks.is_empty(), "left behind after the runtime's DEL:\n{leaks:#?}");

@@ -9,6 +9,7 @@
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{ConfigMap, Container, Namespace, Pod, Service, ServiceAccount};
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
@@ -17,10 +18,10 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use yh_genie::cni::ConfList;
 use yh_genie::install::{Options, Request};
-use yh_genie::selector::network::parse_conf;
-
-/// The API calls the selector makes (SPEC §3 steps 2 and 3): (API group, resource, verb).
-const SELECTOR_API_CALLS: [(&str, &str, &str); 2] = [("", "pods", "get"), ("", "configmaps", "get")];
+use yh_genie::kube::{API_CALLS, NetworkAttachmentDefinition};
+use yh_genie::selector::annotation::{self, NETWORKS};
+use yh_genie::selector::network::{NetworkName, parse_conf, parse_inline};
+use yh_genie::selector::value;
 /// Plugin types that are part of the binary.
 const BUILTIN_TYPES: [&str; 4] = ["yonghui", "yh-bridge", "veth", "router"];
 /// What kind's node image has in /opt/cni/bin: all the e2e may use besides the built-ins.
@@ -122,6 +123,8 @@ fn check_all_typed(dir: &str) {
             "DaemonSet" => drop(doc.typed::<DaemonSet>()),
             "Pod" => drop(doc.typed::<Pod>()),
             "Service" => drop(doc.typed::<Service>()),
+            "NetworkAttachmentDefinition" => drop(doc.typed::<NetworkAttachmentDefinition>()),
+            "CustomResourceDefinition" => drop(doc.typed::<CustomResourceDefinition>()),
             other => panic!("{}: kind {other} has no check here; add its type", doc.origin),
         }
     }
@@ -180,8 +183,8 @@ fn the_cluster_role_grants_exactly_what_the_selector_calls() {
             }
         }
     }
-    let wanted: BTreeSet<_> =
-        SELECTOR_API_CALLS.iter().map(|(g, r, v)| (g.to_string(), r.to_string(), v.to_string())).collect();
+    // Every request the selector's API client makes (src/kube: `API_CALLS`), no more, no less.
+    let wanted: BTreeSet<_> = API_CALLS.iter().map(|(g, r, v)| (g.to_string(), r.to_string(), v.to_string())).collect();
     assert_eq!(granted, wanted);
 
     let binding: ClusterRoleBinding = find("manifests", "yh-genie");
@@ -325,25 +328,49 @@ fn plugin_types(conf: &ConfList) -> Vec<String> {
     types
 }
 
-/// The network a CNI_NETWORK_CONFIG value names, in the SPEC §3 forms, as a `<network>/<file>`
-/// path under the conf dir; `None` for a bare name.
-fn chosen(value: &str) -> (String, Option<String>) {
-    let path = if value.trim_start().starts_with('{') {
-        let v: Value = serde_json::from_str(value).unwrap_or_else(|e| panic!("{value}: {e}"));
-        let full =
-            v["kubernetes"]["kubeconfig"].as_str().unwrap_or_else(|| panic!("{value}: no kubernetes.kubeconfig"));
-        let rel = full.strip_prefix(CONF_DIR).and_then(|r| r.strip_prefix('/'));
-        rel.unwrap_or_else(|| panic!("{full} is not under {CONF_DIR}")).to_owned()
-    } else {
-        value.to_owned()
-    };
-    match path.split_once('/') {
-        Some((network, file)) => (network.to_owned(), Some(file.to_owned())),
-        None => (path, None),
-    }
+/// The networks a CNI_NETWORK_CONFIG value names (one, or a list), each as its network directory
+/// and file, if the value names a file; parsed by the selector's own parser.
+fn chosen(value: &str) -> Vec<(String, Option<String>)> {
+    let elements = value::parse(value).unwrap_or_else(|e| panic!("{value}: {e}"));
+    elements
+        .into_iter()
+        .map(|element| {
+            let path = match element.name {
+                NetworkName::Bare(name) => return (name, None),
+                NetworkName::SeedJson(full) => {
+                    let rel = full
+                        .strip_prefix(CONF_DIR)
+                        .unwrap_or_else(|_| panic!("{} is not under {CONF_DIR}", full.display()));
+                    rel.to_path_buf()
+                }
+                NetworkName::Path(path) => path,
+            };
+            let path = path.display().to_string();
+            match path.split_once('/') {
+                Some((network, file)) => (network.to_owned(), Some(file.to_owned())),
+                None => (path, None),
+            }
+        })
+        .collect()
 }
 
-/// Every pod in `dir` chooses a network that `networks` provides (or gets the default).
+/// Check that `networks` has network `network` (its file `file`, or the first of its directory).
+fn assert_has_network(networks: &BTreeMap<String, ConfList>, origin: &str, network: &str, file: Option<String>) {
+    let key = match file {
+        Some(file) => file,
+        None => networks
+            .keys()
+            .find(|k| k.rsplit_once('.').unwrap().0 == network)
+            .unwrap_or_else(|| panic!("{origin}: no network {network:?}"))
+            .clone(),
+    };
+    let conf = networks.get(&key).unwrap_or_else(|| panic!("{origin}: no network file {key}"));
+    assert_eq!(conf.name, network, "{origin}: {key} is not in the directory {network}/");
+}
+
+/// Every pod in `dir` chooses networks that `networks` provides (or gets the default), and every
+/// NetworkAttachmentDefinition its networks annotation names is shipped beside it, naming a
+/// network of `networks` or holding a valid configuration. Returns how many choices were checked.
 fn assert_pods_choose_existing_networks(dir: &str, networks: &BTreeMap<String, ConfList>) -> usize {
     let docs = docs_in(dir);
     let config_maps: BTreeMap<(String, String), ConfigMap> = docs
@@ -352,6 +379,14 @@ fn assert_pods_choose_existing_networks(dir: &str, networks: &BTreeMap<String, C
         .map(|d| {
             let cm: ConfigMap = d.typed();
             ((cm.metadata.namespace.clone().unwrap_or_default(), d.name().to_owned()), cm)
+        })
+        .collect();
+    let nads: BTreeMap<(String, String), NetworkAttachmentDefinition> = docs
+        .iter()
+        .filter(|d| d.kind() == "NetworkAttachmentDefinition")
+        .map(|d| {
+            let nad: NetworkAttachmentDefinition = d.typed();
+            ((nad.metadata.namespace.clone().unwrap_or_default(), d.name().to_owned()), nad)
         })
         .collect();
     let mut checked = 0;
@@ -374,19 +409,26 @@ fn assert_pods_choose_existing_networks(dir: &str, networks: &BTreeMap<String, C
                     }
                     _ => panic!("{}: CNI_NETWORK_CONFIG must be a value or a configMapKeyRef", doc.origin),
                 };
-                let (network, file) = chosen(&value);
-                let key = match file {
-                    Some(file) => file,
-                    None => networks
-                        .keys()
-                        .find(|k| k.rsplit_once('.').unwrap().0 == network)
-                        .unwrap_or_else(|| panic!("{}: no network {network:?}", doc.origin))
-                        .clone(),
-                };
-                let conf = networks.get(&key).unwrap_or_else(|| panic!("{}: no network file {key}", doc.origin));
-                assert_eq!(conf.name, network, "{}: {key} is not in the directory {network}/", doc.origin);
-                checked += 1;
+                for (network, file) in chosen(&value) {
+                    assert_has_network(networks, &doc.origin, &network, file);
+                    checked += 1;
+                }
             }
+        }
+        let annotation = pod.metadata.annotations.as_ref().and_then(|a| a.get(NETWORKS));
+        let requests = annotation
+            .map(|a| annotation::parse(a).unwrap_or_else(|e| panic!("{}: {e}", doc.origin)))
+            .unwrap_or_default();
+        for request in requests {
+            let nad_namespace = request.namespace.clone().unwrap_or(namespace.clone());
+            let nad = nads.get(&(nad_namespace.clone(), request.name.clone())).unwrap_or_else(|| {
+                panic!("{}: NetworkAttachmentDefinition {nad_namespace}/{} is not shipped", doc.origin, request.name)
+            });
+            match nad.inline_config() {
+                Some(config) => drop(parse_inline(config.as_bytes(), &doc.origin).unwrap_or_else(|e| panic!("{e}"))),
+                None => assert_has_network(networks, &doc.origin, &request.name, None),
+            }
+            checked += 1;
         }
     }
     checked
@@ -415,8 +457,8 @@ fn every_example_pod_chooses_an_example_network_made_of_known_plugins() {
             assert!(BUILTIN_TYPES.contains(&t.as_str()) || REFERENCE_PLUGINS.contains(&t.as_str()), "{key}: {t}");
         }
     }
-    let pods = assert_pods_choose_existing_networks("examples", &networks);
-    assert!(pods >= 5, "an example pod per network chain, found {pods}");
+    let choices = assert_pods_choose_existing_networks("examples", &networks);
+    assert!(choices >= 8, "an example pod per network chain, and the router pattern twice: {choices} choices");
     // Each built-in plugin appears in some example.
     let used: BTreeSet<String> = networks.values().flat_map(plugin_types).collect();
     for builtin in BUILTIN_TYPES {

@@ -113,7 +113,7 @@ fn every_way_of_choosing_gets_an_address_from_the_chosen_network() {
         assert_eq!(n.records(), [format!("{}:eth0", pod.cid)], "{name}");
         let record = n.record(&pod);
         assert_eq!(record["network"], net.name, "{name}");
-        assert_eq!(record["pod"], json!({"namespace": "default", "name": name, "uid": format!("uid-{name}")}));
+        assert_eq!(record["pod"], json!({"namespace": "default", "name": name, "uid": format!("uid-default-{name}")}));
         assert_eq!(record["result"]["ips"], result["ips"], "{name}: the record keeps the result");
 
         let before = n.api.requests();
@@ -361,7 +361,7 @@ fn explain_says_which_network_and_why() {
     assert_eq!(code, Some(0), "{out}");
     let file = std::fs::canonicalize(n.conf_dir().join("blue/10-blue.conflist")).unwrap();
     for want in [
-        "network:       blue".to_string(),
+        "interface 1:   eth0, network blue".to_string(),
         format!("configuration: {}", file.display()),
         "plugins: bridge".to_string(),
         "container \"app\"".to_string(),
@@ -371,7 +371,7 @@ fn explain_says_which_network_and_why() {
     }
     let (code, out) = explain("nothing");
     assert_eq!(code, Some(0), "{out}");
-    assert!(out.contains("network:       grey") && out.contains("defaultNetwork"), "{out}");
+    assert!(out.contains("eth0, network grey") && out.contains("defaultNetwork"), "{out}");
     let (code, out) = explain("ghost");
     assert_eq!(code, Some(1), "{out}");
     assert!(out.contains("pod default/ghost not found") && out.contains("103"), "{out}");
@@ -391,7 +391,7 @@ fn a_yonghui_network_runs_in_process_through_yh_bridge() {
     assert!(routes.contains("10.77.0.0/16"), "the fabric's network is routed through the bridge: {routes}");
     let chain = yh_genie::firewall::Owner::new(YONGHUI.name, &pod.cid).chain();
     assert!(n.nat_lines().iter().any(|l| l.contains(&chain)), "yh-bridge masquerades the pod: {:?}", n.nat_lines());
-    assert_eq!(list_dir(&n.yonghui_dir()), [pod.cid.as_str()], "yonghui saved its delegate config");
+    assert_eq!(list_dir(&n.yonghui_dir()), [format!("{}:eth0", pod.cid)], "yonghui saved its delegate config");
     n.call("CHECK", &pod, &conf).ok();
     n.call("DEL", &pod, &conf).ok();
     n.assert_nothing_left(&pod, "yonghui");

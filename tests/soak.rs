@@ -2,8 +2,10 @@
 //! while the fake API server misbehaves: 5xx and 429 answers, slow answers, answers that never
 //! come, dropped connections, and outages (its port closed, or every request failing) long enough
 //! to exhaust the selector's time budget. The network is `yonghui` -> `yh-bridge` (with NAT) ->
-//! `host-local`, chosen by ConfigMap, so every ADD asks the API server twice. Each sandbox has a
-//! netns of its own, which the runtime sometimes removes before its DEL, as after a node restart.
+//! `host-local`, chosen by ConfigMap, so every ADD asks the API server twice; every other pod has a
+//! second such network on `net1` (and writes its network-status annotation, a third request). Each
+//! sandbox has a netns of its own, which the runtime sometimes removes before its DEL, as after a
+//! node restart.
 //!
 //! What must hold: every ADD succeeds, or fails with code 11 (the API server could not be reached
 //! in time) leaving nothing of its pod; every DEL (and a repeated DEL) succeeds and leaves nothing
@@ -14,7 +16,7 @@
 mod common;
 
 use common::apiserver::Fault;
-use common::node::{Node, Pod, from_config_map, link_names, pod_addresses};
+use common::node::{Node, Pod, addresses_on, from_config_map, link_names, pod_addresses};
 use common::report;
 use common::rng::Rng;
 use serde_json::{Value, json};
@@ -24,6 +26,9 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 const NETWORK: &str = "fabric";
+/// The second network of every other pod, on `net1`.
+const SECOND: &str = "fabric2";
+const NETWORKS: [&str; 2] = [NETWORK, SECOND];
 const WORKERS: usize = 8;
 /// Pod sandboxes set up and torn down, unless the deadline comes first.
 const CYCLES: usize = 600;
@@ -69,7 +74,9 @@ impl Soak {
     fn new() -> Self {
         let n = Node::new();
         n.add_yonghui_network(NETWORK, 40, json!({}));
+        n.add_yonghui_network(SECOND, 41, json!({}));
         n.api.put_config_map("default", "net", json!({"net": NETWORK}));
+        n.api.put_config_map("default", "two-nets", json!({"net": format!("{NETWORK},{SECOND}")}));
         let conf =
             n.selector_conf("1.0.0", json!({"apiTimeoutSeconds": API_BUDGET, "apiAttemptTimeoutSeconds": API_ATTEMPT}));
         Soak {
@@ -92,7 +99,8 @@ impl Soak {
                 return;
             }
             let name = format!("soak-{i}");
-            self.n.api.put_pod("default", &name, from_config_map("net", "net"));
+            let config_map = if i.is_multiple_of(2) { "net" } else { "two-nets" };
+            self.n.api.put_pod("default", &name, from_config_map(config_map, "net"));
             self.cycle(&self.n.pod(&name), &mut rng);
             self.tally.lock().unwrap().cycles += 1;
         }
@@ -104,12 +112,15 @@ impl Soak {
         let add = self.n.call("ADD", pod, &self.conf);
         if add.code != 0 {
             self.add_failed(pod, &add.stdout);
-        } else if let Some(address) = self.added(pod, &add.stdout) {
+        } else if let Some(addresses) = self.added(pod, &add.stdout) {
             if rng.chance(0.5) {
                 self.check(pod);
             }
-            // The pod is going: from now on its address may be handed out again.
-            self.live.lock().unwrap().remove(&address);
+            // The pod is going: from now on its addresses may be handed out again.
+            let mut live = self.live.lock().unwrap();
+            for address in addresses {
+                live.remove(&address);
+            }
         }
         if rng.chance(0.15) {
             // As after a node restart, or a runtime that tore the sandbox down first.
@@ -132,25 +143,37 @@ impl Soak {
         }
     }
 
-    /// A successful ADD: the pod has the result's address, host-local leases it to this pod, and no
-    /// other live pod has it. Returns it.
-    fn added(&self, pod: &Pod, stdout: &str) -> Option<String> {
+    /// A successful ADD: the pod has the result's address on eth0 (and one on net1 if it has a
+    /// second network), host-local leases them to this pod, and no other live pod has them.
+    /// Returns them.
+    fn added(&self, pod: &Pod, stdout: &str) -> Option<Vec<String>> {
         let result: Value = serde_json::from_str(stdout).unwrap_or_default();
         let address = result["ips"][0]["address"].as_str().unwrap_or_default().to_string();
         let on_pod = pod_addresses(pod);
-        let leased =
-            self.n.leases().into_iter().any(|(ip, cid)| cid == pod.cid && address.starts_with(&format!("{ip}/")));
+        let mut addresses = vec![address.clone()];
+        let mut fine = on_pod == [address.as_str()];
+        if link_names(&pod.netns, "").iter().any(|l| l == "net1") {
+            let net1 = addresses_on(pod, "net1");
+            fine &= net1.len() == 1;
+            addresses.extend(net1);
+        }
+        let leases = self.n.leases();
+        let leased = |a: &String| leases.iter().any(|(ip, cid)| *cid == pod.cid && a.starts_with(&format!("{ip}/")));
         let mut tally = self.tally.lock().unwrap();
-        if on_pod != [address.as_str()] || !leased {
+        if !fine || !addresses.iter().all(leased) {
             tally.adds_failed_otherwise += 1;
-            tally.broken.push(format!("ADD of {}: result {stdout}, on the pod {on_pod:?}, leased {leased}", pod.cid));
+            tally
+                .broken
+                .push(format!("ADD of {}: result {stdout}, on the pod {addresses:?}, leases {leases:?}", pod.cid));
             return None;
         }
         tally.adds_ok += 1;
-        if let Some(holder) = self.live.lock().unwrap().insert(address.clone(), pod.cid.clone()) {
-            tally.duplicates.push(format!("{address} handed to {} while {holder} held it", pod.cid));
+        for address in &addresses {
+            if let Some(holder) = self.live.lock().unwrap().insert(address.clone(), pod.cid.clone()) {
+                tally.duplicates.push(format!("{address} handed to {} while {holder} held it", pod.cid));
+            }
         }
-        Some(address)
+        Some(addresses)
     }
 
     /// A failed ADD must be code 11 (nothing else can fail here) and leave nothing of the pod but
@@ -159,7 +182,8 @@ impl Soak {
         let error: Value = serde_json::from_str(stdout).unwrap_or_default();
         let code = error["code"].as_u64();
         let own_lock = Node::own_lock(pod);
-        let left: Vec<String> = self.n.leftovers_of(pod, NETWORK).into_iter().filter(|l| *l != own_lock).collect();
+        let left: Vec<String> =
+            self.n.leftovers_of_networks(pod, &NETWORKS).into_iter().filter(|l| *l != own_lock).collect();
         let mut tally = self.tally.lock().unwrap();
         match code {
             Some(11) if left.is_empty() => *tally.adds_failed_cleanly.entry(11).or_default() += 1,
@@ -177,7 +201,7 @@ impl Soak {
     /// DEL must succeed and leave nothing of the pod.
     fn del(&self, pod: &Pod, what: &str) {
         let del = self.n.call("DEL", pod, &self.conf);
-        let left = self.n.leftovers_of(pod, NETWORK);
+        let left = self.n.leftovers_of_networks(pod, &NETWORKS);
         let mut tally = self.tally.lock().unwrap();
         if what != "DEL" {
             tally.repeated_dels += 1;
@@ -312,5 +336,5 @@ fn hundreds_of_pods_eight_at_a_time_under_api_faults_lose_nothing() {
     assert!(t.duplicates.is_empty(), "addresses handed out twice (seed {seed}):\n{:#?}", t.duplicates);
     assert!(t.leaks.is_empty(), "left behind (seed {seed}):\n{:#?}", t.leaks);
     assert!(left.is_empty(), "left on the node at the end (seed {seed}): {left:#?}");
-    assert_eq!(link_names(&s.n.netns, "type bridge").len(), 1, "one bridge for the network");
+    assert_eq!(link_names(&s.n.netns, "type bridge").len(), 2, "one bridge for each network");
 }

@@ -97,7 +97,7 @@ impl Node {
     }
 
     fn saved(&self, cid: &str) -> PathBuf {
-        self.data_dir().join(cid)
+        self.data_dir().join(format!("{cid}:eth0"))
     }
 
     /// host-local's lease file for `ip` in this network.

@@ -4,10 +4,11 @@
 #![no_main]
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use libfuzzer_sys::fuzz_target;
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::OnceLock;
 use yh_genie::cni::{CniError, PluginConf};
-use yh_genie::kube::PodSource;
+use yh_genie::kube::{NetworkAttachmentDefinition, PodSource};
 use yh_genie::selector::config::SelectorConfig;
 use yh_genie::selector::network::{self, NetworkName};
 use yh_genie::selector::select;
@@ -40,6 +41,12 @@ impl PodSource for Fixed {
     fn config_map(&self, _: &str, _: &str) -> Result<Option<ConfigMap>, CniError> {
         Ok(Some(self.config_map.clone()))
     }
+    fn network_attachment(&self, _: &str, _: &str) -> Result<Option<NetworkAttachmentDefinition>, CniError> {
+        Ok(None)
+    }
+    fn annotate_pod(&self, _: &str, _: &str, _: &str, _: &BTreeMap<String, String>) -> Result<bool, CniError> {
+        Ok(true)
+    }
 }
 
 fuzz_target!(|data: &[u8]| {
@@ -60,5 +67,5 @@ fuzz_target!(|data: &[u8]| {
     )
     .unwrap();
     let config = SelectorConfig::from_plugin_conf(&conf).unwrap();
-    let _ = select::select(&config, Some(("default", "web-0")), Some(&Fixed { pod, config_map }));
+    let _ = select::select(&config, "eth0", Some(("default", "web-0")), Some(&Fixed { pod, config_map }));
 });

@@ -35,6 +35,27 @@ impl CniArgs {
         Some((self.get("K8S_POD_NAMESPACE")?, self.get("K8S_POD_NAME")?))
     }
 
+    /// Set `key` to `value`: in place where the key is (every occurrence but the last dropped), at
+    /// the end otherwise.
+    pub fn set(&mut self, key: &str, value: &str) {
+        let last = self.pairs.iter().rposition(|(k, _)| k == key);
+        match last {
+            Some(i) => {
+                self.pairs[i].1 = value.to_string();
+                let mut seen = 0;
+                let total = self.pairs.iter().filter(|(k, _)| k == key).count();
+                self.pairs.retain(|(k, _)| {
+                    if k != key {
+                        return true;
+                    }
+                    seen += 1;
+                    seen == total
+                });
+            }
+            None => self.pairs.push((key.to_string(), value.to_string())),
+        }
+    }
+
     /// The string to hand on to a delegate (order and unknown keys kept).
     pub fn to_env_string(&self) -> String {
         self.pairs.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(";")
@@ -70,6 +91,14 @@ mod tests {
     fn pod_needs_both_keys_and_empty_values_count_as_missing() {
         assert_eq!(CniArgs::parse("K8S_POD_NAME=a").unwrap().pod(), None);
         assert_eq!(CniArgs::parse("K8S_POD_NAMESPACE=;K8S_POD_NAME=a").unwrap().pod(), None);
+    }
+
+    #[test]
+    fn set_replaces_or_appends() {
+        let mut a = CniArgs::parse("A=1;MAC=x;B=2;MAC=y").unwrap();
+        a.set("MAC", "z");
+        a.set("C", "3");
+        assert_eq!(a.to_env_string(), "A=1;B=2;MAC=z;C=3");
     }
 
     #[test]

@@ -99,7 +99,7 @@ mod tests {
         assert!(err.contains("broken.conflist: not valid JSON"), "{err}");
         assert!(err.contains("README: a network file is named"), "{err}");
         assert!(err.contains("reserved"), "{err}");
-        assert!(err.contains("loop.conf: plugins[0] is yh-genie"), "{err}");
+        assert!(err.contains("loop.conf: plugins[0].type is yh-genie"), "{err}");
         assert!(conf.join("yonghui/yonghui.conflist").exists());
         assert!(!conf.join("broken").exists());
     }

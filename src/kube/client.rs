@@ -8,14 +8,17 @@
 //! parse, a server certificate that is not trusted) are final. The client has no retry layer of its
 //! own, so this is the only retry loop and the budget is the only clock.
 
-use super::{ObjectRef, PodSource, tls};
+use super::{NetworkAttachmentDefinition, ObjectRef, PodSource, tls};
 use crate::cni::{CniError, code};
+use ::kube::api::{Patch, PatchParams};
 use ::kube::config::{KubeConfigOptions, Kubeconfig};
 use ::kube::{Api, Client, Config, Resource};
 use k8s_openapi::NamespaceResourceScope;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use serde::de::DeserializeOwned;
+use std::collections::BTreeMap;
 use std::fmt::Debug;
+use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -99,10 +102,16 @@ impl ApiClient {
         let has_ca_data = config.root_cert.is_some();
         let client = {
             let _in_runtime = runtime.enter();
-            // Each request is bounded as a whole by `attempt_timeout` (see `get_with_retries`).
+            // Each request is bounded as a whole by `attempt_timeout` (see `with_retries`).
             tls::client(config, policy.attempt_timeout).map_err(|e| bad_kubeconfig(&e))?
         };
         Ok(ApiClient { client, server, kubeconfig: kubeconfig.to_path_buf(), has_ca_data, policy, deadline, runtime })
+    }
+
+    /// Give the API work that follows a fresh budget of its own (the status write after the
+    /// networks' plugins have run, however long they took).
+    pub fn renew_budget(&mut self, budget: Duration) {
+        self.deadline = Instant::now() + budget;
     }
 
     fn get<K>(&self, obj: ObjectRef<'_>) -> Result<Option<K>, CniError>
@@ -110,15 +119,16 @@ impl ApiClient {
         K: Resource<Scope = NamespaceResourceScope> + DeserializeOwned + Clone + Debug,
         K::DynamicType: Default,
     {
-        self.runtime.block_on(self.get_with_retries(obj))
+        let api: Api<K> = Api::namespaced(self.client.clone(), obj.namespace);
+        self.runtime.block_on(self.with_retries(obj, "get", || api.get(obj.name)))
     }
 
-    async fn get_with_retries<K>(&self, obj: ObjectRef<'_>) -> Result<Option<K>, CniError>
+    /// Run `request` until it succeeds, is refused, or the budget runs out. `Ok(None)`: 404.
+    async fn with_retries<T, F, Fut>(&self, obj: ObjectRef<'_>, verb: &str, request: F) -> Result<Option<T>, CniError>
     where
-        K: Resource<Scope = NamespaceResourceScope> + DeserializeOwned + Clone + Debug,
-        K::DynamicType: Default,
+        F: Fn() -> Fut,
+        Fut: Future<Output = Result<T, ::kube::Error>>,
     {
-        let api: Api<K> = Api::namespaced(self.client.clone(), obj.namespace);
         let started = Instant::now();
         let mut attempts = 0;
         let mut pause = FIRST_PAUSE;
@@ -130,14 +140,14 @@ impl ApiClient {
             }
             attempts += 1;
             let limit = remaining.min(self.policy.attempt_timeout);
-            match tokio::time::timeout(limit, api.get(obj.name)).await {
+            match tokio::time::timeout(limit, request()).await {
                 Ok(Ok(object)) => return Ok(Some(object)),
                 Ok(Err(e)) => match classify(&e) {
                     Failure::Refused { status: Some(404), .. } => return Ok(None),
-                    Failure::Refused { status, text } => return Err(self.refusal(obj, status, &text)),
+                    Failure::Refused { status, text } => return Err(self.refusal(obj, verb, status, &text)),
                     Failure::Certificate(problem) => {
                         let why = tls::explain(&problem, &self.server, &self.kubeconfig, self.has_ca_data);
-                        return Err(CniError::new(code::KUBE_API, format!("cannot get {obj}: {why}")));
+                        return Err(CniError::new(code::KUBE_API, format!("cannot {verb} {obj}: {why}")));
                     }
                     Failure::Transient(text) => last_error = text,
                 },
@@ -150,25 +160,25 @@ impl ApiClient {
             }
         }
         Err(CniError::try_again(format!(
-            "API server {} unreachable: could not get {obj} ({attempts} attempt{} in {}); last error: {last_error}",
+            "API server {} unreachable: could not {verb} {obj} ({attempts} attempt{} in {}); last error: {last_error}",
             self.server,
             if attempts == 1 { "" } else { "s" },
             seconds(started.elapsed()),
         )))
     }
 
-    fn refusal(&self, obj: ObjectRef<'_>, status: Option<u16>, text: &str) -> CniError {
+    fn refusal(&self, obj: ObjectRef<'_>, verb: &str, status: Option<u16>, text: &str) -> CniError {
         let server = &self.server;
         let msg = match status {
             Some(401) => format!(
-                "API server {server} rejected the credentials of kubeconfig {} (401 Unauthorized) when getting {obj}",
+                "API server {server} rejected the credentials of kubeconfig {} (401 Unauthorized) on the request to {verb} {obj}",
                 self.kubeconfig.display()
             ),
             Some(403) => format!(
-                "API server {server} forbids getting {obj} (403 Forbidden: {text}); the kubeconfig's user needs RBAC permission to get it"
+                "API server {server} forbade the request to {verb} {obj} (403 Forbidden: {text}); the kubeconfig's user needs RBAC permission to {verb} it"
             ),
-            Some(status) => format!("API server {server} refused getting {obj}: {status} {text}"),
-            None => format!("cannot get {obj} from API server {server}: {text}"),
+            Some(status) => format!("API server {server} refused the request to {verb} {obj}: {status} {text}"),
+            None => format!("cannot {verb} {obj} on API server {server}: {text}"),
         };
         CniError::new(code::KUBE_API, msg)
     }
@@ -180,6 +190,26 @@ impl PodSource for ApiClient {
     }
     fn config_map(&self, namespace: &str, name: &str) -> Result<Option<ConfigMap>, CniError> {
         self.get(ObjectRef::config_map(namespace, name))
+    }
+    fn network_attachment(&self, namespace: &str, name: &str) -> Result<Option<NetworkAttachmentDefinition>, CniError> {
+        self.get(ObjectRef::network_attachment(namespace, name))
+    }
+    /// A JSON merge patch of `metadata`: the annotations, and the uid the pod must still have. The
+    /// uid is immutable, so the API server refuses the patch (422, "field is immutable") when the
+    /// pod under this name is another one; nothing is written then.
+    fn annotate_pod(
+        &self,
+        namespace: &str,
+        name: &str,
+        uid: &str,
+        annotations: &BTreeMap<String, String>,
+    ) -> Result<bool, CniError> {
+        let obj = ObjectRef::pod(namespace, name);
+        let api: Api<Pod> = Api::namespaced(self.client.clone(), namespace);
+        let patch = Patch::Merge(serde_json::json!({"metadata": {"uid": uid, "annotations": annotations}}));
+        let params = PatchParams::default();
+        let done = self.runtime.block_on(self.with_retries(obj, "patch", || api.patch(name, &params, &patch)))?;
+        Ok(done.is_some())
     }
 }
 

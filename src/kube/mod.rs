@@ -1,26 +1,51 @@
 //! Kubernetes access for the selector, behind one small trait.
 //!
-//! The selector needs exactly two reads: a pod, and a ConfigMap in the pod's namespace. `PodSource`
-//! is that interface, synchronous like the `Plugin` trait, so selection logic is tested with an
-//! in-memory fake and runs in production over `ApiClient`, which talks to the API server with the
-//! `kube` crate, bounded in time and retried within one budget (see `client`).
+//! The selector reads a pod, the ConfigMaps its containers' `CNI_NETWORK_CONFIG` refers to and the
+//! NetworkAttachmentDefinitions its `k8s.v1.cni.cncf.io/networks` annotation names, and writes one
+//! annotation back (`k8s.v1.cni.cncf.io/network-status`). `PodSource` is that interface,
+//! synchronous like the `Plugin` trait, so selection logic is tested with an in-memory fake and
+//! runs in production over `ApiClient`, which talks to the API server with the `kube` crate,
+//! bounded in time and retried within one budget (see `client`).
 
 mod client;
+mod nad;
 mod tls;
 
 pub use client::{ApiClient, ApiPolicy};
+pub use nad::{NetworkAttachmentDefinition, NetworkAttachmentDefinitionSpec};
 
 use crate::cni::CniError;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
+use std::collections::BTreeMap;
 use std::fmt;
 
-/// The two reads the selector makes. `Ok(None)`: the object does not exist (the caller knows what
-/// that means for it). Errors are CNI errors ready to print, naming the object: code 11 when the
-/// API server could not be reached in time, 103 when it refused (unauthorized, forbidden), sent
-/// an object that does not parse, or presented a certificate that is not trusted.
+/// Every request `ApiClient` makes, as RBAC names it: (API group, resource, verb). The installer's
+/// ClusterRole grants exactly these (tests/manifests.rs holds the two equal).
+pub const API_CALLS: [(&str, &str, &str); 4] = [
+    ("", "pods", "get"),
+    ("", "pods", "patch"),
+    ("", "configmaps", "get"),
+    ("k8s.cni.cncf.io", "network-attachment-definitions", "get"),
+];
+
+/// The reads and the one write the selector makes. `Ok(None)`: the object does not exist (the
+/// caller knows what that means for it). Errors are CNI errors ready to print, naming the object:
+/// code 11 when the API server could not be reached in time, 103 when it refused (unauthorized,
+/// forbidden), sent an object that does not parse, or presented a certificate that is not trusted.
 pub trait PodSource {
     fn pod(&self, namespace: &str, name: &str) -> Result<Option<Pod>, CniError>;
     fn config_map(&self, namespace: &str, name: &str) -> Result<Option<ConfigMap>, CniError>;
+    fn network_attachment(&self, namespace: &str, name: &str) -> Result<Option<NetworkAttachmentDefinition>, CniError>;
+    /// Merge `annotations` into the pod's, in one request, only if the pod under that name is still
+    /// the one with `uid` (a pod recreated under the same name is another pod). `Ok(false)`: the
+    /// pod is gone or is another one, and nothing was written.
+    fn annotate_pod(
+        &self,
+        namespace: &str,
+        name: &str,
+        uid: &str,
+        annotations: &BTreeMap<String, String>,
+    ) -> Result<bool, CniError>;
 }
 
 /// A namespaced object as messages name it: `pod default/web-0`, `ConfigMap default/net`.
@@ -35,6 +60,7 @@ pub struct ObjectRef<'a> {
 pub enum Kind {
     Pod,
     ConfigMap,
+    NetworkAttachmentDefinition,
 }
 
 impl<'a> ObjectRef<'a> {
@@ -44,6 +70,9 @@ impl<'a> ObjectRef<'a> {
     pub fn config_map(namespace: &'a str, name: &'a str) -> Self {
         ObjectRef { kind: Kind::ConfigMap, namespace, name }
     }
+    pub fn network_attachment(namespace: &'a str, name: &'a str) -> Self {
+        ObjectRef { kind: Kind::NetworkAttachmentDefinition, namespace, name }
+    }
 }
 
 impl fmt::Display for ObjectRef<'_> {
@@ -51,6 +80,7 @@ impl fmt::Display for ObjectRef<'_> {
         let kind = match self.kind {
             Kind::Pod => "pod",
             Kind::ConfigMap => "ConfigMap",
+            Kind::NetworkAttachmentDefinition => "NetworkAttachmentDefinition",
         };
         write!(f, "{kind} {}/{}", self.namespace, self.name)
     }

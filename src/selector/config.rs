@@ -1,5 +1,6 @@
 //! The selector's own configuration: the `yh-genie` entry of `00-yh-genie.conflist`.
 
+use super::policy::AttachmentPolicy;
 use crate::cni::{CniError, ConfList, PluginConf};
 use crate::kube::ApiPolicy;
 use serde::Deserialize;
@@ -32,6 +33,26 @@ pub struct SelectorConfig {
     pub default_network: Option<String>,
     /// Time budget for the API work of one ADD.
     pub api: ApiPolicy,
+    /// Which NetworkAttachmentDefinitions pods may use (`namespaceIsolation`, `globalNamespaces`,
+    /// `allowInlineConfig`, `inlinePluginTypes`).
+    pub policy: AttachmentPolicy,
+    /// `networkStatus`: when ADD writes the pod's `k8s.v1.cni.cncf.io/network-status` annotation.
+    pub network_status: NetworkStatus,
+}
+
+/// When to write the `network-status` annotation after a successful ADD.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum NetworkStatus {
+    /// For pods with more than one network, or that use the `k8s.v1.cni.cncf.io/networks`
+    /// annotation (tools that read the status look there): a pod with one network makes no request
+    /// more than it always did.
+    #[default]
+    Auto,
+    /// For every pod looked up in the API server.
+    Always,
+    /// Never.
+    Never,
 }
 
 impl SelectorConfig {
@@ -64,6 +85,8 @@ impl SelectorConfig {
             bin_dir: dir(key(&conf.raw, "binDir")?, DEFAULT_BIN_DIR),
             default_network: key::<String>(&conf.raw, "defaultNetwork")?.filter(|n| !n.trim().is_empty()),
             api: ApiPolicy::retrying(budget, attempt.min(budget)),
+            policy: AttachmentPolicy::from_keys(&conf.raw)?,
+            network_status: key(&conf.raw, "networkStatus")?.unwrap_or_default(),
         })
     }
 
@@ -134,6 +157,18 @@ mod tests {
         assert_eq!(c.bin_dir, Path::new("/opt/cni/bin"));
         assert_eq!(c.default_network, None);
         assert_eq!(c.api, ApiPolicy::default());
+        assert_eq!(c.policy, AttachmentPolicy::default());
+        assert_eq!(c.network_status, NetworkStatus::Auto);
+    }
+
+    #[test]
+    fn network_status_and_policy_keys() {
+        let c = parse(r#"{"cniVersion":"1.0.0","type":"yh-genie","networkStatus":"never","allowInlineConfig":true}"#)
+            .unwrap();
+        assert_eq!(c.network_status, NetworkStatus::Never);
+        assert!(c.policy.allow_inline_config);
+        let e = parse(r#"{"cniVersion":"1.0.0","type":"yh-genie","networkStatus":"sometimes"}"#).unwrap_err();
+        assert!(e.msg.contains("networkStatus"), "{e}");
     }
 
     #[test]

@@ -1,9 +1,9 @@
-//! `yh-genie explain`: which network a pod gets and why, decided by the same code as ADD, without
-//! touching the node's networking or writing anything.
+//! `yh-genie explain`: which networks a pod gets, on which interfaces, and why, decided by the same
+//! code as ADD, without touching the node's networking or writing anything.
 
 use super::config::{DEFAULT_CONFIG_FILE, SelectorConfig};
-use super::network;
-use super::select::{self, Selection};
+use super::select;
+use super::selection::Selection;
 use crate::cni::CniError;
 use crate::kube::{ApiClient, PodSource};
 use std::fmt::Write;
@@ -83,39 +83,64 @@ fn explain(options: &Options) -> Result<String, CniError> {
         Some(kubeconfig) => Some(ApiClient::connect(kubeconfig, config.api)?),
         None => None,
     };
-    let selection = select::select(&config, pod, api.as_ref().map(|a| a as &dyn PodSource))?;
-    let (_, list) = network::load(&selection.file)?;
-    let plugins: Vec<&str> = (0..list.plugins.len()).map(|i| list.plugin_type(i)).collect();
-    let version = match list.version_text.as_str() {
-        "" => format!("none, read as {}", list.cni_version),
-        _ => list.cni_version.to_string(),
-    };
-    Ok(render(
-        options,
-        &selection,
-        &format!(
-            "{} (name {:?}, cniVersion {}, plugins: {})",
-            selection.file.path.display(),
+    // The runtimes the selector serves name the pod's first interface eth0.
+    let selection = select::select(&config, "eth0", pod, api.as_ref().map(|a| a as &dyn PodSource))?;
+    render(options, &selection)
+}
+
+fn render(options: &Options, selection: &Selection) -> Result<String, CniError> {
+    let mut out = String::new();
+    let uid = selection.pod.as_ref().and_then(|p| p.uid.as_deref()).map(|u| format!(" (uid {u})")).unwrap_or_default();
+    let _ = writeln!(out, "pod:           {}/{}{uid}", options.namespace, options.pod);
+    for (i, line) in selection.reason.to_string().lines().enumerate() {
+        let _ = writeln!(out, "{}{line}", if i == 0 { "why:           " } else { "               " });
+    }
+    for (i, a) in selection.attachments.iter().enumerate() {
+        let list = a.conf_list()?;
+        let plugins: Vec<&str> = (0..list.plugins.len()).map(|i| list.plugin_type(i)).collect();
+        let version = match list.version_text.as_str() {
+            "" => format!("none, read as {}", list.cni_version),
+            _ => list.cni_version.to_string(),
+        };
+        let file = match &a.path {
+            Some(path) => path.display().to_string(),
+            None => "inline, in the NetworkAttachmentDefinition's spec.config".to_string(),
+        };
+        let _ = writeln!(out, "interface {}:{}{}, network {}", i + 1, pad(i + 1), a.ifname, a.network);
+        let _ = writeln!(
+            out,
+            "  configuration: {file} (name {:?}, cniVersion {}, plugins: {})",
             list.name,
             version,
             plugins.join(" -> ")
-        ),
-    ))
-}
-
-fn render(options: &Options, selection: &Selection, configuration: &str) -> String {
-    let mut out = String::new();
-    let uid = selection.pod_uid.as_deref().map(|u| format!(" (uid {u})")).unwrap_or_default();
-    let _ = writeln!(out, "pod:           {}/{}{uid}", options.namespace, options.pod);
-    let _ = writeln!(out, "network:       {}", selection.file.network);
-    let _ = writeln!(out, "configuration: {configuration}");
-    for (i, line) in selection.reason.to_string().lines().enumerate() {
-        let _ = writeln!(out, "{}{line}", if i == 0 { "why:           " } else { "               " });
+        );
+        let _ = writeln!(out, "  chosen by:     {}", a.source);
+        let mut asks = Vec::new();
+        if !a.extras.ips.is_empty() {
+            asks.push(format!("ips {}", a.extras.ips.iter().map(ToString::to_string).collect::<Vec<_>>().join(" ")));
+        }
+        if let Some(mac) = &a.extras.mac {
+            asks.push(format!("mac {mac}"));
+        }
+        for gw in &a.extras.default_route {
+            asks.push(format!("the pod's default route via {gw}"));
+        }
+        if a.extras.cni_args.is_some() {
+            asks.push("cni-args".to_string());
+        }
+        if !asks.is_empty() {
+            let _ = writeln!(out, "  asks for:      {}", asks.join(", "));
+        }
     }
     for note in &selection.notes {
         let _ = writeln!(out, "note:          {note}");
     }
-    out
+    Ok(out)
+}
+
+/// Spaces that line the values up after `interface N:`.
+fn pad(n: usize) -> &'static str {
+    if n < 10 { "   " } else { "  " }
 }
 
 #[cfg(test)]

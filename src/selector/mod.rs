@@ -1,21 +1,34 @@
 //! The selector, `yh-genie`: the one plugin the kubelet's runtime calls. For each pod it asks the
-//! Kubernetes API which network the pod chose (`select`), loads that network's configuration from
-//! the node (`network`), records the choice durably (`record`) and runs the network's chain
-//! (`chain`). DEL, CHECK and GC work from the record alone, never from the API server.
+//! Kubernetes API which networks the pod chose (`select`: a value list in `CNI_NETWORK_CONFIG`, the
+//! networks annotation through NetworkAttachmentDefinitions, within the admin's `policy`), loads
+//! their configurations from the node (`network`), records each choice durably (`record`) and runs
+//! each network's chain on its interface (`attach`, `chain`). DEL, CHECK and GC work from the
+//! records alone, never from the API server.
 
+pub mod annotation;
+mod attach;
 mod chain;
 pub mod config;
+mod default_route;
 pub mod explain;
+mod extras;
 pub mod network;
+pub mod policy;
 mod record;
 pub mod select;
+pub mod selection;
+mod status;
+pub mod value;
+
+pub use status::NETWORK_STATUS;
 
 use crate::cni::attachment_lock;
 use crate::cni::{CniArgs, CniError, CniResult, Command, Invocation, Plugin, PluginConf, code};
 use crate::kube::{ApiClient, ApiPolicy, PodSource};
-use config::SelectorConfig;
-use record::{PodIdentity, Record, RecordStore};
-use std::collections::HashSet;
+use config::{NetworkStatus, SelectorConfig};
+use record::{Found, Record, RecordStore};
+use selection::{PodIdentity, Selection};
+use std::collections::{BTreeMap, HashSet};
 
 pub const NAME: &str = "yh-genie";
 
@@ -28,111 +41,120 @@ impl Plugin for Selector {
 
     fn add(&self, inv: &Invocation, conf: &PluginConf) -> Result<CniResult, CniError> {
         let config = SelectorConfig::from_plugin_conf(conf)?;
-        // The API client lives only for the selection: no plugin runs while it exists.
-        let selection = {
-            let api = api_client(&config, inv, config.api)?;
-            select::select(&config, inv.args.pod(), api.as_ref().map(|a| a as &dyn PodSource))?
-        };
-        crate::logging::note_network(&selection.file.network);
-        let (conf, list) = network::load(&selection.file)?;
+        let mut api = api_client(&config, inv, config.api)?;
+        let selection =
+            select::select(&config, &inv.ifname, inv.args.pod(), api.as_ref().map(|a| a as &dyn PodSource))?;
+        note_networks(selection.attachments.iter().map(|a| a.network.as_str()));
+        if !wants_status(&config, &selection) {
+            // A pod that gets no status write keeps no client while its plugins run.
+            api = None;
+        }
         let pod = inv.args.pod().map(|(namespace, name)| PodIdentity {
             namespace: namespace.to_string(),
             name: name.to_string(),
-            uid: inv.args.pod_uid().map(String::from).or(selection.pod_uid.clone()),
+            uid: inv.args.pod_uid().map(String::from).or(selection.pod.as_ref().and_then(|p| p.uid.clone())),
         });
         let store = RecordStore::new(&config.data_dir);
-        let mut record = Record::new(inv, &selection.file.network, &selection.file.path, conf, pod);
-        if store.read(&inv.container_id, &inv.ifname).is_some() {
-            warn(format!(
-                "ADD of container {} interface {} replaces an attachment record that was never DELeted",
-                inv.container_id, inv.ifname
-            ));
-        }
-        store.write(&record)?;
-        let delegates = delegate_invocation(inv, &config);
-        let result = match chain::add(&list, &delegates) {
-            Ok(result) => {
-                crate::crash_point::reached("selector.add.chain-done");
-                result
-            }
-            Err(failed) => {
-                // When undoing failed, the record stays so that the runtime's DEL can finish the job.
-                if failed.undone {
-                    remove_logged(&store, inv);
-                }
-                return Err(failed.error);
-            }
-        };
-        record.set_result(&result);
-        if let Err(e) = store.write(&record) {
-            // Without its result on disk the attachment could not be CHECKed or DELeted properly.
-            if chain::del(&list, &delegates, Some(&result)).is_ok() {
-                remove_logged(&store, inv);
-            }
+        let mut attached = attach::add_all(inv, &config, &store, &selection.attachments, pod.clone())?;
+        crate::crash_point::reached("selector.add.attached");
+        let requests = default_route::requested_by(&selection.attachments);
+        let finished = default_route::apply(inv, &requests).and_then(|()| {
+            let mut results: Vec<(&str, &mut CniResult)> =
+                attached.iter_mut().map(|a| (a.record.ifname.as_str(), &mut a.result)).collect();
+            default_route::adjust(&mut results, &requests);
+            attach::record_results(&store, &mut attached)
+        });
+        if let Err(e) = finished {
+            attach::abandon(&store, inv, &mut attached);
             return Err(e);
         }
-        Ok(result)
+        if let (Some(api), Some(pod)) = (api.as_mut(), &pod) {
+            write_status(api, &config, pod, &attached);
+        }
+        let primary = attached.into_iter().next().expect("a selection has at least one attachment");
+        Ok(primary.result)
     }
 
     fn del(&self, inv: &Invocation, conf: &PluginConf) -> Result<(), CniError> {
         let config = SelectorConfig::from_plugin_conf(conf)?;
         let store = RecordStore::new(&config.data_dir);
-        let delegates = delegate_invocation(inv, &config);
-        let record = store.read(&inv.container_id, &inv.ifname);
-        if let Some(r) = &record {
-            crate::logging::note_network(&r.network);
+        let (records, others) = attach::records_of(&store, inv)?;
+        note_networks(records.iter().map(|r| r.network.as_str()));
+        let unreadable: Vec<String> = others
+            .iter()
+            .filter_map(|f| match f {
+                Found::Unreadable(ifname) => Some(ifname.clone()),
+                _ => None,
+            })
+            .collect();
+        let interrupted = others.iter().filter_map(|f| match f {
+            Found::Interrupted(ifname) => Some(ifname.clone()),
+            _ => None,
+        });
+        if records.is_empty() && unreadable.is_empty() {
+            del_without_record(&config, inv, None)?;
+            crate::crash_point::reached("selector.del.chain-done");
+            let ifnames: Vec<String> = std::iter::once(inv.ifname.clone()).chain(interrupted).collect();
+            return store.remove_all(&inv.container_id, &ifnames);
         }
-        match record.and_then(|r| usable(&r)) {
-            Some((list, result)) => chain::del(&list, &delegates, result.as_ref())?,
-            None => del_without_record(&config, inv, &delegates)?,
+        let (outcome, mut unusable) = attach::del_records(inv, &config, &records);
+        unusable.extend(unreadable);
+        if !unusable.is_empty() {
+            del_without_record(&config, inv, Some(&unusable))?;
         }
-        crate::crash_point::reached("selector.del.chain-done");
-        store.remove(&inv.container_id, &inv.ifname)
+        outcome?;
+        let ifnames: Vec<String> =
+            records.iter().map(|r| r.ifname.clone()).chain(unusable).chain(interrupted).collect();
+        store.remove_all(&inv.container_id, &ifnames)
     }
 
     fn check(&self, inv: &Invocation, conf: &PluginConf) -> Result<(), CniError> {
         let config = SelectorConfig::from_plugin_conf(conf)?;
         let store = RecordStore::new(&config.data_dir);
-        let unknown = |why: &str| {
-            CniError::new(
+        let (records, _) = attach::records_of(&store, inv)?;
+        if !records.iter().any(|r| r.ifname == inv.ifname) {
+            return Err(CniError::new(
                 code::UNKNOWN_CONTAINER,
-                format!("container {} interface {}: {why}", inv.container_id, inv.ifname),
-            )
-        };
-        let record = store.read(&inv.container_id, &inv.ifname).ok_or_else(|| unknown("no attachment record"))?;
-        crate::logging::note_network(&record.network);
-        let list = record.conf_list()?;
-        let result = record.result()?.ok_or_else(|| unknown("its ADD did not complete"))?;
-        chain::check(&list, &delegate_invocation(inv, &config), &result)
+                format!("container {} interface {}: no attachment record", inv.container_id, inv.ifname),
+            ));
+        }
+        note_networks(records.iter().map(|r| r.network.as_str()));
+        attach::check_records(inv, &config, &records)
     }
 
-    /// DEL every recorded attachment that the runtime no longer lists as valid.
+    /// DEL every recorded attachment that the runtime no longer lists as valid. The runtime lists
+    /// its own attachments (container id, `CNI_IFNAME`): a pod's further networks go with them.
     fn gc(&self, inv: &Invocation, conf: &PluginConf) -> Result<(), CniError> {
         let config = SelectorConfig::from_plugin_conf(conf)?;
         let valid: HashSet<(String, String)> = config::valid_attachments(conf)?.into_iter().collect();
         let store = RecordStore::new(&config.data_dir);
         let locks = attachment_lock::dir(std::env::var(attachment_lock::DIR_VAR).ok());
-        let mut first_error = None;
+        let mut stale: BTreeMap<(String, String), Vec<Record>> = BTreeMap::new();
         for record in store.list()? {
-            if valid.contains(&(record.container_id.clone(), record.ifname.clone())) {
-                continue;
+            let key = (record.container_id.clone(), record.owner().to_string());
+            if !valid.contains(&key) {
+                stale.entry(key).or_default().push(record);
             }
+        }
+        let mut first_error = None;
+        for ((container_id, owner), mut records) in stale {
+            attach::in_order(&mut records, &owner);
             // A DEL like the runtime's: after the remains of any killed call on the attachment.
-            let lock = attachment_lock::acquire(&locks, &record.container_id, &record.ifname, attachment_lock::WAIT);
+            let lock = attachment_lock::acquire(&locks, &container_id, &owner, attachment_lock::WAIT);
+            let own = records.iter().find(|r| r.ifname == owner).unwrap_or(&records[0]);
             // The runtime has forgotten this container; if its netns still exists, clean inside it too.
-            let stale = Invocation {
+            let runtime = Invocation {
                 command: Command::Del,
-                container_id: record.container_id.clone(),
-                netns: record.netns.clone().filter(|p| crate::netns::exists(p)),
-                ifname: record.ifname.clone(),
-                args: CniArgs::parse(&record.cni_args).unwrap_or_default(),
+                container_id: container_id.clone(),
+                netns: own.netns.clone().filter(|p| crate::netns::exists(p)),
+                ifname: owner.clone(),
+                args: CniArgs::parse(&own.cni_args).unwrap_or_default(),
                 path: inv.path.clone(),
             };
-            let outcome = match usable(&record) {
-                Some((list, result)) => chain::del(&list, &delegate_invocation(&stale, &config), result.as_ref()),
-                None => Ok(()),
-            }
-            .and_then(|()| store.remove(&record.container_id, &record.ifname));
+            let (outcome, _) = attach::del_records(&runtime, &config, &records);
+            // What cannot be used cannot be undone any more: the runtime has forgotten the pod.
+            let ifnames: Vec<String> = records.iter().map(|r| r.ifname.clone()).collect();
+            let outcome = outcome.and_then(|()| store.remove_all(&container_id, &ifnames));
             match outcome {
                 Ok(()) => {
                     if let Some(lock) = lock {
@@ -140,7 +162,7 @@ impl Plugin for Selector {
                     }
                 }
                 Err(e) => {
-                    warn(format!("GC of container {} interface {}: {e}", record.container_id, record.ifname));
+                    warn(format!("GC of container {container_id} interface {owner}: {e}"));
                     first_error.get_or_insert(e);
                 }
             }
@@ -162,6 +184,31 @@ impl Plugin for Selector {
     }
 }
 
+/// Whether ADD writes the pod's network-status annotation (`networkStatus`).
+fn wants_status(config: &SelectorConfig, selection: &Selection) -> bool {
+    let looked_up = selection.pod.is_some();
+    match config.network_status {
+        NetworkStatus::Never => false,
+        NetworkStatus::Always => looked_up,
+        NetworkStatus::Auto => looked_up && selection.attachments.len() > 1,
+    }
+}
+
+/// The network-status annotation of what ADD attached, in one request with a budget of its own.
+fn write_status(api: &mut ApiClient, config: &SelectorConfig, pod: &PodIdentity, attached: &[attach::Attached]) {
+    let Some(uid) = pod.uid.as_deref() else {
+        warn(format!("{pod} has no uid to make sure of; its {NETWORK_STATUS} annotation was not written"));
+        return;
+    };
+    let entries: Vec<status::Entry> = attached
+        .iter()
+        .enumerate()
+        .map(|(i, a)| status::entry(&a.record.network, a.record.source.as_ref(), &a.record.ifname, &a.result, i == 0))
+        .collect();
+    api.renew_budget(config.api.attempt_timeout);
+    status::write(api, pod, uid, &entries);
+}
+
 /// A client when there is a pod to look up and a kubeconfig to do it with.
 fn api_client(config: &SelectorConfig, inv: &Invocation, policy: ApiPolicy) -> Result<Option<ApiClient>, CniError> {
     match (&config.kubeconfig, inv.args.pod()) {
@@ -170,50 +217,49 @@ fn api_client(config: &SelectorConfig, inv: &Invocation, policy: ApiPolicy) -> R
     }
 }
 
-/// DEL with no (usable) record: ADD never completed its record, or DEL already ran. Ask the API
-/// server once, briefly, which network the pod has and DEL it without `prevResult`; if that cannot
-/// be known, there is nothing this plugin can undo, and DEL succeeds.
-fn del_without_record(config: &SelectorConfig, inv: &Invocation, delegates: &Invocation) -> Result<(), CniError> {
+/// DEL with no (usable) record: ADD never completed its records, or DEL already ran. Ask the API
+/// server once, briefly, which networks the pod has and DEL them (those on `only`'s interfaces, if
+/// given) in reverse, without `prevResult`; if that cannot be known, there is nothing this plugin
+/// can undo, and DEL succeeds.
+fn del_without_record(config: &SelectorConfig, inv: &Invocation, only: Option<&[String]>) -> Result<(), CniError> {
     let chosen = api_client(config, inv, ApiPolicy::single_attempt(config.api.attempt_timeout))
-        .and_then(|api| select::select(config, inv.args.pod(), api.as_ref().map(|a| a as &dyn PodSource)))
-        .and_then(|selection| network::load(&selection.file));
-    match chosen {
-        Ok((_, list)) => chain::del(&list, delegates, None),
+        .and_then(|api| select::select(config, &inv.ifname, inv.args.pod(), api.as_ref().map(|a| a as &dyn PodSource)));
+    let selection = match chosen {
+        Ok(selection) => selection,
         Err(e) => {
             warn(format!(
-                "no attachment record for container {} interface {}, and its network cannot be determined ({e}); nothing to delete",
+                "no usable attachment record for container {} interface {}, and its networks cannot be determined ({e}); nothing to delete",
                 inv.container_id, inv.ifname
             ));
-            Ok(())
+            return Ok(());
+        }
+    };
+    let mut first_error = None;
+    for attachment in selection.attachments.iter().rev() {
+        if only.is_some_and(|only| !only.contains(&attachment.ifname)) {
+            continue;
+        }
+        let conf = extras::apply_to_config(&attachment.config, &attachment.extras);
+        let call = attach::delegate_call(
+            inv,
+            config,
+            &attachment.ifname,
+            extras::apply_to_args(&inv.args, &attachment.extras),
+        );
+        let outcome = selection::parse_config(&attachment.network, attachment.path.as_deref(), &conf)
+            .and_then(|list| chain::del(&list, &call, None));
+        if let Err(e) = outcome {
+            first_error.get_or_insert(e);
         }
     }
+    first_error.map_or(Ok(()), Err)
 }
 
-/// A record's chain and result, or `None` (logged) if the record cannot be used.
-fn usable(record: &Record) -> Option<(crate::cni::ConfList, Option<CniResult>)> {
-    match record.conf_list().and_then(|list| Ok((list, record.result()?))) {
-        Ok(parts) => Some(parts),
-        Err(e) => {
-            warn(format!(
-                "attachment record of container {} interface {} is unusable ({e}); treating it as absent",
-                record.container_id, record.ifname
-            ));
-            None
-        }
-    }
-}
-
-/// The runtime's call as the network's plugins get it: external plugins are looked up in `binDir`
-/// first, then in the runtime's `CNI_PATH`.
-fn delegate_invocation(inv: &Invocation, config: &SelectorConfig) -> Invocation {
-    let mut path = vec![config.bin_dir.clone()];
-    path.extend(inv.path.iter().filter(|dir| **dir != config.bin_dir).cloned());
-    Invocation { path, ..inv.clone() }
-}
-
-fn remove_logged(store: &RecordStore, inv: &Invocation) {
-    if let Err(e) = store.remove(&inv.container_id, &inv.ifname) {
-        warn(e);
+/// The networks of the operation, for its log line.
+fn note_networks<'a>(names: impl Iterator<Item = &'a str>) {
+    let names: Vec<&str> = names.collect();
+    if !names.is_empty() {
+        crate::logging::note_network(&names.join(","));
     }
 }
 

@@ -140,15 +140,53 @@ pub fn load(file: &NetworkFile) -> Result<(String, ConfList), CniError> {
 /// Parse a network's configuration file (`.conflist` is a chain, as libcni reads it) and check that
 /// the selector can run it.
 pub fn parse_conf(bytes: &[u8], path: &Path) -> Result<ConfList, CniError> {
-    let list = ConfList::parse_file(bytes, path)?;
-    if let Some(i) = (0..list.plugins.len()).find(|&i| list.plugin_type(i) == super::NAME) {
+    refuse_recursion(ConfList::parse_file(bytes, path)?, &path.display().to_string())
+}
+
+/// Parse a configuration that is not a file (a NetworkAttachmentDefinition's `spec.config`): a chain
+/// when it has `plugins`, one plugin otherwise, as Multus reads it. `origin` names it in errors.
+pub fn parse_inline(bytes: &[u8], origin: &str) -> Result<ConfList, CniError> {
+    refuse_recursion(ConfList::parse(bytes, false, origin)?, origin)
+}
+
+/// A chain that would run the selector again is refused: it would call itself without end. Not only
+/// the chain's own plugins count: a meta plugin's delegate or IPAM plugin runs too.
+fn refuse_recursion(list: ConfList, origin: &str) -> Result<ConfList, CniError> {
+    if let Some((at, _)) = plugin_types(&list).into_iter().find(|(_, t)| t == super::NAME) {
         return Err(CniError::invalid_config(format!(
-            "{}: plugins[{i}] is {}, which would run the selector inside itself",
-            path.display(),
+            "{origin}: {at} is {}, which would run the selector inside itself",
             super::NAME
         )));
     }
     Ok(list)
+}
+
+/// Every plugin type a chain names, with where: each plugin's `type`, and any `type` nested in its
+/// keys (`plugins[0].ipam.type`, `plugins[0].delegate.type`), since meta plugins run those too.
+pub fn plugin_types(list: &ConfList) -> Vec<(String, String)> {
+    fn walk(value: &Value, at: String, out: &mut Vec<(String, String)>) {
+        match value {
+            Value::Object(map) => {
+                for (key, v) in map {
+                    match (key.as_str(), v) {
+                        ("type", Value::String(t)) => out.push((format!("{at}.type"), t.clone())),
+                        _ => walk(v, format!("{at}.{key}"), out),
+                    }
+                }
+            }
+            Value::Array(items) => {
+                for (i, v) in items.iter().enumerate() {
+                    walk(v, format!("{at}[{i}]"), out);
+                }
+            }
+            _ => {}
+        }
+    }
+    let mut out = Vec::new();
+    for (i, plugin) in list.plugins.iter().enumerate() {
+        walk(&Value::Object(plugin.clone()), format!("plugins[{i}]"), &mut out);
+    }
+    out
 }
 
 /// The first configuration file in `dir` by name, as libcni orders them.
@@ -313,7 +351,32 @@ mod tests {
         )
         .unwrap_err();
         assert_eq!(e.code, 7);
-        assert!(e.msg.contains("plugins[1]"), "{e}");
+        assert!(e.msg.contains("plugins[1].type"), "{e}");
+        let nested = br#"{"cniVersion":"1.0.0","name":"n","type":"yonghui","delegate":{"type":"yh-genie"}}"#;
+        let e = parse_inline(nested, "NetworkAttachmentDefinition a/b").unwrap_err();
+        assert!(e.msg.contains("NetworkAttachmentDefinition a/b: plugins[0].delegate.type is yh-genie"), "{e}");
+    }
+
+    #[test]
+    fn plugin_types_finds_nested_types_with_their_place() {
+        let list = parse_inline(
+            br#"{"cniVersion":"1.0.0","name":"n","plugins":[
+                {"type":"macvlan","ipam":{"type":"host-local","ranges":[[{"subnet":"10.0.0.0/24"}]]}},
+                {"type":"tuning","x":[{"type":"odd"}]}]}"#,
+            "inline",
+        )
+        .unwrap();
+        let mut types = plugin_types(&list);
+        types.sort();
+        assert_eq!(
+            types,
+            [
+                ("plugins[0].ipam.type".to_string(), "host-local".to_string()),
+                ("plugins[0].type".into(), "macvlan".into()),
+                ("plugins[1].type".into(), "tuning".into()),
+                ("plugins[1].x[0].type".into(), "odd".into()),
+            ]
+        );
     }
 
     #[test]

@@ -1,15 +1,19 @@
 //! A fake Kubernetes API server for integration tests: real HTTPS on 127.0.0.1, of this machine or
 //! of a test's node netns (where the plugins run), with a self-signed CA and a bearer token written
-//! into a kubeconfig. It serves `GET /api/v1/namespaces/{ns}/pods/{name}` and `.../configmaps/{name}`
-//! from objects the test puts in, answers errors as Kubernetes `Status` JSON (404, 401 for a wrong
-//! token), counts and logs requests (and counts those it answered with a fault), and misbehaves on
-//! demand: `inject` queues faults (HTTP errors, slow answers, hangs, dropped connections) for the
-//! next requests or for all of them, and `down`/`up` close and reopen the port so that clients see
-//! connection refused. `start_serving` gives it a certificate with something wrong ([`Serving`]).
+//! into a kubeconfig. It serves `GET /api/v1/namespaces/{ns}/pods/{name}`, `.../configmaps/{name}`
+//! and `GET /apis/k8s.cni.cncf.io/v1/namespaces/{ns}/network-attachment-definitions/{name}` from
+//! objects the test puts in, and `PATCH` of a pod as a JSON merge patch, which it applies and
+//! records, refusing (422, as Kubernetes does) one that would change the pod's uid. It answers
+//! errors as Kubernetes `Status` JSON (404, 401 for a wrong token), counts and logs requests (and
+//! counts those it answered with a fault), and misbehaves on demand: `inject` queues faults (HTTP
+//! errors, slow answers, hangs, dropped connections) for the next requests or for all of them, and
+//! `down`/`up` close and reopen the port so that clients see connection refused. `start_serving`
+//! gives it a certificate with something wrong ([`Serving`]).
 
 use super::Netns;
+use http_body_util::BodyExt;
 use hyper::body::{Bytes, Incoming};
-use hyper::{Request, Response, StatusCode};
+use hyper::{Method, Request, Response, StatusCode};
 use serde_json::{Value, json};
 use std::collections::{BTreeMap, VecDeque};
 use std::net::SocketAddr;
@@ -62,6 +66,9 @@ struct Faults {
 struct State {
     pods: Mutex<BTreeMap<(String, String), Value>>,
     config_maps: Mutex<BTreeMap<(String, String), Value>>,
+    nads: Mutex<BTreeMap<(String, String), Value>>,
+    /// Pod patches applied: (namespace, name, body).
+    patches: Mutex<Vec<(String, String, Value)>>,
     faults: Mutex<Faults>,
     requests: AtomicUsize,
     /// Requests answered with an injected fault.
@@ -167,14 +174,50 @@ impl ApiServer {
 
     /// Put a pod with a whole `spec`. Returns its uid.
     pub fn put_pod_spec(&self, namespace: &str, name: &str, spec: Value) -> String {
+        self.put_pod_with(namespace, name, json!({}), spec)
+    }
+
+    /// Put a pod with these `annotations` and `containers`. Returns its uid.
+    pub fn put_annotated_pod(&self, namespace: &str, name: &str, annotations: Value, containers: Value) -> String {
+        self.put_pod_with(namespace, name, annotations, json!({ "containers": containers }))
+    }
+
+    fn put_pod_with(&self, namespace: &str, name: &str, annotations: Value, spec: Value) -> String {
         let uid = format!("uid-{namespace}-{name}");
         let pod = json!({
             "apiVersion": "v1", "kind": "Pod",
-            "metadata": {"namespace": namespace, "name": name, "uid": uid},
+            "metadata": {"namespace": namespace, "name": name, "uid": uid, "annotations": annotations},
             "spec": spec,
         });
         self.state.pods.lock().unwrap().insert((namespace.into(), name.into()), pod);
         uid
+    }
+
+    /// Replace a pod's uid, as when it is deleted and created again under its name.
+    pub fn recreate_pod(&self, namespace: &str, name: &str, uid: &str) {
+        let mut pods = self.state.pods.lock().unwrap();
+        let pod = pods.get_mut(&(namespace.into(), name.into())).expect("the pod exists");
+        pod["metadata"]["uid"] = uid.into();
+    }
+
+    /// The pod as the server holds it now (patches applied).
+    pub fn pod(&self, namespace: &str, name: &str) -> Option<Value> {
+        self.state.pods.lock().unwrap().get(&(namespace.into(), name.into())).cloned()
+    }
+
+    /// Put a NetworkAttachmentDefinition; `config` is its `spec.config` (none: no config).
+    pub fn put_nad(&self, namespace: &str, name: &str, config: Option<&str>) {
+        let nad = json!({
+            "apiVersion": "k8s.cni.cncf.io/v1", "kind": "NetworkAttachmentDefinition",
+            "metadata": {"namespace": namespace, "name": name},
+            "spec": config.map(|c| json!({"config": c})).unwrap_or(json!({})),
+        });
+        self.state.nads.lock().unwrap().insert((namespace.into(), name.into()), nad);
+    }
+
+    /// The pod patches applied so far: (namespace, name, body).
+    pub fn patches(&self) -> Vec<(String, String, Value)> {
+        self.state.patches.lock().unwrap().clone()
     }
 
     /// Put an object as the API server would return it for a pod, even if it is not a valid pod.
@@ -379,24 +422,80 @@ async fn handle(req: Request<Incoming>, state: Arc<State>) -> Result<Reply, std:
     if !authorized {
         return Ok(status(401, "Unauthorized"));
     }
-    let path: Vec<&str> = req.uri().path().trim_start_matches('/').split('/').collect();
-    let (store, kind) = match path.as_slice() {
-        ["api", "v1", "namespaces", _, "pods", _] => (&state.pods, "pods"),
-        ["api", "v1", "namespaces", _, "configmaps", _] => (&state.config_maps, "configmaps"),
+    let method = req.method().clone();
+    let uri_path = req.uri().path().to_string();
+    let path: Vec<&str> = uri_path.trim_start_matches('/').split('/').collect();
+    let (store, kind, key) = match path.as_slice() {
+        ["api", "v1", "namespaces", ns, "pods", name] => (&state.pods, "pods", (ns, name)),
+        ["api", "v1", "namespaces", ns, "configmaps", name] => (&state.config_maps, "configmaps", (ns, name)),
+        ["apis", "k8s.cni.cncf.io", "v1", "namespaces", ns, "network-attachment-definitions", name] => {
+            (&state.nads, "network-attachment-definitions", (ns, name))
+        }
         _ => return Ok(status(404, "the server could not find the requested resource")),
     };
-    let key = (path[3].to_string(), path[5].to_string());
-    let object = store.lock().unwrap().get(&key).cloned();
-    Ok(match object {
-        Some(object) => json_reply(StatusCode::OK, &object),
-        None => status(404, &format!("{kind} \"{}\" not found", key.1)),
-    })
+    let key = (key.0.to_string(), key.1.to_string());
+    match method {
+        Method::GET => {
+            let object = store.lock().unwrap().get(&key).cloned();
+            Ok(match object {
+                Some(object) => json_reply(StatusCode::OK, &object),
+                None => status(404, &format!("{kind} \"{}\" not found", key.1)),
+            })
+        }
+        Method::PATCH if kind == "pods" => {
+            let merge =
+                req.headers().get("content-type").and_then(|v| v.to_str().ok()) == Some("application/merge-patch+json");
+            let body = req.into_body().collect().await.map_err(std::io::Error::other)?.to_bytes();
+            let Ok(patch) = serde_json::from_slice::<Value>(&body) else {
+                return Ok(status(400, "the patch is not JSON"));
+            };
+            if !merge {
+                return Ok(status(415, "only application/merge-patch+json is served here"));
+            }
+            let mut pods = state.pods.lock().unwrap();
+            let Some(pod) = pods.get_mut(&key) else {
+                return Ok(status(404, &format!("pods \"{}\" not found", key.1)));
+            };
+            if let Some(uid) = patch.pointer("/metadata/uid")
+                && Some(uid) != pod.pointer("/metadata/uid")
+            {
+                return Ok(status(
+                    422,
+                    &format!("Pod \"{}\" is invalid: metadata.uid: Invalid value: {uid}: field is immutable", key.1),
+                ));
+            }
+            merge_patch(pod, &patch);
+            state.patches.lock().unwrap().push((key.0, key.1, patch));
+            Ok(json_reply(StatusCode::OK, pod))
+        }
+        _ => Ok(status(405, "method not allowed")),
+    }
+}
+
+/// RFC 7386: objects merge key by key, `null` removes, anything else replaces.
+fn merge_patch(target: &mut Value, patch: &Value) {
+    let Value::Object(patch) = patch else {
+        *target = patch.clone();
+        return;
+    };
+    if !target.is_object() {
+        *target = json!({});
+    }
+    let object = target.as_object_mut().unwrap();
+    for (key, value) in patch {
+        if value.is_null() {
+            object.remove(key);
+        } else {
+            merge_patch(object.entry(key.clone()).or_insert(Value::Null), value);
+        }
+    }
 }
 
 fn status(code: u16, message: &str) -> Reply {
     let reason = match code {
         401 => "Unauthorized",
         404 => "NotFound",
+        422 => "Invalid",
         429 => "TooManyRequests",
         503 => "ServiceUnavailable",
         _ => "InternalError",

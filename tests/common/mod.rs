@@ -8,6 +8,7 @@ pub mod apiserver;
 pub mod containerd;
 pub mod cri;
 pub mod cri_node;
+pub mod lan;
 pub mod node;
 pub mod pause_image;
 pub mod rng;

@@ -23,6 +23,8 @@ pub struct Node {
     pub netns: Netns,
     /// `defaultNetwork` of the selector's configuration, if any.
     pub default_network: Option<String>,
+    /// Links the test made in the node netns (a LAN's parent NIC), not pods' leftovers.
+    pub fixtures: std::sync::Mutex<Vec<String>>,
 }
 
 /// A pod sandbox: its netns, name (as the API server knows it), container id and the runtime's CNI_ARGS.
@@ -49,7 +51,7 @@ impl Pod {
 /// The runtime's CNI_ARGS for a pod in namespace `default`.
 pub fn pod_args(name: &str, cid: &str) -> String {
     format!(
-        "IgnoreUnknown=1;K8S_POD_NAMESPACE=default;K8S_POD_NAME={name};K8S_POD_INFRA_CONTAINER_ID={cid};K8S_POD_UID=uid-{name}"
+        "IgnoreUnknown=1;K8S_POD_NAMESPACE=default;K8S_POD_NAME={name};K8S_POD_INFRA_CONTAINER_ID={cid};K8S_POD_UID=uid-default-{name}"
     )
 }
 
@@ -65,7 +67,7 @@ impl Node {
         let sb = Sandbox::on_node(&netns);
         let api = ApiServer::start_serving(&netns, serving);
         std::fs::create_dir_all(sb.path().join("empty-path")).unwrap();
-        Node { sb, api, netns, default_network: None }
+        Node { sb, api, netns, default_network: None, fixtures: Default::default() }
     }
 
     pub fn conf_dir(&self) -> PathBuf {
@@ -189,8 +191,10 @@ impl Node {
         self.leases().into_iter().map(|(ip, _)| ip).collect()
     }
 
+    /// Veths in the node netns, but the test's own (`fixtures`).
     pub fn node_veths(&self) -> Vec<String> {
-        link_names(&self.netns, "type veth")
+        let fixtures = self.fixtures.lock().unwrap();
+        link_names(&self.netns, "type veth").into_iter().filter(|l| !fixtures.contains(l)).collect()
     }
 
     /// Lines of the node's NAT tables (both families) that belong to CNI plugins: `CNI-` chains
@@ -230,14 +234,22 @@ impl Node {
     }
 
     /// What is left of one pod attached to `network`: interfaces in its netns (if that still
-    /// exists), its leases, its NAT chain and jumps, its record and yonghui file (or their temp files).
+    /// exists), its leases, its NAT chain and jumps, its records and yonghui files (or their temp files).
     pub fn leftovers_of(&self, pod: &Pod, network: &str) -> Vec<String> {
+        self.leftovers_of_networks(pod, &[network])
+    }
+
+    /// `leftovers_of` a pod attached to several networks.
+    pub fn leftovers_of_networks(&self, pod: &Pod, networks: &[&str]) -> Vec<String> {
         let interfaces = if pod.netns.path().exists() { link_names(&pod.netns, "") } else { Vec::new() };
         let mut left: Vec<String> =
             interfaces.into_iter().filter(|l| l != "lo").map(|l| format!("interface {l} in the pod netns")).collect();
         left.extend(self.leases().into_iter().filter(|(_, cid)| *cid == pod.cid).map(|(ip, _)| format!("lease {ip}")));
-        let chain = yh_genie::firewall::Owner::new(network, &pod.cid).chain();
-        left.extend(self.nat_lines().into_iter().filter(|l| l.contains(&chain)).map(|l| format!("nat {l}")));
+        let chains: Vec<String> =
+            networks.iter().map(|network| yh_genie::firewall::Owner::new(network, &pod.cid).chain()).collect();
+        left.extend(
+            self.nat_lines().into_iter().filter(|l| chains.iter().any(|c| l.contains(c))).map(|l| format!("nat {l}")),
+        );
         // By whole name: `cid7x2` must not claim the files of `cid7x20`.
         let of_pod = |f: &String| f.split(['/', ':', '.']).any(|part| part == pod.cid);
         left.extend(self.state_files().into_iter().filter(of_pod).map(|f| format!("file {f}")));
@@ -321,7 +333,12 @@ pub fn link_names(netns: &Netns, filter: &str) -> Vec<String> {
 
 /// IPv4 addresses (`a.b.c.d/len`) on the pod's eth0.
 pub fn pod_addresses(pod: &Pod) -> Vec<String> {
-    let (ok, out) = pod.netns.exec("ip -j -4 addr show dev eth0");
+    addresses_on(pod, "eth0")
+}
+
+/// IPv4 addresses (`a.b.c.d/len`) on the pod's interface `dev`; none if it has no such interface.
+pub fn addresses_on(pod: &Pod, dev: &str) -> Vec<String> {
+    let (ok, out) = pod.netns.exec(&format!("ip -j -4 addr show dev {dev}"));
     if !ok {
         return Vec::new();
     }

@@ -2,9 +2,9 @@
 //! writes the configuration for a real plugin (by default the built-in `yh-bridge`) with this
 //! node's subnet, MTU and NAT choice in it, and runs that delegate.
 //!
-//! The generated configuration is saved as `<dataDir>/<containerID>` before the delegate runs. DEL
-//! replays exactly those bytes and CHECK adds the runtime's `prevResult` to them, so tearing a pod
-//! down does not depend on subnet.env or the network config still being what they were at ADD.
+//! The generated configuration is saved as `<dataDir>/<containerID>:<ifname>` before the delegate
+//! runs. DEL replays exactly those bytes and CHECK adds the runtime's `prevResult` to them, so tearing
+//! a pod down does not depend on subnet.env or the network config still being what they were at ADD.
 //!
 //! - [`subnet_env`]: the daemon's subnet.env.
 //! - [`config`]: yonghui's own keys.
@@ -37,7 +37,7 @@ impl Plugin for Yonghui {
     fn add(&self, inv: &Invocation, conf: &PluginConf) -> Result<CniResult, CniError> {
         let conf = NetConf::from_plugin_conf(conf)?;
         let delegate = generate(&conf)?;
-        let saved = SavedDelegate::new(&conf.data_dir, &inv.container_id);
+        let saved = SavedDelegate::new(&conf.data_dir, &inv.container_id, &inv.ifname);
         let bytes = delegate.to_bytes();
         saved.save(&bytes)?;
         run_delegate(&delegate.plugin_type, Command::Add, inv, &bytes)
@@ -50,37 +50,46 @@ impl Plugin for Yonghui {
     /// Replay the saved configuration to the delegate's DEL, then forget it. Nothing saved means
     /// nothing to undo (already deleted, or ADD never got that far), except the temp file of a save
     /// whose process was killed. If the delegate's DEL fails the file stays, so the runtime's retry
-    /// can finish the job.
+    /// can finish the job. A file saved by the earlier release (`<dataDir>/<containerID>`) is
+    /// replayed too when it is this network's.
     fn del(&self, inv: &Invocation, conf: &PluginConf) -> Result<(), CniError> {
-        let saved = SavedDelegate::new(&config::data_dir(conf)?, &inv.container_id);
-        let Some(bytes) = saved.read()? else {
-            return saved.remove();
-        };
-        let delegate = match PluginConf::parse(&bytes) {
-            Ok(delegate) => delegate,
-            Err(e) => {
-                // Nothing can be replayed from it, and failing would block the pod's deletion forever.
-                tracing::warn!("ignoring unreadable saved delegate configuration {}: {e}", saved.path.display());
-                if let Err(e) = saved.remove() {
-                    tracing::warn!("{e}");
-                }
-                return Ok(());
-            }
-        };
-        run_delegate(&delegate.plugin_type, Command::Del, inv, &bytes)?;
-        crate::crash_point::reached("yonghui.del.delegate-done");
-        saved.remove()
+        let data_dir = config::data_dir(conf)?;
+        let saved = SavedDelegate::new(&data_dir, &inv.container_id, &inv.ifname);
+        match saved.read()? {
+            Some(bytes) => replay_del(&saved, &bytes, inv)?,
+            None => saved.remove()?,
+        }
+        let legacy = SavedDelegate::legacy(&data_dir, &inv.container_id);
+        if let Some(bytes) = legacy.read()?
+            && legacy.is_of(&bytes, &conf.name)
+        {
+            replay_del(&legacy, &bytes, inv)?;
+        }
+        Ok(())
     }
 
     /// Forward CHECK to the delegate with the saved configuration and the runtime's `prevResult`.
     fn check(&self, inv: &Invocation, conf: &PluginConf) -> Result<(), CniError> {
-        let saved = SavedDelegate::new(&config::data_dir(conf)?, &inv.container_id);
-        let bytes = saved.read()?.ok_or_else(|| {
-            CniError::new(
-                code::UNKNOWN_CONTAINER,
-                format!("no saved delegate configuration for container {} in {}", inv.container_id, saved.dir()),
-            )
-        })?;
+        let data_dir = config::data_dir(conf)?;
+        let saved = SavedDelegate::new(&data_dir, &inv.container_id, &inv.ifname);
+        let legacy = SavedDelegate::legacy(&data_dir, &inv.container_id);
+        let (saved, bytes) = match saved.read()? {
+            Some(bytes) => (saved, bytes),
+            None => match legacy.read()? {
+                Some(bytes) if legacy.is_of(&bytes, &conf.name) => (legacy, bytes),
+                _ => {
+                    return Err(CniError::new(
+                        code::UNKNOWN_CONTAINER,
+                        format!(
+                            "no saved delegate configuration for container {} interface {} in {}",
+                            inv.container_id,
+                            inv.ifname,
+                            saved.dir()
+                        ),
+                    ));
+                }
+            },
+        };
         let mut delegate = PluginConf::parse(&bytes)
             .map_err(|e| e.context(format!("saved delegate configuration {}", saved.path.display())))?;
         if let Some(prev) = conf.prev_result()? {
@@ -92,9 +101,9 @@ impl Plugin for Yonghui {
     }
 
     /// GC (1.1.0), forwarded to the delegate with the runtime's valid attachments, so its IPAM can
-    /// release leaked addresses. Saved configurations are not collected here: they are keyed by
-    /// container id alone and `dataDir` may be shared by several networks, so this network's list
-    /// of valid attachments cannot tell which of them are stale.
+    /// release leaked addresses. Saved configurations are not collected here: `dataDir` may be
+    /// shared by several networks, and the valid attachments name the runtime's interfaces, not a
+    /// pod's further ones, so this network's list cannot tell which of them are stale.
     fn gc(&self, inv: &Invocation, conf: &PluginConf) -> Result<(), CniError> {
         let mut delegate = generate(&NetConf::from_plugin_conf(conf)?)?;
         if let Some(valid) = conf.raw.get(VALID_ATTACHMENTS) {
@@ -145,17 +154,53 @@ fn undo_add(delegate: &Delegate, inv: &Invocation, bytes: &[u8], saved: &SavedDe
     }
 }
 
-/// `<dataDir>/<containerID>`: the delegate configuration one container's ADD used. Keyed by
-/// container id alone, as flannel's files are, so a node moving from flannel keeps working; a pod
-/// that joins two yonghui networks needs a `dataDir` for each. The id is safe as a file name: the
-/// runtime's environment is validated to letters, digits, `_`, `.` and `-`, starting alphanumeric.
+/// Replay `bytes` (a saved delegate configuration) to its delegate's DEL, then remove `saved`.
+fn replay_del(saved: &SavedDelegate, bytes: &[u8], inv: &Invocation) -> Result<(), CniError> {
+    let delegate = match PluginConf::parse(bytes) {
+        Ok(delegate) => delegate,
+        Err(e) => {
+            // Nothing can be replayed from it, and failing would block the pod's deletion forever.
+            tracing::warn!("ignoring unreadable saved delegate configuration {}: {e}", saved.path.display());
+            if let Err(e) = saved.remove() {
+                tracing::warn!("{e}");
+            }
+            return Ok(());
+        }
+    };
+    run_delegate(&delegate.plugin_type, Command::Del, inv, bytes)?;
+    crate::crash_point::reached("yonghui.del.delegate-done");
+    saved.remove()
+}
+
+/// `<dataDir>/<containerID>:<ifname>`: the delegate configuration one attachment's ADD used, so a
+/// pod on two yonghui networks, or on one by another interface than the runtime's, keeps one file
+/// each. Both parts are safe in a file name: the runtime's environment is validated (container ids
+/// are letters, digits, `_`, `.` and `-`; interface names have no `/`), and no container id
+/// contains `:`.
 struct SavedDelegate {
     path: PathBuf,
 }
 
 impl SavedDelegate {
-    fn new(data_dir: &Path, container_id: &str) -> Self {
+    fn new(data_dir: &Path, container_id: &str, ifname: &str) -> Self {
+        SavedDelegate { path: data_dir.join(format!("{container_id}:{ifname}")) }
+    }
+
+    /// `<dataDir>/<containerID>`, where the earlier release (and flannel) saved it, one per
+    /// container and data dir.
+    fn legacy(data_dir: &Path, container_id: &str) -> Self {
         SavedDelegate { path: data_dir.join(container_id) }
+    }
+
+    /// Whether saved `bytes` are network `network`'s: the generated delegate carries yonghui's
+    /// network name. A legacy file is one per container, and a pod's networks are distinct, so this
+    /// tells the attachment it belongs to from the pod's other yonghui networks. One that does not
+    /// parse belongs to no one in particular: any DEL of the container may drop it.
+    fn is_of(&self, bytes: &[u8], network: &str) -> bool {
+        match PluginConf::parse(bytes) {
+            Ok(delegate) => delegate.name == network,
+            Err(_) => true,
+        }
     }
 
     fn dir(&self) -> String {
@@ -210,7 +255,7 @@ echo "$CNI_COMMAND" >> {d}/calls
 cat > {d}/stdin-$CNI_COMMAND
 if [ -f {d}/fail-$CNI_COMMAND ]; then echo '{{"code":11,"msg":"injected failure"}}'; exit 1; fi
 if [ "$CNI_COMMAND" = ADD ]; then
-  cmp -s {d}/stdin-ADD {d}/data/c1 || {{ echo '{{"code":999,"msg":"config not saved before ADD"}}'; exit 1; }}
+  cmp -s {d}/stdin-ADD "{d}/data/c1:$CNI_IFNAME" || {{ echo '{{"code":999,"msg":"config not saved before ADD"}}'; exit 1; }}
   if [ -f {d}/answer ]; then cat {d}/answer; exit 0; fi
   echo '{{"cniVersion":"1.0.0","ips":[{{"address":"10.1.17.2/24","gateway":"10.1.17.1"}}]}}'
 fi
@@ -233,7 +278,7 @@ fi
         }
 
         fn saved(&self) -> PathBuf {
-            self.path("data/c1")
+            self.path("data/c1:eth0")
         }
 
         fn calls(&self) -> String {
@@ -250,13 +295,17 @@ fi
         }
 
         fn inv(&self, command: Command) -> Invocation {
+            self.inv_on(command, "eth0")
+        }
+
+        fn inv_on(&self, command: Command, ifname: &str) -> Invocation {
             let path = self.path("bin").display().to_string();
             Invocation::from_env(|k| {
                 Some(match k {
                     "CNI_COMMAND" => command.as_str().to_string(),
                     "CNI_CONTAINERID" => "c1".into(),
                     "CNI_NETNS" => "/run/netns/pod".into(),
-                    "CNI_IFNAME" => "eth0".into(),
+                    "CNI_IFNAME" => ifname.into(),
                     "CNI_PATH" => path.clone(),
                     _ => return None,
                 })
@@ -377,7 +426,7 @@ fi
         let mut writer = std::process::Command::new("true").spawn().unwrap();
         writer.wait().unwrap();
         // What a save leaves when its process is killed before the rename.
-        let temp = node.path(&format!("data/.c1.tmp-{}-0123456789ab", writer.id()));
+        let temp = node.path(&format!("data/.c1:eth0.tmp-{}-0123456789ab", writer.id()));
         std::fs::write(&temp, "{\"half\":").unwrap();
         node.del().unwrap();
         assert!(!temp.exists());
@@ -400,6 +449,57 @@ fi
         // DEL replays the saved bytes, version-less as they were.
         Yonghui.del(&node.inv(Command::Del), &conf).unwrap();
         assert!(node.stdin_of("DEL").get("cniVersion").is_none());
+    }
+
+    #[test]
+    fn two_interfaces_of_one_container_keep_a_file_each() {
+        let node = Node::new();
+        node.add().unwrap();
+        let other = node.conf(json!({"name": "second"}));
+        Yonghui.add(&node.inv_on(Command::Add, "net1"), &other).unwrap();
+        assert!(node.saved().exists() && node.path("data/c1:net1").exists());
+        node.del().unwrap();
+        assert!(!node.saved().exists());
+        assert!(node.path("data/c1:net1").exists(), "net1's file is not eth0's");
+        Yonghui.del(&node.inv_on(Command::Del, "net1"), &other).unwrap();
+        assert!(!node.path("data/c1:net1").exists());
+        assert_eq!(node.calls(), "ADD\nADD\nDEL\nDEL\n");
+    }
+
+    /// What the release before several networks left: `<dataDir>/<containerID>`.
+    fn saved_by_the_earlier_release(node: &Node) -> PathBuf {
+        node.add().unwrap();
+        let legacy = node.path("data/c1");
+        std::fs::rename(node.saved(), &legacy).unwrap();
+        std::fs::remove_file(node.path("calls")).unwrap();
+        legacy
+    }
+
+    #[test]
+    fn a_file_saved_by_the_earlier_release_is_deleted_and_checked_by_its_own_network() {
+        let node = Node::new();
+        let legacy = saved_by_the_earlier_release(&node);
+        Yonghui.check(&node.inv(Command::Check), &node.conf(json!({}))).unwrap();
+        node.del().unwrap();
+        assert_eq!(node.calls(), "CHECK\nDEL\n");
+        assert_eq!(node.stdin_of("DEL"), node.stdin_of("ADD"), "its own configuration, replayed");
+        assert!(!legacy.exists());
+    }
+
+    #[test]
+    fn a_file_saved_by_the_earlier_release_is_left_to_the_network_it_belongs_to() {
+        let node = Node::new();
+        let legacy = saved_by_the_earlier_release(&node);
+        // The same pod's other yonghui network, in the same data dir, on net1.
+        let other = node.conf(json!({"name": "second"}));
+        Yonghui.del(&node.inv_on(Command::Del, "net1"), &other).unwrap();
+        let e = Yonghui.check(&node.inv_on(Command::Check, "net1"), &other).unwrap_err();
+        assert_eq!(e.code, 3);
+        assert!(legacy.exists(), "not second's");
+        assert_eq!(node.calls(), "");
+        node.del().unwrap();
+        assert!(!legacy.exists());
+        assert_eq!(node.calls(), "DEL\n");
     }
 
     #[test]

@@ -1,0 +1,166 @@
+//! Who may attach what through NetworkAttachmentDefinitions: the cluster admin's rules, in the
+//! selector's configuration.
+//!
+//! A NAD is namespaced, and whoever may create one in a namespace could otherwise make every node
+//! run any plugin in `binDir` with any configuration (host-device taking the node's NIC, a bridge on
+//! its uplink). So, by default:
+//!
+//! - a NAD may only name a network the admin installed: an empty `spec.config` means the network
+//!   directory of the NAD's name under `confDir`; a configuration inline in `spec.config` is refused
+//!   unless `allowInlineConfig` is true, and then, if `inlinePluginTypes` is set, every plugin type
+//!   anywhere in it (each plugin's, its IPAM's, a meta plugin's delegate's) must be listed;
+//! - a pod may only use NADs of its own namespace and of the `globalNamespaces` the admin lists
+//!   (Multus's `namespaceIsolation`, here on by default).
+//!
+//! A refusal is code 7 naming the NAD and the rule.
+
+use super::network;
+use crate::cni::{CniError, ConfList};
+use serde::Deserialize;
+use serde_json::{Map, Value};
+use std::collections::BTreeSet;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AttachmentPolicy {
+    /// `namespaceIsolation`: NADs only from the pod's namespace and `global_namespaces`.
+    pub namespace_isolation: bool,
+    /// `globalNamespaces`: namespaces whose NADs every pod may use.
+    pub global_namespaces: BTreeSet<String>,
+    /// `allowInlineConfig`: whether a NAD's `spec.config` may carry a configuration.
+    pub allow_inline_config: bool,
+    /// `inlinePluginTypes`: when set, the only plugin types an inline configuration may use.
+    pub inline_plugin_types: Option<BTreeSet<String>>,
+}
+
+impl Default for AttachmentPolicy {
+    fn default() -> Self {
+        AttachmentPolicy {
+            namespace_isolation: true,
+            global_namespaces: BTreeSet::new(),
+            allow_inline_config: false,
+            inline_plugin_types: None,
+        }
+    }
+}
+
+impl AttachmentPolicy {
+    /// The policy keys of the selector's configuration; absent keys keep their defaults.
+    pub fn from_keys(raw: &Map<String, Value>) -> Result<Self, CniError> {
+        fn key<T: for<'de> Deserialize<'de>>(raw: &Map<String, Value>, name: &str) -> Result<Option<T>, CniError> {
+            raw.get(name)
+                .filter(|v| !v.is_null())
+                .map(|v| T::deserialize(v))
+                .transpose()
+                .map_err(|e| CniError::invalid_config(format!("yh-genie: '{name}' is invalid: {e}")))
+        }
+        let defaults = AttachmentPolicy::default();
+        Ok(AttachmentPolicy {
+            namespace_isolation: key(raw, "namespaceIsolation")?.unwrap_or(defaults.namespace_isolation),
+            global_namespaces: key(raw, "globalNamespaces")?.unwrap_or_default(),
+            allow_inline_config: key(raw, "allowInlineConfig")?.unwrap_or(defaults.allow_inline_config),
+            inline_plugin_types: key(raw, "inlinePluginTypes")?,
+        })
+    }
+
+    /// May a pod in `pod_namespace` use the NAD `namespace/name`?
+    pub fn check_namespace(&self, pod_namespace: &str, namespace: &str, name: &str) -> Result<(), CniError> {
+        if !self.namespace_isolation || namespace == pod_namespace || self.global_namespaces.contains(namespace) {
+            return Ok(());
+        }
+        let globals: Vec<&str> = self.global_namespaces.iter().map(String::as_str).collect();
+        Err(CniError::invalid_config(format!(
+            "NetworkAttachmentDefinition {namespace}/{name} is refused: namespaceIsolation lets a pod of namespace \
+             {pod_namespace} use only its own namespace's NetworkAttachmentDefinitions and those of globalNamespaces [{}]",
+            globals.join(", ")
+        )))
+    }
+
+    /// May the NAD `nad` (`namespace/name`) carry this inline configuration? Parses it (with the
+    /// same checks as a file's) and returns the chain.
+    pub fn check_inline(&self, nad: &str, config: &str) -> Result<ConfList, CniError> {
+        let refused =
+            |rule: String| CniError::invalid_config(format!("NetworkAttachmentDefinition {nad} is refused: {rule}"));
+        if !self.allow_inline_config {
+            return Err(refused(
+                "its spec.config holds a configuration, and allowInlineConfig is false on this node: a \
+                 NetworkAttachmentDefinition may only name a network installed under confDir (empty spec.config)"
+                    .into(),
+            ));
+        }
+        let origin = format!("NetworkAttachmentDefinition {nad} spec.config");
+        let list = network::parse_inline(config.as_bytes(), &origin)?;
+        if let Some(allowed) = &self.inline_plugin_types {
+            let listed: Vec<&str> = allowed.iter().map(String::as_str).collect();
+            if let Some((at, t)) = network::plugin_types(&list).into_iter().find(|(_, t)| !allowed.contains(t)) {
+                return Err(refused(format!(
+                    "spec.config {at} is {t:?}, which inlinePluginTypes [{}] does not list",
+                    listed.join(", ")
+                )));
+            }
+        }
+        Ok(list)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn policy(keys: Value) -> AttachmentPolicy {
+        AttachmentPolicy::from_keys(keys.as_object().unwrap()).unwrap()
+    }
+
+    const MACVLAN: &str = r#"{"cniVersion":"1.0.0","name":"lan","plugins":[
+        {"type":"macvlan","master":"eth1","ipam":{"type":"host-local","ranges":[[{"subnet":"10.9.0.0/24"}]]}},
+        {"type":"router","overlay_hijack_subnet":["10.244.0.0/16"],"service_hijack_subnet":["10.96.0.0/12"]}]}"#;
+
+    #[test]
+    fn defaults_isolate_namespaces_and_refuse_inline_configurations() {
+        let p = AttachmentPolicy::default();
+        assert_eq!(policy(json!({})), p);
+        assert!(p.check_namespace("web", "web", "lan").is_ok());
+        let e = p.check_namespace("web", "infra", "lan").unwrap_err();
+        assert_eq!(e.code, 7);
+        assert!(e.msg.contains("NetworkAttachmentDefinition infra/lan") && e.msg.contains("namespaceIsolation"), "{e}");
+        let e = p.check_inline("web/lan", MACVLAN).unwrap_err();
+        assert!(e.msg.contains("web/lan") && e.msg.contains("allowInlineConfig is false"), "{e}");
+    }
+
+    #[test]
+    fn global_namespaces_and_isolation_off() {
+        let p = policy(json!({"globalNamespaces": ["infra"]}));
+        assert!(p.check_namespace("web", "infra", "lan").is_ok());
+        let e = p.check_namespace("web", "other", "lan").unwrap_err();
+        assert!(e.msg.contains("globalNamespaces [infra]"), "{e}");
+        assert!(policy(json!({"namespaceIsolation": false})).check_namespace("web", "other", "lan").is_ok());
+    }
+
+    #[test]
+    fn inline_configurations_when_allowed_and_only_listed_types() {
+        let any = policy(json!({"allowInlineConfig": true}));
+        assert_eq!(any.check_inline("web/lan", MACVLAN).unwrap().plugins.len(), 2);
+        let listed = policy(json!({"allowInlineConfig": true, "inlinePluginTypes": ["macvlan", "router"]}));
+        let e = listed.check_inline("web/lan", MACVLAN).unwrap_err();
+        assert!(e.msg.contains("plugins[0].ipam.type is \"host-local\""), "the IPAM type counts too: {e}");
+        let all = policy(json!({"allowInlineConfig": true, "inlinePluginTypes": ["macvlan", "router", "host-local"]}));
+        assert!(all.check_inline("web/lan", MACVLAN).is_ok());
+        let e = any.check_inline("web/x", r#"{"cniVersion":"1.0.0","name":"x","type":"yh-genie"}"#).unwrap_err();
+        assert!(e.msg.contains("would run the selector"), "{e}");
+        let e = any.check_inline("web/x", "{not json").unwrap_err();
+        assert!(e.msg.contains("NetworkAttachmentDefinition web/x spec.config"), "{e}");
+    }
+
+    #[test]
+    fn keys_of_the_wrong_type_are_named() {
+        for (keys, name) in [
+            (json!({"namespaceIsolation": "yes"}), "namespaceIsolation"),
+            (json!({"globalNamespaces": "infra"}), "globalNamespaces"),
+            (json!({"allowInlineConfig": 1}), "allowInlineConfig"),
+            (json!({"inlinePluginTypes": [1]}), "inlinePluginTypes"),
+        ] {
+            let e = AttachmentPolicy::from_keys(keys.as_object().unwrap()).unwrap_err();
+            assert!(e.code == 7 && e.msg.contains(name), "{e}");
+        }
+    }
+}

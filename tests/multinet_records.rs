@@ -1,0 +1,249 @@
+//! Several networks per pod, the node's side, as root: records per attachment and what works from
+//! them (DEL with the API server down or the pod gone, CHECK, GC), records and yonghui state written
+//! by the release before several networks still DELeted, two yonghui networks in one pod, what the
+//! networks annotation asks beyond a network (ips, mac, default-route), the status write's
+//! safeguards, and `explain`.
+
+mod common;
+
+use common::lan::{LAN_GATEWAY, Lan, RouterNetworks};
+use common::node::{Node, addresses_on as addresses, link_names, list_dir, literal};
+use serde_json::{Value, json};
+
+const NETWORKS: &str = "k8s.v1.cni.cncf.io/networks";
+const STATUS: &str = "k8s.v1.cni.cncf.io/network-status";
+
+/// A node with a LAN, `ptpnet` and a plain macvlan network `lan` (capabilities `ips` and `mac`).
+fn node() -> (Node, Lan) {
+    let n = Node::new();
+    let lan = Lan::beside(&n);
+    n.add_ptpnet();
+    n.add_macvlan("lan", json!({"capabilities": {"ips": true, "mac": true}}));
+    (n, lan)
+}
+
+fn msg(reply: &Value) -> &str {
+    reply["msg"].as_str().unwrap()
+}
+
+#[test]
+fn del_takes_every_attachment_with_the_api_server_down_or_the_pod_gone() {
+    let (n, _lan) = node();
+    n.api.put_pod("default", "p", literal("ptpnet,lan"));
+    let conf = n.selector_conf("1.0.0", json!({}));
+    for case in ["API server down", "pod gone"] {
+        let pod = n.pod("p");
+        n.call("ADD", &pod, &conf).ok();
+        assert_eq!((addresses(&pod, "eth0").len(), addresses(&pod, "net1").len()), (1, 1), "{case}");
+        match case {
+            "API server down" => n.api.down(),
+            _ => n.api.remove_pod("default", "p"),
+        }
+        n.call("CHECK", &pod, &conf).ok();
+        n.call("DEL", &pod, &conf).ok();
+        n.assert_nothing_left(&pod, case);
+        n.call("DEL", &pod, &conf).ok();
+        n.api.up();
+        n.api.put_pod("default", "p", literal("ptpnet,lan"));
+    }
+}
+
+/// A pod attached by the release before several networks: its record exactly as that release
+/// wrote it (format 1, no owner or position), made here for a real attachment of the reference
+/// bridge. The upgraded selector's DEL must undo it from that record alone.
+#[test]
+fn a_record_written_by_the_earlier_release_is_deleted_after_the_upgrade() {
+    let n = Node::new();
+    let list = json!({"cniVersion": "1.0.0", "name": "old", "plugins": [{"type": "bridge", "bridge": common::unique("yb"),
+        "isGateway": true, "ipam": {"type": "host-local", "subnet": "10.79.0.0/24", "dataDir": n.ipam_dir()}}]});
+    let path = n.write_conf("old/old.conflist", &list);
+    let pod = n.pod("p");
+    let mut plugin = list["plugins"][0].clone();
+    plugin["cniVersion"] = "1.0.0".into();
+    plugin["name"] = "old".into();
+    let call = common::Call {
+        plugin: "bridge",
+        command: "ADD",
+        container_id: &pod.cid,
+        netns: &pod.netns_path(),
+        ifname: "eth0",
+        args: &pod.args,
+        config: &plugin.to_string(),
+    };
+    let result = common::cni(&n.sb, &call).ok();
+    assert_eq!(addresses(&pod, "eth0").len(), 1);
+    let record = format!(
+        r#"{{
+  "format": 1,
+  "containerId": "{cid}",
+  "ifname": "eth0",
+  "netns": "{netns}",
+  "cniArgs": "{args}",
+  "network": "old",
+  "confPath": "{path}",
+  "conf": {conf},
+  "pod": {{
+    "namespace": "default",
+    "name": "p",
+    "uid": "uid-default-p"
+  }},
+  "result": {result}
+}}"#,
+        cid = pod.cid,
+        netns = pod.netns_path(),
+        args = pod.args,
+        path = path.canonicalize().unwrap().display(),
+        conf = Value::String(list.to_string()),
+    );
+    std::fs::create_dir_all(n.data_dir().join("attachments")).unwrap();
+    std::fs::write(n.data_dir().join("attachments").join(format!("{}:eth0", pod.cid)), record).unwrap();
+    n.api.down();
+    let conf = n.selector_conf("1.0.0", json!({}));
+    n.call("CHECK", &pod, &conf).ok();
+    n.call("DEL", &pod, &conf).ok();
+    n.assert_nothing_left(&pod, "a record of the earlier release");
+}
+
+#[test]
+fn two_yonghui_networks_in_one_pod_keep_their_state_apart_and_old_state_is_deleted_by_its_network() {
+    let n = Node::new();
+    n.add_yonghui_network("fabric", 61, json!({}));
+    n.add_yonghui_network("storage", 62, json!({}));
+    n.api.put_pod("default", "p", literal("fabric,storage@stor0"));
+    let conf = n.selector_conf("1.0.0", json!({}));
+    let pod = n.pod("p");
+    n.call("ADD", &pod, &conf).ok();
+    assert!(addresses(&pod, "eth0")[0].starts_with("10.77.61."));
+    assert!(addresses(&pod, "stor0")[0].starts_with("10.77.62."));
+    assert_eq!(list_dir(&n.yonghui_dir()), [format!("{}:eth0", pod.cid), format!("{}:stor0", pod.cid)]);
+    n.call("CHECK", &pod, &conf).ok();
+    n.call("DEL", &pod, &conf).ok();
+    n.assert_nothing_left(&pod, "two yonghui networks");
+
+    // What the earlier release saved for a pod's one yonghui network: `<dataDir>/<containerID>`.
+    n.api.put_pod("default", "old", literal("fabric"));
+    let pod = n.pod("old");
+    n.call("ADD", &pod, &conf).ok();
+    let keyed = n.yonghui_dir().join(format!("{}:eth0", pod.cid));
+    std::fs::rename(&keyed, n.yonghui_dir().join(&pod.cid)).unwrap();
+    n.call("DEL", &pod, &conf).ok();
+    n.assert_nothing_left(&pod, "yonghui state of the earlier release");
+}
+
+#[test]
+fn check_names_the_interface_that_changed_and_gc_collects_whole_pods() {
+    let (n, _lan) = node();
+    n.api.put_pod("default", "keep", literal("ptpnet,lan"));
+    n.api.put_pod("default", "stale", literal("ptpnet,lan@lan0"));
+    let conf = n.selector_conf("1.1.0", json!({}));
+    let keep = n.pod("keep");
+    let stale = n.pod("stale");
+    n.call("ADD", &keep, &conf).ok();
+    n.call("ADD", &stale, &conf).ok();
+    n.call("CHECK", &keep, &conf).ok();
+    keep.netns.must("ip link del net1");
+    let err = n.call("CHECK", &keep, &conf).err();
+    assert!(msg(&err).starts_with("interface net1: network lan"), "{err}");
+
+    let gc =
+        n.selector_conf("1.1.0", json!({"cni.dev/valid-attachments": [{"containerID": keep.cid, "ifname": "eth0"}]}));
+    n.call("GC", &keep, &gc).ok();
+    let mut records = n.records();
+    records.sort();
+    assert_eq!(
+        records,
+        [format!("{}:eth0", keep.cid), format!("{}:net1", keep.cid)],
+        "a valid pod keeps every network"
+    );
+    assert_eq!(link_names(&stale.netns, ""), ["lo"], "both of the stale pod's interfaces went");
+    assert!(n.leftovers_of(&stale, "ptpnet").is_empty());
+    n.call("DEL", &keep, &conf).ok();
+    n.assert_nothing_left(&keep, "after GC and DEL");
+}
+
+#[test]
+fn the_annotation_asks_for_addresses_a_mac_and_the_default_route() {
+    let (n, _lan) = node();
+    n.api.put_nad("default", "lan", None);
+    let networks = json!([{"name": "lan", "interface": "lan0", "ips": ["192.168.77.77/24"],
+        "mac": "02:00:00:aa:bb:cc", "default-route": [LAN_GATEWAY]}]);
+    n.api.put_annotated_pod("default", "p", json!({NETWORKS: networks.to_string()}), literal("ptpnet"));
+    let conf = n.selector_conf("1.0.0", json!({}));
+    let pod = n.pod("p");
+    let result = n.call("ADD", &pod, &conf).ok();
+    assert_eq!(addresses(&pod, "lan0"), ["192.168.77.77/24"]);
+    let mac = pod.netns.must("cat /sys/class/net/lan0/address");
+    assert_eq!(mac.trim(), "02:00:00:aa:bb:cc");
+    let defaults = pod.netns.must("ip -4 route show default");
+    assert_eq!(defaults.trim(), format!("default via {LAN_GATEWAY} dev lan0"), "the only default");
+    let routes: Vec<&str> =
+        result["routes"].as_array().into_iter().flatten().map(|r| r["dst"].as_str().unwrap()).collect();
+    assert!(!routes.contains(&"0.0.0.0/0"), "the runtime's result no longer claims the default: {result}");
+    n.call("CHECK", &pod, &conf).ok();
+    let status: Value =
+        serde_json::from_str(n.api.pod("default", "p").unwrap()["metadata"]["annotations"][STATUS].as_str().unwrap())
+            .unwrap();
+    assert_eq!((&status[1]["ips"], &status[1]["mac"]), (&json!(["192.168.77.77"]), &json!("02:00:00:aa:bb:cc")));
+    n.call("DEL", &pod, &conf).ok();
+    n.assert_nothing_left(&pod, "extras");
+}
+
+#[test]
+fn the_status_is_written_only_on_the_pod_whose_networks_they_are_and_when_asked() {
+    let (n, _lan) = node();
+    n.api.put_pod("default", "p", literal("ptpnet,lan"));
+    // The pod was deleted and created again under its name since the runtime started this sandbox.
+    n.api.recreate_pod("default", "p", "uid-of-the-new-pod");
+    let pod = n.pod("p");
+    let conf = n.selector_conf("1.0.0", json!({}));
+    let add = n.call("ADD", &pod, &conf);
+    assert_eq!(add.code, 0, "a status that cannot be written never fails the ADD: {add:?}");
+    assert!(add.stderr.contains(STATUS) && add.stderr.contains("422"), "{}", add.stderr);
+    assert!(n.api.pod("default", "p").unwrap()["metadata"]["annotations"].get(STATUS).is_none(), "not on another pod");
+    n.call("DEL", &pod, &conf).ok();
+
+    for (mode, pod_value, written) in
+        [("never", "ptpnet,lan", false), ("always", "ptpnet", true), ("auto", "ptpnet", false)]
+    {
+        n.api.put_pod("default", "q", literal(pod_value));
+        let conf = n.selector_conf("1.0.0", json!({"networkStatus": mode}));
+        let pod = n.pod("q");
+        n.call("ADD", &pod, &conf).ok();
+        let annotated = n.api.pod("default", "q").unwrap()["metadata"]["annotations"].get(STATUS).is_some();
+        assert_eq!(annotated, written, "networkStatus {mode}, {pod_value}");
+        n.call("DEL", &pod, &conf).ok();
+        n.assert_nothing_left(&pod, mode);
+    }
+}
+
+#[test]
+fn explain_shows_every_attachment_and_where_it_came_from() {
+    let (n, _lan) = node();
+    n.api.put_nad("default", "lan", None);
+    n.api.put_config_map("default", "nets", json!({"k": "ptpnet"}));
+    n.api.put_annotated_pod(
+        "default",
+        "p",
+        json!({NETWORKS: r#"[{"name": "lan", "interface": "lan0", "ips": ["192.168.77.70/24"]}]"#}),
+        common::node::from_config_map("nets", "k"),
+    );
+    let config = n.selector_conflist("1.0.0");
+    let out =
+        n.sb.command(&n.sb.bin().join("yh-genie"))
+            .args(["explain", "--pod", "p", "--config"])
+            .arg(&config)
+            .output()
+            .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{text}");
+    for want in [
+        "interface 1:   eth0, network ptpnet",
+        "chosen by:     env CNI_NETWORK_CONFIG element \"ptpnet\"",
+        "interface 2:   lan0, network lan",
+        "NetworkAttachmentDefinition default/lan, the confDir network of its name",
+        "asks for:      ips 192.168.77.70/24",
+        "ConfigMap nets key \"k\"",
+    ] {
+        assert!(text.contains(want), "lacks {want:?}:\n{text}");
+    }
+}
