@@ -21,7 +21,7 @@ use super::selection::{self, Attachment, PodIdentity};
 use super::{chain, extras};
 use crate::cni::{CniArgs, CniError, CniResult, ConfList, Invocation, code};
 
-/// One network attached: its record (with the result), chain and call.
+/// One network attached: its record, chain, call and result (recorded by `record_results`).
 pub struct Attached {
     pub record: Record,
     pub list: ConfList,
