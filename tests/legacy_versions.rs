@@ -97,7 +97,9 @@ fn yonghui_without_a_version_and_at_0_1_0_and_0_2_0_through_libcni() {
             assert_result_is(&result, read_as(version), &pod, octet, &case);
             assert!(result["ip4"]["routes"].as_array().unwrap().contains(&json!({"dst": "10.77.0.0/16"})), "{case}");
             // A missing version is handed on as missing, as the flannel plugin does.
-            let saved: Value = serde_json::from_slice(&std::fs::read(n.yonghui_dir().join(&pod.cid)).unwrap()).unwrap();
+            let saved: Value =
+                serde_json::from_slice(&std::fs::read(n.yonghui_dir().join(format!("{}:eth0", pod.cid))).unwrap())
+                    .unwrap();
             assert_eq!(saved.get("cniVersion").and_then(Value::as_str), version.filter(|v| !v.is_empty()), "{case}");
 
             assert_libcni_refuses_check(&drive("check"), &case);
