@@ -9,7 +9,7 @@
 
 mod common;
 
-use common::cri_node::{BRIDGE, CriNode, MACVLAN_VETH, NODE_IP, Network, Sandbox, YONGHUI};
+use common::cri_node::{BRIDGE, CriNode, MACVLAN_ROUTER, MACVLAN_VETH, NODE_IP, Network, Sandbox, YONGHUI};
 use common::node::{from_config_map, literal};
 use serde_json::json;
 use std::collections::BTreeSet;
@@ -167,5 +167,64 @@ fn sandboxes_are_torn_down_after_a_containerd_restart_with_the_api_server_down()
 
     // DEL works from the attachment record alone: the API server is still down.
     node.remove_pod(&sandbox);
+    node.finish();
+}
+
+/// `ip -j route get` in the sandbox: the interface the packet leaves by.
+fn route_dev(node: &CriNode, sandbox: &Sandbox, to: &str) -> String {
+    let (ok, out) = node.in_sandbox(sandbox, &format!("ip -j route get {to}"));
+    assert!(ok, "{}: {out}", sandbox.pod);
+    let route: serde_json::Value = serde_json::from_str(&out).unwrap();
+    route[0]["dev"].as_str().unwrap_or_default().to_string()
+}
+
+/// Seed 004's router pattern under containerd: the overlay on eth0 and a macvlan on net1 with
+/// `router`. containerd takes the pod IP from the interface it named (eth0), so the selector hands it
+/// the first network's result alone; the second network is the pod's all the same.
+#[test]
+fn a_pod_with_two_networks_gets_both_and_containerd_reports_the_first() {
+    let node = CriNode::start();
+    node.put_pod("overlay-peer", json!([{"name": "app", "image": "nginx"}]));
+    put_choosing(&node, "lan-peer", &MACVLAN_VETH, Choice::BareName);
+    node.api.put_config_map("default", "two-cm", json!({"networks": "yonghui,macvlan-router@net1"}));
+    node.put_pod("two", from_config_map("two-cm", "networks"));
+    let overlay_peer = node.run_pod("overlay-peer", 0).unwrap_or_else(|e| panic!("{e}\n{}", node.logs()));
+    let lan_peer = node.run_pod("lan-peer", 0).unwrap_or_else(|e| panic!("{e}\n{}", node.logs()));
+    let two = node.run_pod("two", 0).unwrap_or_else(|e| panic!("{e}\n{}", node.logs()));
+
+    assert_on_network(&node, &two, &YONGHUI);
+    let net1 = node.sandbox_addresses_on(&two, "net1");
+    assert!(net1.len() == 1 && MACVLAN_ROUTER.contains(&net1[0]), "net1 on the LAN: {net1:?}");
+    assert_ne!(two.ip, net1[0], "containerd reports eth0's address, not net1's");
+    let records = common::node::list_dir(&node.path("var/lib/cni/yh-genie/attachments"));
+    assert!(
+        records.contains(&format!("{}:eth0", two.id)) && records.contains(&format!("{}:net1", two.id)),
+        "a record per network: {records:?}"
+    );
+    let (_, rules) = node.in_sandbox(&two, "ip rule");
+    assert!(rules.contains("lookup 200"), "router's policy rules: {rules}");
+
+    // Each peer through the interface of its network.
+    assert_eq!(route_dev(&node, &two, &overlay_peer.ip), "eth0");
+    assert!(pings(&node, &two, &overlay_peer.ip), "the overlay peer {} through eth0", overlay_peer.ip);
+    assert_eq!(route_dev(&node, &two, &lan_peer.ip), "net1");
+    assert!(pings(&node, &two, &lan_peer.ip), "the LAN peer {} through net1", lan_peer.ip);
+
+    // What the pod got, for people and tools.
+    let pod = node.api.pod("default", "two").expect("the pod");
+    let status = pod["metadata"]["annotations"]["k8s.v1.cni.cncf.io/network-status"].as_str().unwrap_or_default();
+    let status: serde_json::Value = serde_json::from_str(status).unwrap_or_else(|e| panic!("{e}: {pod}"));
+    let interfaces: Vec<(&str, &str)> = status
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| (s["interface"].as_str().unwrap_or_default(), s["ips"][0].as_str().unwrap_or_default()))
+        .collect();
+    assert_eq!(interfaces, [("eth0", two.ip.as_str()), ("net1", net1[0].as_str())], "{status}");
+    assert_eq!(status[0]["default"], true, "{status}");
+
+    for sandbox in [&two, &lan_peer, &overlay_peer] {
+        node.remove_pod(sandbox);
+    }
     node.finish();
 }

@@ -10,6 +10,8 @@
 //! - `bridge`: Debian's reference `bridge` + `host-local`, with ipMasq.
 //! - `macvlan-veth`: the reference `macvlan` on the node's NIC `par0` (one end of a veth pair in
 //!   the node netns), chained with the built-in `veth` so that the pod reaches its node (seed 004).
+//! - `macvlan-router`: a macvlan on `par0` chained with the built-in `router`, for a pod's second
+//!   interface beside an overlay `eth0` (seed 004's router pattern).
 
 use super::apiserver::{ApiServer, TOKEN};
 use super::containerd::{Containerd, RunDir, require_containerd, terminate};
@@ -53,6 +55,12 @@ pub const BRIDGE: Network =
     Network { name: "bridge", first: Ipv4Addr::new(10, 250, 0, 2), last: Ipv4Addr::new(10, 250, 0, 254) };
 pub const MACVLAN_VETH: Network =
     Network { name: "macvlan-veth", first: Ipv4Addr::new(192, 168, 100, 100), last: Ipv4Addr::new(192, 168, 100, 149) };
+/// The same LAN as `MACVLAN_VETH` (a pod on each reaches the other through `par0`'s bridge mode).
+pub const MACVLAN_ROUTER: Network = Network {
+    name: "macvlan-router",
+    first: Ipv4Addr::new(192, 168, 100, 150),
+    last: Ipv4Addr::new(192, 168, 100, 199),
+};
 
 /// A running pod sandbox as the CRI reports it.
 #[derive(Debug, Clone)]
@@ -145,7 +153,21 @@ impl CriNode {
                       "routes": [{"dst": "0.0.0.0/0"}]}},
             {"type": "veth", "overlay_hijack_subnet": ["10.244.0.0/16"], "service_hijack_subnet": ["10.96.0.0/16"],
              "data_dir": dir("var/lib/cni/veth"), "log_options": {"log_file": dir("log/veth.log")}}]});
-        for (name, conf) in [("yonghui", yonghui), ("bridge", bridge), ("macvlan-veth", macvlan_veth)] {
+        let macvlan_router = json!({"cniVersion": "1.0.0", "name": "macvlan-router", "plugins": [
+            {"type": "macvlan", "master": "par0", "mode": "bridge",
+             "ipam": {"type": "host-local", "dataDir": dir("var/lib/cni/networks"),
+                      "ranges": [[{"subnet": "192.168.100.0/24", "rangeStart": "192.168.100.150",
+                                   "rangeEnd": "192.168.100.199", "gateway": "192.168.100.254"}]]}},
+            {"type": "router", "overlay_interface": "eth0", "overlay_hijack_subnet": ["10.244.0.0/16"],
+             "service_hijack_subnet": ["10.96.0.0/16"], "rp_filter": {"set_host": false, "value": 2},
+             "data_dir": dir("var/lib/cni/router"), "log_options": {"log_file": dir("log/router.log")}}]});
+        let networks = [
+            ("yonghui", yonghui),
+            ("bridge", bridge),
+            ("macvlan-veth", macvlan_veth),
+            ("macvlan-router", macvlan_router),
+        ];
+        for (name, conf) in networks {
             self.write(&format!("config/networks/{name}.conflist"), &conf.to_string());
         }
         // The shipped selector.json, plus what an admin sets for a test: a short API budget so that an
@@ -332,7 +354,7 @@ impl CriNode {
             .into_iter()
             .map(|(ip, cid)| format!("lease {ip} of {cid}"))
             .collect();
-        for dir in ["var/lib/cni/yh-genie", "var/lib/cni/yonghui", "var/lib/cni/veth"] {
+        for dir in ["var/lib/cni/yh-genie", "var/lib/cni/yonghui", "var/lib/cni/veth", "var/lib/cni/router"] {
             walk(&self.path(dir), &mut |p| left.push(format!("file {}", p.display())));
         }
         left.extend(list_dir(&self.containerd.node_path(LOCK_DIR)).into_iter().map(|f| format!("lock {f}")));
@@ -379,7 +401,12 @@ impl CriNode {
 
     /// IPv4 addresses (`a.b.c.d`) on a sandbox's eth0.
     pub fn sandbox_addresses(&self, sandbox: &Sandbox) -> Vec<String> {
-        let (ok, out) = self.in_sandbox(sandbox, "ip -j -4 addr show dev eth0");
+        self.sandbox_addresses_on(sandbox, "eth0")
+    }
+
+    /// IPv4 addresses (`a.b.c.d`) on the sandbox's interface `dev`.
+    pub fn sandbox_addresses_on(&self, sandbox: &Sandbox, dev: &str) -> Vec<String> {
+        let (ok, out) = self.in_sandbox(sandbox, &format!("ip -j -4 addr show dev {dev}"));
         assert!(ok, "{}: {out}", sandbox.pod);
         let links: Vec<Value> = serde_json::from_str(&out).unwrap();
         links
