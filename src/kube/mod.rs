@@ -16,6 +16,7 @@ pub use nad::{NetworkAttachmentDefinition, NetworkAttachmentDefinitionSpec};
 
 use crate::cni::CniError;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
+use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::fmt;
 
@@ -56,7 +57,7 @@ pub struct ObjectRef<'a> {
     pub name: &'a str,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub enum Kind {
     Pod,
     ConfigMap,
@@ -83,5 +84,28 @@ impl fmt::Display for ObjectRef<'_> {
             Kind::NetworkAttachmentDefinition => "NetworkAttachmentDefinition",
         };
         write!(f, "{kind} {}/{}", self.namespace, self.name)
+    }
+}
+
+/// An `ObjectRef` that owns its names: a key to hold objects by.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct ObjectKey {
+    pub kind: Kind,
+    pub namespace: String,
+    pub name: String,
+}
+
+impl ObjectKey {
+    pub fn new(kind: Kind, namespace: &str, name: &str) -> Self {
+        ObjectKey { kind, namespace: namespace.to_string(), name: name.to_string() }
+    }
+    pub fn as_ref(&self) -> ObjectRef<'_> {
+        ObjectRef { kind: self.kind, namespace: &self.namespace, name: &self.name }
+    }
+}
+
+impl fmt::Display for ObjectKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.as_ref().fmt(f)
     }
 }

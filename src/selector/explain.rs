@@ -84,7 +84,7 @@ fn explain(options: &Options) -> Result<String, CniError> {
         None => None,
     };
     // The runtimes the selector serves name the pod's first interface eth0.
-    let selection = select::select(&config, "eth0", pod, api.as_ref().map(|a| a as &dyn PodSource))?;
+    let selection = select::select(&config, "eth0", pod, None, api.as_ref().map(|a| a as &dyn PodSource))?;
     render(options, &selection)
 }
 

@@ -42,8 +42,13 @@ impl Plugin for Selector {
     fn add(&self, inv: &Invocation, conf: &PluginConf) -> Result<CniResult, CniError> {
         let config = SelectorConfig::from_plugin_conf(conf)?;
         let mut api = api_client(&config, inv, config.api)?;
-        let selection =
-            select::select(&config, &inv.ifname, inv.args.pod(), api.as_ref().map(|a| a as &dyn PodSource))?;
+        let selection = select::select(
+            &config,
+            &inv.ifname,
+            inv.args.pod(),
+            inv.args.pod_uid(),
+            api.as_ref().map(|a| a as &dyn PodSource),
+        )?;
         note_networks(selection.attachments.iter().map(|a| a.network.as_str()));
         if !wants_status(&config, &selection) {
             // A pod that gets no status write keeps no client while its plugins run.
@@ -222,8 +227,15 @@ fn api_client(config: &SelectorConfig, inv: &Invocation, policy: ApiPolicy) -> R
 /// given) in reverse, without `prevResult`; if that cannot be known, there is nothing this plugin
 /// can undo, and DEL succeeds.
 fn del_without_record(config: &SelectorConfig, inv: &Invocation, only: Option<&[String]>) -> Result<(), CniError> {
-    let chosen = api_client(config, inv, ApiPolicy::single_attempt(config.api.attempt_timeout))
-        .and_then(|api| select::select(config, &inv.ifname, inv.args.pod(), api.as_ref().map(|a| a as &dyn PodSource)));
+    let chosen = api_client(config, inv, ApiPolicy::single_attempt(config.api.attempt_timeout)).and_then(|api| {
+        select::select(
+            config,
+            &inv.ifname,
+            inv.args.pod(),
+            inv.args.pod_uid(),
+            api.as_ref().map(|a| a as &dyn PodSource),
+        )
+    });
     let selection = match chosen {
         Ok(selection) => selection,
         Err(e) => {
