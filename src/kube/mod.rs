@@ -5,13 +5,15 @@
 //! annotation back (`k8s.v1.cni.cncf.io/network-status`). `PodSource` is that interface,
 //! synchronous like the `Plugin` trait, so selection logic is tested with an in-memory fake and
 //! runs in production over `ApiClient`, which talks to the API server with the `kube` crate,
-//! bounded in time and retried within one budget (see `client`).
+//! bounded in time and retried within one budget (see `client`). The node agent's long-lived,
+//! async access (watches, the status writes it does for the plugin) is in `watching`.
 
 mod client;
 mod nad;
 mod tls;
+pub mod watching;
 
-pub use client::{ApiClient, ApiPolicy};
+pub use client::{ApiClient, ApiPolicy, annotations_patch, jittered};
 pub use nad::{NetworkAttachmentDefinition, NetworkAttachmentDefinitionSpec};
 
 use crate::cni::CniError;
@@ -27,6 +29,20 @@ pub const API_CALLS: [(&str, &str, &str); 4] = [
     ("", "pods", "patch"),
     ("", "configmaps", "get"),
     ("k8s.cni.cncf.io", "network-attachment-definitions", "get"),
+];
+
+/// Every request the node agent makes (`watching`, `crate::agent`), as RBAC names them: it lists
+/// and watches its node's pods and the ConfigMaps and NetworkAttachmentDefinitions they refer to,
+/// and patches a pod's network-status annotation for the plugin. The ClusterRole grants these
+/// and `API_CALLS`, nothing else.
+pub const AGENT_API_CALLS: [(&str, &str, &str); 7] = [
+    ("", "pods", "list"),
+    ("", "pods", "watch"),
+    ("", "pods", "patch"),
+    ("", "configmaps", "list"),
+    ("", "configmaps", "watch"),
+    ("k8s.cni.cncf.io", "network-attachment-definitions", "list"),
+    ("k8s.cni.cncf.io", "network-attachment-definitions", "watch"),
 ];
 
 /// The reads and the one write the selector makes. `Ok(None)`: the object does not exist (the
