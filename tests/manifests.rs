@@ -267,7 +267,7 @@ fn mount_for<'a>(
 fn the_daemonset_mounts_every_host_path_the_installer_touches() {
     let ds = installer_daemonset();
     let opts = installer_options(&installer_container(&ds));
-    let written = opts.host_dirs_written().map(|p| (p.to_owned(), true));
+    let written = opts.host_dirs_written().into_iter().map(|p| (p.to_owned(), true));
     let read = opts.wait_for.iter().map(|p| (p.clone(), false));
     for (host_path, writes) in written.into_iter().chain(read) {
         let local = opts.on_host(&host_path);
