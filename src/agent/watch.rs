@@ -25,18 +25,17 @@ use tracing::{debug, info, warn};
 /// Keep the store equal to the node's pods, for as long as the agent runs.
 pub(super) async fn pods(shared: Arc<Shared>, node: String) -> String {
     let api: Api<Pod> = Api::all(shared.client.clone());
-    let config = watcher::Config::default().fields(&format!("spec.nodeName={node}")).any_semantic();
+    let config = cached(watcher::Config::default().fields(&format!("spec.nodeName={node}")));
     let mut events = watcher(api, config).default_backoff().boxed();
     // The pods of a list in progress, trimmed as they come; they replace the store's at its end.
     let mut listing: Option<Vec<Pod>> = None;
-    let mut lists = 0u64;
+    let mut listed = false;
     while let Some(event) = events.next().await {
         match event {
             Ok(Event::Init) => {
-                if lists > 0 {
+                if listed {
                     shared.metrics.relisted(Kind::Pod);
                 }
-                lists += 1;
                 listing = Some(Vec::new());
             }
             Ok(Event::InitApply(pod)) => {
@@ -45,6 +44,7 @@ pub(super) async fn pods(shared: Arc<Shared>, node: String) -> String {
             Ok(Event::InitDone) => {
                 let pods = listing.take().unwrap_or_default();
                 let count = pods.len();
+                listed = true;
                 shared.update(|store| store.replace_all(pods));
                 info!("listed the {count} pods of node {node}");
             }
@@ -57,6 +57,14 @@ pub(super) async fn pods(shared: Arc<Shared>, node: String) -> String {
         }
     }
     "the pod watch ended".into()
+}
+
+/// Lists with `resourceVersion=0`, which the API server answers from its watch cache. Unpaged: kube
+/// leaves `resourceVersion=0` out of a paged list (the API server would ignore the page size there
+/// anyway), and one node's pods or one object are a small list.
+fn cached(mut config: watcher::Config) -> watcher::Config {
+    config.page_size = None;
+    config.any_semantic()
 }
 
 /// Start the watch of one referenced object; the store holds it as pending until it is listed.
@@ -81,26 +89,28 @@ where
     K: Resource<Scope = NamespaceResourceScope, DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + 'static,
 {
     let api: Api<K> = Api::namespaced(shared.client.clone(), &key.namespace);
-    let config = watcher::Config::default().fields(&format!("metadata.name={}", key.name)).any_semantic();
+    let config = cached(watcher::Config::default().fields(&format!("metadata.name={}", key.name)));
     let mut events = watcher(api, config).default_backoff().boxed();
     // What a list in progress found; absent if it ends without it.
-    let mut listed: Option<K> = None;
-    let mut lists = 0u64;
+    let mut found: Option<K> = None;
+    let mut listed = false;
     while let Some(event) = events.next().await {
         let state = match event {
             Ok(Event::Init) => {
-                if lists > 0 {
+                if listed {
                     shared.metrics.relisted(key.kind);
                 }
-                lists += 1;
-                listed = None;
+                found = None;
                 continue;
             }
             Ok(Event::InitApply(object)) => {
-                listed = Some(object);
+                found = Some(object);
                 continue;
             }
-            Ok(Event::InitDone) => listed.take().map_or(ObjectState::Absent, hold),
+            Ok(Event::InitDone) => {
+                listed = true;
+                found.take().map_or(ObjectState::Absent, hold)
+            }
             Ok(Event::Apply(object)) => hold(object),
             Ok(Event::Delete(_)) => ObjectState::Absent,
             Err(e) => {
