@@ -4,7 +4,8 @@
 //! socket, the binary and conflist it installs. Killed when dropped, so a failing test leaves no
 //! process behind. Its readiness and metrics port is the default one, on the node netns' loopback.
 
-use super::apiserver::{AGENT_TOKEN, NODE_NAME};
+use super::Netns;
+use super::apiserver::{AGENT_TOKEN, ApiServer, NODE_NAME};
 use super::node::Node;
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
@@ -21,6 +22,7 @@ pub const PATIENCE: Duration = Duration::from_secs(30);
 pub struct Agent {
     child: Child,
     node_netns: PathBuf,
+    metrics_port: u16,
     /// The agent's stderr.
     pub log: PathBuf,
 }
@@ -28,34 +30,39 @@ pub struct Agent {
 impl Node {
     /// Start the agent, as `yh-genie install --agent` with the DaemonSet's flags.
     pub fn start_agent(&self) -> Agent {
-        let sa = self.sb.path().join("agent-sa");
-        std::fs::create_dir_all(&sa).unwrap();
-        std::fs::write(sa.join("token"), AGENT_TOKEN).unwrap();
-        std::fs::copy(self.api.ca(), sa.join("ca.crt")).unwrap();
-        let host = self.sb.path().join("agent-host");
-        let log = self.sb.path().join(format!("agent.{}.log", super::unique("")));
-        let mut command = std::process::Command::new("ip");
-        command
-            .args(["netns", "exec", &self.netns.name, env!("CARGO_BIN_EXE_yh-genie"), "install", "--agent"])
-            .arg(format!("--node-name={NODE_NAME}"))
-            .arg(format!("--agent-socket={}", self.agent_socket().display()))
-            .arg(format!("--api-server={}", self.api.url()))
-            .arg(format!("--sa-dir={}", sa.display()))
-            .arg(format!("--bin-dir={}", host.join("bin").display()))
-            .arg(format!("--conf-dir={}", host.join("net.d").display()))
-            .arg(format!("--data-dir={}", self.data_dir().display()))
-            .arg("--interval=1")
-            .env_clear()
-            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log).unwrap());
-        let child = command.spawn().expect("the agent starts");
-        Agent { child, node_netns: self.netns.path(), log }
+        Agent::start(&self.netns, &self.api, self.sb.path(), &self.agent_socket(), METRICS_PORT, &[])
     }
 }
 
 impl Agent {
+    /// Start `yh-genie install --agent` in `netns`, watching `api`, listening on `socket`, its
+    /// files under `dir`, its readiness and metrics on `metrics_port`, with `extra` flags.
+    pub fn start(
+        netns: &Netns,
+        api: &ApiServer,
+        dir: &Path,
+        socket: &Path,
+        metrics_port: u16,
+        extra: &[&str],
+    ) -> Agent {
+        let (mut command, log) = installer(netns, api, dir);
+        command
+            .arg("--agent")
+            .arg(format!("--node-name={NODE_NAME}"))
+            .arg(format!("--agent-socket={}", socket.display()))
+            .arg(format!("--agent-metrics-address=127.0.0.1:{metrics_port}"))
+            .args(extra);
+        let child = command.spawn().expect("the agent starts");
+        Agent { child, node_netns: netns.path(), metrics_port, log }
+    }
+
+    /// The installer of `start` without `--agent`: what the DaemonSet's container costs without it.
+    pub fn start_without_agent(netns: &Netns, api: &ApiServer, dir: &Path) -> Agent {
+        let (mut command, log) = installer(netns, api, dir);
+        let child = command.spawn().expect("the installer starts");
+        Agent { child, node_netns: netns.path(), metrics_port: 0, log }
+    }
+
     pub fn pid(&self) -> i32 {
         self.child.id() as i32
     }
@@ -69,9 +76,10 @@ impl Agent {
     pub fn http_get(&self, path: &str) -> Option<(u16, String)> {
         let netns = std::fs::File::open(&self.node_netns).unwrap();
         let path = path.to_string();
+        let port = self.metrics_port;
         std::thread::spawn(move || {
             nix::sched::setns(&netns, nix::sched::CloneFlags::CLONE_NEWNET).unwrap();
-            let mut stream = std::net::TcpStream::connect(("127.0.0.1", METRICS_PORT)).ok()?;
+            let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
             stream.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
             write!(stream, "GET {path} HTTP/1.1\r\nhost: localhost\r\n\r\n").ok()?;
             let mut reply = String::new();
@@ -135,6 +143,33 @@ impl Agent {
     pub fn running(&mut self) -> bool {
         self.child.try_wait().unwrap().is_none()
     }
+}
+
+/// `yh-genie install` in `netns` with a service account of its own for `api` (the agent's token),
+/// every host path under `dir`; and the file its stderr goes to.
+fn installer(netns: &Netns, api: &ApiServer, dir: &Path) -> (std::process::Command, PathBuf) {
+    let id = super::unique("installer");
+    let sa = dir.join(format!("{id}-sa"));
+    std::fs::create_dir_all(&sa).unwrap();
+    std::fs::write(sa.join("token"), AGENT_TOKEN).unwrap();
+    std::fs::copy(api.ca(), sa.join("ca.crt")).unwrap();
+    let host = dir.join(format!("{id}-host"));
+    let log = dir.join(format!("{id}.log"));
+    let mut command = std::process::Command::new("ip");
+    command
+        .args(["netns", "exec", &netns.name, env!("CARGO_BIN_EXE_yh-genie"), "install"])
+        .arg(format!("--api-server={}", api.url()))
+        .arg(format!("--sa-dir={}", sa.display()))
+        .arg(format!("--bin-dir={}", host.join("bin").display()))
+        .arg(format!("--conf-dir={}", host.join("net.d").display()))
+        .arg(format!("--data-dir={}", host.join("data").display()))
+        .arg("--interval=1")
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap());
+    (command, log)
 }
 
 impl Drop for Agent {
