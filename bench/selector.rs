@@ -1,20 +1,23 @@
 //! The selector's benchmark driver (run by `bench/selector.sh`; needs root). It measures ADD and DEL
 //! latency of `yh-genie -> network` beside the same network's plugin run alone by this driver (as a
-//! runtime would run it without the selector), one pod at a time and several at once, plus API
-//! requests per call and the peak RSS of one ADD. It prints figures and judges nothing.
+//! runtime would run it without the selector), one pod at a time and several at once: through the
+//! node agent (which holds the pod's objects: no API request) and through the direct path (the
+//! plugin asks the API server). Also API requests per ADD and DEL, the peak RSS of one ADD, and the
+//! agent's RSS holding a full node's pods. It prints figures and judges nothing.
 //!
 //! The cases run interleaved (pod i through every case, then pod i+1), so that background load on a
-//! shared machine hits them alike. A second pair of cases runs a no-op plugin alone and through the
-//! selector: their difference is the selector's own cost (start, API, record, exec).
+//! shared machine hits them alike. Cases running a no-op plugin alone and through the selector
+//! differ by the selector's own cost (start, agent or API, records, exec).
 //!
 //! Everything happens in a throwaway "node" netns that this process's threads join (so no
-//! `ip netns exec` wrapper skews the timings), with the tests' fake API server on its 127.0.0.1
-//! and one netns per pod.
+//! `ip netns exec` wrapper skews the timings), with the tests' fake API server on its 127.0.0.1,
+//! the agent running as the DaemonSet runs it (`yh-genie install --agent`), and one netns per pod.
 
 #[path = "../tests/common/mod.rs"]
 mod common;
 mod multinet;
 
+use common::agent::Agent;
 use common::apiserver::ApiServer;
 use common::{Netns, Sandbox, unique};
 use serde_json::{Value, json};
@@ -61,6 +64,8 @@ struct Case {
     steps: Vec<Step>,
     /// The selector's cases name their pods to the API server; the plugin-alone cases need no names.
     through_selector: bool,
+    /// Whether the selector asks the node agent (else the API server).
+    via_agent: bool,
     pods: Vec<Pod>,
 }
 
@@ -74,6 +79,9 @@ struct Step {
 struct Pod {
     netns: Netns,
     args: String,
+    /// As the API server knows it (selector cases): name and uid.
+    name: String,
+    uid: String,
 }
 
 /// What one case measured in one round: the wall time of all its steps, per pod.
@@ -87,6 +95,7 @@ struct Bench {
     sb: Sandbox,
     api: ApiServer,
     node: Netns,
+    agent: Agent,
 }
 
 impl Bench {
@@ -95,7 +104,22 @@ impl Bench {
         let node = Netns::new("ybn");
         let sb = Sandbox::new();
         let api = ApiServer::start_in(&node);
-        Bench { sb, api, node }
+        let agent = Agent::start(&node, &api, sb.path(), &sb.path().join("run/agent.sock"), 9745, &[]);
+        agent.wait_ready();
+        Bench { sb, api, node, agent }
+    }
+
+    fn agent_socket(&self) -> PathBuf {
+        self.sb.path().join("run/agent.sock")
+    }
+
+    /// Wait until the agent holds every pod of the agent's cases (as it does by the time a
+    /// kubelet asks for a pod's network: it sees the pod when it is bound to the node).
+    fn wait_for_agent(&self, cases: &[Case]) {
+        let socket = self.agent_socket();
+        for pod in cases.iter().filter(|c| c.via_agent).flat_map(|c| &c.pods) {
+            self.agent.wait_holds(&socket, &pod.name, &pod.uid, |_| true);
+        }
     }
 
     /// Join the node netns: every thread spawned afterwards, and every plugin process, is in it.
@@ -139,26 +163,21 @@ impl Bench {
         self.sb.write(&format!("net.d/{name}/10-{name}.conflist"), &conf.to_string());
     }
 
-    /// The selector's stdin, and a ConfigMap + pods choosing `network` by its bare name.
-    fn selector_case(&self, label: &str, network: &str, conf: &Value, pods: usize) -> Case {
-        self.install(network, conf);
-        self.choosing_case(label, network, pods, &self.sb.path().join("yh-genie"))
-    }
-
-    /// The selector's stdin (records in `data_dir`), and a ConfigMap + pods whose
-    /// CNI_NETWORK_CONFIG is `value` (networks installed already).
-    fn choosing_case(&self, label: &str, value: &str, pods: usize, data_dir: &Path) -> Case {
-        let network = value.replace(',', "-");
-        let cm = format!("{network}-net");
+    /// The selector's stdin (records in `data_dir`; asking the agent or not), and a ConfigMap +
+    /// pods whose CNI_NETWORK_CONFIG is `value` (networks installed already).
+    fn choosing_case(&self, label: &str, value: &str, pods: usize, data_dir: &Path, via_agent: bool) -> Case {
+        let prefix = unique("bp");
+        let cm = format!("{prefix}-net");
         self.api.put_config_map("default", &cm, json!({"cni_network_config": value}));
+        let socket = if via_agent { self.agent_socket() } else { PathBuf::new() };
         let stdin = json!({
             "cniVersion": "1.0.0", "name": "yh-genie", "type": "yh-genie",
             "kubeconfig": self.api.kubeconfig(), "confDir": self.sb.path().join("net.d"),
-            "dataDir": data_dir, "binDir": self.sb.bin(),
+            "dataDir": data_dir, "binDir": self.sb.bin(), "agentSocket": socket,
         });
         let pods = (0..pods)
             .map(|i| {
-                let name = format!("{network}-{i}");
+                let name = format!("{prefix}-{i}");
                 self.api.put_pod(
                     "default",
                     &name,
@@ -167,11 +186,11 @@ impl Bench {
                 );
                 let uid = format!("uid-default-{name}");
                 let args = format!("IgnoreUnknown=1;K8S_POD_NAMESPACE=default;K8S_POD_NAME={name};K8S_POD_UID={uid}");
-                Pod { netns: Netns::new("ybp"), args }
+                Pod { netns: Netns::new("ybp"), args, name, uid }
             })
             .collect();
         let step = Step { program: self.sb.bin().join("yh-genie"), stdin, ifname: "eth0".into() };
-        Case { label: label.to_string(), steps: vec![step], through_selector: true, pods }
+        Case { label: label.to_string(), steps: vec![step], through_selector: true, via_agent, pods }
     }
 
     /// The first plugin of `conf` run directly, as libcni would for a one-plugin list.
@@ -193,8 +212,15 @@ impl Bench {
                 Step { program, stdin, ifname }
             })
             .collect();
-        let pods = (0..pods).map(|_| Pod { netns: Netns::new("ybp"), args: "IgnoreUnknown=1".into() }).collect();
-        Case { label: label.to_string(), steps, through_selector: false, pods }
+        let pods = (0..pods)
+            .map(|_| Pod {
+                netns: Netns::new("ybp"),
+                args: "IgnoreUnknown=1".into(),
+                name: String::new(),
+                uid: String::new(),
+            })
+            .collect();
+        Case { label: label.to_string(), steps, through_selector: false, via_agent: false, pods }
     }
 
     /// Start one plugin process like a runtime, `stdin` written and closed.
@@ -329,67 +355,77 @@ fn main() {
     }
     if !o.networks_only {
         single_network(&b, &o);
+        agent_rss(&b);
     }
     multinet::run(&b, o.pods);
 }
 
-/// Pods with one network: the selector through yonghui, the reference bridge and a no-op, beside
-/// the plugin alone; sequential and several at once; RSS; the lock's cost.
+/// Pods with one network: the selector through yonghui and a no-op, via the agent and via the direct
+/// path, beside the reference bridge and the no-op alone; sequential and several at once; API
+/// requests; RSS; the lock's cost.
 fn single_network(b: &Bench, o: &Options) {
-    let bridge = b.bridge_network("bench", "10.88.0.0/16");
     let noop = b.noop_network();
     let yonghui = b.yonghui_network();
-    // Indices matter below: [0] is the baseline of [1] and [2], [3] of [4].
+    b.install("fabric", &yonghui);
+    b.install("noop", &noop);
+    let data = b.sb.path().join("yh-genie");
+    // Indices matter below: [0] is the baseline of [1] and [2], [3] of [4] and [5].
     let cases = [
         b.alone_case("bridge alone", &b.bridge_network("reference", "10.89.0.0/16"), o.pods),
-        b.selector_case("yh-genie -> yonghui", "fabric", &yonghui, o.pods),
-        b.selector_case("yh-genie -> bridge", "bench", &bridge, o.pods),
+        b.choosing_case("yonghui, via the agent", "fabric", o.pods, &data, true),
+        b.choosing_case("yonghui, direct (API)", "fabric", o.pods, &data, false),
         b.alone_case("no-op alone", &noop, o.pods),
-        b.selector_case("yh-genie -> no-op", "noop", &noop, o.pods),
+        b.choosing_case("no-op, via the agent", "noop", o.pods, &data, true),
+        b.choosing_case("no-op, direct (API)", "noop", o.pods, &data, false),
     ];
+    b.wait_for_agent(&cases);
 
     println!("yh-genie selector benchmark: {} pods, release build, cases interleaved per pod", o.pods);
-    println!("each selector case: GET pod + GET ConfigMap (bare network name), record, run the network's chain");
-    println!("  bridge alone:        Debian's reference bridge + host-local exec'd by this driver, as libcni would");
-    println!("  yh-genie -> yonghui: yonghui -> yh-bridge in process (subnet.env), host-local exec'd");
-    println!("  yh-genie -> bridge:  the same reference bridge + host-local, exec'd by the selector");
+    println!("every selector case reads the network's bare name from a ConfigMap, records, runs the network's chain");
+    println!("  bridge alone:          Debian's reference bridge + host-local exec'd by this driver, as libcni would");
+    println!("  yonghui:               yh-genie -> yonghui -> yh-bridge in process (subnet.env), host-local exec'd");
+    println!("  via the agent:         the pod and its ConfigMap from the node agent's socket: no API request");
+    println!("  direct (API):          GET pod + GET ConfigMap from the API server (agentSocket empty)");
     println!(
-        "  no-op:               a /bin/sh plugin answering an empty result; its two rows differ by the selector's own cost"
+        "  no-op:                 a /bin/sh plugin answering an empty result; through the selector minus alone is the selector's own cost"
     );
     for parallel in [1, o.parallel] {
         // Warm the page cache and every code path once, untimed.
         b.round(&cases, 1, 1);
-        let before = b.api.requests();
         let times = b.round(&cases, o.pods, parallel);
-        let selector_calls = cases.iter().filter(|c| c.through_selector).count() * o.pods;
-        let requests = b.api.requests() - before;
         println!();
         let mode = if parallel == 1 { "one at a time".to_string() } else { format!("{parallel} at once") };
-        println!("{mode:<24} ADD median     ADD p90    DEL median     DEL p90");
+        println!("{mode:<26} ADD median     ADD p90    DEL median     DEL p90");
         for (case, t) in cases.iter().zip(&times) {
             let [a50, a90, d50, d90] =
                 [(&t.add, 0.5), (&t.add, 0.9), (&t.del, 0.5), (&t.del, 0.9)].map(|(v, p)| ms(percentile(v, p)));
-            println!("  {:<22} {a50}  {a90}  {d50}  {d90}", case.label);
+            println!("  {:<24} {a50}  {a90}  {d50}  {d90}", case.label);
         }
         for (label, sel, alone) in [
-            ("yonghui / bridge alone", &times[1], &times[0]),
-            ("bridge / bridge alone", &times[2], &times[0]),
-            ("no-op / no-op alone", &times[4], &times[3]),
+            ("yonghui agent / bridge", &times[1], &times[0]),
+            ("yonghui API / bridge", &times[2], &times[0]),
+            ("no-op agent / alone", &times[4], &times[3]),
+            ("no-op API / alone", &times[5], &times[3]),
         ] {
             println!(
-                "  {label:<22} {}{}{}{}",
+                "  {label:<24} {}{}{}{}",
                 ratio(&sel.add, &alone.add, 0.5),
                 ratio(&sel.add, &alone.add, 0.9),
                 ratio(&sel.del, &alone.del, 0.5),
                 ratio(&sel.del, &alone.del, 0.9)
             );
         }
-        let own = percentile(&times[4].add, 0.5).saturating_sub(percentile(&times[3].add, 0.5));
-        println!("  selector's own cost per ADD (median, no-op difference): {}", ms(own).trim());
+        let own = |i: usize| ms(percentile(&times[i].add, 0.5).saturating_sub(percentile(&times[3].add, 0.5)));
         println!(
-            "  API requests: {:.2} per selector ADD+DEL ({requests} for {selector_calls}; DEL works from the record)",
-            requests as f64 / selector_calls as f64
+            "  selector's own cost per ADD (median, no-op difference): via the agent {}, direct {}",
+            own(4).trim(),
+            own(5).trim()
         );
+    }
+    println!();
+    for case in cases.iter().filter(|c| c.through_selector) {
+        let (add, del) = requests_of_one_pod(b, case);
+        println!("API requests of one pod, {:<24} {add} per ADD, {del} per DEL", case.label);
     }
 
     // Peak RSS of one selector ADD per network: the yh-genie process's own VmHWM.
@@ -397,13 +433,99 @@ fn single_network(b: &Bench, o: &Options) {
     for case in cases.iter().filter(|c| c.through_selector) {
         let peak = peak_rss_of_add(b, case);
         println!(
-            "peak RSS of one ADD, {:<20} {:.1} MB (VmHWM of the yh-genie process, sampled)",
+            "peak RSS of one ADD, {:<24} {:.1} MB (VmHWM of the yh-genie process, sampled)",
             case.label,
             peak as f64 / 1024.0
         );
     }
     println!("{}", attachment_lock_cost());
-    println!("targets: selector ADD median at most 1.5x the bridge alone; peak RSS of one ADD at most 15 MB");
+    println!(
+        "targets: via the agent, ADD median at most 1.0x the bridge alone, 0 API requests per ADD; peak RSS of one ADD at most 15 MB"
+    );
+}
+
+/// API requests made with the plugin's token by one more pod's ADD and DEL through `case` (a
+/// selector case).
+fn requests_of_one_pod(b: &Bench, case: &Case) -> (usize, usize) {
+    let cid = unique("req");
+    let (pod, step) = (&case.pods[0], &case.steps[0]);
+    let stdin = step.stdin.to_string();
+    let before = b.api.plugin_requests();
+    b.call(step, "ADD", &cid, pod, &stdin);
+    let after_add = b.api.plugin_requests();
+    b.call(step, "DEL", &cid, pod, &stdin);
+    (after_add - before, b.api.plugin_requests() - after_add)
+}
+
+/// The agent's resident memory with a full node: `PODS` pods on its node, each referring to a
+/// ConfigMap of its own (the most watches a node's pods can ask for: one each), among
+/// `CONFIG_MAPS` ConfigMaps in the cluster, and as many pods on other nodes, which it never sees.
+fn agent_rss(b: &Bench) {
+    const PODS: usize = 110;
+    const CONFIG_MAPS: usize = 200;
+    let api = ApiServer::start_in(&b.node);
+    for i in 0..CONFIG_MAPS {
+        api.put_config_map(
+            "default",
+            &format!("cm-{i}"),
+            json!({"cni_network_config": "fabric", "other": "x".repeat(200)}),
+        );
+    }
+    let env = |i: usize| {
+        json!([{"name": "app", "image": "registry.example/app:1.0", "env": [
+            {"name": "CNI_NETWORK_CONFIG", "valueFrom": {"configMapKeyRef": {"name": format!("cm-{i}"), "key": "cni_network_config"}}},
+            {"name": "OTHER", "value": "y".repeat(100)}]}])
+    };
+    for i in 0..PODS {
+        api.put_annotated_pod("default", &format!("p-{i}"), json!({"team": "a".repeat(100)}), env(i));
+        api.put_pod_spec("default", &format!("elsewhere-{i}"), json!({"nodeName": "other-node", "containers": env(i)}));
+    }
+    let socket = b.sb.path().join("run/rss.sock");
+    let agent = Agent::start(&b.node, &api, b.sb.path(), &socket, 9746, &[]);
+    agent.wait_ready();
+    let started = Instant::now();
+    for i in 0..PODS {
+        let name = format!("p-{i}");
+        agent.wait_holds(&socket, &name, &format!("uid-default-{name}"), |o| o.config_maps.len() == 1);
+    }
+    let held = started.elapsed();
+    std::thread::sleep(Duration::from_secs(2));
+    let (rss, hwm) = memory_kib(agent.pid());
+    println!();
+    println!(
+        "agent (yh-genie install --agent) with {PODS} pods on its node (each with a ConfigMap of its own: {PODS} object watches), \
+         {CONFIG_MAPS} ConfigMaps and {PODS} pods of another node in the cluster: RSS {:.1} MB, peak {:.1} MB; \
+         all pods and objects held {:.2} s after it was ready",
+        rss as f64 / 1024.0,
+        hwm as f64 / 1024.0,
+        held.as_secs_f64()
+    );
+    println!(
+        "  its objects: {} pods, {} ConfigMaps, {} object watches; API requests it made: {}",
+        agent.metric("yh_genie_agent_pods"),
+        agent.metric("yh_genie_agent_objects{resource=\"configmaps\"}"),
+        agent.metric("yh_genie_agent_object_watches"),
+        api.calls().len()
+    );
+    drop(agent);
+    let installer = Agent::start_without_agent(&b.node, &api, b.sb.path());
+    std::thread::sleep(Duration::from_secs(2));
+    let (rss, _) = memory_kib(installer.pid());
+    println!("  the installer alone (without --agent), for comparison: RSS {:.1} MB", rss as f64 / 1024.0);
+    println!("target: the agent's RSS at most 30 MB");
+}
+
+/// VmRSS and VmHWM of a process, in KiB.
+fn memory_kib(pid: i32) -> (u64, u64) {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let field = |name: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+            .unwrap_or(0)
+    };
+    (field("VmRSS:"), field("VmHWM:"))
 }
 
 /// What the attachment lock (taken by every ADD, CHECK and DEL) costs, measured in this process:

@@ -10,6 +10,8 @@
 #   - pod to pod across nodes, pod to pod on the second network, pod to Service by ClusterIP and
 #     by DNS name, from both networks (each pod serves its own name, so the answer names the pod);
 #   - host-local leases and yonghui's per-container records exist, and are gone after the pods are;
+#   - the node agent runs on every node (socket 0600, /readyz ready, the conflist names its socket)
+#     and the workload's pods got their networks through it (its hit counters cover them);
 #   - after the installer is restarted (new pod, new token) new pods still get a network;
 #   - deleting the DaemonSet removes the conflist and the kubeconfig from every node.
 # It stops at the first mismatch with a non-zero exit, prints diagnostics, and deletes the cluster.
@@ -32,6 +34,8 @@ conf_dir=/etc/cni/net.d
 conflist=$conf_dir/00-yh-genie.conflist
 kubeconfig_on_node=$conf_dir/yh-genie.d/yh-genie.kubeconfig
 plugin_names=(yonghui yh-bridge veth router)
+agent_socket=/run/yh-genie/agent.sock
+agent_port=9745 # --agent-metrics-address, on the node's loopback
 
 nodes=()
 scratch=
@@ -114,6 +118,18 @@ sandbox_id() {
 }
 
 node_has() { docker exec "$1" test -e "$2"; }
+
+# agent_get NODE PATH: the body of GET PATH on the node agent's local port (bash's /dev/tcp: the
+# node image needs no curl).
+agent_get() {
+	docker exec "$1" bash -c "exec 3<>/dev/tcp/127.0.0.1/$agent_port && printf 'GET $2 HTTP/1.0\r\n\r\n' >&3 && cat <&3" |
+		sed '1,/^\r\?$/d'
+}
+
+# agent_hits NODE: selection requests the node's agent answered with the pod's objects.
+agent_hits() {
+	agent_get "$1" /metrics | awk '$1 ~ /^yh_genie_agent_answers_total\{outcome="hit(_after_wait)?"\}$/ { n += $2 } END { print n + 0 }'
+}
 node_lacks() { ! docker exec "$1" test -e "$2"; }
 
 diagnostics() {
@@ -123,6 +139,10 @@ diagnostics() {
 	kubectl get pods -A -o wide || true
 	kubectl -n "$ns" describe pods || true
 	kubectl -n kube-system logs -l app.kubernetes.io/name=yh-genie --prefix --tail=50 || true
+	for node in "${nodes[@]}"; do
+		echo "--- $node agent"
+		agent_get "$node" /metrics | grep -v '^#' || true
+	done
 	kubectl get events -A --sort-by=.lastTimestamp | tail -n 40 || true
 	for node in "${nodes[@]}"; do
 		echo "--- $node"
@@ -201,6 +221,12 @@ assert_installed_on() {
 	first=$(docker exec "$node" sh -c "ls $conf_dir | grep -E '\\.(conf|conflist|json)\$' | head -n 1")
 	[[ $conf_dir/$first == "$conflist" ]] || fail "$node: the runtime would load '$first', not $conflist"
 	node_has "$node" "$conf_dir/yonghui/yonghui.conflist" || fail "$node: the yonghui network is not installed"
+	# The node agent: its socket root's only, ready, and the conflist tells the plugin to ask it.
+	mode=$(docker exec "$node" stat -c %a "$agent_socket") || fail "$node: no agent socket $agent_socket"
+	[[ $mode == 600 ]] || fail "$node: $agent_socket has mode $mode, want 600"
+	[[ $(agent_get "$node" /readyz) == ready ]] || fail "$node: the agent is not ready"
+	[[ $(docker exec "$node" cat "$conflist" | jq -r '.plugins[0].agentSocket') == "$agent_socket" ]] ||
+		fail "$node: the conflist does not name the agent's socket"
 }
 
 install_yh_genie() {
@@ -237,9 +263,9 @@ add_second_network() {
 }
 
 check_workload() {
-	local workers pod node node_cidr ip net sandbox svc_ip entry
+	local workers pod node node_cidr ip net sandbox svc_ip entry hits
 	local -a records=()
-	local -A ip_of=()
+	local -A ip_of=() pods_on=()
 	log "pods choosing networks"
 	mapfile -t workers < <(kubectl get nodes -l '!node-role.kubernetes.io/control-plane' -o 'jsonpath={range .items[*]}{.metadata.name}{"\n"}{end}')
 	((${#workers[@]} == 2)) || fail "want 2 workers, got ${#workers[@]}: ${workers[*]}"
@@ -264,6 +290,16 @@ check_workload() {
 	done
 	for pod in ptp-a ptp-b; do
 		assert_pod_address "$pod" "$ptp_cidr"
+	done
+
+	log "the pods' networks came through the node agents"
+	for pod in yh-a yh-b yh-default ptp-a ptp-b; do
+		node=$(pod_field "$pod" '{.spec.nodeName}')
+		pods_on[$node]=$((${pods_on[$node]:-0} + 1))
+	done
+	for node in "${!pods_on[@]}"; do
+		hits=$(agent_hits "$node")
+		((hits >= pods_on[$node])) || fail "$node: its agent answered $hits ADDs, fewer than its ${pods_on[$node]} pods"
 	done
 
 	log "connectivity"

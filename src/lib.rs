@@ -1,6 +1,7 @@
 //! yh-genie: a Kubernetes-aware multi-network selector for container networking, and the CNI plugins
 //! it carries. One binary; what it is depends on the name it is called by (see `cli`).
 
+pub mod agent;
 pub mod cli;
 pub mod cni;
 pub mod crash_point;

@@ -28,6 +28,18 @@ pub fn noted_network() -> Option<String> {
     Some(OPERATION_NETWORK.lock().unwrap_or_else(|e| e.into_inner()).clone()).filter(|n| !n.is_empty())
 }
 
+/// Where the selector got the operation's selection from (`agent`, or `api` and why not the agent).
+/// Read by the operation line.
+static OPERATION_SELECTION: Mutex<String> = Mutex::new(String::new());
+
+pub fn note_selection(how: &str) {
+    *OPERATION_SELECTION.lock().unwrap_or_else(|e| e.into_inner()) = how.to_string();
+}
+
+pub fn noted_selection() -> Option<String> {
+    Some(OPERATION_SELECTION.lock().unwrap_or_else(|e| e.into_inner()).clone()).filter(|n| !n.is_empty())
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LogConfig {
     pub level: Level,

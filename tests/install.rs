@@ -189,6 +189,7 @@ fn assert_installed(node: &Node, token: &str) {
                 "confDir": "/etc/cni/net.d",
                 "dataDir": "/var/lib/cni/yh-genie",
                 "binDir": "/opt/cni/bin",
+                "agentSocket": "",
                 "defaultNetwork": "yonghui"
             }]
         })

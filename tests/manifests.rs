@@ -18,7 +18,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use yh_genie::cni::ConfList;
 use yh_genie::install::{Options, Request};
-use yh_genie::kube::{API_CALLS, NetworkAttachmentDefinition};
+use yh_genie::kube::{AGENT_API_CALLS, API_CALLS, NetworkAttachmentDefinition};
 use yh_genie::selector::annotation::{self, NETWORKS};
 use yh_genie::selector::network::{NetworkName, parse_conf, parse_inline};
 use yh_genie::selector::value;
@@ -183,8 +183,13 @@ fn the_cluster_role_grants_exactly_what_the_selector_calls() {
             }
         }
     }
-    // Every request the selector's API client makes (src/kube: `API_CALLS`), no more, no less.
-    let wanted: BTreeSet<_> = API_CALLS.iter().map(|(g, r, v)| (g.to_string(), r.to_string(), v.to_string())).collect();
+    // Every request the selector's API client makes (src/kube: `API_CALLS`) and the node agent's
+    // (`AGENT_API_CALLS`), no more, no less.
+    let wanted: BTreeSet<_> = API_CALLS
+        .iter()
+        .chain(&AGENT_API_CALLS)
+        .map(|(g, r, v)| (g.to_string(), r.to_string(), v.to_string()))
+        .collect();
     assert_eq!(granted, wanted);
 
     let binding: ClusterRoleBinding = find("manifests", "yh-genie");
@@ -232,8 +237,17 @@ fn the_daemonset_runs_on_every_linux_node_as_node_critical() {
 fn installer_options(container: &Container) -> Options {
     let args: Vec<String> =
         container.command.iter().flatten().chain(container.args.iter().flatten()).cloned().collect();
-    let env: BTreeMap<String, String> =
-        container.env.iter().flatten().filter_map(|e| Some((e.name.clone(), e.value.clone()?))).collect();
+    // What the kubelet puts in from the downward API: a node's name for spec.nodeName.
+    let downward = |e: &k8s_openapi::api::core::v1::EnvVar| {
+        let field = e.value_from.as_ref()?.field_ref.as_ref()?;
+        (field.field_path == "spec.nodeName").then(|| "worker-1".to_string())
+    };
+    let env: BTreeMap<String, String> = container
+        .env
+        .iter()
+        .flatten()
+        .filter_map(|e| Some((e.name.clone(), e.value.clone().or_else(|| downward(e))?)))
+        .collect();
     let lookup = |name: &str| match name {
         // The kubelet sets these in every pod.
         "KUBERNETES_SERVICE_HOST" => Some("10.96.0.1".to_owned()),
@@ -267,7 +281,7 @@ fn mount_for<'a>(
 fn the_daemonset_mounts_every_host_path_the_installer_touches() {
     let ds = installer_daemonset();
     let opts = installer_options(&installer_container(&ds));
-    let written = opts.host_dirs_written().map(|p| (p.to_owned(), true));
+    let written = opts.host_dirs_written().into_iter().map(|p| (p.to_owned(), true));
     let read = opts.wait_for.iter().map(|p| (p.clone(), false));
     for (host_path, writes) in written.into_iter().chain(read) {
         let local = opts.on_host(&host_path);
@@ -286,6 +300,27 @@ fn the_daemonset_mounts_every_host_path_the_installer_touches() {
             &volume.config_map.as_ref().unwrap_or_else(|| panic!("{} is not from a ConfigMap", local.display())).name;
         let _: ConfigMap = find("manifests", name);
     }
+}
+
+#[test]
+fn the_daemonset_runs_the_agent_for_its_node_and_probes_its_readiness() {
+    let ds = installer_daemonset();
+    let container = installer_container(&ds);
+    let opts = installer_options(&container);
+    let agent = opts.agent.clone().expect("the DaemonSet runs the agent (--agent)");
+    assert_eq!(agent.node_name, "worker-1", "the node's name from the downward API");
+    // Where the plugin asks by default (the installer writes it into the conflist; the socket's
+    // directory is a mounted host path, see the mounts test).
+    assert_eq!(agent.socket, std::path::Path::new(yh_genie::agent::DEFAULT_SOCKET));
+    // Host network: the probe names the node's loopback, where the agent's port is.
+    let probe = container.readiness_probe.as_ref().expect("a readinessProbe").http_get.clone().expect("httpGet");
+    assert_eq!(probe.host.as_deref(), Some(agent.metrics_address.ip().to_string().as_str()));
+    assert_eq!(
+        probe.port,
+        k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::Int(agent.metrics_address.port().into())
+    );
+    assert_eq!(probe.path.as_deref(), Some("/readyz"));
+    assert!(container.liveness_probe.is_none(), "a failing agent restarts itself; it must never restart the installer");
 }
 
 /// The network files a ConfigMap carries, checked and laid out as the installer does: key -> conf.

@@ -192,14 +192,47 @@ fn the_annotation_asks_for_addresses_a_mac_and_the_default_route() {
 fn the_status_is_written_only_on_the_pod_whose_networks_they_are_and_when_asked() {
     let (n, _lan) = node();
     n.api.put_pod("default", "p", literal("ptpnet,lan"));
-    // The pod was deleted and created again under its name since the runtime started this sandbox.
+    // The pod was deleted and created again under its name since the runtime started this sandbox:
+    // the pod object is another pod's, and the old sandbox does not get its networks.
     n.api.recreate_pod("default", "p", "uid-of-the-new-pod");
     let pod = n.pod("p");
     let conf = n.selector_conf("1.0.0", json!({}));
-    let add = n.call("ADD", &pod, &conf);
+    let e = n.call("ADD", &pod, &conf).err();
+    assert_eq!(e["code"], 103);
+    assert!(msg(&e).contains("uid-of-the-new-pod") && msg(&e).contains("uid-default-p"), "{e}");
+    n.assert_failed_add_left_nothing(&pod, "another pod's object");
+    assert!(n.api.patches().is_empty(), "nothing written on the new pod");
+    n.call("DEL", &pod, &conf).ok();
+
+    // Recreated while the ADD runs (between its GET and its status write): the write carries the
+    // uid, the API server refuses it (422), and the ADD still succeeds.
+    let gate = n.sb.path().join("gate");
+    std::fs::create_dir_all(&gate).unwrap();
+    let script = format!(
+        "#!/bin/sh\ncat >/dev/null\n[ \"$CNI_COMMAND\" = ADD ] || exit 0\ntouch {g}/started\n\
+         for i in $(seq 100); do [ -e {g}/go ] && break; sleep 0.1; done\necho '{{\"cniVersion\":\"1.0.0\"}}'\n",
+        g = gate.display()
+    );
+    let plugin = n.sb.bin().join("gate");
+    std::fs::write(&plugin, script).unwrap();
+    std::fs::set_permissions(&plugin, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    n.write_conf("gate/gate.conflist", &json!({"cniVersion": "1.0.0", "name": "gate", "plugins": [{"type": "gate"}]}));
+    n.api.put_pod("default", "q", literal("ptpnet,gate"));
+    let pod = n.pod("q");
+    let add = std::thread::scope(|s| {
+        let add = s.spawn(|| n.call("ADD", &pod, &conf));
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        while !gate.join("started").exists() {
+            assert!(std::time::Instant::now() < deadline, "the gate plugin never ran");
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        n.api.recreate_pod("default", "q", "uid-of-the-new-q");
+        std::fs::write(gate.join("go"), "").unwrap();
+        add.join().unwrap()
+    });
     assert_eq!(add.code, 0, "a status that cannot be written never fails the ADD: {add:?}");
     assert!(add.stderr.contains(STATUS) && add.stderr.contains("422"), "{}", add.stderr);
-    assert!(n.api.pod("default", "p").unwrap()["metadata"]["annotations"].get(STATUS).is_none(), "not on another pod");
+    assert!(n.api.pod("default", "q").unwrap()["metadata"]["annotations"].get(STATUS).is_none(), "not on another pod");
     n.call("DEL", &pod, &conf).ok();
 
     for (mode, pod_value, written) in

@@ -67,5 +67,5 @@ fuzz_target!(|data: &[u8]| {
     )
     .unwrap();
     let config = SelectorConfig::from_plugin_conf(&conf).unwrap();
-    let _ = select::select(&config, "eth0", Some(("default", "web-0")), Some(&Fixed { pod, config_map }));
+    let _ = select::select(&config, "eth0", Some(("default", "web-0")), None, Some(&Fixed { pod, config_map }));
 });

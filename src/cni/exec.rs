@@ -35,22 +35,22 @@ fn is_executable(p: &Path) -> bool {
     std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
 }
 
-/// A command for a helper process of this plugin (a delegate or IPAM plugin, iptables-restore). It
-/// is killed when its handle is dropped (at a timeout). It is *not* killed when the plugin dies
-/// (killed at the runtime's timeout, say): interrupted anywhere, a helper can leave what no DEL
-/// finds (host-local killed between creating a lease file and writing its owner). Instead it
-/// inherits the attachment's lock (`attachment_lock`), so that the runtime's next operation on the
-/// attachment, the DEL that follows the kill, waits until the helper has finished.
+/// A command for a helper process of this plugin (a delegate or IPAM plugin, iptables-restore),
+/// to be started with `spawn_helper`. It is killed when its handle is dropped (at a timeout). It is
+/// *not* killed when the plugin dies (killed at the runtime's timeout, say): interrupted anywhere,
+/// a helper can leave what no DEL finds (host-local killed between creating a lease file and
+/// writing its owner). Instead it inherits the attachment's lock (`attachment_lock`), so that the
+/// runtime's next operation on the attachment, the DEL that follows the kill, waits until the
+/// helper has finished.
 pub fn helper_command(program: impl AsRef<std::ffi::OsStr>) -> tokio::process::Command {
     let mut command = tokio::process::Command::new(program);
     command.kill_on_drop(true);
-    if let Some(fd) = attachment_lock::held() {
-        // SAFETY: the closure runs in the forked child before exec, where only async-signal-safe
-        // calls may be made (another thread may have held the allocator's lock at the fork), and
-        // `pass_on_in_child` is one. The descriptor is open: a lock is registered while it is.
-        unsafe { command.pre_exec(move || attachment_lock::pass_on_in_child(fd)) };
-    }
     command
+}
+
+/// Start a `helper_command`, passing the attachment's lock on to it.
+pub fn spawn_helper(command: &mut tokio::process::Command) -> std::io::Result<tokio::process::Child> {
+    attachment_lock::passed_on(|| command.spawn())
 }
 
 /// Exec `binary` for `command` with `stdin`. Ok(stdout) on exit 0; the delegate's own CNI error on
@@ -63,13 +63,14 @@ pub async fn exec_plugin(
     timeout: Duration,
 ) -> Result<Vec<u8>, CniError> {
     let name = binary.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-    let mut child = helper_command(binary)
-        .envs(inv.env_for(command))
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .map_err(|e| CniError::new(code::DELEGATE_FAILED, format!("cannot run plugin {}: {e}", binary.display())))?;
+    let mut child = spawn_helper(
+        helper_command(binary)
+            .envs(inv.env_for(command))
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit()),
+    )
+    .map_err(|e| CniError::new(code::DELEGATE_FAILED, format!("cannot run plugin {}: {e}", binary.display())))?;
     let mut child_stdin = child.stdin.take().expect("stdin is piped");
     let mut child_stdout = child.stdout.take().expect("stdout is piped");
     let run = async {

@@ -162,12 +162,19 @@ impl OpLine {
         let ms = format!("{:.1}", took.as_secs_f64() * 1000.0);
         let network = crate::logging::noted_network().unwrap_or_else(|| self.network.clone());
         let (command, container, ifname, pod) = (self.command, &self.container, &self.ifname, &self.pod);
-        match &outcome.error {
-            None => {
+        // Only the selector's ADD says where its selection came from.
+        match (&outcome.error, crate::logging::noted_selection()) {
+            (None, None) => {
                 tracing::info!(plugin, command, container, ifname, pod, network, ips = %self.ips, duration_ms = %ms, "ok")
             }
-            Some(e) => {
+            (None, Some(selection)) => {
+                tracing::info!(plugin, command, container, ifname, pod, network, selection, ips = %self.ips, duration_ms = %ms, "ok")
+            }
+            (Some(e), None) => {
                 tracing::error!(plugin, command, container, ifname, pod, network, code = e.code, error = %e, duration_ms = %ms, "failed")
+            }
+            (Some(e), Some(selection)) => {
+                tracing::error!(plugin, command, container, ifname, pod, network, selection, code = e.code, error = %e, duration_ms = %ms, "failed")
             }
         }
     }

@@ -25,13 +25,11 @@ pub fn on_path(program: &str) -> bool {
 pub async fn run(program: &str, args: &[&str], stdin: &str) -> Result<String, CniError> {
     let what = || format!("{program} {}", args.join(" "));
     let fail = |msg: String| CniError::new(code::FIREWALL, msg);
-    let mut child = crate::cni::exec::helper_command(program)
-        .args(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .map_err(|e| fail(format!("cannot run {program}: {e}")))?;
+    use crate::cni::exec::{helper_command, spawn_helper};
+    let mut child = spawn_helper(
+        helper_command(program).args(args).stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()),
+    )
+    .map_err(|e| fail(format!("cannot run {program}: {e}")))?;
     let mut input = child.stdin.take().expect("stdin is piped");
     let feed = async move {
         // A tool that exits early closes its stdin; its exit status then says what went wrong.

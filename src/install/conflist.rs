@@ -15,7 +15,7 @@ pub const KUBECONFIG_NAME: &str = "yh-genie.kubeconfig";
 
 /// The selector's keys the installer derives from its own options. A selector config file may not
 /// set them: the values would disagree with where the installer actually put things.
-const DERIVED_KEYS: [&str; 5] = ["type", "kubeconfig", "confDir", "dataDir", "binDir"];
+const DERIVED_KEYS: [&str; 6] = ["type", "kubeconfig", "confDir", "dataDir", "binDir", "agentSocket"];
 
 #[derive(Serialize)]
 struct ConfList<'a> {
@@ -34,6 +34,8 @@ struct SelectorPlugin<'a> {
     conf_dir: &'a Path,
     data_dir: &'a Path,
     bin_dir: &'a Path,
+    /// The agent's socket with `--agent`; empty (the plugin asks no agent) without.
+    agent_socket: &'a Path,
     #[serde(flatten)]
     extra: Map<String, Value>,
 }
@@ -76,6 +78,7 @@ pub fn render(opts: &Options, mut extra: Map<String, Value>) -> Vec<u8> {
             conf_dir: &opts.conf_dir,
             data_dir: &opts.data_dir,
             bin_dir: &opts.bin_dir,
+            agent_socket: opts.agent.as_ref().map_or(Path::new(""), |a| &a.socket),
             extra,
         }],
     };
@@ -117,6 +120,7 @@ mod tests {
                     "confDir": "/etc/cni/net.d",
                     "dataDir": "/var/lib/cni/yh-genie",
                     "binDir": "/opt/cni/bin",
+                    "agentSocket": "",
                     "defaultNetwork": "yonghui",
                     "logLevel": "debug"
                 }]
@@ -124,6 +128,9 @@ mod tests {
         );
         // And it is a conflist the CNI code itself accepts.
         crate::cni::ConfList::parse(&render(&o, Map::new()), true, "test").unwrap();
+        let with_agent = opts(&["--agent", "--node-name", "n1"]);
+        let v: Value = serde_json::from_slice(&render(&with_agent, Map::new())).unwrap();
+        assert_eq!(v["plugins"][0]["agentSocket"], "/run/yh-genie/agent.sock");
     }
 
     #[test]

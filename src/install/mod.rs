@@ -7,6 +7,10 @@
 //!
 //! Everything is idempotent and atomic (see `files`), so a second installer, a restart mid-way or
 //! two installers racing leave one consistent, complete set of files.
+//!
+//! With `--agent` the same process runs the node agent (`crate::agent`) on a thread of its own: one
+//! container, one image. The agent restarts itself when it fails; the installer's loop never waits
+//! for it.
 
 mod conflist;
 mod files;
@@ -14,7 +18,7 @@ mod kubeconfig;
 mod networks;
 mod options;
 
-pub use options::{Options, Request, UsageError, help};
+pub use options::{AgentSettings, Options, Request, UsageError, help};
 
 use crate::plugins::{bridge, router, veth, yonghui};
 use anyhow::{Context, bail};
@@ -82,6 +86,8 @@ fn run(opts: &Options) -> anyhow::Result<()> {
     if !opts.host_root.is_dir() {
         bail!("the host root {} is not a directory", opts.host_root.display());
     }
+    // Beside the loop, on a thread of its own: whatever happens to it, the files below stay right.
+    let agent = opts.agent.as_ref().map(|settings| crate::agent::spawn(agent_options(opts, settings))).transpose()?;
     install_binaries(opts)?;
     // A first pass that cannot write the kubeconfig or the conflist is a broken setup: fail, so
     // the pod crash-loops where everyone sees it.
@@ -101,6 +107,9 @@ fn run(opts: &Options) -> anyhow::Result<()> {
     loop {
         if let Some(signal) = stop.wait(opts.interval) {
             info!("{signal}: stopping");
+            if let Some(agent) = &agent {
+                agent.stop();
+            }
             return if opts.cleanup_on_exit { cleanup(opts) } else { Ok(()) };
         }
         // From here on, failures are logged and retried: a ConfigMap mid-edit, a token mid-rotation.
@@ -109,6 +118,21 @@ fn run(opts: &Options) -> anyhow::Result<()> {
             report(&now);
         }
         last = now;
+    }
+}
+
+/// The agent of `--agent`: it reaches the API server with the pod's service account (the token
+/// file itself, re-read as it rotates) and listens where the conflist tells the plugin to ask.
+fn agent_options(opts: &Options, settings: &AgentSettings) -> crate::agent::Options {
+    crate::agent::Options {
+        node: settings.node_name.clone(),
+        access: crate::kube::watching::Access::ServiceAccount {
+            dir: opts.sa_dir.clone(),
+            server: opts.api_server.clone(),
+        },
+        socket: opts.on_host(&settings.socket),
+        metrics_address: settings.metrics_address,
+        selector_config: opts.selector_config.clone(),
     }
 }
 

@@ -26,6 +26,18 @@ pub struct Options {
     pub interval: Duration,
     pub once: bool,
     pub cleanup_on_exit: bool,
+    /// `--agent`: run the node agent beside the installer's loop.
+    pub agent: Option<AgentSettings>,
+}
+
+/// The node agent's settings (`--agent`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct AgentSettings {
+    /// The node whose pods it watches.
+    pub node_name: String,
+    /// Its socket, as the host sees it (the plugin's `agentSocket`).
+    pub socket: PathBuf,
+    pub metrics_address: std::net::SocketAddr,
 }
 
 /// What the command line asks for.
@@ -128,6 +140,30 @@ const FLAGS: &[Flag] = &[
         default: None,
         help: "on SIGTERM/SIGINT, remove the conflist and the kubeconfig before exiting",
     },
+    Flag {
+        name: "agent",
+        value: None,
+        default: None,
+        help: "also run the node agent: it watches this node's pods and answers the plugin, so ADD needs no API request",
+    },
+    Flag {
+        name: "node-name",
+        value: Some("NAME"),
+        default: None,
+        help: "the node the agent serves (the DaemonSet sets it from spec.nodeName)",
+    },
+    Flag {
+        name: "agent-socket",
+        value: Some("PATH"),
+        default: Some(crate::agent::DEFAULT_SOCKET),
+        help: "host path of the agent's unix socket (written into the conflist as agentSocket)",
+    },
+    Flag {
+        name: "agent-metrics-address",
+        value: Some("ADDR:PORT"),
+        default: Some(crate::agent::DEFAULT_METRICS_ADDRESS),
+        help: "where the agent serves /readyz, /healthz and /metrics",
+    },
 ];
 
 const ENV_PREFIX: &str = "YH_GENIE_";
@@ -226,13 +262,22 @@ impl Options {
             interval: parse_interval(&required("interval")?)?,
             once: switch("once")?,
             cleanup_on_exit: switch("cleanup-on-exit")?,
+            agent: agent_settings(
+                switch("agent")?,
+                switch("once")?,
+                one("node-name")?,
+                host_dir("agent-socket")?,
+                &required("agent-metrics-address")?,
+            )?,
         })
     }
 
-    /// The host directories the installer writes into (everything it writes is below one of them);
-    /// the `wait_for` files are the only other host paths it touches, and only to see if they exist.
-    pub fn host_dirs_written(&self) -> [&Path; 2] {
-        [&self.bin_dir, &self.conf_dir]
+    /// The host directories the installer writes into (everything it writes is below one of them,
+    /// the agent's socket included); the `wait_for` files are the only other host paths it
+    /// touches, and only to see if they exist.
+    pub fn host_dirs_written(&self) -> Vec<&Path> {
+        let socket_dir = self.agent.as_ref().and_then(|a| a.socket.parent());
+        [&*self.bin_dir, &*self.conf_dir].into_iter().chain(socket_dir).collect()
     }
 
     /// `host_path` as the installer reaches it: under `host_root`.
@@ -255,6 +300,40 @@ fn parse_bool(what: &str, v: &str) -> Result<bool, UsageError> {
         "0" | "false" | "no" => Ok(false),
         _ => Err(UsageError(format!("{what} must be true or false, not {v:?}"))),
     }
+}
+
+/// `--agent`'s settings, checked: it needs the long-running mode and a node name that can go into
+/// a field selector.
+fn agent_settings(
+    agent: bool,
+    once: bool,
+    node_name: Option<String>,
+    socket: PathBuf,
+    metrics_address: &str,
+) -> Result<Option<AgentSettings>, UsageError> {
+    if !agent {
+        return Ok(None);
+    }
+    if once {
+        return Err(UsageError("--agent runs beside the installer's loop; it cannot be used with --once".into()));
+    }
+    let node_name = node_name.ok_or_else(|| {
+        UsageError(format!(
+            "--agent needs --node-name (or {}; the DaemonSet sets it from spec.nodeName)",
+            env_name("node-name")
+        ))
+    })?;
+    crate::selector::annotation::dns1123(&node_name, 253, true)
+        .map_err(|why| UsageError(format!("--node-name {node_name:?} is not a node name: {why}")))?;
+    if socket.file_name().is_none() {
+        return Err(UsageError(format!("--agent-socket {} names no file", socket.display())));
+    }
+    let metrics_address = metrics_address.parse().map_err(|_| {
+        UsageError(format!(
+            "--agent-metrics-address must be an address and port (127.0.0.1:9745), not {metrics_address:?}"
+        ))
+    })?;
+    Ok(Some(AgentSettings { node_name, socket, metrics_address }))
 }
 
 fn parse_interval(v: &str) -> Result<Duration, UsageError> {
@@ -340,6 +419,33 @@ mod tests {
         assert_eq!(o.api_server, "https://10.96.0.1:443");
         assert_eq!(o.interval, Duration::from_secs(2));
         assert_eq!((o.once, o.cleanup_on_exit, o.default_network, o.wait_for), (false, false, None, vec![]));
+        assert_eq!(o.agent, None);
+    }
+
+    #[test]
+    fn the_agent_needs_a_node_and_the_long_running_mode() {
+        let env = [IN_POD[0], IN_POD[1], ("YH_GENIE_NODE_NAME", "worker-1")];
+        let o = parse(&["--agent"], &env).unwrap();
+        assert_eq!(
+            o.agent,
+            Some(AgentSettings {
+                node_name: "worker-1".into(),
+                socket: "/run/yh-genie/agent.sock".into(),
+                metrics_address: "127.0.0.1:9745".parse().unwrap(),
+            })
+        );
+        assert!(o.host_dirs_written().contains(&Path::new("/run/yh-genie")));
+        let o =
+            parse(&["--agent", "--agent-socket=/run/x/a.sock", "--agent-metrics-address", "[::1]:9000"], &env).unwrap();
+        let agent = o.agent.unwrap();
+        assert_eq!((agent.socket.to_str(), agent.metrics_address.port()), (Some("/run/x/a.sock"), 9000));
+        let err = |args: &[&str], env: &[(&str, &str)]| parse(args, env).unwrap_err().0;
+        assert!(err(&["--agent"], IN_POD).contains("--agent needs --node-name"));
+        assert!(err(&["--agent", "--once"], &env).contains("--once"));
+        assert!(err(&["--agent", "--node-name", "a,b"], IN_POD).contains("not a node name"));
+        assert!(err(&["--agent", "--agent-metrics-address", "9745"], &env).contains("--agent-metrics-address"));
+        assert!(err(&["--agent", "--agent-socket", "run/a.sock"], &env).contains("--agent-socket must be an absolute"));
+        assert_eq!(parse(&["--node-name", "x"], IN_POD).unwrap().agent, None, "settings without --agent do nothing");
     }
 
     #[test]

@@ -206,16 +206,23 @@ impl PodSource for ApiClient {
     ) -> Result<bool, CniError> {
         let obj = ObjectRef::pod(namespace, name);
         let api: Api<Pod> = Api::namespaced(self.client.clone(), namespace);
-        let patch = Patch::Merge(serde_json::json!({"metadata": {"uid": uid, "annotations": annotations}}));
+        let patch = annotations_patch(uid, annotations);
         let params = PatchParams::default();
         let done = self.runtime.block_on(self.with_retries(obj, "patch", || api.patch(name, &params, &patch)))?;
         Ok(done.is_some())
     }
 }
 
+/// A JSON merge patch of a pod's `metadata` that writes `annotations` and carries the `uid` the
+/// pod must still have: the uid is immutable, so the API server refuses the patch (422) when the
+/// pod under that name is another one.
+pub fn annotations_patch(uid: &str, annotations: &BTreeMap<String, String>) -> Patch<serde_json::Value> {
+    Patch::Merge(serde_json::json!({"metadata": {"uid": uid, "annotations": annotations}}))
+}
+
 /// What went wrong with one attempt, and whether trying again can help.
 #[derive(Debug, PartialEq)]
-enum Failure {
+pub(super) enum Failure {
     /// The API server may answer next time: connection refused or reset, timeouts, 408, 429, 5xx.
     Transient(String),
     /// It answered, and the answer will not change by asking again.
@@ -224,7 +231,7 @@ enum Failure {
     Certificate(rustls::CertificateError),
 }
 
-fn classify(e: &::kube::Error) -> Failure {
+pub(super) fn classify(e: &::kube::Error) -> Failure {
     use ::kube::Error as E;
     if let Some(problem) = tls::problem(e) {
         return Failure::Certificate(problem);
@@ -263,7 +270,7 @@ fn error_chain(e: &dyn std::error::Error) -> String {
 
 /// `pause` scaled by a random factor in [0.5, 1.0), so nodes that lost the API server together do
 /// not come back in lockstep.
-fn jittered(pause: Duration) -> Duration {
+pub fn jittered(pause: Duration) -> Duration {
     let mut byte = [0u8; 1];
     let r = if getrandom::fill(&mut byte).is_ok() { f64::from(byte[0]) / 256.0 } else { 0.5 };
     pause.mul_f64(0.5 + r / 2.0)

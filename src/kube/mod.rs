@@ -5,17 +5,20 @@
 //! annotation back (`k8s.v1.cni.cncf.io/network-status`). `PodSource` is that interface,
 //! synchronous like the `Plugin` trait, so selection logic is tested with an in-memory fake and
 //! runs in production over `ApiClient`, which talks to the API server with the `kube` crate,
-//! bounded in time and retried within one budget (see `client`).
+//! bounded in time and retried within one budget (see `client`). The node agent's long-lived,
+//! async access (watches, the status writes it does for the plugin) is in `watching`.
 
 mod client;
 mod nad;
 mod tls;
+pub mod watching;
 
-pub use client::{ApiClient, ApiPolicy};
+pub use client::{ApiClient, ApiPolicy, annotations_patch, jittered};
 pub use nad::{NetworkAttachmentDefinition, NetworkAttachmentDefinitionSpec};
 
 use crate::cni::CniError;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
+use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::fmt;
 
@@ -26,6 +29,20 @@ pub const API_CALLS: [(&str, &str, &str); 4] = [
     ("", "pods", "patch"),
     ("", "configmaps", "get"),
     ("k8s.cni.cncf.io", "network-attachment-definitions", "get"),
+];
+
+/// Every request the node agent makes (`watching`, `crate::agent`), as RBAC names them: it lists
+/// and watches its node's pods and the ConfigMaps and NetworkAttachmentDefinitions they refer to,
+/// and patches a pod's network-status annotation for the plugin. The ClusterRole grants these
+/// and `API_CALLS`, nothing else.
+pub const AGENT_API_CALLS: [(&str, &str, &str); 7] = [
+    ("", "pods", "list"),
+    ("", "pods", "watch"),
+    ("", "pods", "patch"),
+    ("", "configmaps", "list"),
+    ("", "configmaps", "watch"),
+    ("k8s.cni.cncf.io", "network-attachment-definitions", "list"),
+    ("k8s.cni.cncf.io", "network-attachment-definitions", "watch"),
 ];
 
 /// The reads and the one write the selector makes. `Ok(None)`: the object does not exist (the
@@ -56,7 +73,7 @@ pub struct ObjectRef<'a> {
     pub name: &'a str,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub enum Kind {
     Pod,
     ConfigMap,
@@ -83,5 +100,28 @@ impl fmt::Display for ObjectRef<'_> {
             Kind::NetworkAttachmentDefinition => "NetworkAttachmentDefinition",
         };
         write!(f, "{kind} {}/{}", self.namespace, self.name)
+    }
+}
+
+/// An `ObjectRef` that owns its names: a key to hold objects by.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct ObjectKey {
+    pub kind: Kind,
+    pub namespace: String,
+    pub name: String,
+}
+
+impl ObjectKey {
+    pub fn new(kind: Kind, namespace: &str, name: &str) -> Self {
+        ObjectKey { kind, namespace: namespace.to_string(), name: name.to_string() }
+    }
+    pub fn as_ref(&self) -> ObjectRef<'_> {
+        ObjectRef { kind: self.kind, namespace: &self.namespace, name: &self.name }
+    }
+}
+
+impl fmt::Display for ObjectKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.as_ref().fmt(f)
     }
 }

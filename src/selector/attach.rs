@@ -91,7 +91,7 @@ pub fn record_results(store: &RecordStore, done: &mut [Attached]) -> Result<(), 
     for a in further.iter() {
         first.record.set_further_result(&a.record.ifname, &a.result);
     }
-    store.write(&first.record)
+    store.complete(&first.record)
 }
 
 /// Undo a whole ADD after its attachments: DEL them in reverse and remove every record, unless a

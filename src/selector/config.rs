@@ -38,6 +38,8 @@ pub struct SelectorConfig {
     pub policy: AttachmentPolicy,
     /// `networkStatus`: when ADD writes the pod's `k8s.v1.cni.cncf.io/network-status` annotation.
     pub network_status: NetworkStatus,
+    /// `agentSocket`: where the node agent answers (`None`, from an empty value: ask no agent).
+    pub agent_socket: Option<PathBuf>,
 }
 
 /// When to write the `network-status` annotation after a successful ADD.
@@ -87,6 +89,10 @@ impl SelectorConfig {
             api: ApiPolicy::retrying(budget, attempt.min(budget)),
             policy: AttachmentPolicy::from_keys(&conf.raw)?,
             network_status: key(&conf.raw, "networkStatus")?.unwrap_or_default(),
+            agent_socket: match key::<PathBuf>(&conf.raw, "agentSocket")? {
+                None => Some(PathBuf::from(crate::agent::DEFAULT_SOCKET)),
+                Some(path) => non_empty(Some(path)),
+            },
         })
     }
 
@@ -159,6 +165,16 @@ mod tests {
         assert_eq!(c.api, ApiPolicy::default());
         assert_eq!(c.policy, AttachmentPolicy::default());
         assert_eq!(c.network_status, NetworkStatus::Auto);
+        assert_eq!(c.agent_socket.as_deref(), Some(Path::new("/run/yh-genie/agent.sock")));
+    }
+
+    #[test]
+    fn an_empty_agent_socket_asks_no_agent() {
+        let c = parse(r#"{"cniVersion":"1.0.0","type":"yh-genie","agentSocket":""}"#).unwrap();
+        assert_eq!(c.agent_socket, None);
+        let c = parse(r#"{"cniVersion":"1.0.0","type":"yh-genie","agentSocket":"/run/a.sock"}"#).unwrap();
+        assert_eq!(c.agent_socket.as_deref(), Some(Path::new("/run/a.sock")));
+        assert_eq!(parse(r#"{"cniVersion":"1.0.0","type":"yh-genie","agentSocket":1}"#).unwrap_err().code, 7);
     }
 
     #[test]

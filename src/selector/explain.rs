@@ -1,9 +1,13 @@
 //! `yh-genie explain`: which networks a pod gets, on which interfaces, and why, decided by the same
-//! code as ADD, without touching the node's networking or writing anything.
+//! code as ADD, without touching the node's networking or writing anything; and whether the node
+//! agent holds the pod, what it would answer and what ADD would do with that.
 
 use super::config::{DEFAULT_CONFIG_FILE, SelectorConfig};
+use super::from_agent;
 use super::select;
 use super::selection::Selection;
+use crate::agent::client::exchange;
+use crate::agent::protocol::{Answer, Ask, Request};
 use crate::cni::CniError;
 use crate::kube::{ApiClient, PodSource};
 use std::fmt::Write;
@@ -61,31 +65,87 @@ pub fn run(args: &[&str]) -> i32 {
             return 2;
         }
     };
-    match explain(&options) {
-        Ok(text) => {
-            print!("{text}");
+    let config = match SelectorConfig::load_file(&options.config) {
+        Ok(config) => config,
+        Err(e) => return failed(&options, &e, ""),
+    };
+    let direct = explain(&options, &config);
+    let agent = agent_section(&options, &config, direct.as_ref().ok().map(|(s, _)| s));
+    match direct {
+        Ok((_, text)) => {
+            print!("{text}{agent}");
             0
         }
-        Err(e) => {
-            println!(
-                "pod:    {}/{}\nerror:  {e}\n        (an ADD for this pod fails with CNI error code {})",
-                options.namespace, options.pod, e.code
-            );
-            1
-        }
+        Err(e) => failed(&options, &e, &agent),
     }
 }
 
-fn explain(options: &Options) -> Result<String, CniError> {
-    let config = SelectorConfig::load_file(&options.config)?;
+fn failed(options: &Options, e: &CniError, agent: &str) -> i32 {
+    println!(
+        "pod:    {}/{}\nerror:  {e}\n        (an ADD for this pod fails with CNI error code {})\n{agent}",
+        options.namespace, options.pod, e.code
+    );
+    1
+}
+
+fn explain(options: &Options, config: &SelectorConfig) -> Result<(Selection, String), CniError> {
     let pod = Some((options.namespace.as_str(), options.pod.as_str()));
     let api = match &config.kubeconfig {
         Some(kubeconfig) => Some(ApiClient::connect(kubeconfig, config.api)?),
         None => None,
     };
     // The runtimes the selector serves name the pod's first interface eth0.
-    let selection = select::select(&config, "eth0", pod, api.as_ref().map(|a| a as &dyn PodSource))?;
-    render(options, &selection)
+    let selection = select::select(config, "eth0", pod, None, api.as_ref().map(|a| a as &dyn PodSource))?;
+    let text = render(options, &selection)?;
+    Ok((selection, text))
+}
+
+/// Whether the node agent holds the pod, what it would answer, and what ADD would do with it,
+/// beside the API server's `direct` selection (if the pod has one).
+fn agent_section(options: &Options, config: &SelectorConfig, direct: Option<&Selection>) -> String {
+    let line = |text: String| format!("agent:         {text}\n");
+    let Some(socket) = &config.agent_socket else {
+        return line("none (agentSocket is empty): ADD asks the API server".into());
+    };
+    if config.kubeconfig.is_none() {
+        return String::new();
+    }
+    let ask = Ask::Selection { namespace: options.namespace.clone(), name: options.pod.clone(), uid: None, wait_ms: 0 };
+    let deadline = std::time::Instant::now() + from_agent::WAIT;
+    let objects = match exchange(socket, &Request::new(ask), deadline) {
+        Err(why) => return line(format!("not reachable ({why}): ADD asks the API server")),
+        Ok(Answer::Objects(objects)) => objects,
+        Ok(Answer::Unknown { why }) => {
+            return line(format!(
+                "{} does not hold the pod ({why}): ADD waits up to {} ms for it, then asks the API server",
+                socket.display(),
+                from_agent::WAIT.as_millis()
+            ));
+        }
+        Ok(other) => return line(format!("{} answered {other:?}: ADD asks the API server", socket.display())),
+    };
+    let uid = objects.pod.metadata.uid.clone().unwrap_or_default();
+    let held = format!(
+        "{} holds the pod (uid {uid}) and the {} object(s) it refers to",
+        socket.display(),
+        objects.config_maps.len() + objects.network_attachments.len()
+    );
+    let pod = (options.namespace.as_str(), options.pod.as_str());
+    match from_agent::resolve(config, "eth0", pod, &uid, &objects) {
+        Err(why) => line(format!("{held}, but ADD cannot use its answer ({why}): ADD asks the API server")),
+        Ok(selection) if Some(&selection) == direct => {
+            line(format!("{held}: ADD (with K8S_POD_UID {uid}) takes its answer, the same networks as above"))
+        }
+        Ok(selection) => {
+            let networks: Vec<String> =
+                selection.attachments.iter().map(|a| format!("{} on {}", a.network, a.ifname)).collect();
+            line(format!(
+                "{held}, and its copy differs from the API server's (a change its watches have not delivered yet): \
+                 ADD (with K8S_POD_UID {uid}) takes its answer: {}",
+                networks.join(", ")
+            ))
+        }
+    }
 }
 
 fn render(options: &Options, selection: &Selection) -> Result<String, CniError> {

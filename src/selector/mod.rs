@@ -3,7 +3,8 @@
 //! networks annotation through NetworkAttachmentDefinitions, within the admin's `policy`), loads
 //! their configurations from the node (`network`), records each choice durably (`record`) and runs
 //! each network's chain on its interface (`attach`, `chain`). DEL, CHECK and GC work from the
-//! records alone, never from the API server.
+//! records alone, never from the API server. With a node agent (`crate::agent`) ADD asks it first
+//! and makes no API request at all (`from_agent`).
 
 pub mod annotation;
 mod attach;
@@ -12,6 +13,7 @@ pub mod config;
 mod default_route;
 pub mod explain;
 mod extras;
+mod from_agent;
 pub mod network;
 pub mod policy;
 mod record;
@@ -29,6 +31,7 @@ use config::{NetworkStatus, SelectorConfig};
 use record::{Found, Record, RecordStore};
 use selection::{PodIdentity, Selection};
 use std::collections::{BTreeMap, HashSet};
+use std::path::PathBuf;
 
 pub const NAME: &str = "yh-genie";
 
@@ -41,9 +44,7 @@ impl Plugin for Selector {
 
     fn add(&self, inv: &Invocation, conf: &PluginConf) -> Result<CniResult, CniError> {
         let config = SelectorConfig::from_plugin_conf(conf)?;
-        let mut api = api_client(&config, inv, config.api)?;
-        let selection =
-            select::select(&config, &inv.ifname, inv.args.pod(), api.as_ref().map(|a| a as &dyn PodSource))?;
+        let Chosen { selection, via, mut api } = choose(&config, inv)?;
         note_networks(selection.attachments.iter().map(|a| a.network.as_str()));
         if !wants_status(&config, &selection) {
             // A pod that gets no status write keeps no client while its plugins run.
@@ -68,8 +69,10 @@ impl Plugin for Selector {
             attach::abandon(&store, inv, &mut attached);
             return Err(e);
         }
-        if let (Some(api), Some(pod)) = (api.as_mut(), &pod) {
-            write_status(api, &config, pod, &attached);
+        if let Some(pod) = &pod
+            && wants_status(&config, &selection)
+        {
+            write_status(&config, &via, api, pod, &attached);
         }
         let primary = attached.into_iter().next().expect("a selection has at least one attachment");
         Ok(primary.result)
@@ -194,8 +197,56 @@ fn wants_status(config: &SelectorConfig, selection: &Selection) -> bool {
     }
 }
 
-/// The network-status annotation of what ADD attached, in one request with a budget of its own.
-fn write_status(api: &mut ApiClient, config: &SelectorConfig, pod: &PodIdentity, attached: &[attach::Attached]) {
+/// Where ADD got the pod's selection from.
+enum Via {
+    /// The node agent listening on this socket.
+    Agent(PathBuf),
+    /// The API server (or nothing at all: not a pod, no kubeconfig).
+    Direct,
+}
+
+/// A selection, where it came from, and the API client that got it, if any.
+struct Chosen {
+    selection: Selection,
+    via: Via,
+    api: Option<ApiClient>,
+}
+
+/// The pod's selection: from the node agent when there is one that knows the pod (no API request
+/// at all), else from the API server exactly as without an agent. The operation's log line says
+/// which (`selection="agent"`, or `"api: <why not the agent>"`). Without `K8S_POD_UID` the agent is
+/// not asked: it could not tell the sandbox's pod from another of the same name.
+fn choose(config: &SelectorConfig, inv: &Invocation) -> Result<Chosen, CniError> {
+    if let (Some(_), Some(pod)) = (&config.kubeconfig, inv.args.pod()) {
+        let why_not = match (&config.agent_socket, inv.args.pod_uid()) {
+            (None, _) => None,
+            (Some(_), None) => Some("no K8S_POD_UID in CNI_ARGS to ask the agent with".to_string()),
+            (Some(socket), Some(uid)) => match from_agent::selection(config, &inv.ifname, pod, uid, socket) {
+                Ok(selection) => {
+                    crate::logging::note_selection("agent");
+                    return Ok(Chosen { selection, via: Via::Agent(socket.clone()), api: None });
+                }
+                Err(why) => Some(why),
+            },
+        };
+        crate::logging::note_selection(&why_not.map_or_else(|| "api".to_string(), |why| format!("api: {why}")));
+    }
+    let api = api_client(config, inv, config.api)?;
+    let source = api.as_ref().map(|a| a as &dyn PodSource);
+    let selection = select::select(config, &inv.ifname, inv.args.pod(), inv.args.pod_uid(), source)?;
+    Ok(Chosen { selection, via: Via::Direct, api })
+}
+
+/// The network-status annotation of what ADD attached: handed to the agent when it gave the
+/// selection (it writes it on its own time), else (or when it does not take it) written here in
+/// one request with a budget of its own.
+fn write_status(
+    config: &SelectorConfig,
+    via: &Via,
+    api: Option<ApiClient>,
+    pod: &PodIdentity,
+    attached: &[attach::Attached],
+) {
     let Some(uid) = pod.uid.as_deref() else {
         warn(format!("{pod} has no uid to make sure of; its {NETWORK_STATUS} annotation was not written"));
         return;
@@ -205,8 +256,28 @@ fn write_status(api: &mut ApiClient, config: &SelectorConfig, pod: &PodIdentity,
         .enumerate()
         .map(|(i, a)| status::entry(&a.record.network, a.record.source.as_ref(), &a.record.ifname, &a.result, i == 0))
         .collect();
-    api.renew_budget(config.api.attempt_timeout);
-    status::write(api, pod, uid, &entries);
+    let annotations = status::annotations(&entries);
+    if let Via::Agent(socket) = via {
+        match from_agent::hand_over_annotations(socket, pod, uid, &annotations) {
+            Ok(()) => return,
+            Err(why) => {
+                tracing::info!("the agent did not take {pod}'s {NETWORK_STATUS} annotation ({why}); writing it here")
+            }
+        }
+    }
+    let budget = ApiPolicy::retrying(config.api.attempt_timeout, config.api.attempt_timeout);
+    let api = match (api, &config.kubeconfig) {
+        (Some(mut api), _) => {
+            api.renew_budget(config.api.attempt_timeout);
+            api
+        }
+        (None, Some(kubeconfig)) => match ApiClient::connect(kubeconfig, budget) {
+            Ok(api) => api,
+            Err(e) => return warn(format!("the {NETWORK_STATUS} annotation of {pod} was not written: {e}")),
+        },
+        (None, None) => return,
+    };
+    status::write(&api, pod, uid, &annotations);
 }
 
 /// A client when there is a pod to look up and a kubeconfig to do it with.
@@ -222,8 +293,15 @@ fn api_client(config: &SelectorConfig, inv: &Invocation, policy: ApiPolicy) -> R
 /// given) in reverse, without `prevResult`; if that cannot be known, there is nothing this plugin
 /// can undo, and DEL succeeds.
 fn del_without_record(config: &SelectorConfig, inv: &Invocation, only: Option<&[String]>) -> Result<(), CniError> {
-    let chosen = api_client(config, inv, ApiPolicy::single_attempt(config.api.attempt_timeout))
-        .and_then(|api| select::select(config, &inv.ifname, inv.args.pod(), api.as_ref().map(|a| a as &dyn PodSource)));
+    let chosen = api_client(config, inv, ApiPolicy::single_attempt(config.api.attempt_timeout)).and_then(|api| {
+        select::select(
+            config,
+            &inv.ifname,
+            inv.args.pod(),
+            inv.args.pod_uid(),
+            api.as_ref().map(|a| a as &dyn PodSource),
+        )
+    });
     let selection = match chosen {
         Ok(selection) => selection,
         Err(e) => {

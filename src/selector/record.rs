@@ -154,10 +154,14 @@ impl RecordStore {
         self.dir.join(format!("{container_id}:{ifname}"))
     }
 
-    pub fn write(&self, record: &Record) -> Result<(), CniError> {
+    /// Write a record again with what ADD learned since `write_all` made it durable (the chains'
+    /// results). The directory is not fsync'd (`fsutil::replace_atomic`): after a power loss the
+    /// record may be the one without results, which DEL undoes as an ADD that did not complete (the
+    /// sandboxes did not survive either), as after a crash just before this write.
+    pub fn complete(&self, record: &Record) -> Result<(), CniError> {
         let path = self.path(&record.container_id, &record.ifname);
         let bytes = serde_json::to_vec_pretty(record).expect("a record always serializes");
-        fsutil::write_atomic(&path, &bytes, 0o600)
+        fsutil::replace_atomic(&path, &bytes, 0o600)
             .map_err(|e| CniError::io(format!("cannot write attachment record {}: {e}", path.display())))
     }
 
@@ -299,7 +303,7 @@ mod tests {
         let pod = PodIdentity { namespace: "ns".into(), name: "p".into(), uid: Some("u".into()) };
         let runtime = inv("c1", "eth0");
         let mut r = Record::new(&runtime, &runtime, 0, &attachment("eth0"), CONF.into(), Some(pod));
-        store.write(&r).unwrap();
+        store.write_all(&[&r]).unwrap();
         assert_eq!(store.read("c1", "eth0").unwrap(), r);
         let result = CniResult::from_json(
             &serde_json::json!({"ips": [{"address": "10.0.0.2/24"}]}),
@@ -307,7 +311,7 @@ mod tests {
         )
         .unwrap();
         r.set_result(&result);
-        store.write(&r).unwrap();
+        store.write_all(&[&r]).unwrap();
         let back = store.read("c1", "eth0").unwrap();
         assert_eq!(back.conf, CONF);
         assert_eq!(back.result().unwrap(), Some(result));
@@ -354,9 +358,9 @@ mod tests {
         let d = tempfile::tempdir().unwrap();
         let store = RecordStore::new(d.path());
         for (cid, ifname) in [("a_b", "c"), ("a", "b_c"), ("a", "eth1")] {
-            store.write(&record(cid, ifname, 0, ifname)).unwrap();
+            store.write_all(&[&record(cid, ifname, 0, ifname)]).unwrap();
         }
-        store.write(&record("a", "eth1", 1, "net1")).unwrap();
+        store.write_all(&[&record("a", "eth1", 1, "net1")]).unwrap();
         let all: Vec<_> = store.list().unwrap().into_iter().map(|r| (r.container_id, r.ifname)).collect();
         assert_eq!(all.len(), 4);
         let mut of_a: Vec<_> = store

@@ -13,7 +13,8 @@
 //!
 //! `resolve` decides from the pod object and the objects it refers to, which it asks of an
 //! `Objects`; nothing else. `select` feeds it from the API server (`Fetching`: one GET per distinct
-//! object); anything holding the objects already could feed it instead.
+//! object); the node agent holds the objects already (`references` says which a pod needs,
+//! `trimmed` is the pod reduced to what `resolve` reads), and the plugin resolves its answer.
 
 use super::annotation::{self, Extras, Request};
 use super::config::SelectorConfig;
@@ -21,65 +22,26 @@ use super::network::{self, NetworkName};
 use super::selection::{self, Attachment, Choice, Planned, PodIdentity, Reason, Selection, Source, ValueSource};
 use super::value::{self, Element};
 use crate::cni::{CniError, code};
-use crate::kube::{NetworkAttachmentDefinition, ObjectRef, PodSource};
-use k8s_openapi::api::core::v1::{ConfigMap, Container, EnvVar, Pod};
+use crate::kube::{ObjectRef, PodSource};
+use k8s_openapi::api::core::v1::{ConfigMapKeySelector, Container, EnvVar, Pod};
 use std::collections::BTreeMap;
+
+mod objects;
+
+pub use objects::{Fetching, Objects, references, trimmed};
 
 /// The env var through which a pod's container names its networks (the seed's name).
 pub const ENV_VAR: &str = "CNI_NETWORK_CONFIG";
 
-/// The objects a pod refers to, by namespace and name. `Ok(None)`: it does not exist.
-pub trait Objects {
-    fn config_map(&mut self, namespace: &str, name: &str) -> Result<Option<ConfigMap>, CniError>;
-    fn network_attachment(
-        &mut self,
-        namespace: &str,
-        name: &str,
-    ) -> Result<Option<NetworkAttachmentDefinition>, CniError>;
-}
-
-/// `Objects` from the API server, each fetched once however often it is referred to.
-pub struct Fetching<'a> {
-    source: &'a dyn PodSource,
-    config_maps: BTreeMap<(String, String), Option<ConfigMap>>,
-    attachments: BTreeMap<(String, String), Option<NetworkAttachmentDefinition>>,
-}
-
-impl<'a> Fetching<'a> {
-    pub fn new(source: &'a dyn PodSource) -> Self {
-        Fetching { source, config_maps: BTreeMap::new(), attachments: BTreeMap::new() }
-    }
-}
-
-impl Objects for Fetching<'_> {
-    fn config_map(&mut self, namespace: &str, name: &str) -> Result<Option<ConfigMap>, CniError> {
-        let key = (namespace.to_string(), name.to_string());
-        if !self.config_maps.contains_key(&key) {
-            let fetched = self.source.config_map(namespace, name)?;
-            self.config_maps.insert(key.clone(), fetched);
-        }
-        Ok(self.config_maps[&key].clone())
-    }
-    fn network_attachment(
-        &mut self,
-        namespace: &str,
-        name: &str,
-    ) -> Result<Option<NetworkAttachmentDefinition>, CniError> {
-        let key = (namespace.to_string(), name.to_string());
-        if !self.attachments.contains_key(&key) {
-            let fetched = self.source.network_attachment(namespace, name)?;
-            self.attachments.insert(key.clone(), fetched);
-        }
-        Ok(self.attachments[&key].clone())
-    }
-}
-
 /// Choose the networks for `pod` (namespace, name), asking `source` (None: no Kubernetes access).
-/// `runtime_ifname` is the runtime's `CNI_IFNAME`, which the first network gets.
+/// `runtime_ifname` is the runtime's `CNI_IFNAME`, which the first network gets. `sandbox_uid` is
+/// the uid of the pod the sandbox is for (`K8S_POD_UID`), when the runtime says: a pod object of
+/// another uid under that name is refused (see `check_uid`).
 pub fn select(
     config: &SelectorConfig,
     runtime_ifname: &str,
     pod: Option<(&str, &str)>,
+    sandbox_uid: Option<&str>,
     source: Option<&dyn PodSource>,
 ) -> Result<Selection, CniError> {
     let Some((namespace, name)) = pod else {
@@ -94,7 +56,24 @@ pub fn select(
     pod_arg("K8S_POD_NAME", name)?;
     let pod =
         source.pod(namespace, name)?.ok_or_else(|| CniError::new(code::KUBE_API, format!("{pod_ref} not found")))?;
+    check_uid(pod_ref, &pod, sandbox_uid)?;
     resolve(config, runtime_ifname, (namespace, name), &pod, &mut Fetching::new(source))
+}
+
+/// The pod under the sandbox's name must be the sandbox's pod: a StatefulSet's pod deleted and
+/// created again under its name is another pod (another uid), and the old pod's sandbox must not
+/// get the new pod's networks. Refused with code 103, naming both uids.
+pub fn check_uid(pod_ref: ObjectRef<'_>, pod: &Pod, sandbox_uid: Option<&str>) -> Result<(), CniError> {
+    match (sandbox_uid, pod.metadata.uid.as_deref()) {
+        (Some(want), Some(have)) if want != have => Err(CniError::new(
+            code::KUBE_API,
+            format!(
+                "{pod_ref} is uid {have}, but this sandbox is for uid {want} (K8S_POD_UID): the pod was deleted \
+                 and created again under its name, and its own sandbox gets its networks"
+            ),
+        )),
+        _ => Ok(()),
+    }
 }
 
 /// The networks of `pod` (whose namespace and name are `key`), decided from the pod object and the
@@ -110,10 +89,7 @@ pub fn resolve(
     let pod_ref = ObjectRef::pod(namespace, name);
     let whose = pod_ref.to_string();
     let identity = PodIdentity { namespace: namespace.into(), name: name.into(), uid: pod.metadata.uid.clone() };
-    let (containers, init_containers) = match &pod.spec {
-        Some(spec) => (spec.containers.as_slice(), spec.init_containers.as_deref().unwrap_or_default()),
-        None => (&[][..], &[][..]),
-    };
+    let (containers, init_containers) = containers(pod);
     let notes = init_containers
         .iter()
         .filter(|c| env_entry(c).is_some())
@@ -127,10 +103,7 @@ pub fn resolve(
             (Reason::PodChoseNothing, default_plans(config, &why)?)
         }
     };
-    let requests = match pod.metadata.annotations.as_ref().and_then(|a| a.get(annotation::NETWORKS)) {
-        Some(value) => annotation::parse(value).map_err(|e| e.context(&whose))?,
-        None => Vec::new(),
-    };
+    let requests = annotation_requests(pod).map_err(|e| e.context(&whose))?;
     // Before anything is fetched for them.
     let elements =
         plans.iter().map(|p| element_of(&p.attachment.source)).chain(requests.iter().map(|r| r.text.as_str()));
@@ -293,7 +266,7 @@ fn nad_plan(
     request: Request,
     objects: &mut dyn Objects,
 ) -> Result<Planned, CniError> {
-    let namespace = request.namespace.clone().unwrap_or_else(|| pod_namespace.to_string());
+    let namespace = nad_namespace(&request, pod_namespace);
     config.policy.check_namespace(pod_namespace, &namespace, &request.name)?;
     let nad_ref = ObjectRef::network_attachment(&namespace, &request.name);
     let nad = objects
@@ -358,9 +331,35 @@ fn check_default_routes(attachments: &[Attachment], whose: &str) -> Result<(), C
     Ok(())
 }
 
+/// The pod's containers and init containers.
+fn containers(pod: &Pod) -> (&[Container], &[Container]) {
+    match &pod.spec {
+        Some(spec) => (spec.containers.as_slice(), spec.init_containers.as_deref().unwrap_or_default()),
+        None => (&[], &[]),
+    }
+}
+
 /// The container's `CNI_NETWORK_CONFIG` entry; the last one wins, as in Kubernetes.
 fn env_entry(container: &Container) -> Option<&EnvVar> {
     container.env.as_deref().unwrap_or_default().iter().rev().find(|e| e.name == ENV_VAR)
+}
+
+/// The ConfigMap key an env entry takes its value from, if that is where it takes it from.
+fn config_map_source(entry: &EnvVar) -> Option<&ConfigMapKeySelector> {
+    entry.value_from.as_ref()?.config_map_key_ref.as_ref()
+}
+
+/// The elements of the pod's networks annotation; none without it.
+fn annotation_requests(pod: &Pod) -> Result<Vec<Request>, CniError> {
+    match pod.metadata.annotations.as_ref().and_then(|a| a.get(annotation::NETWORKS)) {
+        Some(value) => annotation::parse(value),
+        None => Ok(Vec::new()),
+    }
+}
+
+/// The namespace of the NetworkAttachmentDefinition an element names: its own, or the pod's.
+fn nad_namespace(request: &Request, pod_namespace: &str) -> String {
+    request.namespace.clone().unwrap_or_else(|| pod_namespace.to_string())
 }
 
 /// The value a container's `CNI_NETWORK_CONFIG` would have, and where it comes from. `None` when
@@ -374,10 +373,10 @@ fn container_value(
     let Some(entry) = env_entry(container) else {
         return Ok(None);
     };
-    let Some(from) = &entry.value_from else {
+    if entry.value_from.is_none() {
         return Ok(Some((ValueSource::Literal, entry.value.clone().unwrap_or_default())));
-    };
-    let Some(selector) = &from.config_map_key_ref else {
+    }
+    let Some(selector) = config_map_source(entry) else {
         return Err(CniError::invalid_config(
             "only a literal value or valueFrom.configMapKeyRef can name a network".to_string(),
         ));

@@ -44,11 +44,15 @@ pub fn entry(network: &str, source: Option<&Source>, ifname: &str, result: &CniR
     Entry { name, interface: ifname.to_string(), ips, mac, default, dns: result.dns.clone() }
 }
 
-/// Write `entries` on `pod` (whose uid must still be `uid`). Logs what happened; never fails.
-pub fn write(api: &dyn PodSource, pod: &PodIdentity, uid: &str, entries: &[Entry]) {
+/// The pod annotations that say `entries`.
+pub fn annotations(entries: &[Entry]) -> BTreeMap<String, String> {
     let value = serde_json::to_string_pretty(entries).expect("status entries always serialize");
-    let annotations = BTreeMap::from([(NETWORK_STATUS.to_string(), value)]);
-    match api.annotate_pod(&pod.namespace, &pod.name, uid, &annotations) {
+    BTreeMap::from([(NETWORK_STATUS.to_string(), value)])
+}
+
+/// Write `annotations` on `pod` (whose uid must still be `uid`). Logs what happened; never fails.
+pub fn write(api: &dyn PodSource, pod: &PodIdentity, uid: &str, annotations: &BTreeMap<String, String>) {
+    match api.annotate_pod(&pod.namespace, &pod.name, uid, annotations) {
         Ok(true) => {}
         Ok(false) => super::warn(format!("{pod} is gone; its {NETWORK_STATUS} annotation was not written")),
         Err(e) => super::warn(format!("the {NETWORK_STATUS} annotation of {pod} (uid {uid}) was not written: {e}")),

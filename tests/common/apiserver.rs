@@ -1,16 +1,26 @@
 //! A fake Kubernetes API server for integration tests: real HTTPS on 127.0.0.1, of this machine or
 //! of a test's node netns (where the plugins run), with a self-signed CA and a bearer token written
-//! into a kubeconfig. It serves `GET /api/v1/namespaces/{ns}/pods/{name}`, `.../configmaps/{name}`
-//! and `GET /apis/k8s.cni.cncf.io/v1/namespaces/{ns}/network-attachment-definitions/{name}` from
-//! objects the test puts in, and `PATCH` of a pod as a JSON merge patch, which it applies and
-//! records, refusing (422, as Kubernetes does) one that would change the pod's uid. It answers
-//! errors as Kubernetes `Status` JSON (404, 401 for a wrong token), counts and logs requests (and
-//! counts those it answered with a fault), and misbehaves on demand: `inject` queues faults (HTTP
-//! errors, slow answers, hangs, dropped connections) for the next requests or for all of them, and
-//! `down`/`up` close and reopen the port so that clients see connection refused. `start_serving`
+//! into a kubeconfig. It serves pods, ConfigMaps and NetworkAttachmentDefinitions the test puts in:
+//! `GET` of one (`/api/v1/namespaces/{ns}/pods/{name}`, `.../configmaps/{name}`,
+//! `/apis/k8s.cni.cncf.io/v1/namespaces/{ns}/network-attachment-definitions/{name}`), list and
+//! watch of a namespace's or all of them, with the field selectors `spec.nodeName` and
+//! `metadata.name`, resourceVersions (every change is a new revision, `db`), chunked watch streams
+//! replaying from a revision (`watch`) and 410 Gone for a revision compacted away (`compact`); and
+//! `PATCH` of a pod as a JSON merge patch, which it applies and records, refusing (422, as
+//! Kubernetes does) one that would change the pod's uid. It answers errors as Kubernetes `Status`
+//! JSON (404, 401 for a wrong token), counts and logs requests, by client (the plugin's token
+//! `TOKEN`, the agent's `AGENT_TOKEN`) and by verb and resource, counts those it answered with a
+//! fault, and misbehaves on demand: `inject` queues faults (HTTP errors, slow answers, hangs,
+//! dropped connections) for the next requests or for all of them, `down`/`up` close and reopen the
+//! port so that clients see connection refused (and lose their watches), `drop_watches` ends every
+//! watch stream, `restart` does what an API server restart does to its clients. `start_serving`
 //! gives it a certificate with something wrong ([`Serving`]).
 
+mod db;
+mod watch;
+
 use super::Netns;
+use db::{Db, Resource, Selector};
 use http_body_util::BodyExt;
 use hyper::body::{Bytes, Incoming};
 use hyper::{Method, Request, Response, StatusCode};
@@ -24,6 +34,20 @@ use std::time::Duration;
 use tokio::task::{JoinHandle, JoinSet};
 
 pub const TOKEN: &str = "yh-genie-test-token";
+/// The node agent's token (its service account's), so that its requests are told from the plugin's.
+pub const AGENT_TOKEN: &str = "yh-genie-agent-token";
+/// The node the pods are on unless a test says otherwise (`spec.nodeName`).
+pub const NODE_NAME: &str = "yh-node";
+
+/// One request as RBAC and the tests see it: who asked (`plugin` or `agent`), verb, resource.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Call {
+    pub client: &'static str,
+    pub verb: &'static str,
+    pub resource: &'static str,
+    /// The `resourceVersion` asked for (lists: "0" is "from the watch cache").
+    pub resource_version: Option<String>,
+}
 
 /// How the server misbehaves for one request.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -62,11 +86,10 @@ struct Faults {
     always: Option<Fault>,
 }
 
-#[derive(Default)]
 struct State {
-    pods: Mutex<BTreeMap<(String, String), Value>>,
-    config_maps: Mutex<BTreeMap<(String, String), Value>>,
-    nads: Mutex<BTreeMap<(String, String), Value>>,
+    db: Mutex<Db>,
+    /// Bumped by `drop_watches`: every watch stream ends.
+    drops: tokio::sync::watch::Sender<u64>,
     /// Pod patches applied: (namespace, name, body).
     patches: Mutex<Vec<(String, String, Value)>>,
     faults: Mutex<Faults>,
@@ -74,6 +97,22 @@ struct State {
     /// Requests answered with an injected fault.
     faulted: AtomicUsize,
     log: Mutex<Vec<String>>,
+    calls: Mutex<Vec<Call>>,
+}
+
+impl Default for State {
+    fn default() -> Self {
+        State {
+            db: Mutex::default(),
+            drops: tokio::sync::watch::channel(0).0,
+            patches: Mutex::default(),
+            faults: Mutex::default(),
+            requests: AtomicUsize::default(),
+            faulted: AtomicUsize::default(),
+            log: Mutex::default(),
+            calls: Mutex::default(),
+        }
+    }
 }
 
 pub struct ApiServer {
@@ -182,27 +221,45 @@ impl ApiServer {
         self.put_pod_with(namespace, name, annotations, json!({ "containers": containers }))
     }
 
-    fn put_pod_with(&self, namespace: &str, name: &str, annotations: Value, spec: Value) -> String {
+    fn put_pod_with(&self, namespace: &str, name: &str, annotations: Value, mut spec: Value) -> String {
         let uid = format!("uid-{namespace}-{name}");
+        if spec.get("nodeName").is_none() {
+            spec["nodeName"] = NODE_NAME.into();
+        }
         let pod = json!({
             "apiVersion": "v1", "kind": "Pod",
             "metadata": {"namespace": namespace, "name": name, "uid": uid, "annotations": annotations},
             "spec": spec,
         });
-        self.state.pods.lock().unwrap().insert((namespace.into(), name.into()), pod);
+        self.put(Resource::Pods, namespace, name, pod);
         uid
     }
 
-    /// Replace a pod's uid, as when it is deleted and created again under its name.
+    fn put(&self, resource: Resource, namespace: &str, name: &str, object: Value) {
+        self.state.db.lock().unwrap().put(resource, namespace, name, object);
+    }
+
+    /// Delete a pod and create it again under its name with `uid`, as a StatefulSet does: watches
+    /// see it deleted, then added.
     pub fn recreate_pod(&self, namespace: &str, name: &str, uid: &str) {
-        let mut pods = self.state.pods.lock().unwrap();
-        let pod = pods.get_mut(&(namespace.into(), name.into())).expect("the pod exists");
+        let mut db = self.state.db.lock().unwrap();
+        let mut pod = db.remove(Resource::Pods, namespace, name).expect("the pod exists");
         pod["metadata"]["uid"] = uid.into();
+        db.put(Resource::Pods, namespace, name, pod);
+    }
+
+    /// Delete a pod and create it again under its name with `uid` and these `containers`.
+    pub fn recreate_pod_choosing(&self, namespace: &str, name: &str, uid: &str, containers: Value) {
+        let mut db = self.state.db.lock().unwrap();
+        let mut pod = db.remove(Resource::Pods, namespace, name).expect("the pod exists");
+        pod["metadata"]["uid"] = uid.into();
+        pod["spec"]["containers"] = containers;
+        db.put(Resource::Pods, namespace, name, pod);
     }
 
     /// The pod as the server holds it now (patches applied).
     pub fn pod(&self, namespace: &str, name: &str) -> Option<Value> {
-        self.state.pods.lock().unwrap().get(&(namespace.into(), name.into())).cloned()
+        self.state.db.lock().unwrap().get(Resource::Pods, namespace, name).cloned()
     }
 
     /// Put a NetworkAttachmentDefinition; `config` is its `spec.config` (none: no config).
@@ -212,7 +269,7 @@ impl ApiServer {
             "metadata": {"namespace": namespace, "name": name},
             "spec": config.map(|c| json!({"config": c})).unwrap_or(json!({})),
         });
-        self.state.nads.lock().unwrap().insert((namespace.into(), name.into()), nad);
+        self.put(Resource::Nads, namespace, name, nad);
     }
 
     /// The pod patches applied so far: (namespace, name, body).
@@ -222,7 +279,7 @@ impl ApiServer {
 
     /// Put an object as the API server would return it for a pod, even if it is not a valid pod.
     pub fn put_raw_pod(&self, namespace: &str, name: &str, object: Value) {
-        self.state.pods.lock().unwrap().insert((namespace.into(), name.into()), object);
+        self.put(Resource::Pods, namespace, name, object);
     }
 
     pub fn put_config_map(&self, namespace: &str, name: &str, data: Value) {
@@ -231,11 +288,15 @@ impl ApiServer {
             "metadata": {"namespace": namespace, "name": name},
             "data": data,
         });
-        self.state.config_maps.lock().unwrap().insert((namespace.into(), name.into()), cm);
+        self.put(Resource::ConfigMaps, namespace, name, cm);
     }
 
     pub fn remove_pod(&self, namespace: &str, name: &str) {
-        self.state.pods.lock().unwrap().remove(&(namespace.into(), name.into()));
+        self.state.db.lock().unwrap().remove(Resource::Pods, namespace, name);
+    }
+
+    pub fn remove_config_map(&self, namespace: &str, name: &str) {
+        self.state.db.lock().unwrap().remove(Resource::ConfigMaps, namespace, name);
     }
 
     /// Requests received so far (each one counts, whatever the answer).
@@ -252,6 +313,39 @@ impl ApiServer {
     /// `GET /api/v1/...` lines, in order.
     pub fn request_log(&self) -> Vec<String> {
         self.state.log.lock().unwrap().clone()
+    }
+
+    /// Every authenticated request so far, by client, verb and resource, in order.
+    pub fn calls(&self) -> Vec<Call> {
+        self.state.calls.lock().unwrap().clone()
+    }
+
+    /// Requests made with the plugin's token (`TOKEN`) so far.
+    pub fn plugin_requests(&self) -> usize {
+        self.calls().iter().filter(|c| c.client == "plugin").count()
+    }
+
+    /// End every watch stream now (the clients see the stream end, as when an API server's
+    /// watch times out or it sheds load).
+    pub fn drop_watches(&self) {
+        self.state.drops.send_modify(|n| *n += 1);
+    }
+
+    /// Forget the change history: watches resuming from any revision until now get 410 Gone and
+    /// must list again.
+    pub fn compact(&self) {
+        self.state.db.lock().unwrap().compact();
+    }
+
+    /// What an API server restart does to its clients: every connection and watch cut, the port
+    /// refused for `outage`, while `meanwhile` changes objects, and the watch cache built anew
+    /// (a watch resuming from before those changes gets 410 and must list again).
+    pub fn restart(&self, outage: Duration, meanwhile: impl FnOnce(&Self)) {
+        self.down();
+        meanwhile(self);
+        self.compact();
+        std::thread::sleep(outage);
+        self.up();
     }
 
     /// Misbehave with `fault` for the next `times` requests (after faults queued before).
@@ -398,7 +492,7 @@ async fn serve_connection(tls: tokio_rustls::TlsAcceptor, tcp: tokio::net::TcpSt
         .await;
 }
 
-type Reply = Response<http_body_util::Full<Bytes>>;
+type Reply = Response<http_body_util::combinators::BoxBody<Bytes, std::io::Error>>;
 
 async fn handle(req: Request<Incoming>, state: Arc<State>) -> Result<Reply, std::io::Error> {
     state.requests.fetch_add(1, Ordering::SeqCst);
@@ -417,32 +511,73 @@ async fn handle(req: Request<Incoming>, state: Arc<State>) -> Result<Reply, std:
         Some(Fault::Drop) => return Err(std::io::Error::other("injected fault: connection dropped")),
         None => {}
     }
-    let authorized =
-        req.headers().get("authorization").and_then(|v| v.to_str().ok()) == Some(&format!("Bearer {TOKEN}"));
-    if !authorized {
-        return Ok(status(401, "Unauthorized"));
-    }
+    let client = match req.headers().get("authorization").and_then(|v| v.to_str().ok()) {
+        Some(h) if h == format!("Bearer {TOKEN}") => "plugin",
+        Some(h) if h == format!("Bearer {AGENT_TOKEN}") => "agent",
+        _ => return Ok(status(401, "Unauthorized")),
+    };
     let method = req.method().clone();
     let uri_path = req.uri().path().to_string();
+    let query: BTreeMap<String, String> = req
+        .uri()
+        .query()
+        .unwrap_or_default()
+        .split('&')
+        .filter_map(|kv| kv.split_once('='))
+        .map(|(k, v)| (k.to_string(), percent_decode(v)))
+        .collect();
     let path: Vec<&str> = uri_path.trim_start_matches('/').split('/').collect();
-    let (store, kind, key) = match path.as_slice() {
-        ["api", "v1", "namespaces", ns, "pods", name] => (&state.pods, "pods", (ns, name)),
-        ["api", "v1", "namespaces", ns, "configmaps", name] => (&state.config_maps, "configmaps", (ns, name)),
-        ["apis", "k8s.cni.cncf.io", "v1", "namespaces", ns, "network-attachment-definitions", name] => {
-            (&state.nads, "network-attachment-definitions", (ns, name))
+    let (resource, namespace, name) = match path.as_slice() {
+        ["api", "v1", "pods"] => (Resource::Pods, None, None),
+        ["api", "v1", "configmaps"] => (Resource::ConfigMaps, None, None),
+        ["apis", "k8s.cni.cncf.io", "v1", "network-attachment-definitions"] => (Resource::Nads, None, None),
+        ["api", "v1", "namespaces", ns, "pods", rest @ ..] => (Resource::Pods, Some(*ns), rest.first().copied()),
+        ["api", "v1", "namespaces", ns, "configmaps", rest @ ..] => {
+            (Resource::ConfigMaps, Some(*ns), rest.first().copied())
+        }
+        ["apis", "k8s.cni.cncf.io", "v1", "namespaces", ns, "network-attachment-definitions", rest @ ..] => {
+            (Resource::Nads, Some(*ns), rest.first().copied())
         }
         _ => return Ok(status(404, "the server could not find the requested resource")),
     };
-    let key = (key.0.to_string(), key.1.to_string());
-    match method {
-        Method::GET => {
-            let object = store.lock().unwrap().get(&key).cloned();
+    let watching = matches!(query.get("watch").map(String::as_str), Some("true" | "1"));
+    let verb = match (&method, name, watching) {
+        (&Method::GET, Some(_), _) => "get",
+        (&Method::GET, None, true) => "watch",
+        (&Method::GET, None, false) => "list",
+        (&Method::PATCH, Some(_), _) => "patch",
+        _ => return Ok(status(405, "method not allowed")),
+    };
+    let resource_version = query.get("resourceVersion").cloned();
+    state.calls.lock().unwrap().push(Call { client, verb, resource: resource.plural(), resource_version });
+    let kind = resource.plural();
+    let selector = match Selector::parse(query.get("fieldSelector").map(String::as_str).unwrap_or_default()) {
+        Ok(selector) => selector,
+        Err(why) => return Ok(status(400, &why)),
+    };
+    match (verb, name) {
+        ("list", _) => Ok(json_reply(StatusCode::OK, &state.db.lock().unwrap().list(resource, namespace, &selector))),
+        ("watch", _) => {
+            let revision = query.get("resourceVersion").and_then(|r| r.parse().ok()).unwrap_or(0);
+            let timeout = query.get("timeoutSeconds").and_then(|t| t.parse().ok()).unwrap_or(1800);
+            let w = watch::Watch {
+                resource,
+                namespace: namespace.map(String::from),
+                selector,
+                revision,
+                timeout: Duration::from_secs(timeout),
+            };
+            Ok(watch::respond(&state.db, &state.drops, w))
+        }
+        ("get", Some(name)) => {
+            let object = state.db.lock().unwrap().get(resource, namespace.unwrap_or_default(), name).cloned();
             Ok(match object {
                 Some(object) => json_reply(StatusCode::OK, &object),
-                None => status(404, &format!("{kind} \"{}\" not found", key.1)),
+                None => status(404, &format!("{kind} \"{name}\" not found")),
             })
         }
-        Method::PATCH if kind == "pods" => {
+        ("patch", Some(name)) if resource == Resource::Pods => {
+            let namespace = namespace.unwrap_or_default();
             let merge =
                 req.headers().get("content-type").and_then(|v| v.to_str().ok()) == Some("application/merge-patch+json");
             let body = req.into_body().collect().await.map_err(std::io::Error::other)?.to_bytes();
@@ -452,24 +587,52 @@ async fn handle(req: Request<Incoming>, state: Arc<State>) -> Result<Reply, std:
             if !merge {
                 return Ok(status(415, "only application/merge-patch+json is served here"));
             }
-            let mut pods = state.pods.lock().unwrap();
-            let Some(pod) = pods.get_mut(&key) else {
-                return Ok(status(404, &format!("pods \"{}\" not found", key.1)));
+            let mut db = state.db.lock().unwrap();
+            let Some(mut pod) = db.get(Resource::Pods, namespace, name).cloned() else {
+                return Ok(status(404, &format!("pods \"{name}\" not found")));
             };
             if let Some(uid) = patch.pointer("/metadata/uid")
                 && Some(uid) != pod.pointer("/metadata/uid")
             {
                 return Ok(status(
                     422,
-                    &format!("Pod \"{}\" is invalid: metadata.uid: Invalid value: {uid}: field is immutable", key.1),
+                    &format!("Pod \"{name}\" is invalid: metadata.uid: Invalid value: {uid}: field is immutable"),
                 ));
             }
-            merge_patch(pod, &patch);
-            state.patches.lock().unwrap().push((key.0, key.1, patch));
-            Ok(json_reply(StatusCode::OK, pod))
+            merge_patch(&mut pod, &patch);
+            let pod = db.put(Resource::Pods, namespace, name, pod);
+            state.patches.lock().unwrap().push((namespace.to_string(), name.to_string(), patch));
+            Ok(json_reply(StatusCode::OK, &pod))
         }
         _ => Ok(status(405, "method not allowed")),
     }
+}
+
+/// `%2C` and friends in a query value (kube encodes the field selector's `=` and `,`).
+fn percent_decode(value: &str) -> String {
+    let bytes = value.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        match (
+            bytes[i],
+            bytes.get(i + 1..i + 3).and_then(|h| u8::from_str_radix(std::str::from_utf8(h).ok()?, 16).ok()),
+        ) {
+            (b'%', Some(byte)) => {
+                out.push(byte);
+                i += 3;
+            }
+            (b'+', _) => {
+                out.push(b' ');
+                i += 1;
+            }
+            (byte, _) => {
+                out.push(byte);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
 }
 
 /// RFC 7386: objects merge key by key, `null` removes, anything else replaces.
@@ -511,6 +674,6 @@ fn json_reply(code: StatusCode, body: &Value) -> Reply {
     Response::builder()
         .status(code)
         .header("content-type", "application/json")
-        .body(http_body_util::Full::new(Bytes::from(body.to_string())))
+        .body(http_body_util::Full::new(Bytes::from(body.to_string())).map_err(|never| match never {}).boxed())
         .unwrap()
 }

@@ -4,6 +4,7 @@
 //! tests/cri.rs, a private containerd node, a CRI v1 client and the pause image.
 #![allow(dead_code)]
 
+pub mod agent;
 pub mod apiserver;
 pub mod containerd;
 pub mod cri;

@@ -111,12 +111,20 @@ impl Node {
         self.write_conf(&format!("{name}/10-{name}.conflist"), &list)
     }
 
-    /// The selector's stdin, as the runtime passes it, with `extra` keys merged in.
+    /// Where the node's agent listens (`start_agent`), as the plugin is told by `agentSocket`.
+    pub fn agent_socket(&self) -> PathBuf {
+        self.sb.path().join("run/yh-genie/agent.sock")
+    }
+
+    /// The selector's stdin, as the runtime passes it, with `extra` keys merged in. Its
+    /// `agentSocket` is the node's own (`agent_socket`), never the host's: without
+    /// `start_agent`, nothing listens there and ADD takes the direct path, as on a node without
+    /// the agent.
     pub fn selector_conf(&self, version: &str, extra: Value) -> String {
         let mut conf = json!({
             "cniVersion": version, "name": "yh-genie", "type": "yh-genie",
             "kubeconfig": self.api.kubeconfig(), "confDir": self.conf_dir(), "dataDir": self.data_dir(),
-            "binDir": self.sb.bin(),
+            "binDir": self.sb.bin(), "agentSocket": self.agent_socket(),
         });
         if let Some(default) = &self.default_network {
             conf["defaultNetwork"] = default.as_str().into();

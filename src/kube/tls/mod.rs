@@ -29,6 +29,10 @@ use rustls::{CertificateError, DigitallySignedStruct, Error as TlsError, Signatu
 use std::sync::Arc;
 use std::time::Duration;
 
+const KEEPALIVE_IDLE: Duration = Duration::from_secs(30);
+const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(10);
+const KEEPALIVE_PROBES: u32 = 3;
+
 /// A kube client for `config`, verifying the server as [`KubeconfigTrust`] does when the
 /// kubeconfig has CA data (else with kube's own verifier: the system's roots). Connecting is
 /// bounded by `connect_timeout`; the caller bounds each request as a whole.
@@ -46,6 +50,12 @@ pub fn client(config: Config, connect_timeout: Duration) -> Result<Client, ::kub
     let mut http = hyper_util::client::legacy::connect::HttpConnector::new();
     http.enforce_http(false);
     http.set_connect_timeout(Some(connect_timeout));
+    // A connection whose peer vanished without a word (a node cut off, an API server's host gone)
+    // is found dead within about a minute, not after the kernel's two hours: the agent's watches
+    // hold their connections for minutes.
+    http.set_keepalive(Some(KEEPALIVE_IDLE));
+    http.set_keepalive_interval(Some(KEEPALIVE_INTERVAL));
+    http.set_keepalive_retries(Some(KEEPALIVE_PROBES));
     let mut https = hyper_rustls::HttpsConnectorBuilder::new().with_tls_config(tls).https_or_http();
     if let Some(name) = &config.tls_server_name {
         let name = ServerName::try_from(name.clone())

@@ -1,4 +1,7 @@
 use super::*;
+use crate::kube::NetworkAttachmentDefinition;
+use crate::selector::policy::AttachmentPolicy;
+use k8s_openapi::api::core::v1::ConfigMap;
 use serde_json::json;
 use std::cell::RefCell;
 use std::path::{Path, PathBuf};
@@ -125,7 +128,7 @@ impl Node {
         self.dir.path().join("net.d").join(rel).canonicalize().unwrap()
     }
     fn select(&self, api: &FakeApi, pod: &str) -> Result<Selection, CniError> {
-        select(&self.config, "eth0", Some(("default", pod)), Some(api))
+        select(&self.config, "eth0", Some(("default", pod)), None, Some(api))
     }
 }
 
@@ -340,13 +343,13 @@ fn one_request_per_object_and_containers_that_agree_are_fine() {
 #[test]
 fn not_a_pod_or_no_kubernetes_gets_the_default_without_asking() {
     let node = Node::new();
-    let s = select(&node.config, "eth0", None, None).unwrap();
+    let s = select(&node.config, "eth0", None, None, None).unwrap();
     assert_eq!((s.attachments[0].network.as_str(), s.reason), ("green", Reason::NotAPod));
-    let s = select(&node.config, "eth0", Some(("default", "p")), None).unwrap();
+    let s = select(&node.config, "eth0", Some(("default", "p")), None, None).unwrap();
     assert_eq!(s.reason, Reason::KubernetesNotConfigured);
     let mut node = Node::new();
     node.config.default_network = Some("green,blue@lan0".into());
-    let s = select(&node.config, "eth1", None, None).unwrap();
+    let s = select(&node.config, "eth1", None, None, None).unwrap();
     assert_eq!(plan(&s), pairs(&[("eth1", "green"), ("lan0", "blue")]), "a default list, on the runtime's name");
 }
 
@@ -361,13 +364,13 @@ fn pod_names_that_are_not_kubernetes_names_are_refused_before_any_request() {
         ("default", "Web-0", "K8S_POD_NAME"),
         ("kube-system/configmaps", "a", "K8S_POD_NAMESPACE"),
     ] {
-        let e = select(&node.config, "eth0", Some((namespace, name)), Some(&api)).unwrap_err();
+        let e = select(&node.config, "eth0", Some((namespace, name)), None, Some(&api)).unwrap_err();
         assert_eq!(e.code, 4, "{namespace}/{name}");
         assert!(e.msg.contains(key), "{e}");
     }
     assert!(api.asked().is_empty());
     let good = FakeApi::default().pod("kube-system", "web-0.x-1", json!([{"name": "c"}]));
-    assert!(select(&node.config, "eth0", Some(("kube-system", "web-0.x-1")), Some(&good)).is_ok());
+    assert!(select(&node.config, "eth0", Some(("kube-system", "web-0.x-1")), None, Some(&good)).is_ok());
 }
 
 #[test]
@@ -386,7 +389,7 @@ fn no_choice_and_no_default_is_code_7_naming_the_pod() {
         e.msg.contains("pod default/only-nads") && e.msg.contains("defaultNetwork"),
         "an annotation only adds: {e}"
     );
-    let e = select(&node.config, "eth0", None, None).unwrap_err();
+    let e = select(&node.config, "eth0", None, None, None).unwrap_err();
     assert!(e.msg.contains("not a Kubernetes pod"), "{e}");
 }
 
@@ -506,4 +509,101 @@ fn resolve_works_from_objects_held_in_memory() {
     let pod = api.pods[&("default".to_string(), "p".to_string())].clone();
     let held = resolve(&node.config, "eth0", ("default", "p"), &pod, &mut Held(api)).unwrap();
     assert_eq!(held, fetched);
+}
+
+/// A pod with everything a real one carries beside what `resolve` reads.
+fn busy_pod(annotations: serde_json::Value, containers: serde_json::Value) -> Pod {
+    serde_json::from_value(json!({
+        "metadata": {"namespace": "default", "name": "p", "uid": "u1", "resourceVersion": "7",
+                     "labels": {"app": "web"}, "annotations": annotations,
+                     "managedFields": [{"manager": "kubectl", "operation": "Update", "fieldsV1": {"f:spec": {}}}]},
+        "spec": {"nodeName": "n1", "containers": containers,
+                 "initContainers": [{"name": "setup", "image": "busybox", "env": [{"name": ENV_VAR, "value": "red"}]},
+                                    {"name": "quiet", "image": "busybox"}],
+                 "volumes": [{"name": "v", "emptyDir": {}}]},
+        "status": {"phase": "Pending", "podIP": "10.0.0.9"}
+    }))
+    .unwrap()
+}
+
+#[test]
+fn references_name_what_resolve_asks_for_within_the_policy() {
+    let containers = json!([
+        {"name": "a", "image": "x", "env": env_cm("nets", "k")},
+        {"name": "b", "image": "x", "env": [{"name": ENV_VAR, "valueFrom": {"configMapKeyRef": {"name": "nets", "key": "k"}}}]},
+        {"name": "c", "image": "x", "env": env_value("blue")},
+        {"name": "d", "image": "x", "env": [{"name": ENV_VAR, "valueFrom": {"configMapKeyRef": {"name": "Bad,Name", "key": "k"}}}]},
+    ]);
+    let pod = busy_pod(json!({annotation::NETWORKS: "lan, infra/lan2@net5, other/lan3"}), containers);
+    let keys = |policy: &AttachmentPolicy| -> Vec<String> {
+        references(policy, "default", &pod).iter().map(ToString::to_string).collect()
+    };
+    assert_eq!(
+        keys(&AttachmentPolicy::default()),
+        ["ConfigMap default/nets", "NetworkAttachmentDefinition default/lan"],
+        "one ConfigMap however often named, no name that cannot exist, NADs of other namespaces refused"
+    );
+    let policy = AttachmentPolicy { global_namespaces: ["infra".to_string()].into(), ..Default::default() };
+    assert_eq!(
+        keys(&policy),
+        ["ConfigMap default/nets", "NetworkAttachmentDefinition default/lan", "NetworkAttachmentDefinition infra/lan2"]
+    );
+    let open = AttachmentPolicy { namespace_isolation: false, ..Default::default() };
+    assert_eq!(keys(&open).len(), 4);
+    // resolve refuses these before asking for any NAD, so nothing is held for them.
+    let many: Vec<String> = (0..17).map(|i| format!("n{i}")).collect();
+    for networks in ["[not json", many.join(",").as_str()] {
+        let pod = busy_pod(json!({annotation::NETWORKS: networks}), json!([{"name": "a"}]));
+        assert_eq!(references(&open, "default", &pod), vec![], "{networks}");
+    }
+}
+
+#[test]
+fn a_trimmed_pod_is_small_and_resolves_as_the_whole_pod() {
+    let node = Node::new();
+    let api = FakeApi::default()
+        .config_map("default", "nets", json!({"k": "blue"}))
+        .nad("default", "lan", None)
+        .nad("default", "lan2", None);
+    let pods = [
+        busy_pod(
+            json!({annotation::NETWORKS: "lan@net2", "other": "x"}),
+            json!([{"name": "a", "image": "x", "env": [{"name": "OTHER", "value": "1"}, {"name": ENV_VAR, "value": "red"},
+                                                      {"name": ENV_VAR, "valueFrom": {"configMapKeyRef": {"name": "nets", "key": "k"}}}]},
+                   {"name": "b", "image": "x"},
+                   {"name": "c", "image": "x", "env": env_value("blue")}]),
+        ),
+        busy_pod(json!({}), json!([{"name": "a", "image": "x"}])),
+        busy_pod(
+            json!({annotation::NETWORKS: "[{\"name\": \"lan2\", \"ips\": [\"10.1.1.5/24\"]}]"}),
+            json!([{"name": "a"}]),
+        ),
+        busy_pod(json!({}), json!([{"name": "a", "env": env_value("red")}, {"name": "b", "env": env_value("blue")}])),
+    ];
+    for pod in &pods {
+        let small = trimmed(pod);
+        let resolved = |pod: &Pod| resolve(&node.config, "eth0", ("default", "p"), pod, &mut Fetching::new(&api));
+        assert_eq!(resolved(&small), resolved(pod), "{pod:?}");
+        assert_eq!(trimmed(&small), small, "trimming twice changes nothing");
+        let text = serde_json::to_string(&small).unwrap();
+        for gone in ["managedFields", "status", "image", "volumes", "labels", "nodeName", "OTHER", "\"quiet\""] {
+            assert!(!text.contains(gone), "{gone} kept: {text}");
+        }
+        assert_eq!(
+            (small.metadata.uid.as_deref(), small.metadata.resource_version.as_deref()),
+            (Some("u1"), Some("7"))
+        );
+    }
+}
+
+#[test]
+fn a_pod_of_another_uid_than_the_sandbox_is_refused_naming_both() {
+    let node = Node::new();
+    let api = FakeApi::default().pod("default", "web-0", app("blue"));
+    let chosen = |uid| select(&node.config, "eth0", Some(("default", "web-0")), uid, Some(&api));
+    assert_eq!(chosen(Some("uid-web-0")).unwrap().attachments[0].network, "blue");
+    assert_eq!(chosen(None).unwrap().attachments[0].network, "blue", "no K8S_POD_UID: nothing to compare");
+    let e = chosen(Some("uid-old")).unwrap_err();
+    assert_eq!(e.code, 103);
+    assert!(e.msg.contains("uid-web-0") && e.msg.contains("uid-old") && e.msg.contains("pod default/web-0"), "{e}");
 }

@@ -1,0 +1,237 @@
+//! The node agent: a node-local cache of what pods chose, so that the plugin's ADD needs no API
+//! request (SPEC §3 item 9). It runs in the DaemonSet's container beside the installer
+//! (`yh-genie install --agent`), on a thread of its own:
+//!
+//! - it watches only its node's pods and, for each, the ConfigMaps and NetworkAttachmentDefinitions
+//!   the pod refers to (`watch`, `store`), so the objects are fetched when the pod appears, before
+//!   the runtime asks for its network;
+//! - it answers the plugin over a root-only unix socket (`server`, `protocol`) with the pod and
+//!   those objects; the plugin resolves them itself, with the same `resolve` as the direct path and
+//!   its own view of the node's files (`client` is its side);
+//! - it writes the pods' network-status annotations the plugin hands over (`annotate`);
+//! - it reports readiness and metrics on a local port (`http`, `metrics`).
+//!
+//! It never runs plugins or touches a pod's netns: a crashed, slow or upgraded agent costs the
+//! plugin speed (it takes the direct path), never a pod's network. A failure of the agent itself is
+//! logged and the agent starts again after a jittered backoff; the installer's loop goes on.
+
+mod annotate;
+pub mod client;
+mod http;
+mod metrics;
+pub mod protocol;
+mod server;
+mod store;
+mod watch;
+
+use crate::kube::watching::{self, Access};
+use crate::kube::{ObjectKey, jittered};
+use crate::selector::policy::AttachmentPolicy;
+use anyhow::{Context, anyhow, bail};
+use metrics::Metrics;
+use server::FileId;
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use store::{Store, Watches};
+use tokio::sync::mpsc;
+use tokio::task::{AbortHandle, JoinSet};
+use tracing::{error, info, warn};
+
+/// Where the plugin looks for the agent unless `agentSocket` says otherwise.
+pub const DEFAULT_SOCKET: &str = "/run/yh-genie/agent.sock";
+/// The readiness and metrics port unless configured otherwise: this host only.
+pub const DEFAULT_METRICS_ADDRESS: &str = "127.0.0.1:9745";
+
+/// The first pause after the agent fails; it doubles up to `MAX_RESTART_PAUSE`, and starts over
+/// after an agent that ran for `HEALTHY_RUN`.
+const FIRST_RESTART_PAUSE: Duration = Duration::from_secs(1);
+const MAX_RESTART_PAUSE: Duration = Duration::from_secs(60);
+const HEALTHY_RUN: Duration = Duration::from_secs(120);
+/// How often the selector configuration (the namespace policy) is read again.
+const POLICY_RELOAD: Duration = Duration::from_secs(10);
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Options {
+    /// The node whose pods it watches (the DaemonSet: the downward API's `spec.nodeName`).
+    pub node: String,
+    pub access: Access,
+    /// The socket, as this process reaches it.
+    pub socket: PathBuf,
+    pub metrics_address: SocketAddr,
+    /// The selector's extra keys (a JSON object), for the NetworkAttachmentDefinition namespace
+    /// policy: only NADs a pod may use are watched.
+    pub selector_config: Option<PathBuf>,
+}
+
+/// The running agent, as the installer holds it.
+pub struct Handle {
+    socket: PathBuf,
+    bound: Arc<Mutex<Option<FileId>>>,
+}
+
+impl Handle {
+    /// On the way out: remove the socket, if it is still this agent's (a newer agent may have
+    /// replaced it already), so that plugins find no socket rather than one nobody serves.
+    pub fn stop(&self) {
+        let ours = *self.bound.lock().unwrap_or_else(|e| e.into_inner());
+        let there = std::fs::metadata(&self.socket).ok().map(|m| (m.dev(), m.ino()));
+        if ours.is_some() && ours == there && std::fs::remove_file(&self.socket).is_ok() {
+            info!("removed {}", self.socket.display());
+        }
+    }
+}
+
+/// Start the agent on a thread of its own, restarting it whenever it fails.
+pub fn spawn(options: Options) -> anyhow::Result<Handle> {
+    let bound = Arc::new(Mutex::new(None));
+    let handle = Handle { socket: options.socket.clone(), bound: bound.clone() };
+    std::thread::Builder::new()
+        .name("agent".into())
+        .spawn(move || supervise(&options, &bound))
+        .context("starting the agent's thread")?;
+    Ok(handle)
+}
+
+fn supervise(options: &Options, bound: &Mutex<Option<FileId>>) {
+    let mut pause = FIRST_RESTART_PAUSE;
+    loop {
+        let started = Instant::now();
+        let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run(options, bound)));
+        let why = match outcome {
+            Ok(Ok(())) => "it stopped".to_string(),
+            Ok(Err(e)) => format!("{e:#}"),
+            Err(panic) => format!(
+                "it panicked: {}",
+                panic
+                    .downcast_ref::<String>()
+                    .map(String::as_str)
+                    .or(panic.downcast_ref::<&str>().copied())
+                    .unwrap_or("?")
+            ),
+        };
+        if started.elapsed() >= HEALTHY_RUN {
+            pause = FIRST_RESTART_PAUSE;
+        }
+        let wait = jittered(pause * 2);
+        error!("the node agent failed ({why}); starting it again in {:.1}s", wait.as_secs_f64());
+        std::thread::sleep(wait);
+        pause = (pause * 2).min(MAX_RESTART_PAUSE);
+    }
+}
+
+/// One life of the agent: until one of its tasks fails for good.
+fn run(options: &Options, bound: &Mutex<Option<FileId>>) -> anyhow::Result<()> {
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().context("the agent's runtime")?;
+    runtime.block_on(async {
+        let client = watching::connect(&options.access).await.map_err(|e| anyhow!(e))?;
+        let (listener, id) =
+            server::bind(&options.socket).with_context(|| format!("listening on {}", options.socket.display()))?;
+        *bound.lock().unwrap_or_else(|e| e.into_inner()) = Some(id);
+        let policy = options.selector_config.as_deref().map(read_policy).unwrap_or_else(|| Ok(Default::default()));
+        let policy = policy.unwrap_or_else(|e| {
+            warn!("{e:#}; the default namespace policy decides which NetworkAttachmentDefinitions are watched");
+            AttachmentPolicy::default()
+        });
+        let (annotations, jobs) = mpsc::channel(annotate::QUEUE);
+        let (changes, _) = tokio::sync::watch::channel(0);
+        let shared = Arc::new(Shared {
+            store: Mutex::new(Store::new(policy)),
+            changes,
+            metrics: Metrics::default(),
+            client,
+            object_watches: Mutex::new(HashMap::new()),
+            annotations,
+        });
+        let mut tasks = JoinSet::new();
+        tasks.spawn(watch::pods(shared.clone(), options.node.clone()));
+        tasks.spawn(server::serve(shared.clone(), listener));
+        tasks.spawn(annotate::run(shared.clone(), jobs));
+        tasks.spawn(http::serve(shared.clone(), options.metrics_address));
+        if let Some(path) = options.selector_config.clone() {
+            tasks.spawn(reload_policy(shared.clone(), path));
+        }
+        info!(
+            "node agent for node {}: socket {}, readiness and metrics on http://{}, API access by {}",
+            options.node,
+            options.socket.display(),
+            options.metrics_address,
+            options.access
+        );
+        match tasks.join_next().await {
+            Some(Ok(why)) => bail!("{why}"),
+            Some(Err(e)) => bail!("a task of the agent failed: {e}"),
+            None => bail!("the agent had no task"),
+        }
+    })
+}
+
+/// What the agent's tasks share. One thread runs them all (a current-thread runtime), so the
+/// locks are never contended; they only satisfy `tokio::spawn`.
+struct Shared {
+    store: Mutex<Store>,
+    /// Bumped after every change of the store: requests waiting for a pod look again.
+    changes: tokio::sync::watch::Sender<u64>,
+    metrics: Metrics,
+    client: ::kube::Client,
+    object_watches: Mutex<HashMap<ObjectKey, AbortHandle>>,
+    annotations: mpsc::Sender<annotate::Job>,
+}
+
+impl Shared {
+    /// Change the store, start and stop the object watches it asks for, and wake the waiters.
+    fn update(self: &Arc<Self>, change: impl FnOnce(&mut Store) -> Watches) {
+        let watches = change(&mut self.store.lock().unwrap_or_else(|e| e.into_inner()));
+        let mut running = self.object_watches.lock().unwrap_or_else(|e| e.into_inner());
+        for key in watches.stop {
+            if let Some(task) = running.remove(&key) {
+                task.abort();
+            }
+        }
+        for key in watches.start {
+            let task = watch::start(self, key.clone());
+            if let Some(old) = running.insert(key, task) {
+                old.abort();
+            }
+        }
+        drop(running);
+        self.changes.send_modify(|n| *n += 1);
+    }
+
+    fn render_metrics(&self) -> String {
+        let watches = self.object_watches.lock().unwrap_or_else(|e| e.into_inner()).len();
+        self.metrics.render(&self.store.lock().unwrap_or_else(|e| e.into_inner()), watches)
+    }
+}
+
+/// The namespace policy from the selector's extra keys (`--selector-config`).
+fn read_policy(path: &Path) -> anyhow::Result<AttachmentPolicy> {
+    let text = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+    let keys: serde_json::Map<String, serde_json::Value> =
+        serde_json::from_slice(&text).with_context(|| format!("{} is not a JSON object", path.display()))?;
+    AttachmentPolicy::from_keys(&keys).map_err(|e| anyhow!("{}: {e}", path.display()))
+}
+
+/// Read the policy again now and then: the ConfigMap behind it may be edited.
+async fn reload_policy(shared: Arc<Shared>, path: PathBuf) -> String {
+    let mut last_error = None;
+    loop {
+        tokio::time::sleep(POLICY_RELOAD).await;
+        match read_policy(&path) {
+            Ok(policy) => {
+                last_error = None;
+                shared.update(|store| store.set_policy(policy));
+            }
+            Err(e) => {
+                let e = format!("{e:#}");
+                if last_error.as_ref() != Some(&e) {
+                    warn!("{e}; keeping the namespace policy read before");
+                }
+                last_error = Some(e);
+            }
+        }
+    }
+}

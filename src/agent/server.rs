@@ -1,0 +1,124 @@
+//! The agent's unix socket: one request line, one reply line per connection (`protocol`). The
+//! socket is the plugin's (root only): its directory is made 0700, the socket 0600, and it appears
+//! under its name only once it is listening and has its mode (bound under a temporary name, then
+//! renamed over any socket a previous agent left).
+
+use super::Shared;
+use super::annotate;
+use super::metrics::Outcome;
+use super::protocol::{Answer, Ask, MAX_LINE, MAX_WAIT_MS, Reply, Request};
+use super::store::Lookup;
+use std::fs::{DirBuilder, Permissions};
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::net::{UnixListener, UnixStream};
+use tracing::warn;
+
+/// How long a client may take to send its request line.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The file the agent listens on: (device, inode), to remove only its own socket on the way out.
+pub type FileId = (u64, u64);
+
+/// Listen on `path`, replacing whatever is there. Must be called inside the runtime.
+pub(super) fn bind(path: &Path) -> std::io::Result<(UnixListener, FileId)> {
+    let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    DirBuilder::new().recursive(true).mode(0o700).create(dir)?;
+    std::fs::set_permissions(dir, Permissions::from_mode(0o700))?;
+    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let temporary = dir.join(format!(".{name}.{}", std::process::id()));
+    let _ = std::fs::remove_file(&temporary);
+    let listener = std::os::unix::net::UnixListener::bind(&temporary)?;
+    std::fs::set_permissions(&temporary, Permissions::from_mode(0o600))?;
+    std::fs::rename(&temporary, path)?;
+    let meta = std::fs::metadata(path)?;
+    listener.set_nonblocking(true)?;
+    Ok((UnixListener::from_std(listener)?, (meta.dev(), meta.ino())))
+}
+
+/// Serve connections until the listener fails for good.
+pub(super) async fn serve(shared: Arc<Shared>, listener: UnixListener) -> String {
+    loop {
+        match listener.accept().await {
+            Ok((stream, _)) => drop(tokio::spawn(connection(shared.clone(), stream))),
+            Err(e) => {
+                // Out of descriptors, most likely: the connections in flight will free some.
+                warn!("accepting on the agent socket: {e}");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    }
+}
+
+async fn connection(shared: Arc<Shared>, stream: UnixStream) {
+    let (read, mut write) = stream.into_split();
+    let mut line = Vec::new();
+    let mut reader = BufReader::new(read).take(MAX_LINE as u64);
+    let read = tokio::time::timeout(REQUEST_TIMEOUT, reader.read_until(b'\n', &mut line)).await;
+    let started = Instant::now();
+    let answer = match read {
+        Ok(Ok(_)) if line.ends_with(b"\n") => match Request::parse(&line) {
+            Ok(Request { ask: Ask::Selection { namespace, name, uid, wait_ms }, .. }) => {
+                let wait = Duration::from_millis(wait_ms.min(MAX_WAIT_MS));
+                let (answer, outcome) = selection(&shared, &namespace, &name, uid.as_deref(), wait).await;
+                shared.metrics.answered(outcome, started.elapsed());
+                answer
+            }
+            Ok(Request { ask: Ask::Annotate { namespace, name, uid, annotations }, .. }) => {
+                annotate::offer(&shared, annotate::Job { namespace, name, uid, annotations })
+            }
+            Err(why) => refused(&shared, why, started),
+        },
+        Ok(Ok(_)) => refused(&shared, "the request is not one line".into(), started),
+        Ok(Err(e)) => refused(&shared, format!("reading the request: {e}"), started),
+        Err(_) => refused(&shared, "no request in time".into(), started),
+    };
+    // The plugin may have given up already; nothing to do about it.
+    let _ = write.write_all(&Reply::new(answer).line()).await;
+}
+
+fn refused(shared: &Shared, why: String, started: Instant) -> Answer {
+    shared.metrics.answered(Outcome::Refused, started.elapsed());
+    Answer::Refused { why }
+}
+
+/// The pod's objects as held, waiting up to `wait` for the watches to deliver what is missing.
+async fn selection(
+    shared: &Shared,
+    namespace: &str,
+    name: &str,
+    uid: Option<&str>,
+    wait: Duration,
+) -> (Answer, Outcome) {
+    let deadline = tokio::time::Instant::now() + wait;
+    // Subscribed before the first look, so that no change between a look and the wait is missed.
+    let mut changes = shared.changes.subscribe();
+    let mut waited = false;
+    loop {
+        let lookup = shared.store.lock().unwrap_or_else(|e| e.into_inner()).lookup(namespace, name, uid);
+        let miss = match lookup {
+            Lookup::Found(objects) => {
+                return (Answer::Objects(objects), if waited { Outcome::HitAfterWait } else { Outcome::Hit });
+            }
+            Lookup::Gone(miss) => miss,
+            Lookup::NotYet(_) if tokio::time::Instant::now() < deadline => {
+                waited = true;
+                tokio::select! {
+                    changed = changes.changed() => if changed.is_err() { tokio::time::sleep_until(deadline).await },
+                    () = tokio::time::sleep_until(deadline) => {}
+                }
+                continue;
+            }
+            Lookup::NotYet(miss) => miss,
+        };
+        shared.metrics.missed(&miss);
+        let whose = match uid {
+            Some(uid) => format!("pod {namespace}/{name} uid {uid}"),
+            None => format!("pod {namespace}/{name}"),
+        };
+        return (Answer::Unknown { why: format!("{whose}: {miss}") }, Outcome::Unknown);
+    }
+}

@@ -1,0 +1,323 @@
+//! What the agent holds: every pod of its node, trimmed to what selection reads
+//! (`select::trimmed`), and the ConfigMaps and NetworkAttachmentDefinitions those pods refer to
+//! (`select::references`), each counted by the pods that use it. The store decides which objects
+//! need a watch (`Watches`: start one when the first pod refers to an object, stop it when the
+//! last goes, as the kubelet does for the ConfigMaps its pods mount) and answers lookups; it does
+//! no I/O, so the watches and the socket server around it are thin.
+
+use super::protocol::{Held, PodObjects};
+use crate::kube::{Kind, NetworkAttachmentDefinition, ObjectKey};
+use crate::selector::policy::AttachmentPolicy;
+use crate::selector::select::{references, trimmed};
+use k8s_openapi::api::core::v1::{ConfigMap, Pod};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use std::collections::{HashMap, VecDeque};
+use std::fmt;
+
+/// How many uids of deleted pods are remembered, so that an ADD for a pod already deleted is told
+/// "unknown" at once instead of waiting for a pod that will not come.
+const REMEMBERED_DELETIONS: usize = 1024;
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum ObjectState {
+    /// Its watch has not listed it yet.
+    Pending,
+    /// Listed: it does not exist.
+    Absent,
+    ConfigMap(ConfigMap),
+    Attachment(NetworkAttachmentDefinition),
+}
+
+/// The object watches to start and stop after a change.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Watches {
+    pub start: Vec<ObjectKey>,
+    pub stop: Vec<ObjectKey>,
+}
+
+impl Watches {
+    fn merge(&mut self, other: Watches) {
+        // A key stopped by one change and started by the next keeps its watch.
+        for key in other.start {
+            match self.stop.iter().position(|k| *k == key) {
+                Some(i) => drop(self.stop.remove(i)),
+                None => self.start.push(key),
+            }
+        }
+        for key in other.stop {
+            match self.start.iter().position(|k| *k == key) {
+                Some(i) => drop(self.start.remove(i)),
+                None => self.stop.push(key),
+            }
+        }
+    }
+}
+
+/// Why a lookup has no answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Miss {
+    /// The node's pods have not been listed yet.
+    NotListed,
+    /// No pod of that name on this node (yet).
+    NotSeen,
+    /// The agent holds another pod under that name (uid `held`).
+    OtherUid { held: String },
+    /// The pod with that uid has been deleted.
+    Deleted,
+    /// An object the pod refers to has not been listed by its watch yet.
+    ObjectPending(ObjectKey),
+}
+
+impl Miss {
+    /// The metrics label.
+    pub fn label(&self) -> &'static str {
+        match self {
+            Miss::NotListed => "not_listed",
+            Miss::NotSeen => "pod_not_seen",
+            Miss::OtherUid { .. } => "other_uid",
+            Miss::Deleted => "uid_deleted",
+            Miss::ObjectPending(_) => "object_not_listed",
+        }
+    }
+    pub const LABELS: [&'static str; 5] =
+        ["not_listed", "pod_not_seen", "other_uid", "uid_deleted", "object_not_listed"];
+}
+
+impl fmt::Display for Miss {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Miss::NotListed => f.write_str("the agent has not listed its node's pods yet"),
+            Miss::NotSeen => f.write_str("no such pod on this node's watch"),
+            Miss::OtherUid { held } => write!(f, "the agent holds another pod of that name (uid {held})"),
+            Miss::Deleted => f.write_str("that pod (uid) has been deleted"),
+            Miss::ObjectPending(key) => write!(f, "{key} has not been listed yet"),
+        }
+    }
+}
+
+pub enum Lookup {
+    Found(Box<PodObjects>),
+    /// Not now; waiting for the watches may help.
+    NotYet(Miss),
+    /// Never: waiting cannot help.
+    Gone(Miss),
+}
+
+struct HeldPod {
+    pod: Pod,
+    refs: Vec<ObjectKey>,
+}
+
+struct HeldObject {
+    /// Pods referring to it.
+    users: usize,
+    state: ObjectState,
+}
+
+pub struct Store {
+    policy: AttachmentPolicy,
+    pods: HashMap<(String, String), HeldPod>,
+    objects: HashMap<ObjectKey, HeldObject>,
+    deleted: VecDeque<String>,
+    listed: bool,
+}
+
+impl Store {
+    pub fn new(policy: AttachmentPolicy) -> Self {
+        Store { policy, pods: HashMap::new(), objects: HashMap::new(), deleted: VecDeque::new(), listed: false }
+    }
+
+    /// Whether the node's pods have been listed once (the agent's readiness).
+    pub fn listed(&self) -> bool {
+        self.listed
+    }
+
+    pub fn pod_count(&self) -> usize {
+        self.pods.len()
+    }
+
+    /// Objects held (listed, present or absent) of `kind`.
+    pub fn object_count(&self, kind: Kind) -> usize {
+        self.objects.keys().filter(|k| k.kind == kind).count()
+    }
+
+    /// A pod was added or changed.
+    pub fn apply(&mut self, pod: &Pod) -> Watches {
+        let Some(key) = pod_key(pod) else { return Watches::default() };
+        let pod = trimmed(pod);
+        let refs = references(&self.policy, &key.0, &pod);
+        let mut watches = self.refer(&refs);
+        if let Some(old) = self.pods.insert(key, HeldPod { pod, refs }) {
+            watches.merge(self.release(&old.refs));
+            self.replaced(old.pod);
+        }
+        watches
+    }
+
+    /// A pod was deleted. A delete of another uid than the one held (an old pod's late event)
+    /// changes nothing.
+    pub fn delete(&mut self, pod: &Pod) -> Watches {
+        let Some(key) = pod_key(pod) else { return Watches::default() };
+        let same = self
+            .pods
+            .get(&key)
+            .is_some_and(|held| pod.metadata.uid.is_none() || held.pod.metadata.uid == pod.metadata.uid);
+        if !same {
+            self.remember_deleted(pod.metadata.uid.clone());
+            return Watches::default();
+        }
+        let held = self.pods.remove(&key).expect("checked above");
+        self.remember_deleted(held.pod.metadata.uid);
+        self.release(&held.refs)
+    }
+
+    /// The node's pods, listed anew: pods not in `pods` are gone.
+    pub fn replace_all(&mut self, pods: Vec<Pod>) -> Watches {
+        let listed: std::collections::HashSet<(String, String)> = pods.iter().filter_map(pod_key).collect();
+        let gone: Vec<(String, String)> = self.pods.keys().filter(|k| !listed.contains(*k)).cloned().collect();
+        let mut watches = Watches::default();
+        for pod in &pods {
+            watches.merge(self.apply(pod));
+        }
+        for key in gone {
+            let held = self.pods.remove(&key).expect("listed from the map");
+            self.remember_deleted(held.pod.metadata.uid);
+            watches.merge(self.release(&held.refs));
+        }
+        self.listed = true;
+        watches
+    }
+
+    /// What a referenced object's watch found. Ignored for an object no pod refers to any more.
+    pub fn set_object(&mut self, key: &ObjectKey, state: ObjectState) {
+        if let Some(held) = self.objects.get_mut(key) {
+            held.state = state;
+        }
+    }
+
+    /// A new namespace policy: which NADs the pods may use, so which are watched.
+    pub fn set_policy(&mut self, policy: AttachmentPolicy) -> Watches {
+        if policy == self.policy {
+            return Watches::default();
+        }
+        self.policy = policy;
+        let pods: Vec<Pod> = self.pods.values().map(|held| held.pod.clone()).collect();
+        let mut watches = Watches::default();
+        for pod in &pods {
+            watches.merge(self.apply(pod));
+        }
+        watches
+    }
+
+    /// The pod `namespace/name` and its objects, if held for `uid` (any uid when `None`).
+    pub fn lookup(&self, namespace: &str, name: &str, uid: Option<&str>) -> Lookup {
+        let Some(held) = self.pods.get(&(namespace.to_string(), name.to_string())) else {
+            if uid.is_some_and(|uid| self.deleted.iter().any(|d| d == uid)) {
+                return Lookup::Gone(Miss::Deleted);
+            }
+            return Lookup::NotYet(if self.listed { Miss::NotSeen } else { Miss::NotListed });
+        };
+        let held_uid = held.pod.metadata.uid.as_deref().unwrap_or_default();
+        if let Some(uid) = uid
+            && uid != held_uid
+        {
+            let miss = Miss::OtherUid { held: held_uid.to_string() };
+            return if self.deleted.iter().any(|d| d == uid) {
+                Lookup::Gone(Miss::Deleted)
+            } else {
+                Lookup::NotYet(miss)
+            };
+        }
+        let mut answer = PodObjects { pod: held.pod.clone(), config_maps: Vec::new(), network_attachments: Vec::new() };
+        for key in &held.refs {
+            match self.objects.get(key).map(|o| &o.state) {
+                None | Some(ObjectState::Pending) => return Lookup::NotYet(Miss::ObjectPending(key.clone())),
+                Some(ObjectState::Absent) if key.kind == Kind::ConfigMap => {
+                    answer.config_maps.push(held_object(key, None))
+                }
+                Some(ObjectState::Absent) => answer.network_attachments.push(held_object(key, None)),
+                Some(ObjectState::ConfigMap(cm)) => answer.config_maps.push(held_object(key, Some(cm.clone()))),
+                Some(ObjectState::Attachment(nad)) => {
+                    answer.network_attachments.push(held_object(key, Some(nad.clone())))
+                }
+            }
+        }
+        Lookup::Found(Box::new(answer))
+    }
+
+    /// Count one more user of each of `refs`; the ones new to the store need a watch.
+    fn refer(&mut self, refs: &[ObjectKey]) -> Watches {
+        let mut watches = Watches::default();
+        for key in refs {
+            let held =
+                self.objects.entry(key.clone()).or_insert_with(|| HeldObject { users: 0, state: ObjectState::Pending });
+            if held.users == 0 {
+                watches.start.push(key.clone());
+            }
+            held.users += 1;
+        }
+        watches
+    }
+
+    /// Count one user less of each of `refs`; the ones nobody uses any more lose their watch.
+    fn release(&mut self, refs: &[ObjectKey]) -> Watches {
+        let mut watches = Watches::default();
+        for key in refs {
+            if let Some(held) = self.objects.get_mut(key) {
+                held.users -= 1;
+                if held.users == 0 {
+                    self.objects.remove(key);
+                    watches.stop.push(key.clone());
+                }
+            }
+        }
+        watches
+    }
+
+    /// The pod `old` was replaced under its name: if by another uid, the old one is gone.
+    fn replaced(&mut self, old: Pod) {
+        let key = pod_key(&old).expect("held pods have keys");
+        if self.pods.get(&key).is_some_and(|now| now.pod.metadata.uid != old.metadata.uid) {
+            self.remember_deleted(old.metadata.uid);
+        }
+    }
+
+    fn remember_deleted(&mut self, uid: Option<String>) {
+        let Some(uid) = uid else { return };
+        if self.deleted.len() == REMEMBERED_DELETIONS {
+            self.deleted.pop_front();
+        }
+        self.deleted.push_back(uid);
+    }
+}
+
+fn held_object<T>(key: &ObjectKey, object: Option<T>) -> Held<T> {
+    Held { namespace: key.namespace.clone(), name: key.name.clone(), object }
+}
+
+fn pod_key(pod: &Pod) -> Option<(String, String)> {
+    Some((pod.metadata.namespace.clone()?, pod.metadata.name.clone()?))
+}
+
+/// A ConfigMap with only what selection reads: its `data` (and its name and version).
+pub fn trim_config_map(cm: ConfigMap) -> ConfigMap {
+    ConfigMap { metadata: trim_meta(cm.metadata), data: cm.data, ..Default::default() }
+}
+
+/// A NetworkAttachmentDefinition with only its `spec` (and its name and version).
+pub fn trim_attachment(nad: NetworkAttachmentDefinition) -> NetworkAttachmentDefinition {
+    NetworkAttachmentDefinition { metadata: trim_meta(nad.metadata), spec: nad.spec, ..Default::default() }
+}
+
+fn trim_meta(meta: ObjectMeta) -> ObjectMeta {
+    ObjectMeta {
+        name: meta.name,
+        namespace: meta.namespace,
+        uid: meta.uid,
+        resource_version: meta.resource_version,
+        ..Default::default()
+    }
+}
+
+#[cfg(test)]
+mod tests;

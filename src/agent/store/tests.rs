@@ -1,0 +1,165 @@
+use super::*;
+use crate::selector::annotation::NETWORKS;
+use serde_json::json;
+
+fn pod(name: &str, uid: &str, cm: &str, networks: Option<&str>) -> Pod {
+    let annotations = networks.map(|n| json!({NETWORKS: n})).unwrap_or(json!({}));
+    serde_json::from_value(json!({
+        "metadata": {"namespace": "default", "name": name, "uid": uid, "annotations": annotations,
+                     "managedFields": [{"manager": "kubelet"}]},
+        "spec": {"nodeName": "n1", "containers": [{"name": "app", "image": "nginx", "env": [
+            {"name": "CNI_NETWORK_CONFIG", "valueFrom": {"configMapKeyRef": {"name": cm, "key": "k"}}}]}]},
+        "status": {"phase": "Running"}
+    }))
+    .unwrap()
+}
+
+fn cm_key(name: &str) -> ObjectKey {
+    ObjectKey::new(Kind::ConfigMap, "default", name)
+}
+
+fn nad_key(namespace: &str, name: &str) -> ObjectKey {
+    ObjectKey::new(Kind::NetworkAttachmentDefinition, namespace, name)
+}
+
+fn config_map(name: &str, value: &str) -> ObjectState {
+    ObjectState::ConfigMap(
+        serde_json::from_value(json!({"metadata": {"namespace": "default", "name": name}, "data": {"k": value}}))
+            .unwrap(),
+    )
+}
+
+fn found(store: &Store, name: &str, uid: Option<&str>) -> PodObjects {
+    match store.lookup("default", name, uid) {
+        Lookup::Found(objects) => *objects,
+        Lookup::NotYet(miss) | Lookup::Gone(miss) => panic!("{name}: not found: {miss}"),
+    }
+}
+
+fn miss(store: &Store, name: &str, uid: Option<&str>) -> (bool, Miss) {
+    match store.lookup("default", name, uid) {
+        Lookup::Found(_) => panic!("{name}: found"),
+        Lookup::NotYet(miss) => (false, miss),
+        Lookup::Gone(miss) => (true, miss),
+    }
+}
+
+fn started(keys: &[ObjectKey]) -> Watches {
+    Watches { start: keys.to_vec(), stop: vec![] }
+}
+
+fn stopped(keys: &[ObjectKey]) -> Watches {
+    Watches { start: vec![], stop: keys.to_vec() }
+}
+
+#[test]
+fn a_watch_per_referenced_object_from_its_first_user_to_its_last() {
+    let mut store = Store::new(AttachmentPolicy::default());
+    assert_eq!(miss(&store, "a", Some("ua")), (false, Miss::NotListed));
+    assert_eq!(store.replace_all(vec![]), Watches::default());
+    assert_eq!(miss(&store, "a", Some("ua")), (false, Miss::NotSeen));
+
+    assert_eq!(
+        store.apply(&pod("a", "ua", "nets", Some("lan"))),
+        started(&[cm_key("nets"), nad_key("default", "lan")])
+    );
+    assert_eq!(miss(&store, "a", Some("ua")).1, Miss::ObjectPending(cm_key("nets")));
+    store.set_object(&cm_key("nets"), config_map("nets", "blue"));
+    assert_eq!(miss(&store, "a", Some("ua")).1, Miss::ObjectPending(nad_key("default", "lan")));
+    store.set_object(&nad_key("default", "lan"), ObjectState::Absent);
+    let answer = found(&store, "a", Some("ua"));
+    assert_eq!(answer.config_maps[0].object.as_ref().unwrap().data.as_ref().unwrap()["k"], "blue");
+    assert_eq!((answer.network_attachments[0].name.as_str(), &answer.network_attachments[0].object), ("lan", &None));
+    assert!(answer.pod.metadata.managed_fields.is_none() && answer.pod.status.is_none(), "held trimmed");
+
+    // A second user of the ConfigMap starts nothing; the objects are known for it at once.
+    assert_eq!(store.apply(&pod("b", "ub", "nets", None)), Watches::default());
+    assert_eq!(found(&store, "b", Some("ub")).config_maps.len(), 1);
+    assert_eq!((store.pod_count(), store.object_count(Kind::ConfigMap)), (2, 1));
+
+    // An update that keeps its references keeps their watches; one that changes them moves them.
+    assert_eq!(store.apply(&pod("a", "ua", "nets", Some("lan"))), Watches::default());
+    assert_eq!(
+        store.apply(&pod("a", "ua", "other", Some("lan"))),
+        Watches { start: vec![cm_key("other")], stop: vec![] },
+        "nets is still b's"
+    );
+    assert_eq!(store.delete(&pod("b", "ub", "nets", None)), stopped(&[cm_key("nets")]));
+    assert_eq!(
+        store.delete(&pod("a", "ua", "other", Some("lan"))),
+        stopped(&[cm_key("other"), nad_key("default", "lan")])
+    );
+    assert_eq!((store.pod_count(), store.object_count(Kind::ConfigMap)), (0, 0));
+}
+
+#[test]
+fn a_pod_recreated_under_its_name_is_answered_only_for_its_own_uid() {
+    let mut store = Store::new(AttachmentPolicy::default());
+    store.replace_all(vec![pod("web-0", "old", "nets", None)]);
+    store.set_object(&cm_key("nets"), config_map("nets", "blue"));
+    assert_eq!(found(&store, "web-0", Some("old")).pod.metadata.uid.as_deref(), Some("old"));
+    assert_eq!(miss(&store, "web-0", Some("new")), (false, Miss::OtherUid { held: "old".into() }), "may come");
+
+    // Deleted and created again: the watch delivers the delete, then the new pod.
+    store.delete(&pod("web-0", "old", "nets", None));
+    assert_eq!(miss(&store, "web-0", Some("old")), (true, Miss::Deleted));
+    store.apply(&pod("web-0", "new", "nets", None));
+    store.set_object(&cm_key("nets"), config_map("nets", "blue"));
+    assert_eq!(found(&store, "web-0", Some("new")).pod.metadata.uid.as_deref(), Some("new"));
+    assert_eq!(miss(&store, "web-0", Some("old")), (true, Miss::Deleted), "never the new pod's answer");
+
+    // Or only the new pod arrives (a re-list after the watch missed the delete).
+    store.apply(&pod("web-0", "newer", "nets", None));
+    assert_eq!(miss(&store, "web-0", Some("new")), (true, Miss::Deleted));
+    // A late delete of an old uid changes nothing.
+    assert_eq!(store.delete(&pod("web-0", "new", "nets", None)), Watches::default());
+    assert_eq!(found(&store, "web-0", Some("newer")).pod.metadata.uid.as_deref(), Some("newer"));
+    assert_eq!(found(&store, "web-0", None).pod.metadata.uid.as_deref(), Some("newer"), "any uid: explain");
+}
+
+#[test]
+fn a_relist_drops_the_pods_it_no_longer_lists_and_their_watches() {
+    let mut store = Store::new(AttachmentPolicy::default());
+    store.replace_all(vec![pod("a", "ua", "one", None), pod("b", "ub", "two", None)]);
+    assert!(store.listed());
+    let watches = store.replace_all(vec![pod("b", "ub", "two", None), pod("c", "uc", "three", None)]);
+    assert_eq!(watches, Watches { start: vec![cm_key("three")], stop: vec![cm_key("one")] });
+    assert_eq!(miss(&store, "a", Some("ua")), (true, Miss::Deleted));
+    assert_eq!(store.pod_count(), 2);
+}
+
+#[test]
+fn the_namespace_policy_decides_which_attachments_are_watched() {
+    let mut store = Store::new(AttachmentPolicy::default());
+    let watches = store.apply(&pod("a", "ua", "nets", Some("lan, infra/shared")));
+    assert_eq!(watches, started(&[cm_key("nets"), nad_key("default", "lan")]), "infra is not the pod's namespace");
+    let global = AttachmentPolicy { global_namespaces: ["infra".to_string()].into(), ..Default::default() };
+    assert_eq!(store.set_policy(global.clone()), started(&[nad_key("infra", "shared")]));
+    assert_eq!(store.set_policy(global), Watches::default());
+    assert_eq!(store.set_policy(AttachmentPolicy::default()), stopped(&[nad_key("infra", "shared")]));
+}
+
+#[test]
+fn objects_are_held_trimmed() {
+    let cm: ConfigMap = serde_json::from_value(json!({
+        "metadata": {"name": "nets", "namespace": "default", "resourceVersion": "4", "labels": {"a": "b"},
+                     "managedFields": [{"manager": "kubectl"}]},
+        "data": {"k": "blue"}, "binaryData": {"b": "AAAA"}
+    }))
+    .unwrap();
+    let cm = trim_config_map(cm);
+    assert_eq!(
+        serde_json::to_value(&cm).unwrap(),
+        json!({"apiVersion": "v1", "kind": "ConfigMap", "data": {"k": "blue"},
+               "metadata": {"name": "nets", "namespace": "default", "resourceVersion": "4"}})
+    );
+    let nad: NetworkAttachmentDefinition = serde_json::from_value(json!({
+        "apiVersion": "k8s.cni.cncf.io/v1", "kind": "NetworkAttachmentDefinition",
+        "metadata": {"name": "lan", "namespace": "default", "annotations": {"x": "y"}}, "spec": {"config": "{}"}
+    }))
+    .unwrap();
+    assert_eq!(
+        serde_json::to_value(trim_attachment(nad)).unwrap(),
+        json!({"metadata": {"name": "lan", "namespace": "default"}, "spec": {"config": "{}"}})
+    );
+}

@@ -1,0 +1,133 @@
+//! ADD with the node agent (`crate::agent`): the plugin asks it for the pod's objects and resolves
+//! them itself, with the same `select::resolve` as the direct path and its own view of `confDir`
+//! (the agent's container may see the host's files elsewhere, and the files are the plugin's to
+//! read). So the record carries the pod's uid, the files and where each choice came from exactly
+//! as on the direct path, and the only thing the agent decides is which objects it holds.
+//!
+//! Every way this can fail is a reason to take the direct path, never an ADD error: no socket,
+//! nobody listening, no answer within `WAIT`, an answer of another protocol version or that does
+//! not parse, "unknown", the pod of another uid, an answer that lacks an object `resolve` asks for,
+//! and objects that make `resolve` fail (the API server has the last word on an error).
+
+use super::config::SelectorConfig;
+use super::select::{self, Objects};
+use super::selection::{PodIdentity, Selection};
+use crate::agent::client::exchange;
+use crate::agent::protocol::{Answer, Ask, PodObjects, Request};
+use crate::cni::{CniError, code};
+use crate::kube::{NetworkAttachmentDefinition, ObjectRef};
+use k8s_openapi::api::core::v1::ConfigMap;
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+/// The longest ADD waits for the agent, all included: for a pod its watch has not delivered yet,
+/// the agent waits `AGENT_WAIT`, and the exchange must be over by `WAIT`.
+pub const WAIT: Duration = Duration::from_millis(1000);
+const AGENT_WAIT: Duration = Duration::from_millis(900);
+/// Handing the network-status annotation over: the agent only queues it.
+const HAND_OVER: Duration = Duration::from_millis(250);
+
+/// The networks of `pod` (namespace, name), whose sandbox is for `uid`, from the agent at `socket`;
+/// the reason when its answer cannot be used.
+pub fn selection(
+    config: &SelectorConfig,
+    runtime_ifname: &str,
+    pod: (&str, &str),
+    uid: &str,
+    socket: &Path,
+) -> Result<Selection, String> {
+    let (namespace, name) = pod;
+    let ask = Ask::Selection {
+        namespace: namespace.into(),
+        name: name.into(),
+        uid: Some(uid.into()),
+        wait_ms: AGENT_WAIT.as_millis() as u64,
+    };
+    let objects = match exchange(socket, &Request::new(ask), Instant::now() + WAIT)? {
+        Answer::Objects(objects) => objects,
+        Answer::Unknown { why } => return Err(format!("the agent does not have it: {why}")),
+        Answer::Refused { why } => return Err(format!("the agent refused the request: {why}")),
+        Answer::Accepted => return Err("the agent answered a selection request with \"accepted\"".into()),
+    };
+    resolve(config, runtime_ifname, pod, uid, &objects)
+}
+
+/// `select::resolve` over the agent's answer.
+pub fn resolve(
+    config: &SelectorConfig,
+    runtime_ifname: &str,
+    pod: (&str, &str),
+    uid: &str,
+    objects: &PodObjects,
+) -> Result<Selection, String> {
+    let pod_ref = ObjectRef::pod(pod.0, pod.1);
+    let named =
+        objects.pod.metadata.namespace.as_deref() == Some(pod.0) && objects.pod.metadata.name.as_deref() == Some(pod.1);
+    if !named {
+        return Err(format!("the agent answered with another pod than {pod_ref}"));
+    }
+    select::check_uid(pod_ref, &objects.pod, Some(uid)).map_err(|e| format!("the agent's answer: {}", e.msg))?;
+    let mut answered = Answered { objects, missing: None };
+    select::resolve(config, runtime_ifname, pod, &objects.pod, &mut answered).map_err(|e| match answered.missing {
+        Some(object) => format!("the agent's answer lacks {object}"),
+        None => format!("the agent's objects give an error, which the API server is asked to confirm: {e}"),
+    })
+}
+
+/// Hand the pod's annotations to the agent, which writes them (with the uid guard) on its own time.
+pub fn hand_over_annotations(
+    socket: &Path,
+    pod: &PodIdentity,
+    uid: &str,
+    annotations: &BTreeMap<String, String>,
+) -> Result<(), String> {
+    let ask = Ask::Annotate {
+        namespace: pod.namespace.clone(),
+        name: pod.name.clone(),
+        uid: uid.into(),
+        annotations: annotations.clone(),
+    };
+    match exchange(socket, &Request::new(ask), Instant::now() + HAND_OVER)? {
+        Answer::Accepted => Ok(()),
+        Answer::Refused { why } => Err(why),
+        other => Err(format!("unexpected answer {other:?}")),
+    }
+}
+
+/// `Objects` from the agent's answer. An object the answer does not hold is not "absent" (the
+/// agent may not have known the pod needs it): it makes the answer unusable.
+struct Answered<'a> {
+    objects: &'a PodObjects,
+    missing: Option<String>,
+}
+
+impl Answered<'_> {
+    fn lacks(&mut self, what: String) -> CniError {
+        let e = CniError::new(code::KUBE_API, format!("{what} is not in the agent's answer"));
+        self.missing = Some(what);
+        e
+    }
+}
+
+impl Objects for Answered<'_> {
+    fn config_map(&mut self, namespace: &str, name: &str) -> Result<Option<ConfigMap>, CniError> {
+        match self.objects.config_maps.iter().find(|held| held.is(namespace, name)) {
+            Some(held) => Ok(held.object.clone()),
+            None => Err(self.lacks(ObjectRef::config_map(namespace, name).to_string())),
+        }
+    }
+    fn network_attachment(
+        &mut self,
+        namespace: &str,
+        name: &str,
+    ) -> Result<Option<NetworkAttachmentDefinition>, CniError> {
+        match self.objects.network_attachments.iter().find(|held| held.is(namespace, name)) {
+            Some(held) => Ok(held.object.clone()),
+            None => Err(self.lacks(ObjectRef::network_attachment(namespace, name).to_string())),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

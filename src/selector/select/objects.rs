@@ -1,0 +1,127 @@
+//! The objects `resolve` reads, and where they come from: `Objects` asks for the ConfigMaps and
+//! NetworkAttachmentDefinitions a pod refers to; `Fetching` asks the API server. For something
+//! that holds objects ahead of time (the node agent), `references` says which objects a pod needs
+//! and `trimmed` keeps of a pod only what `resolve` reads. Both follow `resolve`'s own parsing (the
+//! same helpers of `select`), so what the agent holds is what `resolve` asks for.
+
+use super::{annotation_requests, config_map_source, containers, env_entry, nad_namespace};
+use crate::cni::CniError;
+use crate::kube::{Kind, NetworkAttachmentDefinition, ObjectKey, PodSource};
+use crate::selector::annotation::{self, NETWORKS};
+use crate::selector::policy::AttachmentPolicy;
+use crate::selector::selection::MAX_ATTACHMENTS;
+use k8s_openapi::api::core::v1::{ConfigMap, Container, Pod, PodSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use std::collections::{BTreeMap, BTreeSet};
+
+/// The objects a pod refers to, by namespace and name. `Ok(None)`: it does not exist.
+pub trait Objects {
+    fn config_map(&mut self, namespace: &str, name: &str) -> Result<Option<ConfigMap>, CniError>;
+    fn network_attachment(
+        &mut self,
+        namespace: &str,
+        name: &str,
+    ) -> Result<Option<NetworkAttachmentDefinition>, CniError>;
+}
+
+/// `Objects` from the API server, each fetched once however often it is referred to.
+pub struct Fetching<'a> {
+    source: &'a dyn PodSource,
+    config_maps: BTreeMap<(String, String), Option<ConfigMap>>,
+    attachments: BTreeMap<(String, String), Option<NetworkAttachmentDefinition>>,
+}
+
+impl<'a> Fetching<'a> {
+    pub fn new(source: &'a dyn PodSource) -> Self {
+        Fetching { source, config_maps: BTreeMap::new(), attachments: BTreeMap::new() }
+    }
+}
+
+impl Objects for Fetching<'_> {
+    fn config_map(&mut self, namespace: &str, name: &str) -> Result<Option<ConfigMap>, CniError> {
+        let key = (namespace.to_string(), name.to_string());
+        if !self.config_maps.contains_key(&key) {
+            let fetched = self.source.config_map(namespace, name)?;
+            self.config_maps.insert(key.clone(), fetched);
+        }
+        Ok(self.config_maps[&key].clone())
+    }
+    fn network_attachment(
+        &mut self,
+        namespace: &str,
+        name: &str,
+    ) -> Result<Option<NetworkAttachmentDefinition>, CniError> {
+        let key = (namespace.to_string(), name.to_string());
+        if !self.attachments.contains_key(&key) {
+            let fetched = self.source.network_attachment(namespace, name)?;
+            self.attachments.insert(key.clone(), fetched);
+        }
+        Ok(self.attachments[&key].clone())
+    }
+}
+
+/// The objects `resolve` may ask for when it decides for `pod` (in `namespace`): the ConfigMap of
+/// each container's `CNI_NETWORK_CONFIG` that takes its value from one, and each
+/// NetworkAttachmentDefinition the networks annotation names that `policy` lets the pod use. A
+/// superset of what one `resolve` asks for (it stops at its first error); nothing for an annotation
+/// `resolve` refuses before asking for any NAD (unparsable, more than `MAX_ATTACHMENTS`), and no
+/// object whose name is not a Kubernetes name (it could not exist). In order, without repeats.
+pub fn references(policy: &AttachmentPolicy, namespace: &str, pod: &Pod) -> Vec<ObjectKey> {
+    let valid = |name: &str| annotation::dns1123(name, 253, true).is_ok();
+    let mut refs = BTreeSet::new();
+    let (containers, _) = containers(pod);
+    for selector in containers.iter().filter_map(env_entry).filter_map(config_map_source) {
+        if valid(&selector.name) {
+            refs.insert(ObjectKey::new(Kind::ConfigMap, namespace, &selector.name));
+        }
+    }
+    let requests = annotation_requests(pod).unwrap_or_default();
+    if requests.len() <= MAX_ATTACHMENTS {
+        for request in requests {
+            let nad_namespace = nad_namespace(&request, namespace);
+            if policy.check_namespace(namespace, &nad_namespace, &request.name).is_ok() {
+                refs.insert(ObjectKey::new(Kind::NetworkAttachmentDefinition, &nad_namespace, &request.name));
+            }
+        }
+    }
+    refs.into_iter().collect()
+}
+
+/// `pod` with only what `resolve` reads, so that `resolve` decides for it exactly as for `pod`:
+/// name, namespace, uid and resourceVersion; the networks annotation; and of the containers and
+/// init containers that set `CNI_NETWORK_CONFIG`, their name and that one entry (the one that
+/// counts). Everything else (status, managed fields, images, probes, volumes) is dropped: the agent
+/// holds every pod of its node this way, and hands it to the plugin.
+pub fn trimmed(pod: &Pod) -> Pod {
+    let keep = |c: &Container| {
+        env_entry(c).map(|entry| Container {
+            name: c.name.clone(),
+            env: Some(vec![entry.clone()]),
+            ..Default::default()
+        })
+    };
+    let (containers, init_containers) = containers(pod);
+    let init_containers: Vec<Container> = init_containers.iter().filter_map(keep).collect();
+    let meta = &pod.metadata;
+    let annotations = meta
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(NETWORKS))
+        .map(|value| BTreeMap::from([(NETWORKS.to_string(), value.clone())]));
+    Pod {
+        metadata: ObjectMeta {
+            name: meta.name.clone(),
+            namespace: meta.namespace.clone(),
+            uid: meta.uid.clone(),
+            resource_version: meta.resource_version.clone(),
+            annotations,
+            ..Default::default()
+        },
+        spec: Some(PodSpec {
+            containers: containers.iter().filter_map(keep).collect(),
+            init_containers: (!init_containers.is_empty()).then_some(init_containers),
+            ..Default::default()
+        }),
+        status: None,
+    }
+}

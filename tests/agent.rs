@@ -1,0 +1,374 @@
+//! The node agent end to end, as root: the agent runs as the DaemonSet runs it (`yh-genie install
+//! --agent`, a real process in the node netns, `common::agent`), watching the fake HTTPS API server
+//! (list + watch with resourceVersions, `common::apiserver`); the runtime calls the selector as
+//! always, on real netns, and through libcni. Networks are `yonghui` -> `yh-bridge` on two subnets,
+//! so an address tells which network a pod got. The API requests of the plugin (its token) and of
+//! the agent (its own) are counted apart.
+
+mod common;
+
+use common::node::{Node, Pod, addresses_on, from_config_map, literal, pod_addresses};
+use common::{Reply, cnidrive_run};
+use serde_json::{Value, json};
+use std::time::{Duration, Instant};
+use yh_genie::agent::protocol::{Answer, PodObjects};
+
+const BLUE: (&str, u8) = ("blue", 31);
+const RED: (&str, u8) = ("red", 32);
+
+fn node() -> Node {
+    let n = Node::new();
+    for (name, octet) in [BLUE, RED] {
+        n.add_yonghui_network(name, octet, json!({}));
+    }
+    n
+}
+
+fn on(pod: &Pod, (_, octet): (&str, u8)) -> bool {
+    let addresses = pod_addresses(pod);
+    addresses.len() == 1 && addresses[0].starts_with(&format!("10.77.{octet}."))
+}
+
+fn uid(name: &str) -> String {
+    format!("uid-default-{name}")
+}
+
+/// ADD `pod`, which must succeed; returns the reply (stderr holds the operation's log line).
+fn add(n: &Node, pod: &Pod, conf: &str) -> Reply {
+    let reply = n.call("ADD", pod, conf);
+    assert_eq!(reply.code, 0, "ADD failed: {reply:?}");
+    reply
+}
+
+/// The `selection` field of the operation's log line.
+fn selection(reply: &Reply) -> String {
+    let line = reply.stderr.lines().find(|l| l.contains("command=\"ADD\"")).unwrap_or_else(|| panic!("{reply:?}"));
+    let rest = line.split("selection=").nth(1).unwrap_or_else(|| panic!("no selection in {line}"));
+    let value: String = serde_json::Deserializer::from_str(rest).into_iter::<String>().next().unwrap().unwrap();
+    value
+}
+
+/// Nothing of `pod` is left on the node (other pods may be).
+fn assert_gone(n: &Node, pod: &Pod, case: &str) {
+    let left = n.leftovers_of_networks(pod, &[BLUE.0, RED.0]);
+    assert!(left.is_empty(), "{case}: left of pod {}: {left:#?}", pod.cid);
+}
+
+fn config_map_value(objects: &PodObjects) -> Option<String> {
+    objects.config_maps.first()?.object.as_ref()?.data.as_ref()?.get("k").cloned()
+}
+
+#[test]
+fn with_the_agent_add_makes_no_api_request_and_records_what_the_direct_path_records() {
+    let n = node();
+    n.api.put_config_map("default", "nets", json!({"k": "blue"}));
+    n.api.put_pod("default", "web-0", from_config_map("nets", "k"));
+    n.api.put_pod("default", "two", literal("blue,red@net1"));
+    // A pod of another node is not this agent's.
+    n.api.put_pod_spec("default", "elsewhere", json!({"nodeName": "other-node", "containers": literal("red")}));
+    let agent = n.start_agent();
+    agent.wait_ready();
+    let socket = n.agent_socket();
+    agent.wait_holds(&socket, "web-0", &uid("web-0"), |_| true);
+    assert!(matches!(agent.answer(&socket, "default", "elsewhere", None), Ok(Answer::Unknown { .. })));
+    let conf = n.selector_conf("1.0.0", json!({}));
+
+    let pod = n.pod("web-0");
+    let before = n.api.plugin_requests();
+    let reply = add(&n, &pod, &conf);
+    assert!(on(&pod, BLUE), "{:?}", pod_addresses(&pod));
+    assert_eq!(n.api.plugin_requests(), before, "ADD with the agent makes no API request");
+    assert_eq!(selection(&reply), "agent");
+    let by_agent = n.record(&pod);
+
+    // The same pod's next sandbox without the agent: the direct path records the same choice.
+    let direct = n.pod("web-0");
+    let reply = add(&n, &direct, &n.selector_conf("1.0.0", json!({"agentSocket": ""})));
+    assert_eq!(n.api.plugin_requests() - before, 2, "the direct path: GET pod, GET ConfigMap");
+    assert_eq!(selection(&reply), "api");
+    let by_api = n.record(&direct);
+    for key in ["pod", "network", "path", "config", "source", "runtimeIfname"] {
+        assert_eq!(by_agent[key], by_api[key], "record key {key}");
+    }
+    assert_eq!(by_agent["pod"]["uid"], uid("web-0"));
+    assert_eq!(by_agent["source"]["from"], "value");
+
+    for p in [&pod, &direct] {
+        let before = n.api.plugin_requests();
+        n.call("CHECK", p, &conf).ok();
+        n.call("DEL", p, &conf).ok();
+        assert_eq!(n.api.plugin_requests(), before, "CHECK and DEL work from the records");
+    }
+    assert!(n.leftovers().is_empty(), "{:#?}", n.leftovers());
+
+    // Two networks: the status annotation is handed to the agent, which writes it.
+    let pod = n.pod("two");
+    agent.wait_holds(&socket, "two", &uid("two"), |_| true);
+    let before = n.api.plugin_requests();
+    add(&n, &pod, &conf);
+    assert!(on(&pod, BLUE) && addresses_on(&pod, "net1")[0].starts_with("10.77.32."));
+    assert_eq!(n.api.plugin_requests(), before, "no status write by the plugin either");
+    agent.wait_for("the agent to write the network-status annotation", || {
+        n.api.pod("default", "two").unwrap()["metadata"]["annotations"]
+            .get(yh_genie::selector::NETWORK_STATUS)
+            .is_some()
+    });
+    let patch = n.api.patches().pop().unwrap().2;
+    assert_eq!(patch["metadata"]["uid"], uid("two"), "written only while the pod is the sandbox's");
+    assert_eq!(agent.metric("yh_genie_agent_status_writes_total{outcome=\"written\"}"), 1);
+    n.call("DEL", &pod, &conf).ok();
+    n.assert_nothing_left(&pod, "two");
+
+    // Through libcni, as containerd drives it.
+    n.api.put_pod("default", "cri", literal("red"));
+    agent.wait_holds(&socket, "cri", &uid("cri"), |_| true);
+    let mut list: Value =
+        serde_json::from_str(&std::fs::read_to_string(n.selector_conflist("1.0.0")).unwrap()).unwrap();
+    list["plugins"][0]["agentSocket"] = socket.display().to_string().into();
+    let list_path = n.write_conf("00-yh-genie.conflist", &list);
+    let pod = n.pod("cri");
+    let netns = pod.netns_path();
+    let before = n.api.plugin_requests();
+    let drive = |cmd: &str| cnidrive_run(&n.sb, cmd, &list_path, &netns, &pod.cid, "eth0", &pod.args);
+    let result = drive("add").ok();
+    assert!(on(&pod, RED), "{result}");
+    drive("check").ok();
+    drive("del").ok();
+    assert_eq!(n.api.plugin_requests(), before, "through libcni too");
+    n.assert_nothing_left(&pod, "cri");
+
+    assert!(agent.metric("yh_genie_agent_answers_total{outcome=\"hit\"}") >= 3);
+    // The agent's own requests: lists from the watch cache, watches, the status patch; nothing else.
+    for call in n.api.calls().iter().filter(|c| c.client == "agent") {
+        let group = if call.resource == "network-attachment-definitions" { "k8s.cni.cncf.io" } else { "" };
+        assert!(yh_genie::kube::AGENT_API_CALLS.contains(&(group, call.resource, call.verb)), "{call:?}");
+        if call.verb == "list" {
+            assert_eq!(
+                call.resource_version.as_deref(),
+                Some("0"),
+                "lists are answered from the watch cache: {call:?}"
+            );
+        }
+    }
+}
+
+#[test]
+fn a_pod_the_agent_holds_gets_its_networks_while_the_api_server_is_down() {
+    let n = node();
+    n.api.put_config_map("default", "nets", json!({"k": "blue,red@net1"}));
+    n.api.put_pod("default", "web-0", from_config_map("nets", "k"));
+    let agent = n.start_agent();
+    agent.wait_ready();
+    agent.wait_holds(&n.agent_socket(), "web-0", &uid("web-0"), |o| config_map_value(o).is_some());
+
+    n.api.down();
+    let pod = n.pod("web-0");
+    let conf = n.selector_conf("1.0.0", json!({}));
+    let reply = add(&n, &pod, &conf);
+    assert_eq!(selection(&reply), "agent");
+    assert!(on(&pod, BLUE) && addresses_on(&pod, "net1")[0].starts_with("10.77.32."));
+    n.call("CHECK", &pod, &conf).ok();
+    // The status waits in the agent for the API server.
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(n.api.patches().is_empty());
+    n.api.up();
+    agent.wait_for("the status written once the API server is back", || !n.api.patches().is_empty());
+    n.call("DEL", &pod, &conf).ok();
+    n.assert_nothing_left(&pod, "outage");
+    assert!(agent.metric("yh_genie_agent_watch_restarts_total{resource=\"pods\"}") >= 1);
+}
+
+#[test]
+fn without_a_usable_agent_add_takes_the_direct_path_and_says_why() {
+    let n = node();
+    n.api.put_config_map("default", "nets", json!({"k": "red"}));
+    n.api.put_pod("default", "web-0", from_config_map("nets", "k"));
+    let conf = n.selector_conf("1.0.0", json!({}));
+    let direct = |case: &str, why: &str| {
+        let pod = n.pod("web-0");
+        let before = n.api.plugin_requests();
+        let started = Instant::now();
+        let reply = add(&n, &pod, &conf);
+        let took = started.elapsed();
+        assert!(on(&pod, RED), "{case}");
+        assert_eq!(n.api.plugin_requests() - before, 2, "{case}: GET pod, GET ConfigMap");
+        let said = selection(&reply);
+        assert!(said.starts_with("api: ") && said.contains(why), "{case}: {said}");
+        n.call("DEL", &pod, &conf).ok();
+        n.assert_nothing_left(&pod, case);
+        took
+    };
+    direct("no agent ever", "there is no agent socket");
+
+    let mut agent = n.start_agent();
+    agent.wait_ready();
+    agent.wait_holds(&n.agent_socket(), "web-0", &uid("web-0"), |_| true);
+    // Hung (its thread stopped): connections wait in the backlog, no answer comes.
+    agent.signal(nix::sys::signal::Signal::SIGSTOP);
+    let took = direct("agent hung", "in time");
+    assert!(took < Duration::from_secs(5), "the wait for the agent is bounded: {took:?}");
+    agent.signal(nix::sys::signal::Signal::SIGCONT);
+    // Killed: its socket stays, nobody listens.
+    agent.kill();
+    assert!(n.agent_socket().exists());
+    direct("agent killed", "no agent is listening");
+
+    // A runtime that does not say the pod's uid: the agent cannot tell this pod from another.
+    let agent = n.start_agent();
+    agent.wait_holds(&n.agent_socket(), "web-0", &uid("web-0"), |_| true);
+    let mut pod = n.pod("web-0");
+    pod.args = pod.args.replace(&format!(";K8S_POD_UID={}", uid("web-0")), "");
+    let reply = add(&n, &pod, &conf);
+    assert!(selection(&reply).contains("no K8S_POD_UID"), "{reply:?}");
+    n.call("DEL", &pod, &conf).ok();
+    drop(agent);
+}
+
+#[test]
+fn a_pod_recreated_under_its_name_gets_its_own_networks_and_the_old_sandbox_never_does() {
+    let n = node();
+    n.api.put_pod("default", "web-0", literal("blue"));
+    let agent = n.start_agent();
+    agent.wait_ready();
+    let socket = n.agent_socket();
+    agent.wait_holds(&socket, "web-0", &uid("web-0"), |_| true);
+    let old = n.pod("web-0");
+
+    // A StatefulSet deletes web-0 and creates it again, now choosing red.
+    n.api.recreate_pod_choosing("default", "web-0", "uid-new", literal("red"));
+    agent.wait_holds(&socket, "web-0", "uid-new", |_| true);
+    let mut new = n.pod("web-0");
+    new.args = new.args.replace(&uid("web-0"), "uid-new");
+    let conf = n.selector_conf("1.0.0", json!({}));
+    let before = n.api.plugin_requests();
+    let reply = add(&n, &new, &conf);
+    assert_eq!((selection(&reply).as_str(), n.api.plugin_requests() - before), ("agent", 0));
+    assert!(on(&new, RED));
+    assert_eq!(n.record(&new)["pod"]["uid"], "uid-new");
+
+    // The old pod's sandbox: the agent knows that uid is gone, and the direct path refuses the
+    // new pod's object.
+    let reply = n.call("ADD", &old, &conf);
+    let e = reply.err();
+    assert_eq!(e["code"], 103, "{e}");
+    let msg = e["msg"].as_str().unwrap();
+    assert!(msg.contains("uid-new") && msg.contains(&uid("web-0")), "{msg}");
+    assert!(selection(&reply).contains("deleted"), "{reply:?}");
+    let left: Vec<String> =
+        n.leftovers_of_networks(&old, &[BLUE.0, RED.0]).into_iter().filter(|l| *l != Node::own_lock(&old)).collect();
+    assert!(left.is_empty(), "the failed ADD left {left:#?}");
+    n.call("DEL", &old, &conf).ok();
+    n.call("DEL", &new, &conf).ok();
+    n.assert_nothing_left(&new, "new sandbox");
+}
+
+#[test]
+fn a_configmap_change_reaches_the_pods_created_after_it() {
+    let n = node();
+    n.api.put_config_map("default", "nets", json!({"k": "blue"}));
+    n.api.put_pod("default", "a", from_config_map("nets", "k"));
+    let agent = n.start_agent();
+    agent.wait_ready();
+    let socket = n.agent_socket();
+    agent.wait_holds(&socket, "a", &uid("a"), |o| config_map_value(o).as_deref() == Some("blue"));
+    let conf = n.selector_conf("1.0.0", json!({}));
+    let a = n.pod("a");
+    add(&n, &a, &conf);
+    assert!(on(&a, BLUE));
+
+    n.api.put_config_map("default", "nets", json!({"k": "red"}));
+    n.api.put_pod("default", "b", from_config_map("nets", "k"));
+    // The ConfigMap's own watch brings the change; the pod's watch brings the pod.
+    agent.wait_holds(&socket, "b", &uid("b"), |o| config_map_value(o).as_deref() == Some("red"));
+    let b = n.pod("b");
+    let before = n.api.plugin_requests();
+    let reply = add(&n, &b, &conf);
+    assert_eq!((selection(&reply).as_str(), n.api.plugin_requests() - before), ("agent", 0));
+    assert!(on(&b, RED), "{:?}", pod_addresses(&b));
+    // The last pod that referred to it gone, the ConfigMap is not watched any more.
+    assert_eq!(agent.metric("yh_genie_agent_object_watches"), 1);
+    n.api.remove_pod("default", "a");
+    n.api.remove_pod("default", "b");
+    agent.wait_for("the ConfigMap's watch to stop", || agent.metric("yh_genie_agent_object_watches") == 0);
+    for p in [&a, &b] {
+        n.call("DEL", p, &conf).ok();
+        assert_gone(&n, p, "configmap change");
+    }
+    assert!(n.leftovers().is_empty());
+}
+
+#[test]
+fn the_agent_recovers_from_dropped_watches_and_an_api_server_restart() {
+    let n = node();
+    n.api.down();
+    let mut agent = n.start_agent();
+    // Not ready while the node's pods cannot be listed.
+    agent.wait_for("the agent's port", || agent.http_get("/healthz").is_some());
+    assert_eq!(agent.http_get("/readyz").unwrap().0, 503);
+    n.api.up();
+    agent.wait_ready();
+    let socket = n.agent_socket();
+    let conf = n.selector_conf("1.0.0", json!({}));
+    let mut added = Vec::new();
+    let mut add_new = |name: &str| {
+        n.api.put_pod("default", name, literal("blue"));
+        agent.wait_holds(&socket, name, &uid(name), |_| true);
+        let pod = n.pod(name);
+        let before = n.api.plugin_requests();
+        add(&n, &pod, &conf);
+        assert!(on(&pod, BLUE));
+        assert_eq!(n.api.plugin_requests(), before, "{name}");
+        added.push(pod);
+    };
+    add_new("before");
+
+    // Watches end (as when the API server sheds them): they resume from their resourceVersion.
+    let lists = n.api.calls().iter().filter(|c| c.client == "agent" && c.verb == "list").count();
+    n.api.drop_watches();
+    add_new("after-drop");
+    let relisted = n.api.calls().iter().filter(|c| c.client == "agent" && c.verb == "list").count();
+    assert_eq!(relisted, lists, "a dropped watch resumes without listing again");
+
+    // A restart: connections cut, the port refused a while, a pod created meanwhile, the watch
+    // cache built anew (the resume gets 410; the agent lists again and finds the pod).
+    n.api.restart(Duration::from_secs(2), |api| drop(api.put_pod("default", "meanwhile", literal("red"))));
+    add_new("after-restart");
+    agent.wait_holds(&socket, "meanwhile", &uid("meanwhile"), |_| true);
+    assert!(agent.metric("yh_genie_agent_watch_restarts_total{resource=\"pods\"}") >= 1);
+    assert!(agent.metric("yh_genie_agent_relists_total{resource=\"pods\"}") >= 1, "{}", agent.logged());
+    assert!(agent.running(), "the same agent process all along");
+    for pod in &added {
+        n.call("DEL", pod, &conf).ok();
+    }
+    assert!(n.leftovers().is_empty(), "{:#?}", n.leftovers());
+}
+
+#[test]
+fn explain_says_whether_the_agent_has_the_pod_and_what_the_plugin_would_do() {
+    let n = node();
+    n.api.put_config_map("default", "nets", json!({"k": "red"}));
+    n.api.put_pod("default", "web-0", from_config_map("nets", "k"));
+    let mut list: Value =
+        serde_json::from_str(&std::fs::read_to_string(n.selector_conflist("1.0.0")).unwrap()).unwrap();
+    list["plugins"][0]["agentSocket"] = n.agent_socket().display().to_string().into();
+    let config = n.write_conf("00-yh-genie.conflist", &list);
+    let explain = |pod: &str| {
+        let out =
+            n.sb.command(std::path::Path::new(env!("CARGO_BIN_EXE_yh-genie")))
+                .args(["explain", "--pod", pod, "--config"])
+                .arg(&config)
+                .output()
+                .unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let out = explain("web-0");
+    assert!(out.contains("agent:") && out.contains("not reachable") && out.contains("API server"), "{out}");
+    let agent = n.start_agent();
+    agent.wait_holds(&n.agent_socket(), "web-0", &uid("web-0"), |_| true);
+    let out = explain("web-0");
+    assert!(out.contains("network red"), "{out}");
+    assert!(out.contains("holds the pod") && out.contains("uid-default-web-0"), "{out}");
+    assert!(out.contains("the same networks"), "{out}");
+    let out = explain("nobody");
+    assert!(out.contains("does not hold"), "{out}");
+}

@@ -1,0 +1,97 @@
+//! A watch, as the API server streams it: a `200` whose chunked body is one JSON event per line
+//! (`{"type": "ADDED", "object": ...}`), first the changes after the asked revision, then each new
+//! one as it happens, until `timeoutSeconds`, until the test drops the watches (`drop_watches`) or
+//! the connection goes. A revision older than the history kept is answered as the API server does:
+//! an `ERROR` event carrying a 410 `Status` ("too old resource version"), then the end.
+
+use super::Reply;
+use super::db::{Change, Db, Resource, Selector};
+use http_body_util::{BodyExt, StreamBody};
+use hyper::Response;
+use hyper::body::{Bytes, Frame};
+use serde_json::{Value, json};
+use std::sync::Mutex;
+use std::time::Duration;
+use tokio::sync::broadcast::error::RecvError;
+use tokio::sync::{mpsc, watch};
+
+pub struct Watch {
+    pub resource: Resource,
+    pub namespace: Option<String>,
+    pub selector: Selector,
+    pub revision: u64,
+    pub timeout: Duration,
+}
+
+/// Start streaming `w`; the events are produced by a task of the server's runtime.
+pub fn respond(db: &Mutex<Db>, drops: &watch::Sender<u64>, w: Watch) -> Reply {
+    let (events, body) = mpsc::channel::<Bytes>(256);
+    let (backlog, mut changes) = {
+        let db = db.lock().unwrap();
+        (db.since(w.resource, w.namespace.as_deref(), &w.selector, w.revision), db.changes.subscribe())
+    };
+    let mut dropped = drops.subscribe();
+    tokio::spawn(async move {
+        let backlog = match backlog {
+            Ok(backlog) => backlog,
+            Err(compacted) => return drop(events.send(gone(w.revision, compacted)).await),
+        };
+        let mut last = w.revision;
+        for change in backlog {
+            last = last.max(change.revision);
+            if events.send(event(&change)).await.is_err() {
+                return;
+            }
+        }
+        let deadline = tokio::time::sleep(w.timeout);
+        tokio::pin!(deadline);
+        loop {
+            tokio::select! {
+                change = changes.recv() => match change {
+                    Ok(change) if change.revision > last && wanted(&w, &change) => {
+                        last = change.revision;
+                        if events.send(event(&change)).await.is_err() {
+                            return;
+                        }
+                    }
+                    Ok(_) => {}
+                    Err(RecvError::Lagged(_)) => return drop(events.send(gone(last, last)).await),
+                    Err(RecvError::Closed) => return,
+                },
+                _ = dropped.changed() => return,
+                () = &mut deadline => return,
+                () = events.closed() => return,
+            }
+        }
+    });
+    let frames = futures::stream::unfold(body, |mut body| async move {
+        body.recv().await.map(|bytes| (Ok::<_, std::io::Error>(Frame::data(bytes)), body))
+    });
+    Response::builder()
+        .status(200)
+        .header("content-type", "application/json")
+        .body(StreamBody::new(frames).boxed())
+        .unwrap()
+}
+
+fn wanted(w: &Watch, change: &Change) -> bool {
+    change.resource == w.resource
+        && w.namespace.as_deref().is_none_or(|n| n == change.namespace)
+        && w.selector.matches(&change.object)
+}
+
+fn line(value: Value) -> Bytes {
+    let mut text = value.to_string();
+    text.push('\n');
+    Bytes::from(text)
+}
+
+fn event(change: &Change) -> Bytes {
+    line(json!({"type": change.kind, "object": change.object}))
+}
+
+fn gone(asked: u64, compacted: u64) -> Bytes {
+    line(json!({"type": "ERROR", "object": {
+        "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+        "message": format!("too old resource version: {asked} ({compacted})"), "reason": "Expired", "code": 410}}))
+}
