@@ -68,15 +68,18 @@ fn the_pod_ip_containerd_reports_is_in_the_network_the_pod_chose() {
         for choice in [Choice::SeedJson, Choice::BareName, Choice::Literal] {
             let name = format!("{}-{}", network.name, format!("{choice:?}").to_lowercase());
             put_choosing(&node, &name, &network, choice);
+            node.wait_agent_holds(&name);
             let sandbox = node.run_pod(&name, 0).unwrap_or_else(|e| panic!("{name}: {e}\n{}", node.logs()));
             assert_on_network(&node, &sandbox, &network);
             sandboxes.push((sandbox, network));
         }
     }
     node.put_pod("no-choice", json!([{"name": "app", "image": "nginx"}]));
+    node.wait_agent_holds("no-choice");
     let sandbox = node.run_pod("no-choice", 0).unwrap_or_else(|e| panic!("no-choice: {e}\n{}", node.logs()));
     assert_on_network(&node, &sandbox, &YONGHUI);
     sandboxes.push((sandbox, YONGHUI));
+    assert_eq!(node.api_gets(), 0, "every ADD took the node agent's answer: no API request on the ADD path");
 
     // Pod to pod: each pod reaches the next pod of its network.
     for network in [YONGHUI, BRIDGE, MACVLAN_VETH] {
@@ -102,8 +105,17 @@ fn the_pod_ip_containerd_reports_is_in_the_network_the_pod_chose() {
 fn a_sandbox_whose_add_fails_fails_with_the_reason_leaves_nothing_and_the_retry_succeeds() {
     let node = CriNode::start();
     let network = YONGHUI;
-    put_choosing(&node, "retried", &network, Choice::BareName);
+    // A pod the node agent holds gets its network through an API server outage...
+    put_choosing(&node, "known", &network, Choice::BareName);
+    node.wait_agent_holds("known");
     node.api.down();
+    let known = node.run_pod("known", 0).unwrap_or_else(|e| panic!("known, API server down: {e}\n{}", node.logs()));
+    assert_on_network(&node, &known, &network);
+    node.remove_pod(&known);
+
+    // ...one created during the outage, which the agent cannot have seen, takes the direct path
+    // after the agent's bounded wait, and fails.
+    put_choosing(&node, "retried", &network, Choice::BareName);
     let started = Instant::now();
     let error = node.run_pod("retried", 0).expect_err("RunPodSandbox fails while the API server is down");
     let message = error.message();

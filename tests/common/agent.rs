@@ -19,6 +19,13 @@ pub const METRICS_PORT: u16 = 9745;
 /// How long a test waits for the agent to do something before failing (a guard, not a speed check).
 pub const PATIENCE: Duration = Duration::from_secs(30);
 
+/// What the agent listening on `socket` answers for the pod (`uid`, or any), right now, without
+/// waiting for a pod it has not seen; why there is no answer.
+pub fn answer(socket: &Path, namespace: &str, name: &str, uid: Option<&str>) -> Result<Answer, String> {
+    let ask = Ask::Selection { namespace: namespace.into(), name: name.into(), uid: uid.map(String::from), wait_ms: 0 };
+    exchange(socket, &Request::new(ask), Instant::now() + Duration::from_secs(5))
+}
+
 pub struct Agent {
     child: Child,
     node_netns: PathBuf,
@@ -107,9 +114,7 @@ impl Agent {
 
     /// What the agent answers for the pod (`uid`, or any), right now; why there is no answer.
     pub fn answer(&self, socket: &Path, namespace: &str, name: &str, uid: Option<&str>) -> Result<Answer, String> {
-        let ask =
-            Ask::Selection { namespace: namespace.into(), name: name.into(), uid: uid.map(String::from), wait_ms: 0 };
-        exchange(socket, &Request::new(ask), Instant::now() + Duration::from_secs(5))
+        answer(socket, namespace, name, uid)
     }
 
     /// Wait until the agent (listening by then) holds pod `name` (namespace default) with `uid`

@@ -13,16 +13,17 @@
 //! - `macvlan-router`: a macvlan on `par0` chained with the built-in `router`, for a pod's second
 //!   interface beside an overlay `eth0` (seed 004's router pattern).
 
-use super::apiserver::{ApiServer, TOKEN};
+use super::apiserver::{ApiServer, NODE_NAME, TOKEN};
 use super::containerd::{Containerd, RunDir, require_containerd, terminate};
 use super::cri::{self, PodSandboxConfig, RuntimeService};
 use super::node::{cni_nat_lines, host_local_leases, link_names, list_dir, walk};
-use super::{Netns, pause_image, require_root};
+use super::{Netns, agent, pause_image, require_root};
 use serde_json::{Value, json};
 use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
+use yh_genie::agent::protocol::Answer;
 
 const SANDBOX_IMAGE: &str = "yh-genie.test/pause:cri";
 /// Where the fabric writes the node's subnet, as in the shipped yonghui network and the DaemonSet's
@@ -30,6 +31,8 @@ const SANDBOX_IMAGE: &str = "yh-genie.test/pause:cri";
 const SUBNET_FILE: &str = "/run/flannel/subnet.env";
 /// The attachment lock directory every plugin uses by default: also in the node's `/run`.
 const LOCK_DIR: &str = "/run/yh-genie/attachments";
+/// The node agent's socket (`install --agent`'s default): in the node's `/run`.
+const AGENT_SOCKET: &str = "/run/yh-genie/agent.sock";
 /// The node's address on `par0`, the macvlan parent.
 pub const NODE_IP: &str = "192.168.100.1";
 const PATIENCE: Duration = Duration::from_secs(30);
@@ -192,7 +195,8 @@ impl CriNode {
 
     /// `yh-genie install` on the node with the flags and environment of manifests/yh-genie.yaml's
     /// container, its host paths in the run dir instead of /opt/cni/bin, /etc/cni/net.d and
-    /// /var/lib/cni, and kept running, as the DaemonSet's pod does.
+    /// /var/lib/cni, and kept running, as the DaemonSet's pod does: with the node agent, on the
+    /// node's `/run/yh-genie/agent.sock` and its loopback's metrics port, as the manifest's defaults.
     fn install(&mut self) {
         let dir = |rel: &str| self.path(rel).display().to_string();
         let log = std::fs::File::create(self.path("log/installer.log")).unwrap();
@@ -202,6 +206,7 @@ impl CriNode {
             .env_clear()
             .env("KUBERNETES_SERVICE_HOST", "127.0.0.1")
             .env("KUBERNETES_SERVICE_PORT", self.api.port().to_string())
+            .env("YH_GENIE_NODE_NAME", NODE_NAME)
             .arg("install")
             .arg(format!("--bin-dir={}", dir("opt/cni/bin")))
             .arg(format!("--conf-dir={}", dir("etc/cni/net.d")))
@@ -211,6 +216,7 @@ impl CriNode {
             .arg(format!("--networks-dir={}", dir("config/networks")))
             .arg(format!("--wait-for={SUBNET_FILE}"))
             .arg("--cleanup-on-exit")
+            .arg("--agent")
             .stdin(Stdio::null())
             .stdout(log.try_clone().unwrap())
             .stderr(log)
@@ -255,6 +261,29 @@ impl CriNode {
     /// JSON as in a manifest). Returns its uid.
     pub fn put_pod(&self, name: &str, containers: Value) -> String {
         self.api.put_pod("default", name, containers)
+    }
+
+    /// Wait until the node agent holds pod `name` (namespace default) and everything it refers to,
+    /// as it does moments after the scheduler binds a pod to the node, before the kubelet asks
+    /// for its sandbox.
+    pub fn wait_agent_holds(&self, name: &str) {
+        let socket = self.containerd.node_path(AGENT_SOCKET);
+        let uid = format!("uid-default-{name}");
+        let started = Instant::now();
+        loop {
+            let answer = agent::answer(&socket, "default", name, Some(&uid));
+            if matches!(answer, Ok(Answer::Objects(_))) {
+                return;
+            }
+            assert!(started.elapsed() < PATIENCE, "the agent does not hold pod {name}: {answer:?}\n{}", self.logs());
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// GETs the API server has answered so far. The node agent only lists, watches and patches, so
+    /// these are the plugin's requests (its direct path).
+    pub fn api_gets(&self) -> usize {
+        self.api.calls().iter().filter(|c| c.verb == "get").count()
     }
 
     /// The RunPodSandbox config the kubelet sends for attempt `attempt` of pod `name` (which must
@@ -419,9 +448,10 @@ impl CriNode {
     /// containerd's log and the yh-genie operation log, for a failure message.
     pub fn logs(&self) -> String {
         format!(
-            "containerd:\n{}\nyh-genie:\n{}",
+            "containerd:\n{}\nyh-genie:\n{}\ninstaller and agent:\n{}",
             self.containerd.log_tail(),
-            std::fs::read_to_string(self.path("log/yh-genie.log")).unwrap_or_default()
+            std::fs::read_to_string(self.path("log/yh-genie.log")).unwrap_or_default(),
+            std::fs::read_to_string(self.path("log/installer.log")).unwrap_or_default()
         )
     }
 }
