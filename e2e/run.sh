@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # yh-genie end to end on kind. Creates a cluster with no default CNI (kind-config.yaml), builds and
 # loads the image, runs the yonghui fabric (flannel, e2e/flannel.yaml, without flannel's own CNI),
-# installs yh-genie (manifests/), adds a second network (e2e/networks.yaml), starts pods choosing
-# networks in each of the SPEC's forms (e2e/workload.yaml) and asserts:
+# installs yh-genie (manifests/), adds networks (e2e/networks.yaml), starts pods choosing networks
+# in each of the SPEC's forms (e2e/workload.yaml) and pods with two networks (e2e/multinet.yaml)
+# and asserts:
 #   - the installer put binary, plugin links, kubeconfig (0600) and the conflist on every node,
 #     and the conflist is the one the runtime loads; CoreDNS came up on the default network;
 #   - every pod is Ready (the kubelet's probe reaches it from the node) with its address in the
@@ -10,6 +11,11 @@
 #   - pod to pod across nodes, pod to pod on the second network, pod to Service by ClusterIP and
 #     by DNS name, from both networks (each pod serves its own name, so the answer names the pod);
 #   - host-local leases and yonghui's per-container records exist, and are gone after the pods are;
+#   - a pod choosing `yonghui,ptplan@net1` in a ConfigMap, and one asking for ptplan on net1 by the
+#     networks annotation (a NetworkAttachmentDefinition, with the CRD from examples/nad/), get
+#     both interfaces: the pod IP on eth0, net1 in ptplan, both listed in the network-status
+#     annotation; they reach each other over net1, keep eth0's default route, went through the
+#     node agent, and their net1 leases go with them;
 #   - the node agent runs on every node (socket 0600, /readyz ready, the conflist names its socket)
 #     and the workload's pods got their networks through it (its hit counters cover them);
 #   - after the installer is restarted (new pod, new token) new pods still get a network;
@@ -29,6 +35,7 @@ wait_secs=${WAIT_SECS:-180}
 ns=yh-e2e
 pod_cidr=10.244.0.0/16 # kind-config.yaml podSubnet, e2e/flannel.yaml Network
 ptp_cidr=10.248.0.0/24 # e2e/networks.yaml, ptpnet's host-local range
+ptplan_cidr=10.249.0.0/24 # e2e/networks.yaml, ptplan's host-local range
 bin_dir=/opt/cni/bin
 conf_dir=/etc/cni/net.d
 conflist=$conf_dir/00-yh-genie.conflist
@@ -85,6 +92,15 @@ ip_in_cidr() {
 }
 
 pod_field() { kubectl -n "$ns" get pod "$1" -o "jsonpath=$2"; }
+
+# pod_addr_on POD DEV: the pod's IPv4 address on interface DEV; fails when there is not exactly one.
+pod_addr_on() {
+	local addrs
+	addrs=$(kubectl -n "$ns" exec "$1" -- ip -4 -o addr show dev "$2") || fail "$1 has no $2"
+	mapfile -t addrs < <(awk '{ split($4, a, "/"); print a[1] }' <<<"$addrs")
+	((${#addrs[@]} == 1)) || fail "$1: want one address on $2, got ${#addrs[@]}: ${addrs[*]}"
+	echo "${addrs[0]}"
+}
 
 # The pod's address as the runtime reported it; fails when there is none.
 pod_ip() {
@@ -255,11 +271,14 @@ install_yh_genie() {
 	done
 }
 
-add_second_network() {
-	log "adding the ptpnet network to the yh-genie-networks ConfigMap"
+add_networks() {
+	local net
+	log "adding the ptpnet and ptplan networks to the yh-genie-networks ConfigMap"
 	kubectl apply -f "$repo/e2e/networks.yaml"
 	# The kubelet syncs ConfigMap volumes within about a minute; the installer polls every 2 s.
-	wait_until "ptpnet on every node" on_every_node test -s "$conf_dir/ptpnet/ptpnet.conflist"
+	for net in ptpnet ptplan; do
+		wait_until "$net on every node" on_every_node test -s "$conf_dir/$net/$net.conflist"
+	done
 }
 
 check_workload() {
@@ -322,7 +341,8 @@ check_workload() {
 		records+=("$node:/var/lib/cni/networks/$net/$ip")
 		if [[ $net == yonghui ]]; then
 			sandbox=$(sandbox_id "$node" "$pod") || fail "$pod: no single ready sandbox on $node"
-			records+=("$node:/var/lib/cni/yonghui/$sandbox")
+			# yonghui keeps its delegate's configuration per attachment: <sandbox>:<interface>.
+			records+=("$node:/var/lib/cni/yonghui/$sandbox:eth0")
 		fi
 	done
 	for entry in "${records[@]}"; do
@@ -333,6 +353,57 @@ check_workload() {
 	kubectl -n "$ns" delete pod --all --wait=true --timeout="${wait_secs}s"
 	for entry in "${records[@]}"; do
 		wait_until "${entry#*:} to go on ${entry%%:*}" node_lacks "${entry%%:*}" "${entry#*:}"
+	done
+}
+
+# assert_network_status POD ETH0_IP NET1_IP: the pod's network-status annotation lists eth0 (the
+# default, with the pod IP) and net1 (with its address), in that order, and nothing else.
+assert_network_status() {
+	local status
+	status=$(pod_field "$1" '{.metadata.annotations.k8s\.v1\.cni\.cncf\.io/network-status}')
+	jq -e --arg eth0 "$2" --arg net1 "$3" '
+		length == 2
+		and .[0].interface == "eth0" and .[0].default == true and (.[0].ips | index($eth0))
+		and .[1].interface == "net1" and (.[1].default | not) and (.[1].ips | index($net1))' <<<"$status" >/dev/null ||
+		fail "$1: network-status does not list eth0 $2 and net1 $3: $status"
+}
+
+check_multinet() {
+	local pod other node hits before route
+	local -A net1_of=() leases=()
+	log "pods with two networks (a list in a ConfigMap, a NetworkAttachmentDefinition)"
+	kubectl apply -f "$repo/examples/nad/crd.yaml"
+	kubectl wait --for=condition=Established crd/network-attachment-definitions.k8s.cni.cncf.io --timeout="${wait_secs}s"
+	node=$(kubectl get nodes -l yh-genie-e2e/slot=a -o 'jsonpath={.items[0].metadata.name}')
+	before=$(agent_hits "$node")
+	kubectl apply -f "$repo/e2e/multinet.yaml"
+	kubectl -n "$ns" wait --for=condition=Ready pod/multi-cm pod/multi-nad --timeout="${wait_secs}s"
+	hits=$(agent_hits "$node")
+	((hits >= before + 2)) || fail "$node: its agent answered $((hits - before)) of the 2 multi-network ADDs"
+
+	for pod in multi-cm multi-nad; do
+		[[ $(pod_field "$pod" '{.spec.nodeName}') == "$node" ]] || fail "$pod is not on $node"
+		assert_pod_address "$pod" "$pod_cidr"
+		net1_of[$pod]=$(pod_addr_on "$pod" net1)
+		ip_in_cidr "${net1_of[$pod]}" "$ptplan_cidr" || fail "$pod: net1 has ${net1_of[$pod]}, not in $ptplan_cidr"
+		assert_network_status "$pod" "$(pod_ip "$pod")" "${net1_of[$pod]}"
+		leases[$pod]=/var/lib/cni/networks/ptplan/${net1_of[$pod]}
+		node_has "$node" "${leases[$pod]}" || fail "$node: no lease ${leases[$pod]} for $pod's net1"
+	done
+
+	log "multi-network connectivity"
+	# Each pod reaches the other's net1 address through its own net1; its default route stays eth0's.
+	for pod in multi-cm multi-nad; do
+		route=$(kubectl -n "$ns" exec "$pod" -- ip route show default)
+		[[ $route == *" dev eth0"* && $route != *net1* ]] || fail "$pod: the default route is not eth0's alone: $route"
+		[[ $pod == multi-cm ]] && other=multi-nad || other=multi-cm
+		route=$(kubectl -n "$ns" exec "$pod" -- ip route get "${net1_of[$other]}")
+		[[ $route == *" dev net1 "* ]] || fail "$pod: ${net1_of[$other]} is not routed by net1: $route"
+		assert_fetch "$pod" "http://${net1_of[$other]}:8080/" "$other"
+	done
+	kubectl -n "$ns" delete pod multi-cm multi-nad --wait=true --timeout="${wait_secs}s"
+	for pod in multi-cm multi-nad; do
+		wait_until "${leases[$pod]} to go on $node" node_lacks "$node" "${leases[$pod]}"
 	done
 }
 
@@ -386,8 +457,9 @@ main() {
 	load_images
 	install_fabric
 	install_yh_genie
-	add_second_network
+	add_networks
 	check_workload
+	check_multinet
 	check_upgrade
 	check_uninstall
 	log "PASS"
