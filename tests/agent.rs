@@ -11,7 +11,7 @@ use common::node::{Node, Pod, addresses_on, from_config_map, literal, pod_addres
 use common::{Reply, cnidrive_run};
 use serde_json::{Value, json};
 use std::time::{Duration, Instant};
-use yh_genie::agent::protocol::{Answer, PodObjects};
+use yh_genie::kube::agent_socket::protocol::{Answer, PodObjects};
 
 const BLUE: (&str, u8) = ("blue", 31);
 const RED: (&str, u8) = ("red", 32);

@@ -8,7 +8,7 @@ use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use libfuzzer_sys::fuzz_target;
 use std::path::PathBuf;
 use std::sync::OnceLock;
-use yh_genie::agent::protocol::{Reply, Request};
+use yh_genie::kube::agent_socket::protocol::{Reply, Request};
 use yh_genie::cni::{CniError, PluginConf};
 use yh_genie::kube::NetworkAttachmentDefinition;
 use yh_genie::selector::config::SelectorConfig;

@@ -7,7 +7,7 @@
 
 use super::Shared;
 use super::metrics::StatusOutcome;
-use super::protocol::Answer;
+use crate::kube::agent_socket::protocol::Answer;
 use crate::kube::jittered;
 use crate::kube::watching::{Annotated, annotate};
 use std::collections::BTreeMap;

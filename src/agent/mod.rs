@@ -5,9 +5,9 @@
 //! - it watches only its node's pods and, for each, the ConfigMaps and NetworkAttachmentDefinitions
 //!   the pod refers to (`watch`, `store`), so the objects are fetched when the pod appears, before
 //!   the runtime asks for its network;
-//! - it answers the plugin over a root-only unix socket (`server`, `protocol`) with the pod and
-//!   those objects; the plugin resolves them itself, with the same `resolve` as the direct path and
-//!   its own view of the node's files (`client` is its side);
+//! - it answers the plugin over a root-only unix socket (`server`; the wire and the plugin's side
+//!   are in `kube::agent_socket`) with the pod and those objects; the plugin resolves them itself,
+//!   with the same `resolve` as the direct path and its own view of the node's files;
 //! - it writes the pods' network-status annotations the plugin hands over (`annotate`);
 //! - it reports readiness and metrics on a local port (`http`, `metrics`).
 //!
@@ -16,10 +16,8 @@
 //! logged and the agent starts again after a jittered backoff; the installer's loop goes on.
 
 mod annotate;
-pub mod client;
 mod http;
 mod metrics;
-pub mod protocol;
 mod server;
 mod store;
 mod watch;
@@ -41,8 +39,8 @@ use tokio::sync::mpsc;
 use tokio::task::{AbortHandle, JoinSet};
 use tracing::{error, info, warn};
 
-/// Where the plugin looks for the agent unless `agentSocket` says otherwise.
-pub const DEFAULT_SOCKET: &str = "/run/yh-genie/agent.sock";
+/// Where the agent listens unless `--agent-socket` says otherwise: where the plugin looks.
+pub use crate::kube::agent_socket::DEFAULT_PATH as DEFAULT_SOCKET;
 /// The readiness and metrics port unless configured otherwise: this host only.
 pub const DEFAULT_METRICS_ADDRESS: &str = "127.0.0.1:9745";
 

@@ -1,4 +1,4 @@
-//! The agent's unix socket: one request line, one reply line per connection (`protocol`). The
+//! The agent's unix socket: one request line, one reply line per connection (`kube::agent_socket::protocol`). The
 //! socket is the plugin's (root only): its directory is made 0700, the socket 0600, and it appears
 //! under its name only once it is listening and has its mode (bound under a temporary name, then
 //! renamed over any socket a previous agent left).
@@ -6,8 +6,8 @@
 use super::Shared;
 use super::annotate;
 use super::metrics::Outcome;
-use super::protocol::{Answer, Ask, MAX_LINE, MAX_WAIT_MS, Reply, Request};
 use super::store::Lookup;
+use crate::kube::agent_socket::protocol::{Answer, Ask, MAX_LINE, MAX_WAIT_MS, Reply, Request};
 use std::fs::{DirBuilder, Permissions};
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
 use std::path::Path;

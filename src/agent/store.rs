@@ -5,7 +5,7 @@
 //! last goes, as the kubelet does for the ConfigMaps its pods mount) and answers lookups; it does
 //! no I/O, so the watches and the socket server around it are thin.
 
-use super::protocol::{Held, PodObjects};
+use crate::kube::agent_socket::protocol::{Held, PodObjects};
 use crate::kube::{Kind, NetworkAttachmentDefinition, ObjectKey};
 use crate::selector::policy::AttachmentPolicy;
 use crate::selector::select::{references, trimmed};

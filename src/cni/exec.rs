@@ -135,6 +135,11 @@ mod tests {
     }
 
     #[test]
+    fn a_killed_operations_helpers_are_waited_for_as_long_as_a_living_one_gives_them() {
+        assert_eq!(attachment_lock::WAIT, DEFAULT_TIMEOUT);
+    }
+
+    #[test]
     fn passes_env_and_stdin_and_returns_stdout() {
         let d = tempfile::tempdir().unwrap();
         let p = script(

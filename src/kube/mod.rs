@@ -6,8 +6,10 @@
 //! synchronous like the `Plugin` trait, so selection logic is tested with an in-memory fake and
 //! runs in production over `ApiClient`, which talks to the API server with the `kube` crate,
 //! bounded in time and retried within one budget (see `client`). The node agent's long-lived,
-//! async access (watches, the status writes it does for the plugin) is in `watching`.
+//! async access (watches, the status writes it does for the plugin) is in `watching`; the socket
+//! over which the plugin gets the same objects from the agent instead, in `agent_socket`.
 
+pub mod agent_socket;
 mod client;
 mod nad;
 mod tls;

@@ -90,7 +90,7 @@ impl SelectorConfig {
             policy: AttachmentPolicy::from_keys(&conf.raw)?,
             network_status: key(&conf.raw, "networkStatus")?.unwrap_or_default(),
             agent_socket: match key::<PathBuf>(&conf.raw, "agentSocket")? {
-                None => Some(PathBuf::from(crate::agent::DEFAULT_SOCKET)),
+                None => Some(PathBuf::from(crate::kube::agent_socket::DEFAULT_PATH)),
                 Some(path) => non_empty(Some(path)),
             },
         })

@@ -12,9 +12,9 @@
 use super::config::SelectorConfig;
 use super::select::{self, Objects};
 use super::selection::{PodIdentity, Selection};
-use crate::agent::client::exchange;
-use crate::agent::protocol::{Answer, Ask, PodObjects, Request};
 use crate::cni::{CniError, code};
+use crate::kube::agent_socket::client::exchange;
+use crate::kube::agent_socket::protocol::{Answer, Ask, PodObjects, Request};
 use crate::kube::{NetworkAttachmentDefinition, ObjectRef};
 use k8s_openapi::api::core::v1::ConfigMap;
 use std::collections::BTreeMap;

@@ -30,8 +30,7 @@ mod objects;
 
 pub use objects::{Fetching, Objects, references, trimmed};
 
-/// The env var through which a pod's container names its networks (the seed's name).
-pub const ENV_VAR: &str = "CNI_NETWORK_CONFIG";
+pub use super::selection::ENV_VAR;
 
 /// Choose the networks for `pod` (namespace, name), asking `source` (None: no Kubernetes access).
 /// `runtime_ifname` is the runtime's `CNI_IFNAME`, which the first network gets. `sandbox_uid` is

@@ -20,6 +20,9 @@ use std::path::PathBuf;
 /// The most networks one pod may have.
 pub const MAX_ATTACHMENTS: usize = 16;
 
+/// The env var through which a pod's container names its networks (the seed's name).
+pub const ENV_VAR: &str = "CNI_NETWORK_CONFIG";
+
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Selection {
@@ -97,7 +100,7 @@ impl fmt::Display for Source {
         match self {
             Source::DefaultNetwork { element } => write!(f, "defaultNetwork ({element:?})"),
             Source::Value { element, form } => {
-                write!(f, "env {} element {element:?}, read as a {form}", super::select::ENV_VAR)
+                write!(f, "env {} element {element:?}, read as a {form}", ENV_VAR)
             }
             Source::Annotation { element, nad, inline } => {
                 let config = if *inline { "its inline spec.config" } else { "the confDir network of its name" };
@@ -141,7 +144,7 @@ pub enum ValueSource {
 
 impl fmt::Display for Reason {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let env = super::select::ENV_VAR;
+        let env = ENV_VAR;
         match self {
             Reason::NotAPod => f.write_str("defaultNetwork: the caller is not a Kubernetes pod"),
             Reason::KubernetesNotConfigured => {
@@ -245,7 +248,7 @@ fn source_element(source: &Source) -> &str {
 fn describe(i: usize, plan: &Planned) -> String {
     let from = match &plan.attachment.source {
         Source::DefaultNetwork { .. } => "defaultNetwork".to_string(),
-        Source::Value { .. } => super::select::ENV_VAR.to_string(),
+        Source::Value { .. } => ENV_VAR.to_string(),
         Source::Annotation { .. } => format!("annotation {}", super::annotation::NETWORKS),
     };
     format!("network {} ({:?}, from {from})", i + 1, source_element(&plan.attachment.source))

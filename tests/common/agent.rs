@@ -11,8 +11,8 @@ use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
-use yh_genie::agent::client::exchange;
-use yh_genie::agent::protocol::{Answer, Ask, PodObjects, Request};
+use yh_genie::kube::agent_socket::client::exchange;
+use yh_genie::kube::agent_socket::protocol::{Answer, Ask, PodObjects, Request};
 
 /// The agent's readiness and metrics port (its default).
 pub const METRICS_PORT: u16 = 9745;

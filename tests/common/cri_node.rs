@@ -23,7 +23,7 @@ use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
-use yh_genie::agent::protocol::Answer;
+use yh_genie::kube::agent_socket::protocol::Answer;
 
 const SANDBOX_IMAGE: &str = "yh-genie.test/pause:cri";
 /// Where the fabric writes the node's subnet, as in the shipped yonghui network and the DaemonSet's

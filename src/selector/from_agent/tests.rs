@@ -1,5 +1,5 @@
 use super::*;
-use crate::agent::protocol::Held;
+use crate::kube::agent_socket::protocol::Held;
 use crate::selector::selection::Reason;
 use serde_json::json;
 
