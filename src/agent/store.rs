@@ -37,13 +37,10 @@ pub struct Watches {
 
 impl Watches {
     fn merge(&mut self, other: Watches) {
-        // A key stopped by one change and started by the next keeps its watch.
-        for key in other.start {
-            match self.stop.iter().position(|k| *k == key) {
-                Some(i) => drop(self.stop.remove(i)),
-                None => self.start.push(key),
-            }
-        }
+        // A key stopped by one change and started by the next is both: the store forgot the
+        // object when its last user went, so its watch must list it again (stops go first).
+        self.start.extend(other.start);
+        // A key started by one change and stopped by the next never needed a watch.
         for key in other.stop {
             match self.start.iter().position(|k| *k == key) {
                 Some(i) => drop(self.start.remove(i)),

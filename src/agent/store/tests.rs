@@ -163,3 +163,17 @@ fn objects_are_held_trimmed() {
         json!({"metadata": {"name": "lan", "namespace": "default"}, "spec": {"config": "{}"}})
     );
 }
+
+#[test]
+fn an_object_whose_last_user_goes_and_another_comes_in_one_listing_is_listed_again() {
+    let mut store = Store::new(AttachmentPolicy::default());
+    store.replace_all(vec![pod("a", "ua", "x", None)]);
+    store.set_object(&cm_key("x"), config_map("x", "red"));
+    // Listed anew: `a` moved to `y`, and `b`, new, uses `x`. The store forgot `x` when `a` left it,
+    // so `x`'s watch has to list it again rather than be kept.
+    let watches = store.replace_all(vec![pod("a", "ua", "y", None), pod("b", "ub", "x", None)]);
+    assert_eq!(watches, Watches { start: vec![cm_key("y"), cm_key("x")], stop: vec![cm_key("x")] });
+    assert_eq!(miss(&store, "b", Some("ub")), (false, Miss::ObjectPending(cm_key("x"))));
+    store.set_object(&cm_key("x"), config_map("x", "red"));
+    assert_eq!(found(&store, "b", Some("ub")).config_maps.len(), 1);
+}
