@@ -120,11 +120,18 @@ impl ApiClient {
         K::DynamicType: Default,
     {
         let api: Api<K> = Api::namespaced(self.client.clone(), obj.namespace);
-        self.runtime.block_on(self.with_retries(obj, "get", || api.get(obj.name)))
+        self.runtime.block_on(self.with_retries(obj, "get", &[404], || api.get(obj.name)))
     }
 
-    /// Run `request` until it succeeds, is refused, or the budget runs out. `Ok(None)`: 404.
-    async fn with_retries<T, F, Fut>(&self, obj: ObjectRef<'_>, verb: &str, request: F) -> Result<Option<T>, CniError>
+    /// Run `request` until it succeeds, is refused, or the budget runs out. `Ok(None)`: refused
+    /// with one of the `absent` statuses (the object is not there, or not the one asked for).
+    async fn with_retries<T, F, Fut>(
+        &self,
+        obj: ObjectRef<'_>,
+        verb: &str,
+        absent: &[u16],
+        request: F,
+    ) -> Result<Option<T>, CniError>
     where
         F: Fn() -> Fut,
         Fut: Future<Output = Result<T, ::kube::Error>>,
@@ -143,7 +150,7 @@ impl ApiClient {
             match tokio::time::timeout(limit, request()).await {
                 Ok(Ok(object)) => return Ok(Some(object)),
                 Ok(Err(e)) => match classify(&e) {
-                    Failure::Refused { status: Some(404), .. } => return Ok(None),
+                    Failure::Refused { status: Some(status), .. } if absent.contains(&status) => return Ok(None),
                     Failure::Refused { status, text } => return Err(self.refusal(obj, verb, status, &text)),
                     Failure::Certificate(problem) => {
                         let why = tls::explain(&problem, &self.server, &self.kubeconfig, self.has_ca_data);
@@ -208,10 +215,17 @@ impl PodSource for ApiClient {
         let api: Api<Pod> = Api::namespaced(self.client.clone(), namespace);
         let patch = annotations_patch(uid, annotations);
         let params = PatchParams::default();
-        let done = self.runtime.block_on(self.with_retries(obj, "patch", || api.patch(name, &params, &patch)))?;
+        let done = self
+            .runtime
+            .block_on(self.with_retries(obj, "patch", &POD_REPLACED, || api.patch(name, &params, &patch)))?;
         Ok(done.is_some())
     }
 }
+
+/// The answers to an `annotations_patch` that mean the pod under that name is not the one with the
+/// uid any more: 404, gone; 422, the uid is immutable (another pod's uid would change); 409, a uid
+/// precondition that failed. Nothing was written, and asking again cannot help.
+pub(super) const POD_REPLACED: [u16; 3] = [404, 409, 422];
 
 /// A JSON merge patch of a pod's `metadata` that writes `annotations` and carries the `uid` the
 /// pod must still have: the uid is immutable, so the API server refuses the patch (422) when the

@@ -6,7 +6,7 @@
 //! In the DaemonSet it authenticates with the pod's service account: the token file is named, not
 //! copied, so kube re-reads it as the kubelet rotates it. Elsewhere (tests) a kubeconfig file.
 
-use super::client::{Failure, annotations_patch, classify};
+use super::client::{Failure, POD_REPLACED, annotations_patch, classify};
 use super::tls;
 use ::kube::api::PatchParams;
 use ::kube::config::{KubeConfigOptions, Kubeconfig};
@@ -84,7 +84,7 @@ pub async fn annotate(
         Err(_) => Annotated::Transient(format!("no answer within {}s", REQUEST_TIMEOUT.as_secs())),
         Ok(Ok(_)) => Annotated::Written,
         Ok(Err(e)) => match classify(&e) {
-            Failure::Refused { status: Some(404 | 409 | 422), .. } => Annotated::PodGone,
+            Failure::Refused { status: Some(status), .. } if POD_REPLACED.contains(&status) => Annotated::PodGone,
             Failure::Transient(text) => Annotated::Transient(text),
             Failure::Refused { text, .. } => Annotated::Refused(text),
             Failure::Certificate(problem) => Annotated::Refused(format!("the server's certificate: {problem}")),
