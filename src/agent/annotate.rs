@@ -20,7 +20,9 @@ use tracing::warn;
 pub(super) const QUEUE: usize = 1024;
 /// Writes in flight at once.
 const CONCURRENT: usize = 4;
-/// How long one status is retried.
+/// How long one status is retried, from when the plugin handed it over: a status that waited in
+/// the queue through an outage is not retried for as long again (1024 of them, four at a time,
+/// would otherwise keep the queue full for hours, and every plugin meanwhile handing over more).
 const BUDGET: Duration = Duration::from_secs(120);
 const FIRST_PAUSE: Duration = Duration::from_millis(250);
 const MAX_PAUSE: Duration = Duration::from_secs(10);
@@ -30,6 +32,8 @@ pub(super) struct Job {
     pub name: String,
     pub uid: String,
     pub annotations: BTreeMap<String, String>,
+    /// When the plugin handed it over.
+    pub accepted: Instant,
 }
 
 /// Take a job for later, or say why not.
@@ -62,7 +66,7 @@ pub(super) async fn run(shared: Arc<Shared>, mut jobs: mpsc::Receiver<Job>) -> S
 
 async fn write(shared: &Shared, job: Job) {
     let pod = format!("pod {}/{} (uid {})", job.namespace, job.name, job.uid);
-    let deadline = Instant::now() + BUDGET;
+    let deadline = job.accepted + BUDGET;
     let mut pause = FIRST_PAUSE;
     loop {
         let outcome = annotate(&shared.client, &job.namespace, &job.name, &job.uid, &job.annotations).await;

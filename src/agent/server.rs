@@ -68,7 +68,7 @@ async fn connection(shared: Arc<Shared>, stream: UnixStream) {
                 answer
             }
             Ok(Request { ask: Ask::Annotate { namespace, name, uid, annotations }, .. }) => {
-                annotate::offer(&shared, annotate::Job { namespace, name, uid, annotations })
+                annotate::offer(&shared, annotate::Job { namespace, name, uid, annotations, accepted: Instant::now() })
             }
             Err(why) => refused(&shared, why, started),
         },
