@@ -52,9 +52,11 @@ fn read_line(stream: &mut UnixStream, socket: &Path, deadline: Instant) -> Resul
         if n == 0 {
             return Err(format!("the agent at {} closed the connection without a full answer", socket.display()));
         }
+        let read_before = line.len();
         line.extend_from_slice(&chunk[..n]);
-        if let Some(end) = line.iter().position(|b| *b == b'\n') {
-            line.truncate(end);
+        // Only the new bytes can hold the newline.
+        if let Some(end) = chunk[..n].iter().position(|b| *b == b'\n') {
+            line.truncate(read_before + end);
             return Ok(line);
         }
         if line.len() > MAX_LINE {

@@ -107,8 +107,7 @@ impl Request {
 
     /// Parse a request line; the reason when it cannot be served.
     pub fn parse(line: &[u8]) -> Result<Self, String> {
-        check_version(line)?;
-        serde_json::from_slice(line).map_err(|e| format!("the request does not parse: {e}"))
+        parse_versioned(line, "request", |r: &Self| r.version)
     }
 }
 
@@ -119,8 +118,7 @@ impl Reply {
 
     /// Parse a reply line; the reason when it cannot be used.
     pub fn parse(line: &[u8]) -> Result<Self, String> {
-        check_version(line)?;
-        serde_json::from_slice(line).map_err(|e| format!("the reply does not parse: {e}"))
+        parse_versioned(line, "reply", |r: &Self| r.version)
     }
 
     /// The line to send, newline included.
@@ -136,8 +134,21 @@ pub fn to_line<T: Serialize>(message: &T) -> Vec<u8> {
     line
 }
 
-/// The version is read first, on its own, so that a message of another version is told apart from
-/// a malformed one.
+/// A message of this side's version. The line is parsed once when it is one (the plugin's ADD reads
+/// the largest of them); only a line that is not is read again for its version, so that a message
+/// of another version is told apart from a malformed one.
+fn parse_versioned<T: serde::de::DeserializeOwned>(
+    line: &[u8],
+    what: &str,
+    version: impl Fn(&T) -> u32,
+) -> Result<T, String> {
+    match serde_json::from_slice::<T>(line) {
+        Ok(message) if version(&message) == VERSION => Ok(message),
+        Ok(message) => Err(format!("protocol version {}, this side speaks {VERSION}", version(&message))),
+        Err(e) => Err(check_version(line).err().unwrap_or_else(|| format!("the {what} does not parse: {e}"))),
+    }
+}
+
 fn check_version(line: &[u8]) -> Result<(), String> {
     #[derive(Deserialize)]
     struct Versioned {
