@@ -51,6 +51,10 @@ pub fn dispatch(plugin: &dyn Plugin, inv: &Invocation, conf: &PluginConf) -> Res
 /// built-in plugin called in process fails exactly as an exec'd one would.
 fn add_in_version(plugin: &dyn Plugin, inv: &Invocation, conf: &PluginConf) -> Result<CniResult, CniError> {
     let result = plugin.add(inv, conf)?;
+    // Only the 0.1.0/0.2.0 shape can refuse a result; later versions write every result.
+    if !conf.cni_version.has_ip4_ip6_result() {
+        return Ok(result);
+    }
     if let Err(e) = result.to_json(conf.cni_version) {
         if let Err(undo) = plugin.del(&inv.with_command(Command::Del), conf) {
             tracing::warn!("undoing the ADD whose result could not be written: {undo}");

@@ -58,7 +58,7 @@ impl CniVersion {
     }
     /// Results of 0.3.0 to 0.4.0 carry `ips[].version`.
     pub fn has_ip_version_field(self) -> bool {
-        self < Self::V1_0_0
+        self >= Self::V0_3_0 && self < Self::V1_0_0
     }
     /// 1.1.0 added interface mtu/socketPath/pciID and route mtu/advmss/priority/table/scope.
     pub fn has_v110_fields(self) -> bool {
