@@ -14,6 +14,7 @@ use common::node::{from_config_map, literal};
 use serde_json::json;
 use std::collections::BTreeSet;
 use std::time::Instant;
+use yh_genie::selector::NETWORK_STATUS;
 
 /// How a pod chooses its network.
 #[derive(Clone, Copy, Debug)]
@@ -222,10 +223,9 @@ fn a_pod_with_two_networks_gets_both_and_containerd_reports_the_first() {
     assert_eq!(route_dev(&node, &two, &lan_peer.ip), "net1");
     assert!(pings(&node, &two, &lan_peer.ip), "the LAN peer {} through net1", lan_peer.ip);
 
-    // What the pod got, for people and tools.
-    let pod = node.api.pod("default", "two").expect("the pod");
-    let status = pod["metadata"]["annotations"]["k8s.v1.cni.cncf.io/network-status"].as_str().unwrap_or_default();
-    let status: serde_json::Value = serde_json::from_str(status).unwrap_or_else(|e| panic!("{e}: {pod}"));
+    // What the pod got, for people and tools: the node agent writes it on its own time, after the ADD.
+    let status = node.wait_pod_annotation("two", NETWORK_STATUS);
+    let status: serde_json::Value = serde_json::from_str(&status).unwrap_or_else(|e| panic!("{e}: {status}"));
     let interfaces: Vec<(&str, &str)> = status
         .as_array()
         .unwrap()

@@ -89,7 +89,6 @@ impl Soak {
         }
     }
 
-    /// One worker: a pod netns in which sandbox after sandbox is set up and torn down.
     /// One worker: pod sandbox after pod sandbox, each with a netns of its own.
     fn worker(&self, seed: u64) {
         let mut rng = Rng::new(seed);
@@ -99,20 +98,21 @@ impl Soak {
                 return;
             }
             let name = format!("soak-{i}");
-            let config_map = if i.is_multiple_of(2) { "net" } else { "two-nets" };
+            let two_networks = !i.is_multiple_of(2);
+            let config_map = if two_networks { "two-nets" } else { "net" };
             self.n.api.put_pod("default", &name, from_config_map(config_map, "net"));
-            self.cycle(&self.n.pod(&name), &mut rng);
+            self.cycle(&self.n.pod(&name), two_networks, &mut rng);
             self.tally.lock().unwrap().cycles += 1;
         }
     }
 
     /// ADD, CHECK (sometimes), DEL (sometimes after the runtime has removed the netns), and DEL
     /// again (sometimes), checking each step.
-    fn cycle(&self, pod: &Pod, rng: &mut Rng) {
+    fn cycle(&self, pod: &Pod, two_networks: bool, rng: &mut Rng) {
         let add = self.n.call("ADD", pod, &self.conf);
         if add.code != 0 {
             self.add_failed(pod, &add.stdout);
-        } else if let Some(addresses) = self.added(pod, &add.stdout) {
+        } else if let Some(addresses) = self.added(pod, two_networks, &add.stdout) {
             if rng.chance(0.5) {
                 self.check(pod);
             }
@@ -143,16 +143,18 @@ impl Soak {
         }
     }
 
-    /// A successful ADD: the pod has the result's address on eth0 (and one on net1 if it has a
-    /// second network), host-local leases them to this pod, and no other live pod has them.
-    /// Returns them.
-    fn added(&self, pod: &Pod, stdout: &str) -> Option<Vec<String>> {
+    /// A successful ADD: the pod has the result's address on eth0 (and one on net1 if it chose a
+    /// second network, none otherwise), host-local leases them to this pod, and no other live pod
+    /// has them. Returns them.
+    fn added(&self, pod: &Pod, two_networks: bool, stdout: &str) -> Option<Vec<String>> {
         let result: Value = serde_json::from_str(stdout).unwrap_or_default();
         let address = result["ips"][0]["address"].as_str().unwrap_or_default().to_string();
         let on_pod = pod_addresses(pod);
         let mut addresses = vec![address.clone()];
         let mut fine = on_pod == [address.as_str()];
-        if link_names(&pod.netns, "").iter().any(|l| l == "net1") {
+        let has_net1 = link_names(&pod.netns, "").iter().any(|l| l == "net1");
+        fine &= has_net1 == two_networks;
+        if has_net1 {
             let net1 = addresses_on(pod, "net1");
             fine &= net1.len() == 1;
             addresses.extend(net1);

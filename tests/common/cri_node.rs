@@ -280,6 +280,19 @@ impl CriNode {
         }
     }
 
+    /// The annotation `key` of pod `name` (namespace default), once the API server has it.
+    pub fn wait_pod_annotation(&self, name: &str, key: &str) -> String {
+        let started = Instant::now();
+        loop {
+            let pod = self.api.pod("default", name).unwrap_or_else(|| panic!("no pod {name}"));
+            if let Some(value) = pod["metadata"]["annotations"][key].as_str() {
+                return value.to_string();
+            }
+            assert!(started.elapsed() < PATIENCE, "pod {name} has no annotation {key}: {pod}\n{}", self.logs());
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
     /// GETs the API server has answered so far. The node agent only lists, watches and patches, so
     /// these are the plugin's requests (its direct path).
     pub fn api_gets(&self) -> usize {
