@@ -10,7 +10,7 @@
 //! `deviceID`, `ipam-claim-reference`) are refused with code 2 naming the key rather than dropped,
 //! so a pod never silently runs without what it asked for; any other key is code 7 (a misspelling).
 
-use crate::cni::env::validate_ifname;
+use super::value::interface;
 use crate::cni::{CniError, code};
 use crate::netlink::MacAddr;
 use ipnetwork::IpNetwork;
@@ -178,11 +178,6 @@ fn json_element(element: &Value) -> Result<Request, CniError> {
     }
     let extras = Extras { ips, mac, default_route, cni_args };
     Ok(Request { namespace, name, ifname, extras, text })
-}
-
-fn interface(name: &str) -> Result<String, String> {
-    validate_ifname(name)?;
-    Ok(name.to_string())
 }
 
 /// A NetworkAttachmentDefinition's name: a DNS-1123 subdomain, as the API server requires (it

@@ -31,7 +31,7 @@ pub struct Attached {
 
 /// The call as an attachment's plugins get it: its interface, the runtime's args plus what the pod
 /// asked for, external plugins looked up in `binDir` first, then in the runtime's `CNI_PATH`.
-pub fn delegate_call(runtime: &Invocation, config: &SelectorConfig, ifname: &str, args: CniArgs) -> Invocation {
+fn delegate_call(runtime: &Invocation, config: &SelectorConfig, ifname: &str, args: CniArgs) -> Invocation {
     let mut path = vec![config.bin_dir.clone()];
     path.extend(runtime.path.iter().filter(|dir| **dir != config.bin_dir).cloned());
     Invocation { path, ifname: ifname.to_string(), args, ..runtime.clone() }
@@ -39,6 +39,18 @@ pub fn delegate_call(runtime: &Invocation, config: &SelectorConfig, ifname: &str
 
 fn call_of(runtime: &Invocation, config: &SelectorConfig, ifname: &str, extras: &Extras) -> Invocation {
     delegate_call(runtime, config, ifname, extras::apply_to_args(&runtime.args, extras))
+}
+
+/// What an attachment's plugins get for `runtime`'s call: its configuration with the pod's extras
+/// (as text, for the record, and parsed), and their call.
+pub fn plugins_call(
+    runtime: &Invocation,
+    config: &SelectorConfig,
+    attachment: &Attachment,
+) -> Result<(String, ConfList, Invocation), CniError> {
+    let conf = extras::apply_to_config(&attachment.config, &attachment.extras);
+    let list = selection::parse_config(&attachment.network, attachment.path.as_deref(), &conf)?;
+    Ok((conf, list, call_of(runtime, config, &attachment.ifname, &attachment.extras)))
 }
 
 /// The call a record's plugins got (their args as recorded), for `runtime`'s command.
@@ -121,9 +133,7 @@ fn prepare(
     attachment: &Attachment,
     pod: Option<PodIdentity>,
 ) -> Result<(Record, ConfList, Invocation), CniError> {
-    let conf = extras::apply_to_config(&attachment.config, &attachment.extras);
-    let list = selection::parse_config(&attachment.network, attachment.path.as_deref(), &conf)?;
-    let call = call_of(runtime, config, &attachment.ifname, &attachment.extras);
+    let (conf, list, call) = plugins_call(runtime, config, attachment)?;
     let record = Record::new(runtime, &call, position, attachment, conf, pod);
     if let Some(existing) = store.read(&runtime.container_id, &attachment.ifname) {
         if existing.owner() != runtime.ifname {

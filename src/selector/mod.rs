@@ -317,15 +317,8 @@ fn del_without_record(config: &SelectorConfig, inv: &Invocation, only: Option<&[
         if only.is_some_and(|only| !only.contains(&attachment.ifname)) {
             continue;
         }
-        let conf = extras::apply_to_config(&attachment.config, &attachment.extras);
-        let call = attach::delegate_call(
-            inv,
-            config,
-            &attachment.ifname,
-            extras::apply_to_args(&inv.args, &attachment.extras),
-        );
-        let outcome = selection::parse_config(&attachment.network, attachment.path.as_deref(), &conf)
-            .and_then(|list| chain::del(&list, &call, None));
+        let outcome =
+            attach::plugins_call(inv, config, attachment).and_then(|(_, list, call)| chain::del(&list, &call, None));
         if let Err(e) = outcome {
             first_error.get_or_insert(e);
         }

@@ -104,8 +104,7 @@ pub fn resolve(
     };
     let requests = annotation_requests(pod).map_err(|e| e.context(&whose))?;
     // Before anything is fetched for them.
-    let elements =
-        plans.iter().map(|p| element_of(&p.attachment.source)).chain(requests.iter().map(|r| r.text.as_str()));
+    let elements = plans.iter().map(|p| p.attachment.source.element()).chain(requests.iter().map(|r| r.text.as_str()));
     selection::check_count(plans.len() + requests.len(), &whose, elements)?;
     for request in requests {
         let from = format!("{whose} annotation {} element {:?}", annotation::NETWORKS, request.text);
@@ -194,7 +193,8 @@ fn containers_choice(
     containers: &[Container],
     objects: &mut dyn Objects,
 ) -> Result<Option<ContainersChoice>, CniError> {
-    let mut chosen: Option<(String, Vec<Planned>)> = None;
+    // The first choosing container, its value and that value's plans.
+    let mut chosen: Option<(String, String, Vec<Planned>)> = None;
     let mut choices: Vec<Choice> = Vec::new();
     for container in containers {
         let whose = format!("{pod_ref} container {:?} env {ENV_VAR}", container.name);
@@ -203,6 +203,11 @@ fn containers_choice(
         else {
             continue;
         };
+        // The same value as the first container's names the same networks: not read again.
+        if chosen.as_ref().is_some_and(|(_, first_value, _)| *first_value == value) {
+            choices.push(Choice { container: container.name.clone(), source, value });
+            continue;
+        }
         let from = match &source {
             ValueSource::Literal => whose.clone(),
             ValueSource::ConfigMap { name, key } => {
@@ -214,8 +219,8 @@ fn containers_choice(
             form: element.name.form().to_string(),
         })?;
         match &chosen {
-            None => chosen = Some((container.name.clone(), plans)),
-            Some((first, first_plans)) if !same_networks(first_plans, &plans) => {
+            None => chosen = Some((container.name.clone(), value.clone(), plans)),
+            Some((first, _, first_plans)) if !same_networks(first_plans, &plans) => {
                 return Err(CniError::invalid_config(format!(
                     "{pod_ref}: containers {first:?} and {:?} choose different networks: {first:?} chooses {}, {:?} chooses {}",
                     container.name,
@@ -228,7 +233,7 @@ fn containers_choice(
         }
         choices.push(Choice { container: container.name.clone(), source, value });
     }
-    Ok(chosen.map(|(_, plans)| (choices, plans)))
+    Ok(chosen.map(|(_, _, plans)| (choices, plans)))
 }
 
 /// Containers agree when they name the same files, in the same order, on the same interfaces
@@ -247,14 +252,6 @@ fn summary(plans: &[Planned]) -> String {
         format!("{}{at} ({})", p.attachment.network, p.identity)
     };
     plans.iter().map(one).collect::<Vec<_>>().join(", ")
-}
-
-fn element_of(source: &Source) -> &str {
-    match source {
-        Source::DefaultNetwork { element } | Source::Value { element, .. } | Source::Annotation { element, .. } => {
-            element
-        }
-    }
 }
 
 /// The plan of one annotation element: its NetworkAttachmentDefinition, checked against the

@@ -95,6 +95,17 @@ pub enum Source {
     Annotation { element: String, nad: String, inline: bool },
 }
 
+impl Source {
+    /// The element of the value or annotation that asked for the network, as written.
+    pub fn element(&self) -> &str {
+        match self {
+            Source::DefaultNetwork { element } | Source::Value { element, .. } | Source::Annotation { element, .. } => {
+                element
+            }
+        }
+    }
+}
+
 impl fmt::Display for Source {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
@@ -184,7 +195,7 @@ pub struct Planned {
 /// errors.
 pub fn name(plans: Vec<Planned>, runtime_ifname: &str, whose: &str) -> Result<Vec<Attachment>, CniError> {
     let bad = |msg: String| CniError::invalid_config(format!("{whose}: {msg}"));
-    check_count(plans.len(), whose, plans.iter().map(|p| source_element(&p.attachment.source)))?;
+    check_count(plans.len(), whose, plans.iter().map(|p| p.attachment.source.element()))?;
     let mut networks: BTreeMap<&str, usize> = BTreeMap::new();
     for (i, plan) in plans.iter().enumerate() {
         if let Some(first) = networks.insert(&plan.identity, i) {
@@ -236,14 +247,6 @@ pub fn check_count<'a>(count: usize, whose: &str, elements: impl Iterator<Item =
     )))
 }
 
-fn source_element(source: &Source) -> &str {
-    match source {
-        Source::DefaultNetwork { element } | Source::Value { element, .. } | Source::Annotation { element, .. } => {
-            element
-        }
-    }
-}
-
 /// `network 2 ("b@net1", from CNI_NETWORK_CONFIG)`.
 fn describe(i: usize, plan: &Planned) -> String {
     let from = match &plan.attachment.source {
@@ -251,7 +254,7 @@ fn describe(i: usize, plan: &Planned) -> String {
         Source::Value { .. } => ENV_VAR.to_string(),
         Source::Annotation { .. } => format!("annotation {}", super::annotation::NETWORKS),
     };
-    format!("network {} ({:?}, from {from})", i + 1, source_element(&plan.attachment.source))
+    format!("network {} ({:?}, from {from})", i + 1, plan.attachment.source.element())
 }
 
 impl fmt::Display for PodIdentity {

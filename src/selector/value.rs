@@ -112,7 +112,8 @@ fn plain_name(name: &str) -> Result<NetworkName, String> {
     NetworkName::parse(name)
 }
 
-fn interface(name: &str) -> Result<String, String> {
+/// An interface name a pod asked for (`@net1`, `"interface": "net1"`), if it is a valid one.
+pub(super) fn interface(name: &str) -> Result<String, String> {
     validate_ifname(name)?;
     Ok(name.to_string())
 }

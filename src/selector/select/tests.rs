@@ -561,9 +561,7 @@ fn references_name_what_resolve_asks_for_within_the_policy() {
 #[test]
 fn a_trimmed_pod_is_small_and_resolves_as_the_whole_pod() {
     let node = Node::new();
-    let api = FakeApi::default()
-        .config_map("default", "nets", json!({"k": "blue"}))
-        .nad("default", "lan", None);
+    let api = FakeApi::default().config_map("default", "nets", json!({"k": "blue"})).nad("default", "lan", None);
     // The first three resolve (through a ConfigMap and the annotation, the default, the
     // annotation's ips); the last is refused (its containers disagree), the same way trimmed.
     let pods = [
