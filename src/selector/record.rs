@@ -137,6 +137,18 @@ pub enum Found {
     Interrupted(String),
 }
 
+/// A record as its file holds it. JSON has no way to say a path that is not UTF-8 (a network file's
+/// or the runtime's netns): such an attachment cannot be recorded, so it is refused before anything
+/// is made rather than made without a record.
+fn serialized(record: &Record) -> Result<Vec<u8>, CniError> {
+    serde_json::to_vec_pretty(record).map_err(|e| {
+        CniError::invalid_config(format!(
+            "cannot record the attachment of container {} interface {}: {e}",
+            record.container_id, record.ifname
+        ))
+    })
+}
+
 /// The records of one `dataDir`.
 pub struct RecordStore {
     dir: PathBuf,
@@ -160,7 +172,7 @@ impl RecordStore {
     /// sandboxes did not survive either), as after a crash just before this write.
     pub fn complete(&self, record: &Record) -> Result<(), CniError> {
         let path = self.path(&record.container_id, &record.ifname);
-        let bytes = serde_json::to_vec_pretty(record).expect("a record always serializes");
+        let bytes = serialized(record)?;
         fsutil::replace_atomic(&path, &bytes, 0o600)
             .map_err(|e| CniError::io(format!("cannot write attachment record {}: {e}", path.display())))
     }
@@ -181,15 +193,10 @@ impl RecordStore {
     /// Write `records` (of one container) together: each whole or absent after a crash, one fsync
     /// each and one for the directory.
     pub fn write_all(&self, records: &[&Record]) -> Result<(), CniError> {
-        let files: Vec<(PathBuf, Vec<u8>)> = records
+        let files = records
             .iter()
-            .map(|r| {
-                (
-                    self.path(&r.container_id, &r.ifname),
-                    serde_json::to_vec_pretty(r).expect("a record always serializes"),
-                )
-            })
-            .collect();
+            .map(|r| Ok((self.path(&r.container_id, &r.ifname), serialized(r)?)))
+            .collect::<Result<Vec<(PathBuf, Vec<u8>)>, CniError>>()?;
         fsutil::write_atomic_all(&files, 0o600)
             .map_err(|e| CniError::io(format!("cannot write attachment records in {}: {e}", self.dir.display())))
     }
@@ -294,6 +301,19 @@ mod tests {
     fn record(cid: &str, runtime_ifname: &str, position: usize, ifname: &str) -> Record {
         let runtime = inv(cid, runtime_ifname);
         Record::new(&runtime, &runtime, position, &attachment(ifname), CONF.into(), None)
+    }
+
+    #[test]
+    fn an_attachment_with_a_path_json_cannot_hold_is_refused_and_nothing_written() {
+        use std::os::unix::ffi::OsStrExt;
+        let d = tempfile::tempdir().unwrap();
+        let store = RecordStore::new(d.path());
+        let mut r = record("c1", "eth0", 0, "eth0");
+        r.conf_path = Some(PathBuf::from(std::ffi::OsStr::from_bytes(b"/etc/cni/net.d/a/\xff.conf")));
+        let e = store.write_all(&[&r]).unwrap_err();
+        assert!(e.code == 7 && e.msg.contains("container c1 interface eth0"), "{e}");
+        assert!(store.read("c1", "eth0").is_none());
+        assert_eq!(store.complete(&r).unwrap_err().code, 7);
     }
 
     #[test]
