@@ -205,7 +205,8 @@ fn the_status_is_written_only_on_the_pod_whose_networks_they_are_and_when_asked(
     n.call("DEL", &pod, &conf).ok();
 
     // Recreated while the ADD runs (between its GET and its status write): the write carries the
-    // uid, the API server refuses it (422), and the ADD still succeeds.
+    // uid, the API server refuses it (422: the uid is immutable), the plugin says the pod was
+    // replaced, and the ADD still succeeds.
     let gate = n.sb.path().join("gate");
     std::fs::create_dir_all(&gate).unwrap();
     let script = format!(
@@ -231,7 +232,7 @@ fn the_status_is_written_only_on_the_pod_whose_networks_they_are_and_when_asked(
         add.join().unwrap()
     });
     assert_eq!(add.code, 0, "a status that cannot be written never fails the ADD: {add:?}");
-    assert!(add.stderr.contains(STATUS) && add.stderr.contains("422"), "{}", add.stderr);
+    assert!(add.stderr.contains(STATUS) && add.stderr.contains("was replaced by another pod"), "{}", add.stderr);
     assert!(n.api.pod("default", "q").unwrap()["metadata"]["annotations"].get(STATUS).is_none(), "not on another pod");
     n.call("DEL", &pod, &conf).ok();
 

@@ -73,7 +73,9 @@ async fn write(shared: &Shared, job: Job) {
         let failure = match outcome {
             Annotated::Written => return shared.metrics.status(StatusOutcome::Written),
             Annotated::PodGone => {
-                warn!("{pod} is gone; its network-status annotation was not written");
+                warn!(
+                    "{pod} is gone or was replaced by another pod of its name; its network-status annotation was not written"
+                );
                 return shared.metrics.status(StatusOutcome::PodGone);
             }
             Annotated::Refused(why) => why,

@@ -54,7 +54,9 @@ pub fn annotations(entries: &[Entry]) -> BTreeMap<String, String> {
 pub fn write(api: &dyn PodSource, pod: &PodIdentity, uid: &str, annotations: &BTreeMap<String, String>) {
     match api.annotate_pod(&pod.namespace, &pod.name, uid, annotations) {
         Ok(true) => {}
-        Ok(false) => super::warn(format!("{pod} is gone; its {NETWORK_STATUS} annotation was not written")),
+        Ok(false) => super::warn(format!(
+            "{pod} (uid {uid}) is gone or was replaced by another pod of its name; its {NETWORK_STATUS} annotation was not written"
+        )),
         Err(e) => super::warn(format!("the {NETWORK_STATUS} annotation of {pod} (uid {uid}) was not written: {e}")),
     }
 }
