@@ -32,20 +32,32 @@ pub fn replace_atomic(path: &Path, bytes: &[u8], mode: u32) -> io::Result<()> {
 fn replace(path: &Path, mode: u32, fill: impl FnOnce(&mut File) -> io::Result<()>, sync_dir: bool) -> io::Result<()> {
     let dir = parent_dir(path);
     fs::DirBuilder::new().recursive(true).mode(0o700).create(dir)?;
+    let tmp = write_temp(path, mode, fill)?;
+    crate::crash_point::reached("write_atomic.before-rename");
+    if let Err(e) = fs::rename(&tmp, path) {
+        let _ = fs::remove_file(&tmp);
+        return Err(e);
+    }
+    if sync_dir { File::open(dir)?.sync_all() } else { Ok(()) }
+}
+
+/// A temp file beside `path` holding what `fill` wrote, with `mode` (set with fchmod, so the umask
+/// cannot narrow it), fsync'd: ready to be renamed over `path`. Removed again on an error.
+fn write_temp(path: &Path, mode: u32, fill: impl FnOnce(&mut File) -> io::Result<()>) -> io::Result<PathBuf> {
     let tmp = temp_sibling(path)?;
-    let result = (|| {
+    let written = (|| {
         let mut f = OpenOptions::new().write(true).create_new(true).mode(mode).open(&tmp)?;
         fill(&mut f)?;
         f.set_permissions(fs::Permissions::from_mode(mode))?;
-        f.sync_all()?;
-        crate::crash_point::reached("write_atomic.before-rename");
-        fs::rename(&tmp, path)?;
-        if sync_dir { File::open(dir)?.sync_all() } else { Ok(()) }
+        f.sync_all()
     })();
-    if result.is_err() {
-        let _ = fs::remove_file(&tmp);
+    match written {
+        Ok(()) => Ok(tmp),
+        Err(e) => {
+            let _ = fs::remove_file(&tmp);
+            Err(e)
+        }
     }
-    result
 }
 
 /// `write_atomic` for several files of one directory together: each written to its temp file and
@@ -59,25 +71,21 @@ pub fn write_atomic_all(files: &[(PathBuf, Vec<u8>)], mode: u32) -> io::Result<(
         return Err(io::Error::new(io::ErrorKind::InvalidInput, "write_atomic_all writes into one directory"));
     }
     fs::DirBuilder::new().recursive(true).mode(0o700).create(dir)?;
-    let mut temps: Vec<(PathBuf, &Path)> = Vec::with_capacity(files.len());
+    let mut temps: Vec<PathBuf> = Vec::with_capacity(files.len());
+    let mut renamed = 0;
     let result = (|| {
         for (path, bytes) in files {
-            let tmp = temp_sibling(path)?;
-            temps.push((tmp.clone(), path));
-            let mut f = OpenOptions::new().write(true).create_new(true).mode(mode).open(&tmp)?;
-            f.write_all(bytes)?;
-            f.set_permissions(fs::Permissions::from_mode(mode))?;
-            f.sync_all()?;
+            temps.push(write_temp(path, mode, |f| f.write_all(bytes))?);
         }
-        while let Some((tmp, path)) = temps.first().cloned() {
+        for (tmp, (path, _)) in temps.iter().zip(files) {
             crate::crash_point::reached("write_atomic.before-rename");
-            fs::rename(&tmp, path)?;
-            temps.remove(0);
+            fs::rename(tmp, path)?;
+            renamed += 1;
         }
         File::open(dir)?.sync_all()
     })();
     if result.is_err() {
-        for (tmp, _) in temps {
+        for tmp in &temps[renamed..] {
             let _ = fs::remove_file(tmp);
         }
     }
@@ -125,18 +133,7 @@ fn temp_prefix(path: &Path) -> io::Result<String> {
 /// or not `path` exists; those of live processes stay. The directory is fsync'd so the removal is
 /// durable.
 pub fn remove_durably(path: &Path) -> io::Result<()> {
-    let mut removed = false;
-    for file in abandoned_temps(path)?.iter().map(PathBuf::as_path).chain([path]) {
-        match fs::remove_file(file) {
-            Ok(()) => removed = true,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-            Err(e) => return Err(e),
-        }
-    }
-    if removed {
-        File::open(parent_dir(path))?.sync_all()?;
-    }
-    Ok(())
+    remove_all_durably(&[path.to_path_buf()])
 }
 
 /// `remove_durably` for several files of one directory together: one look for abandoned temp files,
@@ -169,18 +166,6 @@ pub fn remove_all_durably(paths: &[PathBuf]) -> io::Result<()> {
         File::open(dir)?.sync_all()?;
     }
     Ok(())
-}
-
-/// The temp files of `path` whose writer process no longer exists.
-fn abandoned_temps(path: &Path) -> io::Result<Vec<PathBuf>> {
-    let names: Vec<String> = match fs::read_dir(parent_dir(path)) {
-        Ok(entries) => {
-            entries.filter_map(Result::ok).filter_map(|e| e.file_name().to_str().map(String::from)).collect()
-        }
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
-        Err(e) => return Err(e),
-    };
-    abandoned_among(path, &names)
 }
 
 /// Of the `names` in `path`'s directory, the temp files of `path` whose writer no longer exists.
