@@ -40,7 +40,7 @@ pub const WAIT: Duration = Duration::from_secs(60);
 /// After killing the remains, how long to wait for the kernel to take them away.
 const AFTER_KILL: Duration = Duration::from_secs(1);
 
-/// The descriptor of the lock this process holds, for `exec::helper_command` to pass on.
+/// The descriptor of the lock this process holds, for `exec::spawn_helper` to pass on.
 static HELD: Mutex<Option<RawFd>> = Mutex::new(None);
 
 /// An attachment's lock, held until dropped. Helpers spawned meanwhile inherit it.
@@ -236,7 +236,7 @@ pub(crate) mod tests {
     use std::os::unix::process::CommandExt;
     use std::process::{Command, Stdio};
 
-    /// A plugin's lock as `acquire` takes it, but not registered for `helper_command`: helpers
+    /// A plugin's lock as `acquire` takes it, but not registered for `spawn_helper`: helpers
     /// that other tests spawn meanwhile must not inherit it (the lock a process holds is
     /// process-wide), or these tests would wait for them, or kill them.
     fn locked_quietly(dir: &Path) -> File {

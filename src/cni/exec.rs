@@ -35,21 +35,15 @@ fn is_executable(p: &Path) -> bool {
     std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
 }
 
-/// A command for a helper process of this plugin (a delegate or IPAM plugin, iptables-restore),
-/// to be started with `spawn_helper`. It is killed when its handle is dropped (at a timeout). It is
-/// *not* killed when the plugin dies (killed at the runtime's timeout, say): interrupted anywhere,
-/// a helper can leave what no DEL finds (host-local killed between creating a lease file and
-/// writing its owner). Instead it inherits the attachment's lock (`attachment_lock`), so that the
-/// runtime's next operation on the attachment, the DEL that follows the kill, waits until the
-/// helper has finished.
-pub fn helper_command(program: impl AsRef<std::ffi::OsStr>) -> tokio::process::Command {
-    let mut command = tokio::process::Command::new(program);
-    command.kill_on_drop(true);
-    command
-}
-
-/// Start a `helper_command`, passing the attachment's lock on to it.
+/// Start a helper process of this plugin (a delegate or IPAM plugin, iptables-restore): the one
+/// way helpers are spawned, so none misses the attachment's lock. It is killed when its handle is
+/// dropped (at a timeout). It is *not* killed when the plugin dies (killed at the runtime's
+/// timeout, say): interrupted anywhere, a helper can leave what no DEL finds (host-local killed
+/// between creating a lease file and writing its owner). Instead it inherits the attachment's lock
+/// (`attachment_lock`), so that the runtime's next operation on the attachment, the DEL that
+/// follows the kill, waits until the helper has finished.
 pub fn spawn_helper(command: &mut tokio::process::Command) -> std::io::Result<tokio::process::Child> {
+    command.kill_on_drop(true);
     attachment_lock::passed_on(|| command.spawn())
 }
 
@@ -64,7 +58,7 @@ pub async fn exec_plugin(
 ) -> Result<Vec<u8>, CniError> {
     let name = binary.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
     let mut child = spawn_helper(
-        helper_command(binary)
+        tokio::process::Command::new(binary)
             .envs(inv.env_for(command))
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())

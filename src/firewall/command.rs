@@ -1,4 +1,4 @@
-//! Running the firewall tools: bounded in time, holding the attachment's lock (`helper_command`),
+//! Running the firewall tools: bounded in time, holding the attachment's lock (`spawn_helper`),
 //! stdin fed, failures as code-105 errors that carry the tool's own message.
 
 use crate::cni::{CniError, code};
@@ -25,9 +25,13 @@ pub fn on_path(program: &str) -> bool {
 pub async fn run(program: &str, args: &[&str], stdin: &str) -> Result<String, CniError> {
     let what = || format!("{program} {}", args.join(" "));
     let fail = |msg: String| CniError::new(code::FIREWALL, msg);
-    use crate::cni::exec::{helper_command, spawn_helper};
+    use crate::cni::exec::spawn_helper;
     let mut child = spawn_helper(
-        helper_command(program).args(args).stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()),
+        tokio::process::Command::new(program)
+            .args(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped()),
     )
     .map_err(|e| fail(format!("cannot run {program}: {e}")))?;
     let mut input = child.stdin.take().expect("stdin is piped");
