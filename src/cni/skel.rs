@@ -166,18 +166,14 @@ impl OpLine {
         let ms = format!("{:.1}", took.as_secs_f64() * 1000.0);
         let network = crate::logging::noted_network().unwrap_or_else(|| self.network.clone());
         let (command, container, ifname, pod) = (self.command, &self.container, &self.ifname, &self.pod);
-        // Only the selector's ADD says where its selection came from.
-        match (&outcome.error, crate::logging::noted_selection()) {
-            (None, None) => {
-                tracing::info!(plugin, command, container, ifname, pod, network, ips = %self.ips, duration_ms = %ms, "ok")
-            }
-            (None, Some(selection)) => {
+        // Only the selector's ADD says where its selection came from; a field that is None is left out.
+        let selection = crate::logging::noted_selection();
+        let selection = selection.as_deref();
+        match &outcome.error {
+            None => {
                 tracing::info!(plugin, command, container, ifname, pod, network, selection, ips = %self.ips, duration_ms = %ms, "ok")
             }
-            (Some(e), None) => {
-                tracing::error!(plugin, command, container, ifname, pod, network, code = e.code, error = %e, duration_ms = %ms, "failed")
-            }
-            (Some(e), Some(selection)) => {
+            Some(e) => {
                 tracing::error!(plugin, command, container, ifname, pod, network, selection, code = e.code, error = %e, duration_ms = %ms, "failed")
             }
         }
