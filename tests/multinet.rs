@@ -11,8 +11,8 @@ use common::{Reply, cnidrive_run};
 use serde_json::{Value, json};
 use std::path::PathBuf;
 
-const STATUS: &str = "k8s.v1.cni.cncf.io/network-status";
-const NETWORKS: &str = "k8s.v1.cni.cncf.io/networks";
+use yh_genie::selector::NETWORK_STATUS as STATUS;
+use yh_genie::selector::annotation::NETWORKS;
 
 /// A node with the LAN, the router pattern's networks and the selector's conflist.
 struct Cluster {

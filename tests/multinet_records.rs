@@ -10,8 +10,8 @@ use common::lan::{LAN_GATEWAY, Lan, RouterNetworks};
 use common::node::{Node, addresses_on as addresses, link_names, list_dir, literal};
 use serde_json::{Value, json};
 
-const NETWORKS: &str = "k8s.v1.cni.cncf.io/networks";
-const STATUS: &str = "k8s.v1.cni.cncf.io/network-status";
+use yh_genie::selector::NETWORK_STATUS as STATUS;
+use yh_genie::selector::annotation::NETWORKS;
 
 /// A node with a LAN, `ptpnet` and a plain macvlan network `lan` (capabilities `ips` and `mac`).
 fn node() -> (Node, Lan) {
