@@ -1,13 +1,13 @@
-//! The agent's unix socket: one request line, one reply line per connection (`kube::agent_socket::protocol`). The
-//! socket is the plugin's (root only): its directory is made 0700, the socket 0600, and it appears
-//! under its name only once it is listening and has its mode (bound under a temporary name, then
-//! renamed over any socket a previous agent left).
+//! The agent's unix socket: one request line, one reply line per connection
+//! (`kube::agent_socket::protocol`). The socket is the plugin's (root only): its directory is made
+//! 0700, the socket 0600, and it appears under its name only once it is listening and has its mode
+//! (bound under a temporary name, then renamed over any socket a previous agent left).
 
 use super::Shared;
 use super::annotate;
 use super::metrics::Outcome;
 use super::store::Lookup;
-use crate::kube::agent_socket::protocol::{Answer, Ask, MAX_LINE, MAX_WAIT_MS, Reply, Request};
+use crate::kube::agent_socket::protocol::{Answer, Ask, MAX_WAIT_MS, Reply, Request};
 use std::fs::{DirBuilder, Permissions};
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
 use std::path::Path;
@@ -17,8 +17,11 @@ use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{UnixListener, UnixStream};
 use tracing::warn;
 
-/// How long a client may take to send its request line.
-const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long a client may take to send its request line, and to take the reply.
+const CLIENT_TIMEOUT: Duration = Duration::from_secs(5);
+/// The longest request: a selection ask is a few hundred bytes, an annotation a few KiB. (Replies,
+/// which carry objects, may be up to `protocol::MAX_LINE`.)
+const MAX_REQUEST: u64 = 1 << 20;
 
 /// The file the agent listens on: (device, inode), to remove only its own socket on the way out.
 pub type FileId = (u64, u64);
@@ -56,8 +59,8 @@ pub(super) async fn serve(shared: Arc<Shared>, listener: UnixListener) -> String
 async fn connection(shared: Arc<Shared>, stream: UnixStream) {
     let (read, mut write) = stream.into_split();
     let mut line = Vec::new();
-    let mut reader = BufReader::new(read).take(MAX_LINE as u64);
-    let read = tokio::time::timeout(REQUEST_TIMEOUT, reader.read_until(b'\n', &mut line)).await;
+    let mut reader = BufReader::new(read).take(MAX_REQUEST);
+    let read = tokio::time::timeout(CLIENT_TIMEOUT, reader.read_until(b'\n', &mut line)).await;
     let started = Instant::now();
     let answer = match read {
         Ok(Ok(_)) if line.ends_with(b"\n") => match Request::parse(&line) {
@@ -76,8 +79,9 @@ async fn connection(shared: Arc<Shared>, stream: UnixStream) {
         Ok(Err(e)) => refused(&shared, format!("reading the request: {e}"), started),
         Err(_) => refused(&shared, "no request in time".into(), started),
     };
-    // The plugin may have given up already; nothing to do about it.
-    let _ = write.write_all(&Reply::new(answer).line()).await;
+    // The plugin may have given up already, or stopped reading: nothing to do about it, but its
+    // connection is not kept for it.
+    let _ = tokio::time::timeout(CLIENT_TIMEOUT, write.write_all(&Reply::new(answer).line())).await;
 }
 
 fn refused(shared: &Shared, why: String, started: Instant) -> Answer {
