@@ -8,9 +8,8 @@
 use crate::kube::agent_socket::protocol::{Held, PodObjects};
 use crate::kube::{Kind, NetworkAttachmentDefinition, ObjectKey};
 use crate::selector::policy::AttachmentPolicy;
-use crate::selector::select::{references, trimmed};
+use crate::selector::select::{references, trimmed, trimmed_meta};
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use std::collections::{HashMap, VecDeque};
 use std::fmt;
 
@@ -298,22 +297,12 @@ fn pod_key(pod: &Pod) -> Option<(String, String)> {
 
 /// A ConfigMap with only what selection reads: its `data` (and its name and version).
 pub fn trim_config_map(cm: ConfigMap) -> ConfigMap {
-    ConfigMap { metadata: trim_meta(cm.metadata), data: cm.data, ..Default::default() }
+    ConfigMap { metadata: trimmed_meta(&cm.metadata), data: cm.data, ..Default::default() }
 }
 
 /// A NetworkAttachmentDefinition with only its `spec` (and its name and version).
 pub fn trim_attachment(nad: NetworkAttachmentDefinition) -> NetworkAttachmentDefinition {
-    NetworkAttachmentDefinition { metadata: trim_meta(nad.metadata), spec: nad.spec, ..Default::default() }
-}
-
-fn trim_meta(meta: ObjectMeta) -> ObjectMeta {
-    ObjectMeta {
-        name: meta.name,
-        namespace: meta.namespace,
-        uid: meta.uid,
-        resource_version: meta.resource_version,
-        ..Default::default()
-    }
+    NetworkAttachmentDefinition { metadata: trimmed_meta(&nad.metadata), spec: nad.spec, ..Default::default() }
 }
 
 #[cfg(test)]

@@ -28,7 +28,7 @@ use std::collections::BTreeMap;
 
 mod objects;
 
-pub use objects::{Fetching, Objects, references, trimmed};
+pub use objects::{Fetching, Objects, references, trimmed, trimmed_meta};
 
 pub use super::selection::ENV_VAR;
 

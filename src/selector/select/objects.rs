@@ -109,19 +109,23 @@ pub fn trimmed(pod: &Pod) -> Pod {
         .and_then(|a| a.get(NETWORKS))
         .map(|value| BTreeMap::from([(NETWORKS.to_string(), value.clone())]));
     Pod {
-        metadata: ObjectMeta {
-            name: meta.name.clone(),
-            namespace: meta.namespace.clone(),
-            uid: meta.uid.clone(),
-            resource_version: meta.resource_version.clone(),
-            annotations,
-            ..Default::default()
-        },
+        metadata: ObjectMeta { annotations, ..trimmed_meta(meta) },
         spec: Some(PodSpec {
             containers: containers.iter().filter_map(keep).collect(),
             init_containers: (!init_containers.is_empty()).then_some(init_containers),
             ..Default::default()
         }),
         status: None,
+    }
+}
+
+/// An object's metadata trimmed to what tells it apart: name, namespace, uid and resourceVersion.
+pub fn trimmed_meta(meta: &ObjectMeta) -> ObjectMeta {
+    ObjectMeta {
+        name: meta.name.clone(),
+        namespace: meta.namespace.clone(),
+        uid: meta.uid.clone(),
+        resource_version: meta.resource_version.clone(),
+        ..Default::default()
     }
 }
