@@ -15,7 +15,7 @@ use std::net::IpAddr;
 
 /// (interface, gateway) for every default route the attachments ask for (at most one per family:
 /// the selection refuses more).
-pub fn requested<'a>(attachments: impl IntoIterator<Item = (&'a str, &'a [IpAddr])>) -> Vec<(String, IpAddr)> {
+fn requested<'a>(attachments: impl IntoIterator<Item = (&'a str, &'a [IpAddr])>) -> Vec<(String, IpAddr)> {
     attachments.into_iter().flat_map(|(ifname, gws)| gws.iter().map(move |gw| (ifname.to_string(), *gw))).collect()
 }
 

@@ -46,7 +46,8 @@ impl Plugin for Selector {
         let config = SelectorConfig::from_plugin_conf(conf)?;
         let Chosen { selection, via, mut api } = choose(&config, inv)?;
         note_networks(selection.attachments.iter().map(|a| a.network.as_str()));
-        if !wants_status(&config, &selection) {
+        let status_wanted = wants_status(&config, &selection);
+        if !status_wanted {
             // A pod that gets no status write keeps no client while its plugins run.
             api = None;
         }
@@ -70,7 +71,7 @@ impl Plugin for Selector {
             return Err(e);
         }
         if let Some(pod) = &pod
-            && wants_status(&config, &selection)
+            && status_wanted
         {
             write_status(&config, &via, api, pod, &attached);
         }

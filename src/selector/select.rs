@@ -30,7 +30,7 @@ mod objects;
 
 pub use objects::{Fetching, Objects, references, trimmed, trimmed_meta};
 
-pub use super::selection::ENV_VAR;
+use super::selection::ENV_VAR;
 
 /// Choose the networks for `pod` (namespace, name), asking `source` (None: no Kubernetes access).
 /// `runtime_ifname` is the runtime's `CNI_IFNAME`, which the first network gets. `sandbox_uid` is
