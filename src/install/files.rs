@@ -29,6 +29,19 @@ pub fn ensure_file(path: &Path, content: &[u8], mode: u32) -> io::Result<Change>
     Ok(Change::Written)
 }
 
+/// `ensure_file` for a file of the runtime's conf dir, which the runtime watches (containerd
+/// reloads on every event, and logs an error for each while no configuration is complete): the
+/// temp file is made in `staging` (the installer's own directory in the conf dir: same
+/// filesystem, not watched) and renamed into place, so the watched directory sees only the
+/// complete file appear.
+pub fn ensure_conf_file(path: &Path, staging: &Path, content: &[u8], mode: u32) -> io::Result<Change> {
+    if is_regular_file_with_mode(path, mode)? && fs::read(path)? == content {
+        return Ok(Change::Unchanged);
+    }
+    fsutil::write_atomic_staged(path, staging, mode, |f| io::Write::write_all(f, content))?;
+    Ok(Change::Written)
+}
+
 /// Make `path` a regular file with the same bytes as `source` and permission bits `mode`, streaming
 /// (the binary is megabytes; the installer's memory limit stays small).
 pub fn ensure_copy(source: &Path, path: &Path, mode: u32) -> io::Result<Change> {
