@@ -386,6 +386,25 @@ fn names_seen(inotify: &nix::sys::inotify::Inotify) -> BTreeMap<String, usize> {
     }
 }
 
+/// Whether, during an install, the conflist sees a write (IN_MODIFY) after it is in place
+/// (IN_MOVED_TO), as containerd needs to reload.
+fn wrote_after_in_place(conf_dir: &Path, node: &Node) -> bool {
+    use nix::sys::inotify::AddWatchFlags;
+    let inotify = watch(conf_dir);
+    fs::remove_file(node.conflist()).unwrap();
+    assert_ok(&node.install_once(&[]));
+    let mut in_place = false;
+    while let Ok(events) = inotify.read_events() {
+        for e in events.iter().filter(|e| e.name.as_deref() == Some(std::ffi::OsStr::new("00-yh-genie.conflist"))) {
+            in_place |= e.mask.contains(AddWatchFlags::IN_MOVED_TO);
+            if in_place && e.mask.contains(AddWatchFlags::IN_MODIFY) {
+                return true;
+            }
+        }
+    }
+    false
+}
+
 fn watch(dir: &Path) -> nix::sys::inotify::Inotify {
     use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify};
     let inotify = Inotify::init(InitFlags::IN_NONBLOCK).unwrap();
@@ -404,6 +423,9 @@ fn the_watched_conf_dir_sees_only_complete_files_appear_and_killed_writers_temp_
     let finals = ["00-yh-genie.conflist", "yh-genie.d", "yonghui"];
     assert!(seen.keys().all(|name| finals.contains(&name.as_str())), "events in the conf dir: {seen:?}");
     assert!(seen.contains_key("00-yh-genie.conflist"), "the watch works: {seen:?}");
+    // containerd reloads on a write, rename or removal in its conf dir, not on a create (which a
+    // rename into it is): the complete conflist is written to (its bytes untouched) once in place.
+    assert!(wrote_after_in_place(&conf_dir, &node), "a write event of the complete conflist");
 
     // A rewrite of the conflist (a selector key more) and of a network file (its own dir, too).
     let network_dir = conf_dir.join("yonghui");

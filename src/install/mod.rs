@@ -92,6 +92,12 @@ fn run(opts: &Options) -> anyhow::Result<()> {
     // A first pass that cannot write the kubeconfig or the conflist is a broken setup: fail, so
     // the pod crash-loops where everyone sees it.
     let first = converge(opts)?;
+    // An installer killed between the conflist's rename and its announcement left a runtime that
+    // did not reload: once per start, the conflist in place is announced again.
+    let conflist = opts.on_host(&opts.conf_dir.join(conflist::FILE_NAME));
+    if first.waiting_for.is_none() {
+        files::announce(&conflist).with_context(|| format!("announcing {}", conflist.display()))?;
+    }
     let Some(stop) = stop else {
         if let Some(path) = first.waiting_for {
             bail!("{} does not exist yet, so the conflist was not written", path.display());
