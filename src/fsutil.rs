@@ -41,10 +41,63 @@ fn replace(path: &Path, mode: u32, fill: impl FnOnce(&mut File) -> io::Result<()
     if sync_dir { File::open(dir)?.sync_all() } else { Ok(()) }
 }
 
+/// `write_atomic_with`, the temp file made in `staging` (a directory of the same filesystem, not
+/// watched) instead of beside `path`: for a directory that others watch, like a CNI runtime's conf
+/// dir, which then sees only the complete file appear, by its rename, and no temp file come and go.
+/// The temp files of writers killed before their rename stay in `staging`, for
+/// `remove_abandoned_temps`.
+pub fn write_atomic_staged(
+    path: &Path,
+    staging: &Path,
+    mode: u32,
+    fill: impl FnOnce(&mut File) -> io::Result<()>,
+) -> io::Result<()> {
+    fs::DirBuilder::new().recursive(true).mode(0o700).create(staging)?;
+    let tmp = write_temp_in(staging, path, mode, fill)?;
+    crate::crash_point::reached("write_atomic.before-rename");
+    if let Err(e) = fs::rename(&tmp, path) {
+        let _ = fs::remove_file(&tmp);
+        return Err(e);
+    }
+    File::open(parent_dir(path))?.sync_all()
+}
+
+/// Remove the temp files in `dir` (of any path) whose writers no longer exist; the names removed.
+pub fn remove_abandoned_temps(dir: &Path) -> io::Result<Vec<String>> {
+    let names: Vec<String> = match fs::read_dir(dir) {
+        Ok(entries) => {
+            entries.filter_map(Result::ok).filter_map(|e| e.file_name().to_str().map(String::from)).collect()
+        }
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(e),
+    };
+    let mut removed = Vec::new();
+    for name in names {
+        let writer = name.strip_prefix('.').and_then(|rest| rest.rsplit_once(".tmp-")).and_then(|(_, w)| writer_pid(w));
+        if writer.is_some_and(is_gone) {
+            match fs::remove_file(dir.join(&name)) {
+                Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
+                _ => removed.push(name),
+            }
+        }
+    }
+    Ok(removed)
+}
+
 /// A temp file beside `path` holding what `fill` wrote, with `mode` (set with fchmod, so the umask
 /// cannot narrow it), fsync'd: ready to be renamed over `path`. Removed again on an error.
 fn write_temp(path: &Path, mode: u32, fill: impl FnOnce(&mut File) -> io::Result<()>) -> io::Result<PathBuf> {
-    let tmp = temp_sibling(path)?;
+    write_temp_in(parent_dir(path), path, mode, fill)
+}
+
+/// `write_temp` in `dir`.
+fn write_temp_in(
+    dir: &Path,
+    path: &Path,
+    mode: u32,
+    fill: impl FnOnce(&mut File) -> io::Result<()>,
+) -> io::Result<PathBuf> {
+    let tmp = temp_in(dir, path)?;
     let written = (|| {
         let mut f = OpenOptions::new().write(true).create_new(true).mode(mode).open(&tmp)?;
         fill(&mut f)?;
@@ -116,9 +169,14 @@ fn parent_dir(path: &Path) -> &Path {
 /// ending, so neither CNI runtimes scanning a conf dir nor `ls` users mistake it for the real file.
 /// `.<name>.tmp-<pid>-<nonce>`: the writer's pid tells `remove_durably` whether it is still alive.
 fn temp_sibling(path: &Path) -> io::Result<PathBuf> {
+    temp_in(parent_dir(path), path)
+}
+
+/// A fresh temp name for `path` in `dir`, named as `temp_sibling`.
+fn temp_in(dir: &Path, path: &Path) -> io::Result<PathBuf> {
     let mut nonce = [0u8; 6];
     getrandom::fill(&mut nonce).map_err(io::Error::other)?;
-    Ok(parent_dir(path).join(format!("{}{}-{}", temp_prefix(path)?, std::process::id(), hex(&nonce))))
+    Ok(dir.join(format!("{}{}-{}", temp_prefix(path)?, std::process::id(), hex(&nonce))))
 }
 
 /// `.<name>.tmp-`, how the temp files of `path` begin.
@@ -171,16 +229,21 @@ pub fn remove_all_durably(paths: &[PathBuf]) -> io::Result<()> {
 /// Of the `names` in `path`'s directory, the temp files of `path` whose writer no longer exists.
 fn abandoned_among(path: &Path, names: &[String]) -> io::Result<Vec<PathBuf>> {
     let prefix = temp_prefix(path)?;
-    let writer_pid = |name: &str| -> Option<i32> {
-        let (pid, nonce) = name.strip_prefix(&prefix)?.split_once('-')?;
-        if !nonce.bytes().all(|b| b.is_ascii_hexdigit()) {
-            return None;
-        }
-        pid.parse().ok().filter(|pid| *pid > 0)
-    };
-    let gone =
-        |pid: i32| nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None) == Err(nix::errno::Errno::ESRCH);
-    Ok(names.iter().filter(|name| writer_pid(name).is_some_and(gone)).map(|name| parent_dir(path).join(name)).collect())
+    let abandoned = |name: &String| name.strip_prefix(&prefix).and_then(writer_pid).is_some_and(is_gone);
+    Ok(names.iter().filter(|name| abandoned(name)).map(|name| parent_dir(path).join(name)).collect())
+}
+
+/// The writer's pid in what follows `.tmp-` in a temp file's name (`<pid>-<hex nonce>`).
+fn writer_pid(suffix: &str) -> Option<i32> {
+    let (pid, nonce) = suffix.split_once('-')?;
+    if nonce.is_empty() || !nonce.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return None;
+    }
+    pid.parse().ok().filter(|pid| *pid > 0)
+}
+
+fn is_gone(pid: i32) -> bool {
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None) == Err(nix::errno::Errno::ESRCH)
 }
 
 pub fn hex(bytes: &[u8]) -> String {
@@ -284,6 +347,30 @@ mod tests {
         remove_all_durably(&paths).unwrap();
         let elsewhere = vec![(d.path().join("a/x"), vec![]), (d.path().join("b/y"), vec![])];
         assert_eq!(write_atomic_all(&elsewhere, 0o600).unwrap_err().kind(), io::ErrorKind::InvalidInput);
+    }
+
+    #[test]
+    fn a_staged_write_leaves_no_temp_beside_the_file_and_abandoned_temps_are_swept() {
+        let d = tempfile::tempdir().unwrap();
+        let (watched, staging) = (d.path().join("net.d"), d.path().join("net.d/yh-genie.d"));
+        fs::create_dir_all(&watched).unwrap();
+        let p = watched.join("00-a.conflist");
+        write_atomic_staged(&p, &staging, 0o644, |f| f.write_all(b"one")).unwrap();
+        write_atomic_staged(&p, &staging, 0o644, |f| f.write_all(b"two")).unwrap();
+        assert_eq!(fs::read(&p).unwrap(), b"two");
+        assert_eq!(fs::metadata(&p).unwrap().permissions().mode() & 0o777, 0o644);
+        let mut names: Vec<_> = fs::read_dir(&watched).unwrap().map(|e| e.unwrap().file_name()).collect();
+        names.sort();
+        assert_eq!(names, ["00-a.conflist", "yh-genie.d"]);
+        assert_eq!(fs::read_dir(&staging).unwrap().count(), 0);
+        let dead = format!(".00-a.conflist.tmp-{}-0123456789ab", dead_pid());
+        let live = format!(".00-a.conflist.tmp-{}-0123456789ab", std::process::id());
+        for name in [&dead, &live, &"kubeconfig".to_string(), &".x.tmp-1-zz".to_string()] {
+            fs::write(staging.join(name), b"half").unwrap();
+        }
+        assert_eq!(remove_abandoned_temps(&staging).unwrap(), vec![dead.clone()]);
+        assert!(staging.join(&live).exists() && !staging.join(&dead).exists());
+        assert!(remove_abandoned_temps(&d.path().join("none")).unwrap().is_empty());
     }
 
     #[test]

@@ -224,6 +224,7 @@ const CRASH_POINTS: &[(&str, &str)] = &[
     ("DEL", "yh-bridge.del.address-released"),
     ("DEL", "yonghui.del.delegate-done"),
     ("DEL", "selector.del.chain-done"),
+    ("DEL", "selector.del.tombstoned"),
 ];
 
 /// The same for a pod with two networks: both records are written before either chain runs
@@ -252,6 +253,7 @@ const CRASH_POINTS_TWO_NETWORKS: &[(&str, &str)] = &[
     ("DEL", "yh-bridge.del.address-released:2"),
     ("DEL", "yonghui.del.delegate-done:2"),
     ("DEL", "selector.del.chain-done:2"),
+    ("DEL", "selector.del.tombstoned"),
 ];
 
 #[test]

@@ -96,9 +96,13 @@ fn the_pod_ip_containerd_reports_is_in_the_network_the_pod_chose() {
         }
     }
 
+    // As the kubelet does when pods go: StopPodSandbox (again, as it repeats it), then
+    // RemovePodSandbox; containerd DELs at each, the later ones with an empty CNI_NETNS.
     for (sandbox, _) in &sandboxes {
+        node.cri.stop_pod_sandbox(&sandbox.id).unwrap_or_else(|e| panic!("StopPodSandbox {}: {e}", sandbox.pod));
         node.remove_pod(sandbox);
     }
+    assert_eq!(node.api_gets(), 0, "containerd's DELs, first and repeated, made no API request either");
     node.finish();
 }
 

@@ -367,3 +367,91 @@ fn usage_errors_exit_2_naming_the_problem() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("KUBERNETES_SERVICE_HOST is not set"));
     assert!(node.snapshot().len() == 1, "nothing but the empty root");
 }
+
+/// What the conf dir shows a runtime that watches it (containerd's fsnotify watch, not recursive,
+/// reloads on each event and logs an error for each while no configuration is complete): the
+/// names of every event in `dir` since the watch began, `dir`'s own (no name) left out.
+fn names_seen(inotify: &nix::sys::inotify::Inotify) -> BTreeMap<String, usize> {
+    let mut seen = BTreeMap::new();
+    loop {
+        match inotify.read_events() {
+            Ok(events) => {
+                for name in events.into_iter().filter_map(|e| e.name) {
+                    *seen.entry(name.to_string_lossy().into_owned()).or_insert(0) += 1;
+                }
+            }
+            Err(nix::errno::Errno::EAGAIN) => return seen,
+            Err(e) => panic!("reading inotify events: {e}"),
+        }
+    }
+}
+
+/// Whether, during an install, the conflist sees a write (IN_MODIFY) after it is in place
+/// (IN_MOVED_TO), as containerd needs to reload.
+fn wrote_after_in_place(conf_dir: &Path, node: &Node) -> bool {
+    use nix::sys::inotify::AddWatchFlags;
+    let inotify = watch(conf_dir);
+    fs::remove_file(node.conflist()).unwrap();
+    assert_ok(&node.install_once(&[]));
+    let mut in_place = false;
+    while let Ok(events) = inotify.read_events() {
+        for e in events.iter().filter(|e| e.name.as_deref() == Some(std::ffi::OsStr::new("00-yh-genie.conflist"))) {
+            in_place |= e.mask.contains(AddWatchFlags::IN_MOVED_TO);
+            if in_place && e.mask.contains(AddWatchFlags::IN_MODIFY) {
+                return true;
+            }
+        }
+    }
+    false
+}
+
+fn watch(dir: &Path) -> nix::sys::inotify::Inotify {
+    use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify};
+    let inotify = Inotify::init(InitFlags::IN_NONBLOCK).unwrap();
+    inotify.add_watch(dir, AddWatchFlags::IN_ALL_EVENTS).unwrap();
+    inotify
+}
+
+#[test]
+fn the_watched_conf_dir_sees_only_complete_files_appear_and_killed_writers_temp_files_are_swept() {
+    let node = Node::new();
+    let conf_dir = node.host("/etc/cni/net.d");
+    fs::create_dir_all(&conf_dir).unwrap();
+    let inotify = watch(&conf_dir);
+    assert_ok(&node.install_once(&[]));
+    let seen = names_seen(&inotify);
+    let finals = ["00-yh-genie.conflist", "yh-genie.d", "yonghui"];
+    assert!(seen.keys().all(|name| finals.contains(&name.as_str())), "events in the conf dir: {seen:?}");
+    assert!(seen.contains_key("00-yh-genie.conflist"), "the watch works: {seen:?}");
+    // containerd reloads on a write, rename or removal in its conf dir, not on a create (which a
+    // rename into it is): the complete conflist is written to (its bytes untouched) once in place.
+    assert!(wrote_after_in_place(&conf_dir, &node), "a write event of the complete conflist");
+
+    // A rewrite of the conflist (a selector key more) and of a network file (its own dir, too).
+    let network_dir = conf_dir.join("yonghui");
+    let in_network_dir = watch(&network_dir);
+    fs::write(node.path("networks/yonghui.conflist"), YONGHUI.replace("1.0.0", "0.4.0")).unwrap();
+    let before = fs::read(node.conflist()).unwrap();
+    fs::write(node.path("selector.json"), r#"{"networkStatus": "never"}"#).unwrap();
+    let selector_config = node.path("selector.json").display().to_string();
+    assert_ok(&node.install_once(&["--selector-config", &selector_config]));
+    assert_ne!(fs::read(node.conflist()).unwrap(), before, "the conflist was rewritten");
+    let seen = names_seen(&inotify);
+    assert!(seen.keys().all(|name| finals.contains(&name.as_str())), "events in the conf dir: {seen:?}");
+    assert!(seen.contains_key("00-yh-genie.conflist"), "{seen:?}");
+    let seen = names_seen(&in_network_dir);
+    assert_eq!(seen.keys().collect::<Vec<_>>(), ["yonghui.conflist"], "events in the network's dir");
+
+    // An installer killed before its rename left a temp file where it stages them: the next pass
+    // removes it; a live writer's stays.
+    let staging = conf_dir.join("yh-genie.d");
+    let mut exited = Command::new("true").spawn().unwrap();
+    exited.wait().unwrap();
+    let dead = staging.join(format!(".00-yh-genie.conflist.tmp-{}-0123456789ab", exited.id()));
+    let live = staging.join(format!(".yonghui.conflist.tmp-{}-0123456789ab", std::process::id()));
+    fs::write(&dead, "{").unwrap();
+    fs::write(&live, "{").unwrap();
+    assert_ok(&node.install_once(&[]));
+    assert!(!dead.exists(), "a killed writer's temp file is swept");
+    assert!(live.exists(), "a live writer's stays");
+}

@@ -274,38 +274,6 @@ fn bad_inputs_are_named_and_leave_nothing_behind() {
 }
 
 #[test]
-fn del_without_a_record_asks_the_api_server_once() {
-    let n = node();
-    n.api.put_config_map("default", "net", json!({"k": "red"}));
-    n.api.put_pod("default", "web-0", from_config_map("net", "k"));
-    let conf = n.selector_conf("1.0.0", json!({}));
-
-    // A lost record: DEL asks which network the pod has, and frees its address there.
-    let pod = n.pod("web-0");
-    n.add_expecting(&pod, &conf, RED);
-    std::fs::remove_file(n.data_dir().join("attachments").join(format!("{}:eth0", pod.cid))).unwrap();
-    let before = n.api.requests();
-    n.call("DEL", &pod, &conf).ok();
-    assert_eq!(n.api.requests() - before, 2, "pod and ConfigMap, once each");
-    n.assert_nothing_left(&pod, "DEL without a record");
-
-    // A torn record is treated as absent, with the same fallback.
-    let pod = n.pod("web-0");
-    n.add_expecting(&pod, &conf, RED);
-    std::fs::write(n.data_dir().join("attachments").join(format!("{}:eth0", pod.cid)), "{torn").unwrap();
-    n.call("DEL", &pod, &conf).ok();
-    n.assert_nothing_left(&pod, "DEL with a torn record");
-
-    // No record and nothing to ask: the pod is gone, or the API server does not answer.
-    n.api.remove_pod("default", "web-0");
-    n.call("DEL", &pod, &conf).ok();
-    n.api.inject_always(Fault::Hang);
-    let before = n.api.requests();
-    n.call("DEL", &pod, &conf).ok();
-    assert_eq!(n.api.requests() - before, 1, "one attempt only");
-}
-
-#[test]
 fn gc_deletes_attachments_the_runtime_no_longer_lists() {
     let n = node();
     n.api.put_pod("default", "keep", literal("blue"));
@@ -326,6 +294,13 @@ fn gc_deletes_attachments_the_runtime_no_longer_lists() {
     assert_eq!(link_names(&stale.netns, ""), ["lo"], "the stale attachment's netns still existed: cleaned too");
     n.call("DEL", &keep, &conf).ok();
     n.assert_nothing_left(&keep, "after GC and DEL");
+    // The tombstones of completed DELs go with the attachments the runtime no longer lists.
+    n.call("DEL", &stale, &conf).ok();
+    let mut both = vec![format!("{}:eth0", keep.cid), format!("{}:eth0", stale.cid)];
+    both.sort();
+    assert_eq!(n.tombstones(), both);
+    n.call("GC", &keep, &gc_conf).ok();
+    assert_eq!(n.tombstones(), [format!("{}:eth0", keep.cid)]);
 }
 
 #[test]

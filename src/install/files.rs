@@ -29,6 +29,31 @@ pub fn ensure_file(path: &Path, content: &[u8], mode: u32) -> io::Result<Change>
     Ok(Change::Written)
 }
 
+/// `ensure_file` for a file of the runtime's conf dir, which the runtime watches (containerd
+/// reloads on events there, and logs an error for each while no configuration is complete): the
+/// temp file is made in `staging` (the installer's own directory in the conf dir: same
+/// filesystem, not watched) and renamed into place, so the watched directory sees only the
+/// complete file appear; then `announce`d, since containerd ignores the "create" a rename into the
+/// directory is.
+pub fn ensure_conf_file(path: &Path, staging: &Path, content: &[u8], mode: u32) -> io::Result<Change> {
+    if is_regular_file_with_mode(path, mode)? && fs::read(path)? == content {
+        return Ok(Change::Unchanged);
+    }
+    fsutil::write_atomic_staged(path, staging, mode, |f| io::Write::write_all(f, content))?;
+    announce(path)?;
+    Ok(Change::Written)
+}
+
+/// Make a watcher of `path`'s directory see a write of `path`, changing nothing in it: containerd
+/// reloads its CNI configuration on write, rename and remove events of its conf dir, not on create
+/// (a file created is written next, it expects). A truncate to the file's own length is a write
+/// event (IN_MODIFY) of the complete file, its bytes untouched.
+pub fn announce(path: &Path) -> io::Result<()> {
+    let file = fs::OpenOptions::new().write(true).open(path)?;
+    let len = file.metadata()?.len();
+    file.set_len(len)
+}
+
 /// Make `path` a regular file with the same bytes as `source` and permission bits `mode`, streaming
 /// (the binary is megabytes; the installer's memory limit stays small).
 pub fn ensure_copy(source: &Path, path: &Path, mode: u32) -> io::Result<Change> {

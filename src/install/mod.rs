@@ -92,6 +92,12 @@ fn run(opts: &Options) -> anyhow::Result<()> {
     // A first pass that cannot write the kubeconfig or the conflist is a broken setup: fail, so
     // the pod crash-loops where everyone sees it.
     let first = converge(opts)?;
+    // An installer killed between the conflist's rename and its announcement left a runtime that
+    // did not reload: once per start, the conflist in place is announced again.
+    let conflist = opts.on_host(&opts.conf_dir.join(conflist::FILE_NAME));
+    if first.waiting_for.is_none() {
+        files::announce(&conflist).with_context(|| format!("announcing {}", conflist.display()))?;
+    }
     let Some(stop) = stop else {
         if let Some(path) = first.waiting_for {
             bail!("{} does not exist yet, so the conflist was not written", path.display());
@@ -181,12 +187,18 @@ fn converge(opts: &Options) -> anyhow::Result<Outcome> {
     let kubeconfig = opts.on_host(&conflist::kubeconfig_path(opts));
     let state_dir = kubeconfig.parent().expect("the kubeconfig path has a parent");
     files::ensure_dir(state_dir, 0o700).with_context(|| format!("creating {}", state_dir.display()))?;
+    // The conf dir's files are staged in the state dir; a killed installer's temp files stay there.
+    for name in crate::fsutil::remove_abandoned_temps(state_dir)
+        .with_context(|| format!("removing abandoned temp files in {}", state_dir.display()))?
+    {
+        info!("removed {}, left by a writer that was killed", state_dir.join(name).display());
+    }
     let change = files::ensure_file(&kubeconfig, &kubeconfig::render(&opts.api_server, &sa), 0o600)
         .with_context(|| format!("writing {}", kubeconfig.display()))?;
     log_change(change, &kubeconfig);
 
     let bad_networks = match &opts.networks_dir {
-        Some(source) => match networks::sync(source, &conf_dir, &[conflist::STATE_DIR]) {
+        Some(source) => match networks::sync(source, &conf_dir, state_dir, &[conflist::STATE_DIR]) {
             Ok(installed) => {
                 for i in installed {
                     log_change(i.change, &i.path);
@@ -206,7 +218,7 @@ fn converge(opts: &Options) -> anyhow::Result<Outcome> {
         return Ok(Outcome { waiting_for: Some(missing.clone()), bad_networks });
     }
     let path = conf_dir.join(conflist::FILE_NAME);
-    let change = files::ensure_file(&path, &conflist::render(opts, extra), 0o644)
+    let change = files::ensure_conf_file(&path, state_dir, &conflist::render(opts, extra), 0o644)
         .with_context(|| format!("writing {}", path.display()))?;
     log_change(change, &path);
     Ok(Outcome { waiting_for: None, bad_networks })

@@ -18,9 +18,10 @@ pub struct Installed {
 }
 
 /// Install every network in `source` into `conf_dir` (a local path: the host conf dir under the host
-/// root). `reserved` names entries of the conf dir that are not networks. Good files are installed
-/// even when others are bad; the error then lists every bad one.
-pub fn sync(source: &Path, conf_dir: &Path, reserved: &[&str]) -> anyhow::Result<Vec<Installed>> {
+/// root), each file through a temp file in `staging` (`files::ensure_conf_file`). `reserved` names
+/// entries of the conf dir that are not networks. Good files are installed even when others are
+/// bad; the error then lists every bad one.
+pub fn sync(source: &Path, conf_dir: &Path, staging: &Path, reserved: &[&str]) -> anyhow::Result<Vec<Installed>> {
     let entries =
         std::fs::read_dir(source).with_context(|| format!("reading the networks dir {}", source.display()))?;
     let mut names = Vec::new();
@@ -36,7 +37,7 @@ pub fn sync(source: &Path, conf_dir: &Path, reserved: &[&str]) -> anyhow::Result
     let mut installed = Vec::new();
     let mut problems = Vec::new();
     for name in names {
-        match install_one(&source.join(&name), &name, conf_dir, reserved) {
+        match install_one(&source.join(&name), &name, conf_dir, staging, reserved) {
             Ok(done) => installed.push(done),
             Err(e) => problems.push(format!("{e:#}")),
         }
@@ -44,7 +45,13 @@ pub fn sync(source: &Path, conf_dir: &Path, reserved: &[&str]) -> anyhow::Result
     if problems.is_empty() { Ok(installed) } else { Err(anyhow!("{}", problems.join("; "))) }
 }
 
-fn install_one(file: &Path, name: &str, conf_dir: &Path, reserved: &[&str]) -> anyhow::Result<Installed> {
+fn install_one(
+    file: &Path,
+    name: &str,
+    conf_dir: &Path,
+    staging: &Path,
+    reserved: &[&str],
+) -> anyhow::Result<Installed> {
     let (network, _) = name
         .rsplit_once('.')
         .filter(|(network, ext)| !network.is_empty() && CONF_EXTENSIONS.contains(ext))
@@ -57,7 +64,8 @@ fn install_one(file: &Path, name: &str, conf_dir: &Path, reserved: &[&str]) -> a
     let dir = conf_dir.join(network);
     files::ensure_dir(&dir, 0o755).with_context(|| format!("creating {}", dir.display()))?;
     let path = dir.join(name);
-    let change = files::ensure_file(&path, &bytes, 0o644).with_context(|| format!("writing {}", path.display()))?;
+    let change = files::ensure_conf_file(&path, staging, &bytes, 0o644)
+        .with_context(|| format!("writing {}", path.display()))?;
     Ok(Installed { path, change })
 }
 
@@ -76,12 +84,12 @@ mod tests {
         fs::create_dir_all(src.join("..2024_01_01_00_00_00.1")).unwrap();
         fs::write(src.join("yonghui.conflist"), YONGHUI).unwrap();
         fs::write(src.join("ptpnet.conf"), PTP).unwrap();
-        let done = sync(&src, &conf, &["yh-genie.d"]).unwrap();
+        let done = sync(&src, &conf, &conf.join("yh-genie.d"), &["yh-genie.d"]).unwrap();
         assert_eq!(done.len(), 2);
         assert!(done.iter().all(|i| i.change == Change::Written));
         assert_eq!(fs::read_to_string(conf.join("yonghui/yonghui.conflist")).unwrap(), YONGHUI);
         assert_eq!(fs::read_to_string(conf.join("ptpnet/ptpnet.conf")).unwrap(), PTP);
-        let again = sync(&src, &conf, &["yh-genie.d"]).unwrap();
+        let again = sync(&src, &conf, &conf.join("yh-genie.d"), &["yh-genie.d"]).unwrap();
         assert!(again.iter().all(|i| i.change == Change::Unchanged));
     }
 
@@ -95,7 +103,7 @@ mod tests {
         fs::write(src.join("README"), "hi").unwrap();
         fs::write(src.join("yh-genie.d.conf"), PTP).unwrap();
         fs::write(src.join("loop.conf"), r#"{"cniVersion": "1.0.0", "name": "loop", "type": "yh-genie"}"#).unwrap();
-        let err = format!("{:#}", sync(&src, &conf, &["yh-genie.d"]).unwrap_err());
+        let err = format!("{:#}", sync(&src, &conf, &conf.join("yh-genie.d"), &["yh-genie.d"]).unwrap_err());
         assert!(err.contains("broken.conflist: not valid JSON"), "{err}");
         assert!(err.contains("README: a network file is named"), "{err}");
         assert!(err.contains("reserved"), "{err}");

@@ -24,25 +24,27 @@ use std::time::{Duration, Instant};
 /// The longest ADD waits for the agent, all included: for a pod its watch has not delivered yet,
 /// the agent waits `AGENT_WAIT`, and the exchange must be over by `WAIT`.
 pub const WAIT: Duration = Duration::from_millis(1000);
-const AGENT_WAIT: Duration = Duration::from_millis(900);
+pub const AGENT_WAIT: Duration = Duration::from_millis(900);
 /// Handing the network-status annotation over: the agent only queues it.
 const HAND_OVER: Duration = Duration::from_millis(250);
 
-/// The networks of `pod` (namespace, name), whose sandbox is for `uid`, from the agent at `socket`;
-/// the reason when its answer cannot be used.
+/// The networks of `pod` (namespace, name), whose sandbox is for `uid`, from the agent at `socket`,
+/// which waits up to `agent_wait` for a pod its watch has not delivered yet (ADD: `AGENT_WAIT`; DEL
+/// asks about a pod that existed, and does not wait); the reason when its answer cannot be used.
 pub fn selection(
     config: &SelectorConfig,
     runtime_ifname: &str,
     pod: (&str, &str),
     uid: &str,
     socket: &Path,
+    agent_wait: Duration,
 ) -> Result<Selection, String> {
     let (namespace, name) = pod;
     let ask = Ask::Selection {
         namespace: namespace.into(),
         name: name.into(),
         uid: Some(uid.into()),
-        wait_ms: AGENT_WAIT.as_millis() as u64,
+        wait_ms: agent_wait.as_millis() as u64,
     };
     let objects = match exchange(socket, &Request::new(ask), Instant::now() + WAIT)? {
         Answer::Objects(objects) => objects,

@@ -3,7 +3,8 @@
 //! networks annotation through NetworkAttachmentDefinitions, within the admin's `policy`), loads
 //! their configurations from the node (`network`), records each choice durably (`record`) and runs
 //! each network's chain on its interface (`attach`, `chain`). DEL, CHECK and GC work from the
-//! records alone, never from the API server. With a node agent (`crate::agent`) ADD asks it first
+//! records alone, never from the API server; a completed DEL leaves a `tombstone` so that the
+//! runtime's repeated DELs of the same sandbox cost nothing. With a node agent (`crate::agent`) ADD asks it first
 //! and makes no API request at all (`from_agent`).
 
 pub mod annotation;
@@ -20,6 +21,7 @@ mod record;
 pub mod select;
 pub mod selection;
 mod status;
+mod tombstone;
 pub mod value;
 
 pub use status::NETWORK_STATUS;
@@ -32,6 +34,7 @@ use record::{Found, Record, RecordStore};
 use selection::{PodIdentity, Selection};
 use std::collections::{BTreeMap, HashSet};
 use std::path::PathBuf;
+use tombstone::Tombstones;
 
 pub const NAME: &str = "yh-genie";
 
@@ -57,6 +60,8 @@ impl Plugin for Selector {
             uid: inv.args.pod_uid().map(String::from).or(selection.pod.as_ref().and_then(|p| p.uid.clone())),
         });
         let store = RecordStore::new(&config.data_dir);
+        // A DEL of this attachment that completed before no longer holds once this ADD makes it.
+        Tombstones::new(&config.data_dir).remove(&inv.container_id, &inv.ifname);
         let mut attached = attach::add_all(inv, &config, &store, &selection.attachments, pod.clone())?;
         crate::crash_point::reached("selector.add.attached");
         let requests = default_route::requested_by(&selection.attachments);
@@ -82,6 +87,7 @@ impl Plugin for Selector {
     fn del(&self, inv: &Invocation, conf: &PluginConf) -> Result<(), CniError> {
         let config = SelectorConfig::from_plugin_conf(conf)?;
         let store = RecordStore::new(&config.data_dir);
+        let tombstones = Tombstones::new(&config.data_dir);
         let (records, others) = attach::records_of(&store, inv)?;
         note_networks(records.iter().map(|r| r.network.as_str()));
         let unreadable: Vec<String> = others
@@ -91,13 +97,24 @@ impl Plugin for Selector {
                 _ => None,
             })
             .collect();
-        let interrupted = others.iter().filter_map(|f| match f {
-            Found::Interrupted(ifname) => Some(ifname.clone()),
-            _ => None,
-        });
+        let interrupted: Vec<String> = others
+            .iter()
+            .filter_map(|f| match f {
+                Found::Interrupted(ifname) => Some(ifname.clone()),
+                _ => None,
+            })
+            .collect();
         if records.is_empty() && unreadable.is_empty() {
-            del_without_record(&config, inv, None)?;
-            crate::crash_point::reached("selector.del.chain-done");
+            let completed = tombstones.contains(&inv.container_id, &inv.ifname);
+            if completed && interrupted.is_empty() {
+                // The runtime's DEL again, after one that completed: nothing to do or ask.
+                return Ok(());
+            }
+            if !completed {
+                del_without_record(&config, inv, None)?;
+                crate::crash_point::reached("selector.del.chain-done");
+            }
+            leave_tombstone(&tombstones, inv);
             let ifnames: Vec<String> = std::iter::once(inv.ifname.clone()).chain(interrupted).collect();
             return store.remove_all(&inv.container_id, &ifnames);
         }
@@ -107,6 +124,10 @@ impl Plugin for Selector {
             del_without_record(&config, inv, Some(&unusable))?;
         }
         outcome?;
+        // Before the records go: a crash between the two leaves records, which the next DEL takes
+        // as ever (records count before a tombstone).
+        leave_tombstone(&tombstones, inv);
+        crate::crash_point::reached("selector.del.tombstoned");
         let ifnames: Vec<String> =
             records.iter().map(|r| r.ifname.clone()).chain(unusable).chain(interrupted).collect();
         store.remove_all(&inv.container_id, &ifnames)
@@ -171,6 +192,11 @@ impl Plugin for Selector {
                 }
             }
         }
+        // The runtime has forgotten these attachments: their DELs will not come again.
+        let tombstones = Tombstones::new(&config.data_dir);
+        if let Err(e) = tombstones.retain(|cid, ifname| valid.contains(&(cid.to_string(), ifname.to_string()))) {
+            warn(format!("GC of the tombstones of completed DELs: {e}"));
+        }
         first_error.map_or(Ok(()), Err)
     }
 
@@ -222,13 +248,15 @@ fn choose(config: &SelectorConfig, inv: &Invocation) -> Result<Chosen, CniError>
         let why_not = match (&config.agent_socket, inv.args.pod_uid()) {
             (None, _) => None,
             (Some(_), None) => Some("no K8S_POD_UID in CNI_ARGS to ask the agent with".to_string()),
-            (Some(socket), Some(uid)) => match from_agent::selection(config, &inv.ifname, pod, uid, socket) {
-                Ok(selection) => {
-                    crate::logging::note_selection("agent");
-                    return Ok(Chosen { selection, via: Via::Agent(socket.clone()), api: None });
+            (Some(socket), Some(uid)) => {
+                match from_agent::selection(config, &inv.ifname, pod, uid, socket, from_agent::AGENT_WAIT) {
+                    Ok(selection) => {
+                        crate::logging::note_selection("agent");
+                        return Ok(Chosen { selection, via: Via::Agent(socket.clone()), api: None });
+                    }
+                    Err(why) => Some(why),
                 }
-                Err(why) => Some(why),
-            },
+            }
         };
         crate::logging::note_selection(&why_not.map_or_else(|| "api".to_string(), |why| format!("api: {why}")));
     }
@@ -289,27 +317,39 @@ fn api_client(config: &SelectorConfig, inv: &Invocation, policy: ApiPolicy) -> R
     }
 }
 
-/// DEL with no (usable) record: ADD never completed its records, or DEL already ran. Ask the API
-/// server once, briefly, which networks the pod has and DEL them (those on `only`'s interfaces, if
-/// given) in reverse, without `prevResult`; if that cannot be known, there is nothing this plugin
-/// can undo, and DEL succeeds.
+/// DEL with no (usable) record and no tombstone. Records are written durably before any plugin
+/// runs, so without one this version made nothing, unless records were lost: then the node agent,
+/// if it still holds the pod, says which networks it has (a local request that does not wait for
+/// the pod), and they are DELeted (those on `only`'s interfaces, if given) in reverse, without
+/// `prevResult`. The API server is asked (once, one attempt) only for a record that exists but
+/// cannot be used (`only`): something was made, and only the pod can say what. A pod teardown
+/// without a record never waits on the API server. If the networks cannot be known, there is
+/// nothing this plugin can undo, and DEL succeeds.
 fn del_without_record(config: &SelectorConfig, inv: &Invocation, only: Option<&[String]>) -> Result<(), CniError> {
-    let chosen = api_client(config, inv, ApiPolicy::single_attempt(config.api.attempt_timeout)).and_then(|api| {
-        select::select(
-            config,
-            &inv.ifname,
-            inv.args.pod(),
-            inv.args.pod_uid(),
-            api.as_ref().map(|a| a as &dyn PodSource),
-        )
-    });
+    let from_agent = match (&config.agent_socket, inv.args.pod(), inv.args.pod_uid()) {
+        (Some(socket), Some(pod), Some(uid)) => {
+            from_agent::selection(config, &inv.ifname, pod, uid, socket, std::time::Duration::ZERO)
+        }
+        _ => Err("no agent to ask".to_string()),
+    };
+    let chosen = match (from_agent, only) {
+        (Ok(selection), _) => Ok(selection),
+        (Err(why), None) => Err(format!("{why}; the API server is not asked on DEL")),
+        (Err(why), Some(_)) => api_client(config, inv, ApiPolicy::single_attempt(config.api.attempt_timeout))
+            .and_then(|api| {
+                let source = api.as_ref().map(|a| a as &dyn PodSource);
+                select::select(config, &inv.ifname, inv.args.pod(), inv.args.pod_uid(), source)
+            })
+            .map_err(|e| format!("{why}; {e}")),
+    };
     let selection = match chosen {
         Ok(selection) => selection,
-        Err(e) => {
-            warn(format!(
-                "no usable attachment record for container {} interface {}, and its networks cannot be determined ({e}); nothing to delete",
-                inv.container_id, inv.ifname
-            ));
+        Err(why) => {
+            tracing::info!(
+                "no usable attachment record for container {} interface {}, and its networks cannot be determined ({why}); nothing to delete",
+                inv.container_id,
+                inv.ifname
+            );
             return Ok(());
         }
     };
@@ -325,6 +365,13 @@ fn del_without_record(config: &SelectorConfig, inv: &Invocation, only: Option<&[
         }
     }
     first_error.map_or(Ok(()), Err)
+}
+
+/// The tombstone of a completed DEL; one that cannot be written costs the next DEL a look, no more.
+fn leave_tombstone(tombstones: &Tombstones, inv: &Invocation) {
+    if let Err(e) = tombstones.write(&inv.container_id, &inv.ifname) {
+        warn(format!("cannot leave the tombstone of container {} interface {}: {e}", inv.container_id, inv.ifname));
+    }
 }
 
 /// The networks of the operation, for its log line.

@@ -396,8 +396,14 @@ impl CriNode {
             .into_iter()
             .map(|(ip, cid)| format!("lease {ip} of {cid}"))
             .collect();
+        // The tombstones of completed DELs (`var/lib/cni/yh-genie/deleted/`) outlive them by design.
+        let tombstones = self.path("var/lib/cni/yh-genie/deleted");
         for dir in ["var/lib/cni/yh-genie", "var/lib/cni/yonghui", "var/lib/cni/veth", "var/lib/cni/router"] {
-            walk(&self.path(dir), &mut |p| left.push(format!("file {}", p.display())));
+            walk(&self.path(dir), &mut |p| {
+                if !p.starts_with(&tombstones) {
+                    left.push(format!("file {}", p.display()))
+                }
+            });
         }
         left.extend(list_dir(&self.containerd.node_path(LOCK_DIR)).into_iter().map(|f| format!("lock {f}")));
         // containerd's libcni result cache (/var/lib/cni/results), which its DEL clears, and anything

@@ -211,13 +211,29 @@ impl Node {
         cni_nat_lines(&self.netns)
     }
 
-    /// Every file under the selector's and yonghui's data dirs, as paths relative to the sandbox.
+    /// Every file under the selector's and yonghui's data dirs, as paths relative to the sandbox,
+    /// but the tombstones of completed DELs (`tombstones`), which outlive their DEL by design.
     pub fn state_files(&self) -> Vec<String> {
         let mut files = Vec::new();
+        let tombstones = self.data_dir().join("deleted");
         for dir in [self.data_dir(), self.yonghui_dir()] {
-            walk(&dir, &mut |p| files.push(p.strip_prefix(self.sb.path()).unwrap().display().to_string()));
+            walk(&dir, &mut |p| {
+                if !p.starts_with(&tombstones) {
+                    files.push(p.strip_prefix(self.sb.path()).unwrap().display().to_string())
+                }
+            });
         }
         files
+    }
+
+    /// The tombstones of completed DELs (`<container id>:<ifname>`), in every bucket, sorted.
+    pub fn tombstones(&self) -> Vec<String> {
+        let mut names = Vec::new();
+        walk(&self.data_dir().join("deleted"), &mut |p| {
+            names.push(p.file_name().unwrap().to_string_lossy().into_owned())
+        });
+        names.sort();
+        names
     }
 
     /// Everything pods have left on the node: leases, veths, NAT rules, state files. Empty once
