@@ -14,6 +14,7 @@ mod default_route;
 pub mod explain;
 mod extras;
 mod from_agent;
+pub mod inline;
 pub mod network;
 pub mod policy;
 mod record;
