@@ -9,6 +9,7 @@
 pub mod annotation;
 mod attach;
 mod chain;
+mod cni_args;
 pub mod config;
 mod default_route;
 pub mod explain;
