@@ -130,6 +130,7 @@ impl Plugin for Selector {
 
     /// DEL every recorded attachment that the runtime no longer lists as valid. The runtime lists
     /// its own attachments (container id, `CNI_IFNAME`): a pod's further networks go with them.
+    /// The temp files of record writes whose process was killed go too, whoever they were for.
     fn gc(&self, inv: &Invocation, conf: &PluginConf) -> Result<(), CniError> {
         let config = SelectorConfig::from_plugin_conf(conf)?;
         let valid: HashSet<(String, String)> = config::valid_attachments(conf)?.into_iter().collect();
@@ -172,6 +173,9 @@ impl Plugin for Selector {
                     first_error.get_or_insert(e);
                 }
             }
+        }
+        if let Err(e) = store.remove_abandoned() {
+            warn(format!("GC: {e}"));
         }
         first_error.map_or(Ok(()), Err)
     }
