@@ -21,6 +21,7 @@ pub mod policy;
 mod record;
 pub mod select;
 pub mod selection;
+mod settle;
 mod status;
 pub mod value;
 
@@ -103,7 +104,8 @@ impl Plugin for Selector {
             let ifnames: Vec<String> = std::iter::once(inv.ifname.clone()).chain(interrupted).collect();
             return store.remove_all(&inv.container_id, &ifnames);
         }
-        let (outcome, mut unusable) = attach::del_records(inv, &config, &records);
+        let (failed, mut unusable) = attach::del_records(inv, &config, &records);
+        let outcome = settle::settle(&records, inv.netns.as_deref(), failed);
         unusable.extend(unreadable);
         if !unusable.is_empty() {
             del_without_record(&config, inv, Some(&unusable))?;
@@ -158,7 +160,8 @@ impl Plugin for Selector {
                 args: CniArgs::parse(&own.cni_args).unwrap_or_default(),
                 path: inv.path.clone(),
             };
-            let (outcome, _) = attach::del_records(&runtime, &config, &records);
+            let (failed, _) = attach::del_records(&runtime, &config, &records);
+            let outcome = settle::settle(&records, runtime.netns.as_deref(), failed);
             // What cannot be used cannot be undone any more: the runtime has forgotten the pod.
             let ifnames: Vec<String> = records.iter().map(|r| r.ifname.clone()).collect();
             let outcome = outcome.and_then(|()| store.remove_all(&container_id, &ifnames));
@@ -298,7 +301,8 @@ fn api_client(config: &SelectorConfig, inv: &Invocation, policy: ApiPolicy) -> R
 /// DEL with no (usable) record: ADD never completed its records, or DEL already ran. Ask the API
 /// server once, briefly, which networks the pod has and DEL them (those on `only`'s interfaces, if
 /// given) in reverse, without `prevResult`; if that cannot be known, there is nothing this plugin
-/// can undo, and DEL succeeds.
+/// can undo, and DEL succeeds. A network whose DEL fails and of which nothing is in the pod's netns
+/// is let go (`settle`): without a record, its ADD never got as far as one.
 fn del_without_record(config: &SelectorConfig, inv: &Invocation, only: Option<&[String]>) -> Result<(), CniError> {
     let chosen = api_client(config, inv, ApiPolicy::single_attempt(config.api.attempt_timeout)).and_then(|api| {
         select::select(
@@ -326,7 +330,9 @@ fn del_without_record(config: &SelectorConfig, inv: &Invocation, only: Option<&[
         }
         let outcome =
             attach::plugins_call(inv, config, attachment).and_then(|(_, list, call)| chain::del(&list, &call, None));
-        if let Err(e) = outcome {
+        if let Err(e) = outcome
+            && !settle::forgettable_without_record(inv.netns.as_deref(), &attachment.ifname, &attachment.network, &e)
+        {
             first_error.get_or_insert(e);
         }
     }
