@@ -133,6 +133,29 @@ pub fn path_allowed(path: &str, prefixes: &[PathBuf]) -> bool {
     plain && prefixes.iter().any(|prefix| p.starts_with(prefix))
 }
 
+/// The network names an inline configuration gives its plugins: the list's `name`, and every key
+/// of a plugin that a Go plugin reads as `name`. host-local keeps its leases in `<dataDir>/<name>/`,
+/// so a name is a path component to it.
+pub fn network_names(list: &ConfList) -> Vec<(String, String)> {
+    let mut out = vec![("name".to_string(), list.name.clone())];
+    for (i, plugin) in list.plugins.iter().enumerate() {
+        for (key, v) in plugin {
+            if go_fold(key) == "NAME" {
+                out.push((format!("plugins[{i}].{key}"), v.as_str().map_or_else(|| v.to_string(), String::from)));
+            }
+        }
+    }
+    out
+}
+
+/// A network name as the CNI specification has it: a letter or digit, then letters, digits, `_`,
+/// `.` and `-` (so never a path: no `/`, not `..`).
+pub fn valid_network_name(name: &str) -> bool {
+    let mut chars = name.chars();
+    chars.next().is_some_and(|c| c.is_ascii_alphanumeric())
+        && chars.all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-'))
+}
+
 /// A plugin type must be a file name in the plugin directories: no `/` (a path elsewhere), no `..`.
 pub fn check_type_name(at: &str, t: &str, origin: &str) -> Result<(), CniError> {
     if t.contains('/') || t.contains("..") {
@@ -231,6 +254,19 @@ mod tests {
             assert!(!path_allowed(bad, &prefixes), "{bad}");
         }
         assert!(!path_allowed("/var/lib/cni/tenants/a", &[]));
+    }
+
+    #[test]
+    fn network_names_as_plugins_read_them() {
+        let l = list(r#"{"cniVersion":"1.0.0","name":"lan","type":"macvlan","Name":"../../etc"}"#);
+        let names: Vec<String> = network_names(&l).into_iter().map(|(at, n)| format!("{at}={n}")).collect();
+        assert_eq!(names, ["name=lan", "plugins[0].Name=../../etc", "plugins[0].name=lan"]);
+        for good in ["lan", "a.b_c-1", "9"] {
+            assert!(valid_network_name(good), "{good}");
+        }
+        for bad in ["", "../x", "a/b", ".hidden", "-a", "a b", "a\u{0}"] {
+            assert!(!valid_network_name(bad), "{bad:?}");
+        }
     }
 
     #[test]

@@ -107,6 +107,13 @@ impl AttachmentPolicy {
                 )));
             }
         }
+        if let Some((at, name)) = inline::network_names(&list).into_iter().find(|(_, n)| !inline::valid_network_name(n))
+        {
+            return Err(refused(format!(
+                "spec.config {at} is {name:?}, which is not a network name (a letter or digit, then letters, digits, \
+                 '_', '.', '-'): plugins keep state in directories of that name"
+            )));
+        }
         let prefixes = &self.inline_path_prefixes;
         if let Some((at, path)) =
             inline::host_paths(&list).into_iter().find(|(_, p)| !inline::path_allowed(p, prefixes))
@@ -209,6 +216,18 @@ mod tests {
         let with =
             policy(json!({"allowInlineConfig": true, "inlinePluginTypes": ["yonghui", "yh-bridge", "host-local"]}));
         assert!(with.check_inline("web/n", bare).is_ok());
+    }
+
+    #[test]
+    fn network_names_that_are_paths_are_refused() {
+        let open = policy(json!({"allowInlineConfig": true}));
+        for config in [
+            r#"{"cniVersion":"1.0.0","name":"../../etc","type":"macvlan"}"#,
+            r#"{"cniVersion":"1.0.0","name":"lan","type":"macvlan","NAME":"x/y"}"#,
+        ] {
+            let e = open.check_inline("web/n", config).unwrap_err();
+            assert!(e.code == 7 && e.msg.contains("is not a network name"), "{config}: {e}");
+        }
     }
 
     #[test]
