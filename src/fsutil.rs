@@ -38,7 +38,22 @@ fn replace(path: &Path, mode: u32, fill: impl FnOnce(&mut File) -> io::Result<()
         let _ = fs::remove_file(&tmp);
         return Err(e);
     }
+    remove_abandoned(std::slice::from_ref(&path.to_path_buf()));
     if sync_dir { File::open(dir)?.sync_all() } else { Ok(()) }
+}
+
+/// Remove the temp files that writes of `paths` (of one directory) left when their process died
+/// before the rename: the next write of a file clears what a killed writer of it left. Best effort
+/// and not made durable: such a file is debris, never state, whether or not it survives.
+fn remove_abandoned(paths: &[PathBuf]) {
+    let Some(first) = paths.first() else { return };
+    let Ok(entries) = fs::read_dir(parent_dir(first)) else { return };
+    let names: Vec<String> = entries.filter_map(Result::ok).filter_map(|e| e.file_name().into_string().ok()).collect();
+    for path in paths {
+        for temp in abandoned_among(path, &names).unwrap_or_default() {
+            let _ = fs::remove_file(temp);
+        }
+    }
 }
 
 /// `write_atomic_with`, the temp file made in `staging` (a directory of the same filesystem, not
@@ -74,7 +89,7 @@ pub fn remove_abandoned_temps(dir: &Path) -> io::Result<Vec<String>> {
     let mut removed = Vec::new();
     for name in names {
         let writer = name.strip_prefix('.').and_then(|rest| rest.rsplit_once(".tmp-")).and_then(|(_, w)| writer_pid(w));
-        if writer.is_some_and(is_gone) {
+        if writer.is_some_and(gone) {
             match fs::remove_file(dir.join(&name)) {
                 Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
                 _ => removed.push(name),
@@ -135,6 +150,7 @@ pub fn write_atomic_all(files: &[(PathBuf, Vec<u8>)], mode: u32) -> io::Result<(
             fs::rename(tmp, path)?;
             renamed += 1;
         }
+        remove_abandoned(&files.iter().map(|(path, _)| path.clone()).collect::<Vec<_>>());
         File::open(dir)?.sync_all()
     })();
     if result.is_err() {
@@ -229,7 +245,7 @@ pub fn remove_all_durably(paths: &[PathBuf]) -> io::Result<()> {
 /// Of the `names` in `path`'s directory, the temp files of `path` whose writer no longer exists.
 fn abandoned_among(path: &Path, names: &[String]) -> io::Result<Vec<PathBuf>> {
     let prefix = temp_prefix(path)?;
-    let abandoned = |name: &String| name.strip_prefix(&prefix).and_then(writer_pid).is_some_and(is_gone);
+    let abandoned = |name: &String| name.strip_prefix(&prefix).and_then(writer_pid).is_some_and(gone);
     Ok(names.iter().filter(|name| abandoned(name)).map(|name| parent_dir(path).join(name)).collect())
 }
 
@@ -242,8 +258,18 @@ fn writer_pid(suffix: &str) -> Option<i32> {
     pid.parse().ok().filter(|pid| *pid > 0)
 }
 
-fn is_gone(pid: i32) -> bool {
-    nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None) == Err(nix::errno::Errno::ESRCH)
+
+/// Whether process `pid` has ended: no such process, or a zombie (killed, not yet reaped by its
+/// parent: a runtime's DEL right after it killed the ADD comes before the reaping).
+fn gone(pid: i32) -> bool {
+    if nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None) == Err(nix::errno::Errno::ESRCH) {
+        return true;
+    }
+    // `/proc/<pid>/stat`: `pid (comm) S ...`; the state follows the last `)` (comm may hold one).
+    fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|stat| stat.rsplit_once(')').map(|(_, rest)| rest.trim_start().starts_with('Z')))
+        .unwrap_or(false)
 }
 
 pub fn hex(bytes: &[u8]) -> String {
@@ -326,6 +352,48 @@ mod tests {
         assert!(!dead.exists());
         assert!(live.exists(), "a live writer's temp file stays");
         assert!(other.exists(), "another file's temp file stays");
+    }
+
+    #[test]
+    fn the_next_write_takes_the_temp_files_of_killed_writers_of_that_file() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("c1:eth0");
+        let dead = || {
+            let f = d.path().join(format!(".c1:eth0.tmp-{}-0123456789ab", dead_pid()));
+            fs::write(&f, b"half").unwrap();
+            f
+        };
+        let live = d.path().join(format!(".c1:eth0.tmp-{}-0123456789ab", std::process::id()));
+        let other = d.path().join(format!(".c1:net1.tmp-{}-0123456789ab", dead_pid()));
+        fs::write(&live, b"half").unwrap();
+        fs::write(&other, b"half").unwrap();
+        let f = dead();
+        write_atomic(&p, b"one", 0o600).unwrap();
+        assert!(!f.exists(), "write_atomic");
+        let f = dead();
+        replace_atomic(&p, b"two", 0o600).unwrap();
+        assert!(!f.exists(), "replace_atomic");
+        let f = dead();
+        write_atomic_all(&[(p.clone(), b"three".to_vec())], 0o600).unwrap();
+        assert!(!f.exists(), "write_atomic_all");
+        assert!(live.exists() && other.exists(), "a live writer's, and another file's, stay");
+        assert_eq!(remove_abandoned_temps(d.path()).unwrap().len(), 1, "the other file's, in a sweep of the directory");
+        assert!(live.exists() && !other.exists());
+    }
+
+    #[test]
+    fn a_killed_writer_not_yet_reaped_is_gone() {
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let zombie = child.id() as i32;
+        // Not waited for: once it has exited it is a zombie until `wait` below.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while !gone(zombie) {
+            assert!(std::time::Instant::now() < deadline, "the child never became a zombie");
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        assert!(!gone(std::process::id() as i32));
+        child.wait().unwrap();
+        assert!(gone(zombie));
     }
 
     #[test]

@@ -6,6 +6,7 @@
 //! copies of one network stay equal, kind-config.yaml is valid kind config, and the e2e scripts
 //! pass `bash -n` and shellcheck.
 
+use k8s_openapi::api::admissionregistration::v1::{ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding};
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{ConfigMap, Container, Namespace, Pod, Service, ServiceAccount};
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
@@ -125,6 +126,8 @@ fn check_all_typed(dir: &str) {
             "Service" => drop(doc.typed::<Service>()),
             "NetworkAttachmentDefinition" => drop(doc.typed::<NetworkAttachmentDefinition>()),
             "CustomResourceDefinition" => drop(doc.typed::<CustomResourceDefinition>()),
+            "ValidatingAdmissionPolicy" => drop(doc.typed::<ValidatingAdmissionPolicy>()),
+            "ValidatingAdmissionPolicyBinding" => drop(doc.typed::<ValidatingAdmissionPolicyBinding>()),
             other => panic!("{}: kind {other} has no check here; add its type", doc.origin),
         }
     }
@@ -206,6 +209,46 @@ fn the_cluster_role_grants_exactly_what_the_selector_calls() {
         "the binding does not name the DaemonSet's service account {namespace}/{account}"
     );
     let _: ServiceAccount = find("manifests", &account);
+}
+
+/// The nodes' credentials may update only pods on their own node (Kubernetes >= 1.30): the policy
+/// matches exactly the service account the DaemonSet runs as, every update of a pod, compares the
+/// node name the token is bound to with the pod's, keeps the spec, and its binding denies.
+#[test]
+fn the_node_restriction_policy_holds_the_service_account_to_its_own_node() {
+    let policy: ValidatingAdmissionPolicy = find("manifests", "yh-genie-own-node-pods");
+    let binding: ValidatingAdmissionPolicyBinding = find("manifests", "yh-genie-own-node-pods");
+    let spec = policy.spec.unwrap();
+    assert_eq!(spec.failure_policy.as_deref(), Some("Fail"));
+    let ds = installer_daemonset();
+    let pod_spec = ds.spec.as_ref().unwrap().template.spec.as_ref().unwrap();
+    let account = pod_spec.service_account_name.as_deref().unwrap();
+    let namespace = ds.metadata.namespace.as_deref().unwrap();
+    let conditions = spec.match_conditions.unwrap();
+    assert_eq!(conditions.len(), 1);
+    assert_eq!(
+        conditions[0].expression,
+        format!("request.userInfo.username == 'system:serviceaccount:{namespace}:{account}'")
+    );
+    let rules = spec.match_constraints.unwrap().resource_rules.unwrap();
+    assert_eq!(rules.len(), 1);
+    let rule = &rules[0];
+    assert_eq!(rule.operations.as_deref(), Some(&["UPDATE".to_string()][..]), "PATCH is UPDATE at admission");
+    assert_eq!(rule.api_groups.as_deref(), Some(&[String::new()][..]));
+    assert!(rule.resources.as_ref().unwrap().contains(&"pods".to_string()));
+    let validations = spec.validations.unwrap();
+    let node_check = &validations[0].expression;
+    assert!(
+        node_check.contains("request.userInfo.extra['authentication.kubernetes.io/node-name']")
+            && node_check.contains("oldObject.spec.nodeName"),
+        "{node_check}"
+    );
+    assert!(validations.iter().any(|v| v.expression == "object.spec == oldObject.spec"));
+    let binding = binding.spec.unwrap();
+    assert_eq!(binding.policy_name.as_deref(), Some("yh-genie-own-node-pods"));
+    assert_eq!(binding.validation_actions.as_deref(), Some(&["Deny".to_string()][..]));
+    // The ClusterRole grants what the policy limits: patch on pods.
+    assert!(API_CALLS.contains(&("", "pods", "patch")));
 }
 
 #[test]

@@ -222,10 +222,16 @@ fn rbac_of(line: &str) -> (String, String, String) {
 
 #[test]
 fn an_inline_nad_configuration_runs_only_where_the_policy_allows_it() {
+    // The configuration names host-local's dataDir in the test's sandbox, under the temp dir.
+    let tmp = std::env::temp_dir();
     for (keys, allowed) in [
         (json!({}), false),
-        (json!({"allowInlineConfig": true, "inlinePluginTypes": ["macvlan"]}), false),
-        (json!({"allowInlineConfig": true, "inlinePluginTypes": ["macvlan", "host-local"]}), true),
+        (json!({"allowInlineConfig": true, "inlinePluginTypes": ["macvlan"], "inlinePathPrefixes": [tmp]}), false),
+        (json!({"allowInlineConfig": true, "inlinePluginTypes": ["macvlan", "host-local"]}), false),
+        (
+            json!({"allowInlineConfig": true, "inlinePluginTypes": ["macvlan", "host-local"], "inlinePathPrefixes": [tmp]}),
+            true,
+        ),
     ] {
         let c = Cluster::new(keys.clone());
         let n = &c.n;

@@ -124,16 +124,22 @@ pub fn validate_container_id(id: &str) -> Result<(), CniError> {
     }
 }
 
-/// Linux interface names: 1-15 bytes, not `.`/`..`, no `/`, `:` or white space.
+/// A name the kernel takes literally as an interface's name (`dev_valid_name`, and not a pattern):
+/// 1-15 bytes, not `.` or `..`, no `/`, `:` or white space (the kernel's rules), no `%` (a name
+/// with `%d` is a pattern the kernel fills in: the plugin would make `net0` and record `net%d`),
+/// and no control characters or NUL (they break the environment a delegate gets and every log).
 pub fn validate_ifname(name: &str) -> Result<(), String> {
     if name.is_empty() {
         return Err("interface name is empty".into());
     }
     if name.len() > 15 {
-        return Err(format!("interface name {name:?} is longer than 15 characters"));
+        return Err(format!("interface name {name:?} is longer than 15 bytes"));
     }
-    if name == "." || name == ".." || name.chars().any(|c| c == '/' || c == ':' || c.is_whitespace()) {
-        return Err(format!("interface name {name:?} is invalid"));
+    let forbidden = |c: char| c == '/' || c == ':' || c == '%' || c.is_whitespace() || c.is_control();
+    if name == "." || name == ".." || name.chars().any(forbidden) {
+        return Err(format!(
+            "interface name {name:?} is invalid (not '.' or '..'; no '/', ':', '%', white space or control characters)"
+        ));
     }
     Ok(())
 }
@@ -183,6 +189,32 @@ mod tests {
         assert!(validate_ifname("a-very-long-name").is_err());
         assert!(validate_ifname("..").is_err());
         assert!(validate_ifname("a:b").is_err());
+    }
+
+    #[test]
+    fn only_names_the_kernel_takes_literally() {
+        for good in ["eth0", "net1", "lan-0.10", "a", "fifteen-bytes-x", "lo"] {
+            assert!(validate_ifname(good).is_ok(), "{good}");
+        }
+        for bad in [
+            "",
+            ".",
+            "..",
+            "a/b",
+            "a:b",
+            "a b",
+            "a\tb",
+            "net%d",
+            "%",
+            "a\u{1}",
+            "a\u{7f}",
+            "a\0b",
+            "sixteen-bytes-xx",
+            "\u{2003}x",
+        ] {
+            assert!(validate_ifname(bad).is_err(), "{bad:?}");
+        }
+        assert!(validate_ifname("ééééééééé").is_err(), "15 bytes, not 15 characters");
     }
 
     #[test]

@@ -32,7 +32,34 @@ pub mod code {
     pub const ALREADY_EXISTS: u32 = 106;
 }
 
+/// The most bytes of `msg` (and of `details`) an error carries: enough for any message a person
+/// reads, far less than a pod author's 1 MiB ConfigMap value that an error might quote, which
+/// would otherwise come back whole in the runtime's log and the pod's events.
+pub const MAX_TEXT: usize = 4096;
+
+/// What a cut text ends with.
+const CUT: &str = " [... cut: too long to show whole]";
+
+/// `text` cut to at most `MAX_TEXT` bytes (at a character boundary), ending with `CUT`. Cutting a
+/// cut text again (after `context` prefixed it) keeps one note.
+fn bounded(mut text: String) -> String {
+    if text.len() <= MAX_TEXT {
+        return text;
+    }
+    if text.ends_with(CUT) {
+        text.truncate(text.len() - CUT.len());
+    }
+    let mut end = MAX_TEXT - CUT.len();
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    text.truncate(end);
+    text.push_str(CUT);
+    text
+}
+
 /// A CNI error. `Display` shows `msg: details` so it reads well in logs and wrapped messages.
+/// Every way of making or changing one bounds its texts (`MAX_TEXT`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CniError {
     pub code: u32,
@@ -43,10 +70,10 @@ pub struct CniError {
 
 impl CniError {
     pub fn new(code: u32, msg: impl Into<String>) -> Self {
-        CniError { code, msg: msg.into(), details: String::new() }
+        CniError { code, msg: bounded(msg.into()), details: String::new() }
     }
     pub fn with_details(mut self, details: impl Into<String>) -> Self {
-        self.details = details.into();
+        self.details = bounded(details.into());
         self
     }
     pub fn invalid_config(msg: impl Into<String>) -> Self {
@@ -70,18 +97,19 @@ impl CniError {
 
     /// Prefix the message with where the error happened, keeping code and details.
     pub fn context(mut self, what: impl fmt::Display) -> Self {
-        self.msg = format!("{what}: {}", self.msg);
+        self.msg = bounded(format!("{what}: {}", self.msg));
         self
     }
 
     /// The JSON object the spec wants on stdout, in the version of the config that failed.
     pub fn to_json(&self, cni_version: &str) -> serde_json::Value {
-        let mut v = serde_json::json!({ "code": self.code, "msg": self.msg });
+        // The fields are public: bounded here too, where the error leaves the process.
+        let mut v = serde_json::json!({ "code": self.code, "msg": bounded(self.msg.clone()) });
         if !cni_version.is_empty() {
             v["cniVersion"] = cni_version.into();
         }
         if !self.details.is_empty() {
-            v["details"] = self.details.clone().into();
+            v["details"] = bounded(self.details.clone()).into();
         }
         v
     }
@@ -92,7 +120,7 @@ impl CniError {
         let code = u32::try_from(v.get("code")?.as_u64()?).ok()?;
         let msg = v.get("msg").and_then(|m| m.as_str()).unwrap_or_default().to_string();
         let details = v.get("details").and_then(|m| m.as_str()).unwrap_or_default().to_string();
-        Some(CniError { code, msg, details })
+        Some(CniError { code, msg: bounded(msg), details: bounded(details) })
     }
 }
 
@@ -123,6 +151,23 @@ mod tests {
         assert_eq!((e.code, e.msg.as_str(), e.details.as_str()), (11, "later", "d"));
         assert!(CniError::from_plugin_output(b"panic: oops").is_none());
         assert!(CniError::from_plugin_output(br#"{"msg":"no code"}"#).is_none());
+    }
+
+    #[test]
+    fn messages_are_bounded_whatever_they_quote() {
+        let value = "x".repeat(1 << 20);
+        let e = CniError::invalid_config(format!("ConfigMap value {value:?} names no network")).context("pod a/b");
+        assert!(e.msg.starts_with("pod a/b: ConfigMap value"), "the context stays: {}", &e.msg[..40]);
+        assert!(e.msg.len() <= MAX_TEXT && e.msg.ends_with(CUT), "{}", &e.msg[4000..]);
+        assert_eq!(e.msg.matches("cut:").count(), 1, "one note, after context too");
+        let e = CniError::io("x").with_details("é".repeat(MAX_TEXT));
+        assert!(e.details.len() <= MAX_TEXT && e.details.ends_with(CUT));
+        let json = CniError { code: 7, msg: value.clone(), details: value.clone() }.to_json("1.0.0").to_string();
+        assert!(json.len() < 2 * MAX_TEXT + 100, "{}", json.len());
+        let from_plugin = format!(r#"{{"code":7,"msg":"{value}"}}"#);
+        assert!(CniError::from_plugin_output(from_plugin.as_bytes()).unwrap().msg.len() <= MAX_TEXT);
+        assert_eq!(format!("{}", CniError::decode("x").with_details(value)).len(), 3 + MAX_TEXT);
+        assert_eq!(CniError::decode("short").msg, "short");
     }
 
     #[test]

@@ -196,15 +196,16 @@ pub fn in_order(records: &mut [Record], owner: &str) {
 }
 
 /// DEL every attachment of `records`, in reverse, each with its recorded configuration and result.
-/// Every attachment is tried; the first error is returned. Records that cannot be used (no parsable
-/// configuration or result) are returned, by interface, for the caller to DEL another way. Nothing
-/// is removed: the caller removes the records once everything is DELeted.
+/// Every attachment is tried; the errors are returned by interface, in the order they happened.
+/// Records that cannot be used (no parsable configuration or result) are returned, by interface,
+/// for the caller to DEL another way. Nothing is removed: the caller removes the records once
+/// everything is DELeted (or settled: `settle`).
 pub fn del_records(
     runtime: &Invocation,
     config: &SelectorConfig,
     records: &[Record],
-) -> (Result<(), CniError>, Vec<String>) {
-    let mut first_error = None;
+) -> (Vec<(String, CniError)>, Vec<String>) {
+    let mut failed = Vec::new();
     let mut unusable = Vec::new();
     for record in records.iter().rev() {
         let Some((list, result)) = usable(record) else {
@@ -216,11 +217,11 @@ pub fn del_records(
             Ok(()) => crate::crash_point::reached("selector.del.chain-done"),
             Err(e) => {
                 let e = if records.len() > 1 { e.context(format!("interface {}", record.ifname)) } else { e };
-                first_error.get_or_insert(e);
+                failed.push((record.ifname.clone(), e));
             }
         }
     }
-    (first_error.map_or(Ok(()), Err), unusable)
+    (failed, unusable)
 }
 
 /// CHECK every attachment of `records` in order, with its recorded result (recorded as

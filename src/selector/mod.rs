@@ -10,16 +10,19 @@
 pub mod annotation;
 mod attach;
 mod chain;
+mod cni_args;
 pub mod config;
 mod default_route;
 pub mod explain;
 mod extras;
 mod from_agent;
+pub mod inline;
 pub mod network;
 pub mod policy;
 mod record;
 pub mod select;
 pub mod selection;
+mod settle;
 mod status;
 mod tombstone;
 pub mod value;
@@ -118,7 +121,8 @@ impl Plugin for Selector {
             let ifnames: Vec<String> = std::iter::once(inv.ifname.clone()).chain(interrupted).collect();
             return store.remove_all(&inv.container_id, &ifnames);
         }
-        let (outcome, mut unusable) = attach::del_records(inv, &config, &records);
+        let (failed, mut unusable) = attach::del_records(inv, &config, &records);
+        let outcome = settle::settle(&records, inv.netns.as_deref(), failed);
         unusable.extend(unreadable);
         if !unusable.is_empty() {
             del_without_record(&config, inv, Some(&unusable))?;
@@ -149,6 +153,7 @@ impl Plugin for Selector {
 
     /// DEL every recorded attachment that the runtime no longer lists as valid. The runtime lists
     /// its own attachments (container id, `CNI_IFNAME`): a pod's further networks go with them.
+    /// The temp files of record writes whose process was killed go too, whoever they were for.
     fn gc(&self, inv: &Invocation, conf: &PluginConf) -> Result<(), CniError> {
         let config = SelectorConfig::from_plugin_conf(conf)?;
         let valid: HashSet<(String, String)> = config::valid_attachments(conf)?.into_iter().collect();
@@ -176,7 +181,8 @@ impl Plugin for Selector {
                 args: CniArgs::parse(&own.cni_args).unwrap_or_default(),
                 path: inv.path.clone(),
             };
-            let (outcome, _) = attach::del_records(&runtime, &config, &records);
+            let (failed, _) = attach::del_records(&runtime, &config, &records);
+            let outcome = settle::settle(&records, runtime.netns.as_deref(), failed);
             // What cannot be used cannot be undone any more: the runtime has forgotten the pod.
             let ifnames: Vec<String> = records.iter().map(|r| r.ifname.clone()).collect();
             let outcome = outcome.and_then(|()| store.remove_all(&container_id, &ifnames));
@@ -196,6 +202,9 @@ impl Plugin for Selector {
         let tombstones = Tombstones::new(&config.data_dir);
         if let Err(e) = tombstones.retain(|cid, ifname| valid.contains(&(cid.to_string(), ifname.to_string()))) {
             warn(format!("GC of the tombstones of completed DELs: {e}"));
+        }
+        if let Err(e) = store.remove_abandoned() {
+            warn(format!("GC: {e}"));
         }
         first_error.map_or(Ok(()), Err)
     }
@@ -325,6 +334,8 @@ fn api_client(config: &SelectorConfig, inv: &Invocation, policy: ApiPolicy) -> R
 /// cannot be used (`only`): something was made, and only the pod can say what. A pod teardown
 /// without a record never waits on the API server. If the networks cannot be known, there is
 /// nothing this plugin can undo, and DEL succeeds.
+/// A network whose DEL fails and of which nothing is in the pod's netns is let go (`settle`):
+/// without a record, its ADD never got as far as one.
 fn del_without_record(config: &SelectorConfig, inv: &Invocation, only: Option<&[String]>) -> Result<(), CniError> {
     let from_agent = match (&config.agent_socket, inv.args.pod(), inv.args.pod_uid()) {
         (Some(socket), Some(pod), Some(uid)) => {
@@ -360,7 +371,9 @@ fn del_without_record(config: &SelectorConfig, inv: &Invocation, only: Option<&[
         }
         let outcome =
             attach::plugins_call(inv, config, attachment).and_then(|(_, list, call)| chain::del(&list, &call, None));
-        if let Err(e) = outcome {
+        if let Err(e) = outcome
+            && !settle::forgettable_without_record(inv.netns.as_deref(), &attachment.ifname, &attachment.network, &e)
+        {
             first_error.get_or_insert(e);
         }
     }

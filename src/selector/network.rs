@@ -150,43 +150,26 @@ pub fn parse_inline(bytes: &[u8], origin: &str) -> Result<ConfList, CniError> {
 }
 
 /// A chain that would run the selector again is refused: it would call itself without end. Not only
-/// the chain's own plugins count: a meta plugin's delegate or IPAM plugin runs too.
+/// the chain's own plugins count: a meta plugin's delegate or IPAM plugin runs too, and a Go plugin
+/// reads `Type` as `type`. A type that is not a plain file name (`/`, `..`) is refused here too, at
+/// selection, before anything is recorded.
 fn refuse_recursion(list: ConfList, origin: &str) -> Result<ConfList, CniError> {
-    if let Some((at, _)) = plugin_types(&list).into_iter().find(|(_, t)| t == super::NAME) {
+    let types = plugin_types(&list);
+    if let Some((at, _)) = types.iter().find(|(_, t)| t == super::NAME) {
         return Err(CniError::invalid_config(format!(
             "{origin}: {at} is {}, which would run the selector inside itself",
             super::NAME
         )));
     }
+    for (at, t) in &types {
+        super::inline::check_type_name(at, t, origin)?;
+    }
     Ok(list)
 }
 
-/// Every plugin type a chain names, with where: each plugin's `type`, and any `type` nested in its
-/// keys (`plugins[0].ipam.type`, `plugins[0].delegate.type`), since meta plugins run those too.
+/// Every plugin type a chain names, with where (see `inline::plugin_types`).
 pub fn plugin_types(list: &ConfList) -> Vec<(String, String)> {
-    fn walk(value: &Value, at: String, out: &mut Vec<(String, String)>) {
-        match value {
-            Value::Object(map) => {
-                for (key, v) in map {
-                    match (key.as_str(), v) {
-                        ("type", Value::String(t)) => out.push((format!("{at}.type"), t.clone())),
-                        _ => walk(v, format!("{at}.{key}"), out),
-                    }
-                }
-            }
-            Value::Array(items) => {
-                for (i, v) in items.iter().enumerate() {
-                    walk(v, format!("{at}[{i}]"), out);
-                }
-            }
-            _ => {}
-        }
-    }
-    let mut out = Vec::new();
-    for (i, plugin) in list.plugins.iter().enumerate() {
-        walk(&Value::Object(plugin.clone()), format!("plugins[{i}]"), &mut out);
-    }
-    out
+    super::inline::plugin_types(list)
 }
 
 /// The first configuration file in `dir` by name, as libcni orders them.
@@ -355,6 +338,17 @@ mod tests {
         let nested = br#"{"cniVersion":"1.0.0","name":"n","type":"yonghui","delegate":{"type":"yh-genie"}}"#;
         let e = parse_inline(nested, "NetworkAttachmentDefinition a/b").unwrap_err();
         assert!(e.msg.contains("NetworkAttachmentDefinition a/b: plugins[0].delegate.type is yh-genie"), "{e}");
+        let folded = br#"{"cniVersion":"1.0.0","name":"n","type":"yonghui","delegate":{"TYPE":"yh-genie"}}"#;
+        assert!(parse_inline(folded, "x").unwrap_err().msg.contains("delegate.TYPE is yh-genie"));
+    }
+
+    #[test]
+    fn a_type_that_is_a_path_is_refused_in_files_and_inline() {
+        let up = br#"{"cniVersion":"1.0.0","name":"n","type":"../../usr/bin/id"}"#;
+        let e = parse_conf(up, Path::new("/x/n.conf")).unwrap_err();
+        assert!(e.code == 7 && e.msg.contains("plugins[0].type") && e.msg.contains("not a plugin name"), "{e}");
+        let nested = br#"{"cniVersion":"1.0.0","name":"n","type":"macvlan","ipam":{"Type":"/usr/bin/id"}}"#;
+        assert!(parse_inline(nested, "x").unwrap_err().msg.contains("ipam.Type"));
     }
 
     #[test]
@@ -362,7 +356,7 @@ mod tests {
         let list = parse_inline(
             br#"{"cniVersion":"1.0.0","name":"n","plugins":[
                 {"type":"macvlan","ipam":{"type":"host-local","ranges":[[{"subnet":"10.0.0.0/24"}]]}},
-                {"type":"tuning","x":[{"type":"odd"}]}]}"#,
+                {"type":"tuning","x":[{"Type":"odd"}]}]}"#,
             "inline",
         )
         .unwrap();
@@ -374,7 +368,7 @@ mod tests {
                 ("plugins[0].ipam.type".to_string(), "host-local".to_string()),
                 ("plugins[0].type".into(), "macvlan".into()),
                 ("plugins[1].type".into(), "tuning".into()),
-                ("plugins[1].x[0].type".into(), "odd".into()),
+                ("plugins[1].x[0].Type".into(), "odd".into()),
             ]
         );
     }

@@ -8,17 +8,20 @@
 //! - a NAD may only name a network the admin installed: an empty `spec.config` means the network
 //!   directory of the NAD's name under `confDir`; a configuration inline in `spec.config` is refused
 //!   unless `allowInlineConfig` is true, and then, if `inlinePluginTypes` is set, every plugin type
-//!   anywhere in it (each plugin's, its IPAM's, a meta plugin's delegate's) must be listed;
+//!   anywhere in it (each plugin's, its IPAM's, a meta plugin's delegate's, any key a Go plugin reads
+//!   as `type`, and the types a built-in runs by default) must be listed, and every host path in it
+//!   must lie under one of `inlinePathPrefixes` (none by default: see `inline`);
 //! - a pod may only use NADs of its own namespace and of the `globalNamespaces` the admin lists
 //!   (Multus's `namespaceIsolation`, here on by default).
 //!
 //! A refusal is code 7 naming the NAD and the rule.
 
-use super::network;
+use super::{inline, network};
 use crate::cni::{CniError, ConfList};
 use serde::Deserialize;
 use serde_json::{Map, Value};
 use std::collections::BTreeSet;
+use std::path::PathBuf;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AttachmentPolicy {
@@ -30,6 +33,9 @@ pub struct AttachmentPolicy {
     pub allow_inline_config: bool,
     /// `inlinePluginTypes`: when set, the only plugin types an inline configuration may use.
     pub inline_plugin_types: Option<BTreeSet<String>>,
+    /// `inlinePathPrefixes`: the directories under which an inline configuration may name host
+    /// paths (a `dataDir`, a `subnetFile`); none by default.
+    pub inline_path_prefixes: Vec<PathBuf>,
 }
 
 impl Default for AttachmentPolicy {
@@ -39,6 +45,7 @@ impl Default for AttachmentPolicy {
             global_namespaces: BTreeSet::new(),
             allow_inline_config: false,
             inline_plugin_types: None,
+            inline_path_prefixes: Vec::new(),
         }
     }
 }
@@ -59,6 +66,7 @@ impl AttachmentPolicy {
             global_namespaces: key(raw, "globalNamespaces")?.unwrap_or_default(),
             allow_inline_config: key(raw, "allowInlineConfig")?.unwrap_or(defaults.allow_inline_config),
             inline_plugin_types: key(raw, "inlinePluginTypes")?,
+            inline_path_prefixes: path_prefixes(key(raw, "inlinePathPrefixes")?.unwrap_or_default())?,
         })
     }
 
@@ -91,15 +99,50 @@ impl AttachmentPolicy {
         let list = network::parse_inline(config.as_bytes(), &origin)?;
         if let Some(allowed) = &self.inline_plugin_types {
             let listed: Vec<&str> = allowed.iter().map(String::as_str).collect();
-            if let Some((at, t)) = network::plugin_types(&list).into_iter().find(|(_, t)| !allowed.contains(t)) {
+            let types = network::plugin_types(&list).into_iter().chain(inline::implied_types(&list));
+            if let Some((at, t)) = types.into_iter().find(|(_, t)| !allowed.contains(t)) {
                 return Err(refused(format!(
                     "spec.config {at} is {t:?}, which inlinePluginTypes [{}] does not list",
                     listed.join(", ")
                 )));
             }
         }
+        if let Some((at, name)) = inline::network_names(&list).into_iter().find(|(_, n)| !inline::valid_network_name(n))
+        {
+            return Err(refused(format!(
+                "spec.config {at} is {name:?}, which is not a network name (a letter or digit, then letters, digits, \
+                 '_', '.', '-'): plugins keep state in directories of that name"
+            )));
+        }
+        let prefixes = &self.inline_path_prefixes;
+        if let Some((at, path)) =
+            inline::host_paths(&list).into_iter().find(|(_, p)| !inline::path_allowed(p, prefixes))
+        {
+            let shown: Vec<String> = prefixes.iter().map(|p| p.display().to_string()).collect();
+            return Err(refused(format!(
+                "spec.config {at} is {path:?}, a host path outside inlinePathPrefixes [{}]: an inline configuration \
+                 may name only paths under a directory the admin allows",
+                shown.join(", ")
+            )));
+        }
         Ok(list)
     }
+}
+
+/// `inlinePathPrefixes`: absolute directories without `.` or `..`.
+fn path_prefixes(prefixes: Vec<String>) -> Result<Vec<PathBuf>, CniError> {
+    prefixes
+        .into_iter()
+        .map(|p| {
+            if inline::path_allowed(&p, &[PathBuf::from("/")]) {
+                Ok(PathBuf::from(p))
+            } else {
+                Err(CniError::invalid_config(format!(
+                    "yh-genie: 'inlinePathPrefixes' is invalid: {p:?} is not an absolute directory without '.' or '..'"
+                )))
+            }
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -152,12 +195,67 @@ mod tests {
     }
 
     #[test]
+    fn types_as_go_plugins_read_them_and_built_in_defaults_must_be_listed() {
+        let listed = policy(json!({"allowInlineConfig": true, "inlinePluginTypes": ["macvlan", "host-local"]}));
+        for (config, at, t) in [
+            (r#"{"cniVersion":"1.0.0","name":"n","type":"macvlan","ipam":{"Type":"evil"}}"#, "ipam.Type", "evil"),
+            (r#"{"cniVersion":"1.0.0","name":"n","TYPE":"evil","type":"macvlan"}"#, "TYPE", "evil"),
+            (
+                r#"{"cniVersion":"1.0.0","name":"n","type":"macvlan","x":{"y":[{"tYPe":"evil"}]}}"#,
+                "x.y[0].tYPe",
+                "evil",
+            ),
+        ] {
+            let e = listed.check_inline("web/n", config).unwrap_err();
+            assert!(e.msg.contains(&format!("{at} is {t:?}")), "{config}: {e}");
+        }
+        let yonghui = policy(json!({"allowInlineConfig": true, "inlinePluginTypes": ["yonghui", "host-local"]}));
+        let bare = r#"{"cniVersion":"1.0.0","name":"n","type":"yonghui"}"#;
+        let e = yonghui.check_inline("web/n", bare).unwrap_err();
+        assert!(e.msg.contains("delegate.type (the \"yonghui\" default) is \"yh-bridge\""), "{e}");
+        let with =
+            policy(json!({"allowInlineConfig": true, "inlinePluginTypes": ["yonghui", "yh-bridge", "host-local"]}));
+        assert!(with.check_inline("web/n", bare).is_ok());
+    }
+
+    #[test]
+    fn network_names_that_are_paths_are_refused() {
+        let open = policy(json!({"allowInlineConfig": true}));
+        for config in [
+            r#"{"cniVersion":"1.0.0","name":"../../etc","type":"macvlan"}"#,
+            r#"{"cniVersion":"1.0.0","name":"lan","type":"macvlan","NAME":"x/y"}"#,
+        ] {
+            let e = open.check_inline("web/n", config).unwrap_err();
+            assert!(e.code == 7 && e.msg.contains("is not a network name"), "{config}: {e}");
+        }
+    }
+
+    #[test]
+    fn host_paths_only_under_allowed_prefixes() {
+        let open = policy(json!({"allowInlineConfig": true}));
+        let yonghui = r#"{"cniVersion":"1.0.0","name":"n","type":"yonghui","subnetFile":"/etc/shadow"}"#;
+        let e = open.check_inline("web/n", yonghui).unwrap_err();
+        assert!(e.msg.contains("subnetFile is \"/etc/shadow\", a host path outside inlinePathPrefixes []"), "{e}");
+        let ipam =
+            r#"{"cniVersion":"1.0.0","name":"n","type":"macvlan","ipam":{"type":"host-local","dataDir":"/srv/t/a"}}"#;
+        assert!(open.check_inline("web/n", ipam).unwrap_err().msg.contains("ipam.dataDir"));
+        let allowed = policy(json!({"allowInlineConfig": true, "inlinePathPrefixes": ["/srv/t"]}));
+        assert!(allowed.check_inline("web/n", ipam).is_ok());
+        let out = ipam.replace("/srv/t/a", "/srv/t/../../etc");
+        assert!(allowed.check_inline("web/n", &out).is_err());
+        assert!(allowed.check_inline("web/n", MACVLAN).is_ok(), "no path, nothing to allow");
+    }
+
+    #[test]
     fn keys_of_the_wrong_type_are_named() {
         for (keys, name) in [
             (json!({"namespaceIsolation": "yes"}), "namespaceIsolation"),
             (json!({"globalNamespaces": "infra"}), "globalNamespaces"),
             (json!({"allowInlineConfig": 1}), "allowInlineConfig"),
             (json!({"inlinePluginTypes": [1]}), "inlinePluginTypes"),
+            (json!({"inlinePathPrefixes": "/x"}), "inlinePathPrefixes"),
+            (json!({"inlinePathPrefixes": ["relative"]}), "inlinePathPrefixes"),
+            (json!({"inlinePathPrefixes": ["/a/../etc"]}), "inlinePathPrefixes"),
         ] {
             let e = AttachmentPolicy::from_keys(keys.as_object().unwrap()).unwrap_err();
             assert!(e.code == 7 && e.msg.contains(name), "{e}");

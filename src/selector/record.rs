@@ -232,6 +232,14 @@ impl RecordStore {
         Ok(found)
     }
 
+    /// Remove the temp files of every record write whose process died before its rename (GC: a
+    /// killed ADD's temp file for a container the runtime has forgotten has no DEL to take it).
+    pub fn remove_abandoned(&self) -> Result<usize, CniError> {
+        fsutil::remove_abandoned_temps(&self.dir)
+            .map(|removed| removed.len())
+            .map_err(|e| CniError::io(format!("cannot clear abandoned temp files in {}: {e}", self.dir.display())))
+    }
+
     /// Every readable record (for GC).
     pub fn list(&self) -> Result<Vec<Record>, CniError> {
         let names = self.names()?;
@@ -402,6 +410,22 @@ mod tests {
         store.remove_all("a", &["b_c".into()]).unwrap();
         assert!(store.read("a", "b_c").is_none());
         assert!(store.read("a_b", "c").is_some());
+    }
+
+    #[test]
+    fn gc_sweeps_the_temp_files_of_killed_writers_of_any_record() {
+        let d = tempfile::tempdir().unwrap();
+        let store = RecordStore::new(d.path());
+        store.write_all(&[&record("c1", "eth0", 0, "eth0")]).unwrap();
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        child.wait().unwrap();
+        let killed = d.path().join(format!("attachments/.gone:eth0.tmp-{}-0123456789ab", child.id()));
+        let live = d.path().join(format!("attachments/.c2:eth0.tmp-{}-0123456789ab", std::process::id()));
+        std::fs::write(&killed, "{").unwrap();
+        std::fs::write(&live, "{").unwrap();
+        assert_eq!(store.remove_abandoned().unwrap(), 1);
+        assert!(!killed.exists() && live.exists());
+        assert!(store.read("c1", "eth0").is_some());
     }
 
     #[test]

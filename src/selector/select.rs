@@ -307,6 +307,9 @@ fn nad_plan(
             attachment.network
         )));
     }
+    if let Some(cni_args) = &request.extras.cni_args {
+        super::cni_args::check(cni_args, &list, &attachment.network)?;
+    }
     Ok(Planned { attachment, ifname: request.ifname, identity })
 }
 

@@ -112,11 +112,20 @@ fn plain_name(name: &str) -> Result<NetworkName, String> {
     NetworkName::parse(name)
 }
 
-/// An interface name a pod asked for (`@net1`, `"interface": "net1"`), if it is a valid one.
-pub(super) fn interface(name: &str) -> Result<String, String> {
+/// An interface name a pod asked for (`@net1`, `"interface": "net1"`), if it is a valid one: a
+/// name the kernel takes literally (`validate_ifname`), and never `lo`, which every netns has and
+/// whose DEL would take the pod's loopback. Every name a pod writes goes through here, at
+/// selection, before anything is recorded or made.
+pub fn interface(name: &str) -> Result<String, String> {
     validate_ifname(name)?;
+    if name == LOOPBACK {
+        return Err(format!("interface name {name:?} is the netns's loopback, which no network may take"));
+    }
     Ok(name.to_string())
 }
+
+/// The loopback interface of every network namespace.
+const LOOPBACK: &str = "lo";
 
 #[cfg(test)]
 mod tests {
@@ -182,6 +191,12 @@ mod tests {
             (r#"[{"name":"a","interface":"bad name"}]"#, "element 1 (\"a\")"),
             (r#"[{"name":"[x]"}]"#, "not JSON"),
             ("a,b\u{1}", "control characters"),
+            ("a,b@lo", "loopback"),
+            ("a,b@net%d", "invalid"),
+            ("a,b@n\u{7}", "invalid"),
+            ("a,b@n\u{0}", "invalid"),
+            (r#"[{"name":"a"},{"name":"b","interface":"lo"}]"#, "loopback"),
+            (r#"[{"name":"a"},{"name":"b","interface":"x%d"}]"#, "invalid"),
         ] {
             let e = parse(value).unwrap_err();
             assert!(e.contains(want), "{value:?}: {e}");

@@ -139,7 +139,9 @@ fn base_routes(routes: Option<Value>) -> Result<Vec<(IpNetwork, Value)>, CniErro
         .enumerate()
         .map(|(i, route)| {
             let dst = match route.get("dst") {
-                Some(Value::String(dst)) => parse_cidr(dst).map_err(|why| invalid(format!("[{i}].dst: {why}")))?,
+                Some(Value::String(dst)) => {
+                    parse_cidr(dst).map_err(|why| invalid(format!("[{i}].dst: {dst:?}: {why}")))?
+                }
                 _ => return Err(invalid(format!("[{i}] must be an object with a 'dst' CIDR, not {route}"))),
             };
             Ok((dst, route))
@@ -371,7 +373,7 @@ mod tests {
             (r#"{"dst": "10.0.0.0/8"}"#, "'ipam.routes' must be a list of routes"),
             (r#"[{"dst": "10.0.0.0/8"}, {"gw": "10.0.0.1"}]"#, "'ipam.routes' [1] must be an object with a 'dst'"),
             (r#"["10.0.0.0/8"]"#, "[0] must be an object"),
-            (r#"[{"dst": "10.0.0.0"}]"#, "[0].dst: \"10.0.0.0\" is not a CIDR"),
+            (r#"[{"dst": "10.0.0.0"}]"#, "[0].dst: \"10.0.0.0\": the value is not a CIDR"),
         ] {
             let e = linux(
                 &format!(r#"{{"name": "n", "type": "yonghui", "ipam": {{"routes": {routes}}}}}"#),

@@ -138,7 +138,9 @@ impl<'a> KnownLines<'a> {
                 continue;
             }
             let Some((key, value)) = line.split_once('=') else {
-                return Err(CniError::decode(format!("{origin} line {line_no}: {line:?} is not KEY=VALUE")));
+                // The line itself is not quoted: the file may not be what the daemon wrote (a
+                // subnetFile naming another file), and an error must not show what it holds.
+                return Err(CniError::decode(format!("{origin} line {line_no} is not KEY=VALUE")));
             };
             let Some(&key) = KEYS.iter().find(|k| **k == key.trim()) else {
                 continue;
@@ -152,14 +154,13 @@ impl<'a> KnownLines<'a> {
         Ok(KnownLines { origin, values })
     }
 
-    /// The value of `key` run through `parse`, or None if the key is absent.
+    /// The value of `key` run through `parse`, or None if the key is absent. The error names the
+    /// line and the key and says what is wrong, never quoting the value (see `collect`).
     fn parsed<T>(&self, key: &str, parse: impl Fn(&str) -> Result<T, String>) -> Result<Option<T>, CniError> {
         let Some(&(line_no, value)) = self.values.get(key) else {
             return Ok(None);
         };
-        parse(value)
-            .map(Some)
-            .map_err(|why| CniError::decode(format!("{} line {line_no}: {key}={value:?}: {why}", self.origin)))
+        parse(value).map(Some).map_err(|why| CniError::decode(format!("{} line {line_no}: {key}: {why}", self.origin)))
     }
 
     /// A comma list of networks of one family, host bits cleared, duplicates dropped.
@@ -188,30 +189,34 @@ impl<'a> KnownLines<'a> {
 }
 
 /// A CIDR as Go's `net.ParseCIDR` reads it (`ADDRESS/LENGTH`, decimal length, no netmask form),
-/// returned with its host bits cleared. The error says what is wrong, for the caller to place.
+/// returned with its host bits cleared. The error says what is wrong without quoting `text`, for
+/// the caller to place (and quote, where what it parsed may be shown).
 pub fn parse_cidr(text: &str) -> Result<IpNetwork, String> {
-    let bad = || format!("{text:?} is not a CIDR (ADDRESS/PREFIX-LENGTH)");
+    let bad = || {
+        let what = if text.is_empty() { "an empty item" } else { "the value" };
+        format!("{what} is not a CIDR (ADDRESS/PREFIX-LENGTH)")
+    };
     let (addr, len) = text.split_once('/').ok_or_else(bad)?;
     let addr: std::net::IpAddr = addr.parse().map_err(|_| bad())?;
     if len.is_empty() || !len.bytes().all(|b| b.is_ascii_digit()) {
         return Err(bad());
     }
     let prefix: u8 = len.parse().map_err(|_| bad())?;
-    let network = IpNetwork::new(addr, prefix).map_err(|_| format!("{text:?} has a prefix length out of range"))?;
+    let network = IpNetwork::new(addr, prefix).map_err(|_| "the prefix length is out of range".to_string())?;
     Ok(IpNetwork::new(network.network(), prefix).expect("the prefix was just accepted for this family"))
 }
 
 fn as_ipv4(network: IpNetwork) -> Result<Ipv4Network, String> {
     match network {
         IpNetwork::V4(n) => Ok(n),
-        IpNetwork::V6(n) => Err(format!("{n} is IPv6; IPv6 goes in {IPV6_NETWORK} and {IPV6_SUBNET}")),
+        IpNetwork::V6(_) => Err(format!("an IPv6 network; IPv6 goes in {IPV6_NETWORK} and {IPV6_SUBNET}")),
     }
 }
 
 fn as_ipv6(network: IpNetwork) -> Result<Ipv6Network, String> {
     match network {
         IpNetwork::V6(n) => Ok(n),
-        IpNetwork::V4(n) => Err(format!("{n} is IPv4; IPv4 goes in {NETWORK} and {SUBNET}")),
+        IpNetwork::V4(_) => Err(format!("an IPv4 network; IPv4 goes in {NETWORK} and {SUBNET}")),
     }
 }
 
@@ -364,15 +369,15 @@ mod tests {
         ];
         for (line, bad, want) in [
             (0, "FLANNEL_NETWORK=10.1.0.0", "not a CIDR"),
-            (0, "FLANNEL_NETWORK=10.1.0.0/33", "prefix length out of range"),
+            (0, "FLANNEL_NETWORK=10.1.0.0/33", "prefix length is out of range"),
             (0, "FLANNEL_NETWORK=10.1.0.0/255.255.0.0", "not a CIDR"),
             (0, "FLANNEL_NETWORK=10.1.0.0/+16", "not a CIDR"),
-            (0, "FLANNEL_NETWORK=10.1.0.0/16,", "\"\" is not a CIDR"),
-            (0, "FLANNEL_NETWORK=", "\"\" is not a CIDR"),
-            (0, "FLANNEL_NETWORK=fd00::/48", "is IPv6"),
+            (0, "FLANNEL_NETWORK=10.1.0.0/16,", "an empty item is not a CIDR"),
+            (0, "FLANNEL_NETWORK=", "an empty item is not a CIDR"),
+            (0, "FLANNEL_NETWORK=fd00::/48", "an IPv6 network"),
             (1, "FLANNEL_SUBNET=10.1.17.300/24", "not a CIDR"),
             (1, "FLANNEL_SUBNET=10.1.17.1/24,10.1.18.1/24", "not a CIDR"),
-            (2, "FLANNEL_IPV6_NETWORK=10.0.0.0/8", "is IPv4"),
+            (2, "FLANNEL_IPV6_NETWORK=10.0.0.0/8", "an IPv4 network"),
             (3, "FLANNEL_IPV6_SUBNET=fd00::/129", "out of range"),
             (4, "FLANNEL_MTU=abc", "not an MTU"),
             (4, "FLANNEL_MTU=0", "not an MTU"),
@@ -386,15 +391,19 @@ mod tests {
             lines[line] = bad;
             let msg = decode_error(&lines.join("\n"));
             let key = bad.split('=').next().unwrap();
-            assert!(msg.contains(&format!("line {}: {key}=", line + 1)), "{bad}: {msg}");
+            assert!(msg.contains(&format!("line {}: {key}: ", line + 1)), "{bad}: {msg}");
             assert!(msg.contains(want), "{bad}: {msg}");
+            let value = bad.split_once('=').unwrap().1;
+            assert!(value.is_empty() || !msg.contains(value), "the value is not quoted: {msg}");
         }
     }
 
     #[test]
     fn a_line_that_is_not_key_value_is_refused() {
         let msg = decode_error("FLANNEL_NETWORK=10.1.0.0/16\ngarbage\n");
-        assert!(msg.contains("line 2: \"garbage\" is not KEY=VALUE"), "{msg}");
+        assert!(msg.contains("line 2 is not KEY=VALUE"), "{msg}");
+        let msg = decode_error("FLANNEL_NETWORK=10.1.0.0/16\nroot:$6$secret-hash:19000:0:99999:7:::\n");
+        assert!(msg.contains("line 2 is not KEY=VALUE") && !msg.contains("secret"), "nothing of the line: {msg}");
     }
 
     #[test]

@@ -274,6 +274,7 @@ fn extras_from_the_annotation_and_their_checks() {
             app("blue"),
         )
         .annotated("default", "p-no-cap", r#"[{"name":"red","ips":["10.9.0.5/24"]}]"#, app("blue"))
+        .annotated("default", "p-cni-args-ips", r#"[{"name":"red","cni-args":{"IPs":["10.9.0.5/24"]}}]"#, app("blue"))
         .annotated(
             "default",
             "p-two-defaults",
@@ -287,6 +288,8 @@ fn extras_from_the_annotation_and_their_checks() {
     assert_eq!(extras.default_route[0].to_string(), "10.9.0.1");
     let e = node.select(&api, "p-no-cap").unwrap_err();
     assert!(e.msg.contains("\"ips\" capability") && e.msg.contains("network red"), "{e}");
+    let e = node.select(&api, "p-cni-args-ips").unwrap_err();
+    assert!(e.code == 7 && e.msg.contains("\"cni-args\" key \"IPs\"") && e.msg.contains("network red"), "{e}");
     let e = node.select(&api, "p-two-defaults").unwrap_err();
     assert!(e.msg.contains("two default routes") && e.msg.contains("net1") && e.msg.contains("net2"), "{e}");
 }

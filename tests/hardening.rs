@@ -1,0 +1,181 @@
+//! What a pod author writes cannot break the node (root): interface names the kernel would not
+//! take literally, `cni-args` standing in for `ips`, types a Go plugin reads as `type` and huge
+//! values are refused before anything is written or made; a record whose configuration cannot run
+//! does not make every DEL of the pod fail for ever, nor pile up one per sandbox retry.
+
+mod common;
+
+use common::node::{Node, from_config_map, literal};
+use serde_json::{Value, json};
+use std::os::unix::fs::PermissionsExt;
+use yh_genie::selector::annotation::NETWORKS;
+
+/// A bridge network `name` (reference bridge + host-local) with `extra` plugins after the bridge.
+fn bridge_network(n: &Node, name: &str, octet: u8, extra: &[Value]) {
+    let mut plugins = vec![json!({"type": "bridge", "bridge": common::unique("yb"), "isGateway": true,
+        "ipam": {"type": "host-local", "subnet": format!("10.81.{octet}.0/24"), "dataDir": n.ipam_dir()}})];
+    plugins.extend_from_slice(extra);
+    n.write_conf(&format!("{name}/{name}.conflist"), &json!({"cniVersion": "1.0.0", "name": name, "plugins": plugins}));
+}
+
+/// A plugin in the node's binDir made of `script` (after a shebang and reading its stdin).
+fn shell_plugin(n: &Node, name: &str, script: &str) {
+    let path = n.sb.bin().join(name);
+    std::fs::write(&path, format!("#!/bin/sh\ncat >/dev/null\n{script}\n")).unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+}
+
+const REFUSE: &str = r#"echo '{"cniVersion":"1.0.0","code":7,"msg":"this configuration is refused"}'; exit 1"#;
+
+#[test]
+fn a_record_whose_configuration_cannot_run_is_forgotten_once_nothing_of_it_is_left() {
+    common::require_root();
+    let n = Node::new();
+    // The bridge attaches, then a plugin refuses ADD and DEL alike: undoing the ADD fails, so its
+    // records stay for the runtime's DEL, which must not fail for ever.
+    shell_plugin(&n, "refuser", REFUSE);
+    bridge_network(&n, "refused", 1, &[json!({"type": "refuser"})]);
+    n.api.put_pod("default", "p", literal("refused"));
+    let conf = n.selector_conf("1.0.0", json!({}));
+    let mut pod = n.pod("p");
+    for retry in 0..3 {
+        let add = n.call("ADD", &pod, &conf);
+        assert_ne!(add.code, 0, "retry {retry}: {add:?}");
+        assert!(add.stdout.contains("this configuration is refused"), "{add:?}");
+        assert_eq!(n.records().len(), 1, "retry {retry}: the failed undo leaves the record for DEL");
+        let del = n.call("DEL", &pod, &conf);
+        assert_eq!(del.code, 0, "retry {retry}: DEL forgets what cannot run and is not in the kernel: {del:?}");
+        assert!(del.stderr.contains("is forgotten"), "the log says so: {}", del.stderr);
+        n.assert_nothing_left(&pod, &format!("retry {retry}"));
+        assert_eq!(n.call("DEL", &pod, &conf).code, 0);
+        pod = pod.renew("p");
+    }
+    assert!(n.records().is_empty(), "no pile-up over sandbox retries: {:?}", n.records());
+}
+
+#[test]
+fn a_record_is_kept_while_its_interface_is_in_the_netns_or_its_add_completed() {
+    common::require_root();
+    let n = Node::new();
+    // Makes the interface, then refuses; its DEL refuses too and never removes it.
+    shell_plugin(
+        &n,
+        "maker",
+        &format!(
+            "if [ \"$CNI_COMMAND\" = ADD ]; then nsenter --net=\"$CNI_NETNS\" ip link add \"$CNI_IFNAME\" type veth \
+             peer name \"m$$\"; fi\n{REFUSE}"
+        ),
+    );
+    n.write_conf("made/made.conflist", &json!({"cniVersion": "1.0.0", "name": "made", "plugins": [{"type": "maker"}]}));
+    n.api.put_pod("default", "made", literal("made"));
+    let conf = n.selector_conf("1.0.0", json!({}));
+    let pod = n.pod("made");
+    assert_ne!(n.call("ADD", &pod, &conf).code, 0);
+    assert_ne!(n.call("DEL", &pod, &conf).code, 0, "eth0 is in the netns: the record is not forgotten");
+    assert_eq!(n.records().len(), 1);
+    pod.netns.delete();
+    let del = n.call("DEL", &pod, &conf);
+    assert_eq!(del.code, 0, "the netns is gone, and nothing of the record with it: {del:?}");
+    assert!(n.records().is_empty());
+
+    // A completed ADD's record stays while its DEL fails, whatever the netns holds.
+    let marker = n.sb.path().join("fail-del");
+    shell_plugin(
+        &n,
+        "flaky",
+        &format!(
+            "if [ \"$CNI_COMMAND\" = DEL ] && [ -e {} ]; then {REFUSE}; fi\nif [ \"$CNI_COMMAND\" = ADD ]; then \
+             echo '{{\"cniVersion\":\"1.0.0\"}}'; fi",
+            marker.display()
+        ),
+    );
+    bridge_network(&n, "flaky", 2, &[json!({"type": "flaky"})]);
+    n.api.put_pod("default", "q", literal("flaky"));
+    let pod = n.pod("q");
+    n.call("ADD", &pod, &conf).ok();
+    std::fs::write(&marker, "").unwrap();
+    assert_ne!(n.call("DEL", &pod, &conf).code, 0);
+    assert_eq!(n.records().len(), 1, "a completed ADD's record is never forgotten");
+    pod.netns.delete();
+    assert_ne!(n.call("DEL", &pod, &conf).code, 0, "not even with the netns gone: its lease is still held");
+    std::fs::remove_file(&marker).unwrap();
+    assert_eq!(n.call("DEL", &pod, &conf).code, 0);
+    assert!(n.records().is_empty() && n.leases().is_empty(), "{:?} {:?}", n.records(), n.leases());
+}
+
+#[test]
+fn interface_names_a_pod_writes_are_refused_before_anything_is_made() {
+    common::require_root();
+    let n = Node::new();
+    bridge_network(&n, "first", 3, &[]);
+    bridge_network(&n, "second", 4, &[]);
+    n.api.put_nad("default", "second", None);
+    let conf = n.selector_conf("1.0.0", json!({}));
+    let cases: [(&str, Value); 6] = [
+        ("value @net%d", literal("first,second@net%d")),
+        ("value @lo", literal("first,second@lo")),
+        ("value control character", literal("first,second@n\u{1b}1")),
+        ("annotation lo", json!([{"name": "second", "interface": "lo"}])),
+        ("annotation %d", json!([{"name": "second", "interface": "x%d"}])),
+        ("annotation NUL", json!([{"name": "second", "interface": "n\u{0}"}])),
+    ];
+    for (case, spec) in cases {
+        let name = common::unique("p");
+        if case.starts_with("annotation") {
+            n.api.put_annotated_pod("default", &name, json!({NETWORKS: spec.to_string()}), literal("first"));
+        } else {
+            n.api.put_pod("default", &name, spec);
+        }
+        let pod = n.pod(&name);
+        let err = n.call("ADD", &pod, &conf).err();
+        assert_eq!(err["code"], 7, "{case}: {err}");
+        assert!(err["msg"].as_str().unwrap().contains("interface name"), "{case}: {err}");
+        n.assert_failed_add_left_nothing(&pod, case);
+        assert!(n.records().is_empty(), "{case}: nothing recorded");
+        assert_eq!(n.call("DEL", &pod, &conf).code, 0, "{case}");
+    }
+}
+
+#[test]
+fn a_huge_value_comes_back_cut_and_cni_args_cannot_stand_in_for_ips() {
+    common::require_root();
+    let n = Node::new();
+    bridge_network(&n, "first", 5, &[]);
+    bridge_network(&n, "second", 6, &[]);
+    n.api.put_nad("default", "second", None);
+    n.api.put_config_map("default", "huge", json!({"net": "x".repeat(1 << 20)}));
+    n.api.put_pod("default", "huge", from_config_map("huge", "net"));
+    let conf = n.selector_conf("1.0.0", json!({}));
+    let pod = n.pod("huge");
+    let reply = n.call("ADD", &pod, &conf);
+    assert_eq!(reply.err()["code"], 7);
+    assert!(reply.stdout.len() < 8192, "the error is bounded: {} bytes", reply.stdout.len());
+    assert!(reply.stdout.contains("cut: too long to show whole"), "and says it was cut");
+    n.assert_failed_add_left_nothing(&pod, "huge value");
+    assert_eq!(n.call("DEL", &pod, &conf).code, 0);
+
+    // `ips` is refused on a network whose plugins declare no `ips` capability; so is its stand-in.
+    let annotation = json!([{"name": "second", "cni-args": {"IPs": ["10.81.6.50/24"]}}]).to_string();
+    n.api.put_annotated_pod("default", "ips", json!({NETWORKS: annotation}), literal("first"));
+    let pod = n.pod("ips");
+    let err = n.call("ADD", &pod, &conf).err();
+    assert!(err["code"] == 7 && err["msg"].as_str().unwrap().contains("\"ips\" capability"), "{err}");
+    n.assert_failed_add_left_nothing(&pod, "cni-args ips");
+}
+
+#[test]
+fn an_inline_type_a_go_plugin_reads_must_be_listed() {
+    common::require_root();
+    let n = Node::new();
+    bridge_network(&n, "first", 7, &[]);
+    let sneaky = json!({"cniVersion": "1.0.0", "name": "sneaky", "type": "bridge",
+        "ipam": {"type": "host-local", "Type": "dhcp", "subnet": "10.81.8.0/24"}});
+    n.api.put_nad("default", "sneaky", Some(&sneaky.to_string()));
+    n.api.put_annotated_pod("default", "s", json!({NETWORKS: "sneaky"}), literal("first"));
+    let conf =
+        n.selector_conf("1.0.0", json!({"allowInlineConfig": true, "inlinePluginTypes": ["bridge", "host-local"]}));
+    let pod = n.pod("s");
+    let err = n.call("ADD", &pod, &conf).err();
+    assert!(err["msg"].as_str().unwrap().contains("ipam.Type is \"dhcp\""), "{err}");
+    n.assert_failed_add_left_nothing(&pod, "ipam Type");
+}
