@@ -8,7 +8,7 @@
 use crate::kube::agent_socket::protocol::{Held, PodObjects};
 use crate::kube::{Kind, NetworkAttachmentDefinition, ObjectKey};
 use crate::selector::policy::AttachmentPolicy;
-use crate::selector::select::{references, trimmed, trimmed_meta};
+use crate::selector::select::{is_sandbox_pod, references, trimmed, trimmed_meta};
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use std::collections::{HashMap, VecDeque};
 use std::fmt;
@@ -214,8 +214,9 @@ impl Store {
             return Lookup::NotYet(if self.listed { Miss::NotSeen } else { Miss::NotListed });
         };
         let held_uid = held.pod.metadata.uid.as_deref().unwrap_or_default();
+        // A static pod's sandbox has the kubelet's uid, which its mirror pod carries.
         if let Some(uid) = uid
-            && uid != held_uid
+            && !is_sandbox_pod(&held.pod, uid)
         {
             let miss = Miss::OtherUid { held: held_uid.to_string() };
             return if self.deleted.iter().any(|d| d == uid) {

@@ -73,7 +73,11 @@ impl Plugin for Selector {
         if let Some(pod) = &pod
             && status_wanted
         {
-            write_status(&config, &via, api, pod, &attached);
+            // The status goes on the pod object the API server holds: a static pod's mirror has a
+            // uid of its own, not the sandbox's K8S_POD_UID.
+            let object_uid = selection.pod.as_ref().and_then(|p| p.uid.clone());
+            let object = PodIdentity { uid: object_uid.or(pod.uid.clone()), ..pod.clone() };
+            write_status(&config, &via, api, &object, &attached);
         }
         let primary = attached.into_iter().next().expect("a selection has at least one attachment");
         Ok(primary.result)

@@ -27,8 +27,10 @@ use k8s_openapi::api::core::v1::{ConfigMapKeySelector, Container, EnvVar, Pod};
 use std::collections::BTreeMap;
 
 mod objects;
+mod sandbox;
 
 pub use objects::{Fetching, Objects, references, trimmed, trimmed_meta};
+pub use sandbox::{CONFIG_MIRROR, check_uid, is_sandbox_pod};
 
 use super::selection::ENV_VAR;
 
@@ -57,22 +59,6 @@ pub fn select(
         source.pod(namespace, name)?.ok_or_else(|| CniError::new(code::KUBE_API, format!("{pod_ref} not found")))?;
     check_uid(pod_ref, &pod, sandbox_uid)?;
     resolve(config, runtime_ifname, (namespace, name), &pod, &mut Fetching::new(source))
-}
-
-/// The pod under the sandbox's name must be the sandbox's pod: a StatefulSet's pod deleted and
-/// created again under its name is another pod (another uid), and the old pod's sandbox must not
-/// get the new pod's networks. Refused with code 103, naming both uids.
-pub fn check_uid(pod_ref: ObjectRef<'_>, pod: &Pod, sandbox_uid: Option<&str>) -> Result<(), CniError> {
-    match (sandbox_uid, pod.metadata.uid.as_deref()) {
-        (Some(want), Some(have)) if want != have => Err(CniError::new(
-            code::KUBE_API,
-            format!(
-                "{pod_ref} is uid {have}, but this sandbox is for uid {want} (K8S_POD_UID): the pod was deleted \
-                 and created again under its name, and its own sandbox gets its networks"
-            ),
-        )),
-        _ => Ok(()),
-    }
 }
 
 /// The networks of `pod` (whose namespace and name are `key`), decided from the pod object and the

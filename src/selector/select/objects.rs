@@ -4,7 +4,7 @@
 //! and `trimmed` keeps of a pod only what `resolve` reads. Both follow `resolve`'s own parsing (the
 //! same helpers of `select`), so what the agent holds is what `resolve` asks for.
 
-use super::{annotation_requests, config_map_source, containers, env_entry, nad_namespace};
+use super::{CONFIG_MIRROR, annotation_requests, config_map_source, containers, env_entry, nad_namespace};
 use crate::cni::CniError;
 use crate::kube::{Kind, NetworkAttachmentDefinition, ObjectKey, PodSource};
 use crate::selector::annotation::{self, NETWORKS};
@@ -87,8 +87,11 @@ pub fn references(policy: &AttachmentPolicy, namespace: &str, pod: &Pod) -> Vec<
     refs.into_iter().collect()
 }
 
+/// The pod annotations `resolve` and the uid check read; `trimmed` keeps these.
+const READ_ANNOTATIONS: [&str; 2] = [NETWORKS, CONFIG_MIRROR];
+
 /// `pod` with only what `resolve` reads, so that `resolve` decides for it exactly as for `pod`:
-/// name, namespace, uid and resourceVersion; the networks annotation; and of the containers and
+/// name, namespace, uid and resourceVersion; the annotations it reads (`READ_ANNOTATIONS`); and of the containers and
 /// init containers that set `CNI_NETWORK_CONFIG`, their name and that one entry (the one that
 /// counts). Everything else (status, managed fields, images, probes, volumes) is dropped: the agent
 /// holds every pod of its node this way, and hands it to the plugin.
@@ -103,11 +106,14 @@ pub fn trimmed(pod: &Pod) -> Pod {
     let (containers, init_containers) = containers(pod);
     let init_containers: Vec<Container> = init_containers.iter().filter_map(keep).collect();
     let meta = &pod.metadata;
-    let annotations = meta
+    let annotations: BTreeMap<String, String> = meta
         .annotations
-        .as_ref()
-        .and_then(|a| a.get(NETWORKS))
-        .map(|value| BTreeMap::from([(NETWORKS.to_string(), value.clone())]));
+        .iter()
+        .flatten()
+        .filter(|(key, _)| READ_ANNOTATIONS.contains(&key.as_str()))
+        .map(|(key, value)| (key.clone(), value.clone()))
+        .collect();
+    let annotations = (!annotations.is_empty()).then_some(annotations);
     Pod {
         metadata: ObjectMeta { annotations, ..trimmed_meta(meta) },
         spec: Some(PodSpec {
