@@ -11,6 +11,7 @@ mod attach;
 mod chain;
 pub mod config;
 mod default_route;
+pub mod defaults;
 pub mod explain;
 mod extras;
 mod from_agent;

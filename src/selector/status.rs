@@ -28,10 +28,7 @@ pub struct Entry {
 
 /// The entry of one attachment: `network` and `source` say what it is, `result` what it got.
 pub fn entry(network: &str, source: Option<&Source>, ifname: &str, result: &CniResult, default: bool) -> Entry {
-    let name = match source {
-        Some(Source::Annotation { nad, .. }) => nad.clone(),
-        _ => network.to_string(),
-    };
+    let name = source.and_then(Source::nad).unwrap_or(network).to_string();
     // The pod's end of the attachment: the interface in the sandbox with this name.
     let own = result.interfaces.iter().position(|i| i.name == ifname && i.sandbox.is_some());
     let ips = result
