@@ -45,6 +45,7 @@ impl Plugin for Selector {
 
     fn add(&self, inv: &Invocation, conf: &PluginConf) -> Result<CniResult, CniError> {
         let config = SelectorConfig::from_plugin_conf(conf)?;
+        readiness_indicator(&config, code::TRY_AGAIN_LATER)?;
         let Chosen { selection, via, mut api } = choose(&config, inv)?;
         note_networks(selection.attachments.iter().map(|a| a.network.as_str()));
         let status_wanted = wants_status(&config, &selection);
@@ -179,9 +180,11 @@ impl Plugin for Selector {
         first_error.map_or(Ok(()), Err)
     }
 
-    /// Ready when the configuration directory can be read and the kubeconfig, if any, is there.
+    /// Ready when the readiness indicator file, if any, exists, the configuration directory can be
+    /// read and the kubeconfig, if any, is there.
     fn status(&self, _inv: &Invocation, conf: &PluginConf) -> Result<(), CniError> {
         let config = SelectorConfig::from_plugin_conf(conf)?;
+        readiness_indicator(&config, code::PLUGIN_NOT_AVAILABLE)?;
         let unavailable = |msg: String| CniError::new(code::PLUGIN_NOT_AVAILABLE, msg);
         std::fs::read_dir(&config.conf_dir)
             .map_err(|e| unavailable(format!("confDir {} is not readable: {e}", config.conf_dir.display())))?;
@@ -190,6 +193,24 @@ impl Plugin for Selector {
                 .map_err(|e| unavailable(format!("kubeconfig {} is not readable: {e}", kubeconfig.display())))?;
         }
         Ok(())
+    }
+}
+
+/// Multus's `readinessindicatorfile`: while it is missing (the cluster's default network is not up
+/// on this node yet), ADD and STATUS fail with `code` before anything is made. DEL, CHECK and GC
+/// are not held back: undoing must never wait for the network to come up.
+fn readiness_indicator(config: &SelectorConfig, code: u32) -> Result<(), CniError> {
+    let Some(file) = &config.readiness_indicator_file else { return Ok(()) };
+    match std::fs::metadata(file) {
+        Ok(_) => Ok(()),
+        Err(e) => Err(CniError::new(
+            code,
+            format!(
+                "readinessindicatorfile {} is not there ({e}): this node's default network is not ready yet; \
+                 nothing was set up",
+                file.display()
+            ),
+        )),
     }
 }
 
@@ -260,7 +281,9 @@ fn write_status(
     let entries: Vec<status::Entry> = attached
         .iter()
         .enumerate()
-        .map(|(i, a)| status::entry(&a.record.network, a.record.source.as_ref(), &a.record.ifname, &a.result, i == 0))
+        .flat_map(|(i, a)| {
+            status::entries(&a.record.network, a.record.source.as_ref(), &a.record.ifname, &a.result, i == 0)
+        })
         .collect();
     let annotations = status::annotations(&entries);
     if let Via::Agent(socket) = via {
