@@ -110,6 +110,8 @@ fn multus_and_genie_ways_of_choosing_give_the_same_networks_directly_and_through
     assert!(status[1]["ips"][0].as_str().unwrap().starts_with(&format!("10.77.{}.", GREEN.1)), "{status}");
     assert_eq!(status_of(&n, "default", "genie").unwrap()[1]["interface"], "eth1");
 
+    assert!(n.api.events().is_empty(), "without the agent, no events (they would cost every ADD a request)");
+
     // The agent watches the NADs of defaultNetworks and the default-network annotation.
     let selector_config = n.sb.write("selector-config.json", &direct.to_string());
     let agent = common::agent::Agent::start(
@@ -133,6 +135,34 @@ fn multus_and_genie_ways_of_choosing_give_the_same_networks_directly_and_through
     let before = n.api.plugin_requests();
     add_and_check(&n, &n.selector_conf("1.0.0", direct), "agent");
     assert_eq!(n.api.plugin_requests(), before, "no API request through the agent");
+
+    // The agent creates an AddedInterface event per interface, as Multus words them.
+    agent.wait_for("the AddedInterface events", || n.api.events().len() == 6);
+    let events = n.api.events();
+    let about = |name: &str| -> Vec<String> {
+        events
+            .iter()
+            .filter(|e| e["involvedObject"]["name"] == name)
+            .map(|e| e["message"].as_str().unwrap().to_string())
+            .collect()
+    };
+    let multus = about("multus");
+    assert_eq!(multus.len(), 2, "{multus:?}");
+    assert!(
+        multus[0].starts_with(&format!("Add eth0 [10.77.{}.", RED.1)) && multus[0].ends_with("/24] from default/red")
+    );
+    assert!(multus[1].starts_with("Add net1 [10.77.") && multus[1].ends_with("] from kube-system/green"), "{multus:?}");
+    assert!(about("genie")[1].starts_with("Add eth1 ["), "{:?}", about("genie"));
+    assert_eq!(about("coredns").len(), 1);
+    for e in &events {
+        assert_eq!((e["reason"].as_str(), e["type"].as_str()), (Some("AddedInterface"), Some("Normal")), "{e}");
+        let pod = e["involvedObject"]["name"].as_str().unwrap();
+        let namespace = e["involvedObject"]["namespace"].as_str().unwrap();
+        assert_eq!(e["involvedObject"]["uid"], format!("uid-{namespace}-{pod}"), "{e}");
+        assert_eq!(e["metadata"]["namespace"], namespace, "{e}");
+        assert_eq!(e["source"]["host"], common::apiserver::NODE_NAME, "{e}");
+    }
+    assert!(n.api.calls().iter().filter(|c| c.resource == "events").all(|c| c.client == "agent" && c.verb == "create"));
     drop(agent);
 }
 

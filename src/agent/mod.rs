@@ -8,7 +8,8 @@
 //! - it answers the plugin over a root-only unix socket (`server`; the wire and the plugin's side
 //!   are in `kube::agent_socket`) with the pod and those objects; the plugin resolves them itself,
 //!   with the same `resolve` as the direct path and its own view of the node's files;
-//! - it writes the pods' network-status annotations the plugin hands over (`annotate`);
+//! - it writes the pods' network-status annotations and creates the `AddedInterface` events the
+//!   plugin hands over (`annotate`);
 //! - it reports readiness and metrics on a local port (`http`, `metrics`).
 //!
 //! It never runs plugins or touches a pod's netns: a crashed, slow or upgraded agent costs the
@@ -145,6 +146,7 @@ fn run(options: &Options, bound: &Mutex<Option<FileId>>) -> anyhow::Result<()> {
             client,
             object_watches: Mutex::new(HashMap::new()),
             annotations,
+            node: options.node.clone(),
         });
         let mut tasks = JoinSet::new();
         tasks.spawn(watch::pods(shared.clone(), options.node.clone()));
@@ -179,6 +181,8 @@ struct Shared {
     client: ::kube::Client,
     object_watches: Mutex<HashMap<ObjectKey, AbortHandle>>,
     annotations: mpsc::Sender<annotate::Job>,
+    /// This node's name, which reports the events the agent creates.
+    node: String,
 }
 
 impl Shared {

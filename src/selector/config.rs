@@ -48,6 +48,9 @@ pub struct SelectorConfig {
     pub defaults: PodDefaults,
     /// `readinessindicatorfile` (Multus's key): ADD and STATUS fail while this file is missing.
     pub readiness_indicator_file: Option<PathBuf>,
+    /// `addedInterfaceEvents`: whether the node agent creates an `AddedInterface` event per
+    /// interface after an ADD it gave the selection for (as Multus does; default on).
+    pub added_interface_events: bool,
 }
 
 /// When to write the `network-status` annotation after a successful ADD.
@@ -107,6 +110,7 @@ impl SelectorConfig {
             genie_default,
             defaults: PodDefaults::from_keys(&conf.raw)?,
             readiness_indicator_file: non_empty(key(&conf.raw, "readinessindicatorfile")?),
+            added_interface_events: key(&conf.raw, "addedInterfaceEvents")?.unwrap_or(true),
             api: ApiPolicy::retrying(budget, attempt.min(budget)),
             policy: AttachmentPolicy::from_keys(&conf.raw)?,
             network_status: key(&conf.raw, "networkStatus")?.unwrap_or_default(),

@@ -18,6 +18,7 @@ mod from_agent;
 pub mod network;
 pub mod policy;
 mod record;
+mod report;
 pub mod select;
 pub mod selection;
 mod status;
@@ -30,9 +31,9 @@ use crate::cni::{CniArgs, CniError, CniResult, Command, Invocation, Plugin, Plug
 use crate::kube::{ApiClient, ApiPolicy, PodSource};
 use config::{NetworkStatus, SelectorConfig};
 use record::{Found, Record, RecordStore};
+use report::Via;
 use selection::{PodIdentity, Selection};
 use std::collections::{BTreeMap, HashSet};
-use std::path::PathBuf;
 
 pub const NAME: &str = "yh-genie";
 
@@ -72,14 +73,12 @@ impl Plugin for Selector {
             attach::abandon(&store, inv, &mut attached);
             return Err(e);
         }
-        if let Some(pod) = &pod
-            && status_wanted
-        {
+        if let Some(pod) = &pod {
             // The status goes on the pod object the API server holds: a static pod's mirror has a
             // uid of its own, not the sandbox's K8S_POD_UID.
             let object_uid = selection.pod.as_ref().and_then(|p| p.uid.clone());
             let object = PodIdentity { uid: object_uid.or(pod.uid.clone()), ..pod.clone() };
-            write_status(&config, &via, api, &object, &attached);
+            report::report(&config, &via, api, &object, &attached, status_wanted);
         }
         let primary = attached.into_iter().next().expect("a selection has at least one attachment");
         Ok(primary.result)
@@ -224,14 +223,6 @@ fn wants_status(config: &SelectorConfig, selection: &Selection) -> bool {
     }
 }
 
-/// Where ADD got the pod's selection from.
-enum Via {
-    /// The node agent listening on this socket.
-    Agent(PathBuf),
-    /// The API server (or nothing at all: not a pod, no kubeconfig).
-    Direct,
-}
-
 /// A selection, where it came from, and the API client that got it, if any.
 struct Chosen {
     selection: Selection,
@@ -262,51 +253,6 @@ fn choose(config: &SelectorConfig, inv: &Invocation) -> Result<Chosen, CniError>
     let source = api.as_ref().map(|a| a as &dyn PodSource);
     let selection = select::select(config, &inv.ifname, inv.args.pod(), inv.args.pod_uid(), source)?;
     Ok(Chosen { selection, via: Via::Direct, api })
-}
-
-/// The network-status annotation of what ADD attached: handed to the agent when it gave the
-/// selection (it writes it on its own time), else (or when it does not take it) written here in
-/// one request with a budget of its own.
-fn write_status(
-    config: &SelectorConfig,
-    via: &Via,
-    api: Option<ApiClient>,
-    pod: &PodIdentity,
-    attached: &[attach::Attached],
-) {
-    let Some(uid) = pod.uid.as_deref() else {
-        warn(format!("{pod} has no uid to make sure of; its {NETWORK_STATUS} annotation was not written"));
-        return;
-    };
-    let entries: Vec<status::Entry> = attached
-        .iter()
-        .enumerate()
-        .flat_map(|(i, a)| {
-            status::entries(&a.record.network, a.record.source.as_ref(), &a.record.ifname, &a.result, i == 0)
-        })
-        .collect();
-    let annotations = status::annotations(&entries);
-    if let Via::Agent(socket) = via {
-        match from_agent::hand_over_annotations(socket, pod, uid, &annotations) {
-            Ok(()) => return,
-            Err(why) => {
-                tracing::info!("the agent did not take {pod}'s {NETWORK_STATUS} annotation ({why}); writing it here")
-            }
-        }
-    }
-    let budget = ApiPolicy::retrying(config.api.attempt_timeout, config.api.attempt_timeout);
-    let api = match (api, &config.kubeconfig) {
-        (Some(mut api), _) => {
-            api.renew_budget(config.api.attempt_timeout);
-            api
-        }
-        (None, Some(kubeconfig)) => match ApiClient::connect(kubeconfig, budget) {
-            Ok(api) => api,
-            Err(e) => return warn(format!("the {NETWORK_STATUS} annotation of {pod} was not written: {e}")),
-        },
-        (None, None) => return,
-    };
-    status::write(&api, pod, uid, &annotations);
 }
 
 /// A client when there is a pod to look up and a kubeconfig to do it with.
