@@ -97,8 +97,9 @@ fn multus_and_genie_ways_of_choosing_give_the_same_networks_directly_and_through
     put_pods(&n);
     let direct = keys();
     let mut direct_keys = direct.clone();
+    // The agent's socket stays empty here: the direct path, and explain without the agent.
     direct_keys["agentSocket"] = "".into();
-    add_and_check(&n, &n.selector_conf("1.0.0", direct_keys), "api");
+    add_and_check(&n, &n.selector_conf("1.0.0", direct_keys.clone()), "api");
 
     // The status, as Multus writes it: the NAD's namespace/name, gateway, default on eth0.
     let status = status_of(&n, "default", "multus").expect("written for a pod of one network too");
@@ -111,6 +112,39 @@ fn multus_and_genie_ways_of_choosing_give_the_same_networks_directly_and_through
     assert_eq!(status_of(&n, "default", "genie").unwrap()[1]["interface"], "eth1");
 
     assert!(n.api.events().is_empty(), "without the agent, no events (they would cost every ADD a request)");
+
+    // explain says the same, and what the precedence ignored.
+    let mut plugin: Value = serde_json::from_str(&n.selector_conf("1.0.0", direct_keys.clone())).unwrap();
+    plugin.as_object_mut().unwrap().retain(|k, _| k != "cniVersion" && k != "name");
+    let conflist =
+        n.write_conf("00-yh-genie.conflist", &json!({"cniVersion": "1.0.0", "name": "yh-genie", "plugins": [plugin]}));
+    let explain = |pod: &str| {
+        let out =
+            n.sb.command(&n.sb.bin().join("yh-genie"))
+                .arg("explain")
+                .args(["--pod", pod, "--config"])
+                .arg(&conflist)
+                .output();
+        let out = out.unwrap();
+        assert_eq!(out.status.code(), Some(0), "{out:?}");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let out = explain("multus");
+    for want in [
+        "why:           annotation v1.multus-cni.io/default-network = \"red\"",
+        "interface 1:   eth0, network red",
+        "chosen by:     annotation v1.multus-cni.io/default-network element \"red\": NetworkAttachmentDefinition default/red",
+        "interface 2:   net1, network green",
+        "chosen by:     defaultNetworks element \"green\": NetworkAttachmentDefinition kube-system/green",
+        "note:          container \"app\" env CNI_NETWORK_CONFIG is ignored: annotation v1.multus-cni.io/default-network decides first",
+    ] {
+        assert!(out.contains(want), "lacks {want:?}:\n{out}");
+    }
+    let out = explain("genie");
+    assert!(
+        out.contains("interface 2:   eth1, network blue") && out.contains("annotation cni element \"blue\""),
+        "{out}"
+    );
 
     // The agent watches the NADs of defaultNetworks and the default-network annotation.
     let selector_config = n.sb.write("selector-config.json", &direct.to_string());
