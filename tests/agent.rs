@@ -136,7 +136,8 @@ fn with_the_agent_add_makes_no_api_request_and_records_what_the_direct_path_reco
     n.assert_nothing_left(&pod, "cri");
 
     assert!(agent.metric("yh_genie_agent_answers_total{outcome=\"hit\"}") >= 3);
-    // The agent's own requests: lists from the watch cache, watches, the status patch; nothing else.
+    // The agent's own requests: lists from the watch cache, watches, the status patch, the
+    // AddedInterface events; nothing else.
     for call in n.api.calls().iter().filter(|c| c.client == "agent") {
         let group = if call.resource == "network-attachment-definitions" { "k8s.cni.cncf.io" } else { "" };
         assert!(yh_genie::kube::AGENT_API_CALLS.contains(&(group, call.resource, call.verb)), "{call:?}");
