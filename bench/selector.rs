@@ -193,6 +193,14 @@ impl Bench {
         Case { label: label.to_string(), steps: vec![step], through_selector: true, via_agent, pods }
     }
 
+    /// `case` with `addedInterfaceEvents: false` in the selector's stdin.
+    fn without_events(&self, mut case: Case) -> Case {
+        for step in &mut case.steps {
+            step.stdin["addedInterfaceEvents"] = false.into();
+        }
+        case
+    }
+
     /// The first plugin of `conf` run directly, as libcni would for a one-plugin list.
     fn alone_case(&self, label: &str, conf: &Value, pods: usize) -> Case {
         self.direct_case(label, &[conf], pods)
@@ -377,6 +385,8 @@ fn single_network(b: &Bench, o: &Options) {
         b.alone_case("no-op alone", &noop, o.pods),
         b.choosing_case("no-op, via the agent", "noop", o.pods, &data, true),
         b.choosing_case("no-op, direct (API)", "noop", o.pods, &data, false),
+        // [6]: [4] without the AddedInterface events' hand-over to the agent.
+        b.without_events(b.choosing_case("no-op, agent, no events", "noop", o.pods, &data, true)),
     ];
     b.wait_for_agent(&cases);
 
@@ -420,6 +430,10 @@ fn single_network(b: &Bench, o: &Options) {
             "  selector's own cost per ADD (median, no-op difference): via the agent {}, direct {}",
             own(4).trim(),
             own(5).trim()
+        );
+        println!(
+            "  the AddedInterface events' hand-over per ADD (median, no-op via the agent minus the same without events): {}",
+            ms(percentile(&times[4].add, 0.5).saturating_sub(percentile(&times[6].add, 0.5))).trim()
         );
     }
     println!();

@@ -136,7 +136,8 @@ fn with_the_agent_add_makes_no_api_request_and_records_what_the_direct_path_reco
     n.assert_nothing_left(&pod, "cri");
 
     assert!(agent.metric("yh_genie_agent_answers_total{outcome=\"hit\"}") >= 3);
-    // The agent's own requests: lists from the watch cache, watches, the status patch; nothing else.
+    // The agent's own requests: lists from the watch cache, watches, the status patch, the
+    // AddedInterface events; nothing else.
     for call in n.api.calls().iter().filter(|c| c.client == "agent") {
         let group = if call.resource == "network-attachment-definitions" { "k8s.cni.cncf.io" } else { "" };
         assert!(yh_genie::kube::AGENT_API_CALLS.contains(&(group, call.resource, call.verb)), "{call:?}");
@@ -366,4 +367,61 @@ fn explain_says_whether_the_agent_has_the_pod_and_what_the_plugin_would_do() {
     assert!(out.contains("the same networks"), "{out}");
     let out = explain("nobody");
     assert!(out.contains("does not hold"), "{out}");
+}
+
+#[test]
+fn a_static_pod_gets_its_networks_through_its_mirror_pod_on_both_paths() {
+    let n = node();
+    // The kubelet runs a static pod under the uid it derives from the manifest; the API server's
+    // mirror pod has its own uid and carries the kubelet's in kubernetes.io/config.mirror.
+    let mirror = json!({ yh_genie::selector::select::CONFIG_MIRROR: "static-hash-1" });
+    n.api.put_annotated_pod("default", "etcd-node1", mirror, literal("red"));
+    let agent = n.start_agent();
+    agent.wait_ready();
+    let socket = n.agent_socket();
+    agent.wait_holds(&socket, "etcd-node1", &uid("etcd-node1"), |_| true);
+    let sandbox = |name: &str, sandbox_uid: &str| {
+        let mut pod = n.pod(name);
+        pod.args = pod.args.replace(&uid(name), sandbox_uid);
+        pod
+    };
+
+    for (path, extra) in
+        [("agent", json!({"networkStatus": "always"})), ("api", json!({"agentSocket": "", "networkStatus": "always"}))]
+    {
+        let conf = n.selector_conf("1.0.0", extra);
+        let pod = sandbox("etcd-node1", "static-hash-1");
+        let patches = n.api.patches().len();
+        let reply = add(&n, &pod, &conf);
+        assert_eq!(selection(&reply), path);
+        assert!(on(&pod, RED), "{path}: {:?}", pod_addresses(&pod));
+        // The status goes on the mirror pod, guarded by the mirror's own uid.
+        agent.wait_for("the network-status annotation", || n.api.patches().len() > patches);
+        let patch = n.api.patches().pop().unwrap().2;
+        assert_eq!(patch["metadata"]["uid"], uid("etcd-node1"), "{path}");
+        let status: serde_json::Value = serde_json::from_str(
+            patch["metadata"]["annotations"][yh_genie::selector::NETWORK_STATUS].as_str().unwrap(),
+        )
+        .unwrap();
+        assert_eq!(status[0]["interface"], "eth0", "{path}: {status}");
+        n.call("DEL", &pod, &conf).ok();
+        n.assert_nothing_left(&pod, path);
+
+        // A sandbox of another uid is still another pod's: refused on both paths, both uids named.
+        let other = sandbox("etcd-node1", "static-hash-2");
+        let reply = n.call("ADD", &other, &conf);
+        let e = reply.err();
+        assert_eq!(e["code"], 103, "{path}: {e}");
+        let msg = e["msg"].as_str().unwrap();
+        assert!(
+            msg.contains("static-hash-2") && msg.contains(&uid("etcd-node1")) && msg.contains("static-hash-1"),
+            "{msg}"
+        );
+        if path == "agent" {
+            assert!(selection(&reply).contains("api: "), "the agent's answer is not used: {reply:?}");
+        }
+        n.call("DEL", &other, &conf).ok();
+        n.assert_nothing_left(&other, path);
+    }
+    drop(agent);
 }

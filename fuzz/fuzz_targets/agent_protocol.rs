@@ -54,7 +54,7 @@ fuzz_target!(|data: &[u8]| {
     }
     let Ok(pod) = serde_json::from_slice::<Pod>(data) else { return };
     for policy in [AttachmentPolicy::default(), AttachmentPolicy { namespace_isolation: false, ..Default::default() }] {
-        let _ = select::references(&policy, "default", &pod);
+        let _ = select::references(&policy, &Default::default(), "default", &pod);
     }
     let small = select::trimmed(&pod);
     assert_eq!(select::trimmed(&small), small);

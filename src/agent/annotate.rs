@@ -1,5 +1,6 @@
-//! The network-status annotations the plugin hands over after an ADD, written by the agent on its
-//! own time, so that the plugin makes no API request and its ADD does not wait for one. Each is
+//! The network-status annotations and `AddedInterface` events the plugin hands over after an ADD,
+//! written by the agent on its own time, so that the plugin makes no API request and its ADD does
+//! not wait for one. The events come after the status, and none for a pod that is gone. Each is
 //! one merge patch carrying the pod's uid (the API server refuses it for a pod recreated under the
 //! name), retried with jittered backoff while the API server is unreachable, for at most
 //! `BUDGET`; a few at a time. Like the plugin's own write, a status that cannot be written is a
@@ -9,13 +10,15 @@ use super::Shared;
 use super::metrics::StatusOutcome;
 use crate::kube::agent_socket::protocol::Answer;
 use crate::kube::jittered;
-use crate::kube::watching::{Annotated, annotate};
+use crate::kube::watching::{Annotated, EventPod, annotate, create_event};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::{Semaphore, mpsc};
 use tracing::warn;
 
+/// The reason of the events that say which interface a pod got, as Multus names it.
+const ADDED_INTERFACE: &str = "AddedInterface";
 /// Writes waiting; when full, the plugin is told so and writes the status itself.
 pub(super) const QUEUE: usize = 1024;
 /// Writes in flight at once.
@@ -31,7 +34,10 @@ pub(super) struct Job {
     pub namespace: String,
     pub name: String,
     pub uid: String,
+    /// Empty: no status to write (only events).
     pub annotations: BTreeMap<String, String>,
+    /// Messages of the `AddedInterface` events to create, after the status.
+    pub events: Vec<String>,
     /// When the plugin handed it over.
     pub accepted: Instant,
 }
@@ -67,26 +73,55 @@ pub(super) async fn run(shared: Arc<Shared>, mut jobs: mpsc::Receiver<Job>) -> S
 async fn write(shared: &Shared, job: Job) {
     let pod = format!("pod {}/{} (uid {})", job.namespace, job.name, job.uid);
     let deadline = job.accepted + BUDGET;
-    let mut pause = FIRST_PAUSE;
-    loop {
-        let outcome = annotate(&shared.client, &job.namespace, &job.name, &job.uid, &job.annotations).await;
-        let failure = match outcome {
-            Annotated::Written => return shared.metrics.status(StatusOutcome::Written),
+    if !job.annotations.is_empty() {
+        let outcome =
+            retried(deadline, || annotate(&shared.client, &job.namespace, &job.name, &job.uid, &job.annotations)).await;
+        match outcome {
+            Annotated::Written => shared.metrics.status(StatusOutcome::Written),
             Annotated::PodGone => {
                 warn!(
                     "{pod} is gone or was replaced by another pod of its name; its network-status annotation was not written"
                 );
+                // Nor are events about a pod that is not there.
                 return shared.metrics.status(StatusOutcome::PodGone);
             }
-            Annotated::Refused(why) => why,
+            Annotated::Refused(why) | Annotated::Transient(why) => {
+                warn!("the network-status annotation of {pod} was not written: {why}");
+                shared.metrics.status(StatusOutcome::Failed);
+            }
+        }
+    }
+    let about = EventPod { namespace: &job.namespace, name: &job.name, uid: &job.uid };
+    for message in &job.events {
+        let outcome =
+            retried(deadline, || create_event(&shared.client, &about, &shared.node, ADDED_INTERFACE, message)).await;
+        match outcome {
+            Annotated::Written => {}
+            Annotated::PodGone | Annotated::Refused(_) | Annotated::Transient(_) => {
+                warn!("the {ADDED_INTERFACE} event \"{message}\" of {pod} was not created: {outcome:?}");
+            }
+        }
+    }
+}
+
+/// `attempt` until it is not transient, with jittered backoff, while `deadline` allows another try;
+/// a transient failure past it says how long it was retried.
+async fn retried<F, Fut>(deadline: Instant, mut attempt: F) -> Annotated
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Annotated>,
+{
+    let mut pause = FIRST_PAUSE;
+    loop {
+        match attempt().await {
             Annotated::Transient(_) if Instant::now() + pause < deadline => {
                 tokio::time::sleep(jittered(pause)).await;
                 pause = (pause * 2).min(MAX_PAUSE);
-                continue;
             }
-            Annotated::Transient(why) => format!("{why} (retried for {}s)", BUDGET.as_secs()),
-        };
-        warn!("the network-status annotation of {pod} was not written: {failure}");
-        return shared.metrics.status(StatusOutcome::Failed);
+            Annotated::Transient(why) => {
+                return Annotated::Transient(format!("{why} (retried for {}s)", BUDGET.as_secs()));
+            }
+            done => return done,
+        }
     }
 }

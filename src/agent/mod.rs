@@ -8,7 +8,8 @@
 //! - it answers the plugin over a root-only unix socket (`server`; the wire and the plugin's side
 //!   are in `kube::agent_socket`) with the pod and those objects; the plugin resolves them itself,
 //!   with the same `resolve` as the direct path and its own view of the node's files;
-//! - it writes the pods' network-status annotations the plugin hands over (`annotate`);
+//! - it writes the pods' network-status annotations and creates the `AddedInterface` events the
+//!   plugin hands over (`annotate`);
 //! - it reports readiness and metrics on a local port (`http`, `metrics`).
 //!
 //! It never runs plugins or touches a pod's netns: a crashed, slow or upgraded agent costs the
@@ -24,6 +25,7 @@ mod watch;
 
 use crate::kube::watching::{self, Access};
 use crate::kube::{ObjectKey, jittered};
+use crate::selector::defaults::PodDefaults;
 use crate::selector::policy::AttachmentPolicy;
 use anyhow::{Context, anyhow, bail};
 use metrics::Metrics;
@@ -129,20 +131,22 @@ fn run(options: &Options, bound: &Mutex<Option<FileId>>) -> anyhow::Result<()> {
         let (listener, id) =
             server::bind(&options.socket).with_context(|| format!("listening on {}", options.socket.display()))?;
         *bound.lock().unwrap_or_else(|e| e.into_inner()) = Some(id);
-        let policy = options.selector_config.as_deref().map(read_policy).unwrap_or_else(|| Ok(Default::default()));
-        let policy = policy.unwrap_or_else(|e| {
+        let rules = options.selector_config.as_deref().map(read_rules).unwrap_or_else(|| Ok(Default::default()));
+        let (policy, defaults) = rules.unwrap_or_else(|e| {
             warn!("{e:#}; the default namespace policy decides which NetworkAttachmentDefinitions are watched");
-            AttachmentPolicy::default()
+            Default::default()
         });
+        let store = Store::with_rules(policy, defaults);
         let (annotations, jobs) = mpsc::channel(annotate::QUEUE);
         let (changes, _) = tokio::sync::watch::channel(0);
         let shared = Arc::new(Shared {
-            store: Mutex::new(Store::new(policy)),
+            store: Mutex::new(store),
             changes,
             metrics: Metrics::default(),
             client,
             object_watches: Mutex::new(HashMap::new()),
             annotations,
+            node: options.node.clone(),
         });
         let mut tasks = JoinSet::new();
         tasks.spawn(watch::pods(shared.clone(), options.node.clone()));
@@ -177,6 +181,8 @@ struct Shared {
     client: ::kube::Client,
     object_watches: Mutex<HashMap<ObjectKey, AbortHandle>>,
     annotations: mpsc::Sender<annotate::Job>,
+    /// This node's name, which reports the events the agent creates.
+    node: String,
 }
 
 impl Shared {
@@ -205,23 +211,26 @@ impl Shared {
     }
 }
 
-/// The namespace policy from the selector's extra keys (`--selector-config`).
-fn read_policy(path: &Path) -> anyhow::Result<AttachmentPolicy> {
+/// The namespace policy and the admin's `defaultNetworks`/`systemNamespaces`, from the selector's
+/// extra keys (`--selector-config`): which NetworkAttachmentDefinitions the node's pods use.
+fn read_rules(path: &Path) -> anyhow::Result<(AttachmentPolicy, PodDefaults)> {
     let text = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
     let keys: serde_json::Map<String, serde_json::Value> =
         serde_json::from_slice(&text).with_context(|| format!("{} is not a JSON object", path.display()))?;
-    AttachmentPolicy::from_keys(&keys).map_err(|e| anyhow!("{}: {e}", path.display()))
+    let policy = AttachmentPolicy::from_keys(&keys).map_err(|e| anyhow!("{}: {e}", path.display()))?;
+    let defaults = PodDefaults::from_keys(&keys).map_err(|e| anyhow!("{}: {e}", path.display()))?;
+    Ok((policy, defaults))
 }
 
-/// Read the policy again now and then: the ConfigMap behind it may be edited.
+/// Read the rules again now and then: the ConfigMap behind them may be edited.
 async fn reload_policy(shared: Arc<Shared>, path: PathBuf) -> String {
     let mut last_error = None;
     loop {
         tokio::time::sleep(POLICY_RELOAD).await;
-        match read_policy(&path) {
-            Ok(policy) => {
+        match read_rules(&path) {
+            Ok((policy, defaults)) => {
                 last_error = None;
-                shared.update(|store| store.set_policy(policy));
+                shared.update(|store| store.set_rules(policy, defaults));
             }
             Err(e) => {
                 let e = format!("{e:#}");

@@ -70,8 +70,9 @@ async fn connection(shared: Arc<Shared>, stream: UnixStream) {
                 shared.metrics.answered(outcome, started.elapsed());
                 answer
             }
-            Ok(Request { ask: Ask::Annotate { namespace, name, uid, annotations }, .. }) => {
-                annotate::offer(&shared, annotate::Job { namespace, name, uid, annotations, accepted: Instant::now() })
+            Ok(Request { ask: Ask::Annotate { namespace, name, uid, annotations, events }, .. }) => {
+                let job = annotate::Job { namespace, name, uid, annotations, events, accepted: Instant::now() };
+                annotate::offer(&shared, job)
             }
             Err(why) => refused(&shared, why, started),
         },

@@ -1,14 +1,16 @@
 //! What the agent holds: every pod of its node, trimmed to what selection reads
 //! (`select::trimmed`), and the ConfigMaps and NetworkAttachmentDefinitions those pods refer to
-//! (`select::references`), each counted by the pods that use it. The store decides which objects
+//! (`select::references`, under the namespace policy and the admin's `defaultNetworks`), each
+//! counted by the pods that use it. The store decides which objects
 //! need a watch (`Watches`: start one when the first pod refers to an object, stop it when the
 //! last goes, as the kubelet does for the ConfigMaps its pods mount) and answers lookups; it does
 //! no I/O, so the watches and the socket server around it are thin.
 
 use crate::kube::agent_socket::protocol::{Held, PodObjects};
 use crate::kube::{Kind, NetworkAttachmentDefinition, ObjectKey};
+use crate::selector::defaults::PodDefaults;
 use crate::selector::policy::AttachmentPolicy;
-use crate::selector::select::{references, trimmed, trimmed_meta};
+use crate::selector::select::{is_sandbox_pod, references, trimmed, trimmed_meta};
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use std::collections::{HashMap, VecDeque};
 use std::fmt;
@@ -112,6 +114,7 @@ struct HeldObject {
 
 pub struct Store {
     policy: AttachmentPolicy,
+    defaults: PodDefaults,
     pods: HashMap<(String, String), HeldPod>,
     objects: HashMap<ObjectKey, HeldObject>,
     deleted: VecDeque<String>,
@@ -119,8 +122,20 @@ pub struct Store {
 }
 
 impl Store {
+    #[cfg(test)]
     pub fn new(policy: AttachmentPolicy) -> Self {
-        Store { policy, pods: HashMap::new(), objects: HashMap::new(), deleted: VecDeque::new(), listed: false }
+        Self::with_rules(policy, PodDefaults::default())
+    }
+
+    pub fn with_rules(policy: AttachmentPolicy, defaults: PodDefaults) -> Self {
+        Store {
+            policy,
+            defaults,
+            pods: HashMap::new(),
+            objects: HashMap::new(),
+            deleted: VecDeque::new(),
+            listed: false,
+        }
     }
 
     /// Whether the node's pods have been listed once (the agent's readiness).
@@ -141,7 +156,7 @@ impl Store {
     pub fn apply(&mut self, pod: &Pod) -> Watches {
         let Some(key) = pod_key(pod) else { return Watches::default() };
         let pod = trimmed(pod);
-        let refs = references(&self.policy, &key.0, &pod);
+        let refs = references(&self.policy, &self.defaults, &key.0, &pod);
         let mut watches = self.refer(&refs);
         if let Some(old) = self.pods.insert(key, HeldPod { pod, refs }) {
             watches.merge(self.release(&old.refs));
@@ -192,11 +207,19 @@ impl Store {
     }
 
     /// A new namespace policy: which NADs the pods may use, so which are watched.
+    #[cfg(test)]
     pub fn set_policy(&mut self, policy: AttachmentPolicy) -> Watches {
-        if policy == self.policy {
+        let defaults = self.defaults.clone();
+        self.set_rules(policy, defaults)
+    }
+
+    /// A new namespace policy and `defaultNetworks`/`systemNamespaces`: which NADs are watched.
+    pub fn set_rules(&mut self, policy: AttachmentPolicy, defaults: PodDefaults) -> Watches {
+        if policy == self.policy && defaults == self.defaults {
             return Watches::default();
         }
         self.policy = policy;
+        self.defaults = defaults;
         let pods: Vec<Pod> = self.pods.values().map(|held| held.pod.clone()).collect();
         let mut watches = Watches::default();
         for pod in &pods {
@@ -214,8 +237,9 @@ impl Store {
             return Lookup::NotYet(if self.listed { Miss::NotSeen } else { Miss::NotListed });
         };
         let held_uid = held.pod.metadata.uid.as_deref().unwrap_or_default();
+        // A static pod's sandbox has the kubelet's uid, which its mirror pod carries.
         if let Some(uid) = uid
-            && uid != held_uid
+            && !is_sandbox_pod(&held.pod, uid)
         {
             let miss = Miss::OtherUid { held: held_uid.to_string() };
             return if self.deleted.iter().any(|d| d == uid) {

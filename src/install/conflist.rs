@@ -63,10 +63,12 @@ pub fn kubeconfig_path(opts: &Options) -> std::path::PathBuf {
 }
 
 /// The conflist bytes: the derived keys, then `extra` (from the selector config) with
-/// `--default-network` set over it. Deterministic, so an unchanged setup rewrites nothing.
+/// `--default-network` set over it (and over CNI-Genie's `default_plugin`). Deterministic, so an unchanged setup rewrites nothing.
 pub fn render(opts: &Options, mut extra: Map<String, Value>) -> Vec<u8> {
     if let Some(network) = &opts.default_network {
         extra.insert("defaultNetwork".into(), Value::String(network.clone()));
+        // CNI-Genie's spelling of the same key would disagree with the flag.
+        extra.remove("default_plugin");
     }
     let kubeconfig = kubeconfig_path(opts);
     let doc = ConfList {

@@ -35,12 +35,13 @@ pub const API_CALLS: [(&str, &str, &str); 4] = [
 
 /// Every request the node agent makes (`watching`, `crate::agent`), as RBAC names them: it lists
 /// and watches its node's pods and the ConfigMaps and NetworkAttachmentDefinitions they refer to,
-/// and patches a pod's network-status annotation for the plugin. The ClusterRole grants these
-/// and `API_CALLS`, nothing else.
-pub const AGENT_API_CALLS: [(&str, &str, &str); 7] = [
+/// patches a pod's network-status annotation and creates its `AddedInterface` events for the
+/// plugin. The ClusterRole grants these and `API_CALLS`, nothing else.
+pub const AGENT_API_CALLS: [(&str, &str, &str); 8] = [
     ("", "pods", "list"),
     ("", "pods", "watch"),
     ("", "pods", "patch"),
+    ("", "events", "create"),
     ("", "configmaps", "list"),
     ("", "configmaps", "watch"),
     ("k8s.cni.cncf.io", "network-attachment-definitions", "list"),

@@ -1,6 +1,6 @@
 //! The node agent's access to the API server: one long-lived async client (where `ApiClient` is
-//! built for one plugin call and blocks), used for its watches and for the network-status writes it
-//! makes on the plugin's behalf. Built with the same HTTPS stack and certificate checks as the
+//! built for one plugin call and blocks), used for its watches and for the network-status writes
+//! and `AddedInterface` events it makes on the plugin's behalf. Built with the same HTTPS stack and certificate checks as the
 //! plugin's client (`tls`).
 //!
 //! In the DaemonSet it authenticates with the pod's service account: the token file is named, not
@@ -8,10 +8,11 @@
 
 use super::client::{Failure, POD_REPLACED, annotations_patch, classify};
 use super::tls;
-use ::kube::api::PatchParams;
+use ::kube::api::{PatchParams, PostParams};
 use ::kube::config::{KubeConfigOptions, Kubeconfig};
 use ::kube::{Api, Client, Config};
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Event, EventSource, ObjectReference, Pod};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -85,6 +86,54 @@ pub async fn annotate(
         Ok(Ok(_)) => Annotated::Written,
         Ok(Err(e)) => match classify(&e) {
             Failure::Refused { status: Some(status), .. } if POD_REPLACED.contains(&status) => Annotated::PodGone,
+            Failure::Transient(text) => Annotated::Transient(text),
+            Failure::Refused { text, .. } => Annotated::Refused(text),
+            Failure::Certificate(problem) => Annotated::Refused(format!("the server's certificate: {problem}")),
+        },
+    }
+}
+
+/// The pod an Event is about: its namespace, name and uid.
+pub struct EventPod<'a> {
+    pub namespace: &'a str,
+    pub name: &'a str,
+    pub uid: &'a str,
+}
+
+/// Create one `Normal` core/v1 Event about `pod` with `reason` and `message`, reported by the
+/// agent of `node` (as the kubelet's and Multus's events are), in one attempt.
+pub async fn create_event(client: &Client, pod: &EventPod<'_>, node: &str, reason: &str, message: &str) -> Annotated {
+    let api: Api<Event> = Api::namespaced(client.clone(), pod.namespace);
+    let now = Time(k8s_openapi::jiff::Timestamp::now());
+    let event = Event {
+        metadata: ObjectMeta {
+            generate_name: Some(format!("{}.", pod.name)),
+            namespace: Some(pod.namespace.to_string()),
+            ..Default::default()
+        },
+        involved_object: ObjectReference {
+            api_version: Some("v1".into()),
+            kind: Some("Pod".into()),
+            namespace: Some(pod.namespace.to_string()),
+            name: Some(pod.name.to_string()),
+            uid: Some(pod.uid.to_string()),
+            ..Default::default()
+        },
+        reason: Some(reason.to_string()),
+        message: Some(message.to_string()),
+        type_: Some("Normal".into()),
+        source: Some(EventSource { component: Some(crate::selector::NAME.into()), host: Some(node.to_string()) }),
+        reporting_component: Some(crate::selector::NAME.into()),
+        reporting_instance: Some(node.to_string()),
+        first_timestamp: Some(now.clone()),
+        last_timestamp: Some(now),
+        count: Some(1),
+        ..Default::default()
+    };
+    match tokio::time::timeout(REQUEST_TIMEOUT, api.create(&PostParams::default(), &event)).await {
+        Err(_) => Annotated::Transient(format!("no answer within {}s", REQUEST_TIMEOUT.as_secs())),
+        Ok(Ok(_)) => Annotated::Written,
+        Ok(Err(e)) => match classify(&e) {
             Failure::Transient(text) => Annotated::Transient(text),
             Failure::Refused { text, .. } => Annotated::Refused(text),
             Failure::Certificate(problem) => Annotated::Refused(format!("the server's certificate: {problem}")),

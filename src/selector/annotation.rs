@@ -20,6 +20,11 @@ use std::net::IpAddr;
 
 /// The annotation's key.
 pub const NETWORKS: &str = "k8s.v1.cni.cncf.io/networks";
+/// Multus's annotation that replaces the pod's first network (`eth0`) with one
+/// NetworkAttachmentDefinition, in the same syntax (one element).
+pub const MULTUS_DEFAULT_NETWORK: &str = "v1.multus-cni.io/default-network";
+/// CNI-Genie's annotation: the pod's networks by name (`weave,canal`, `weave@eth5`).
+pub const GENIE_CNI: &str = "cni";
 
 /// Multus keys that ask for something this selector does not do.
 const UNSUPPORTED: [&str; 5] = ["portMappings", "bandwidth", "infiniband-guid", "deviceID", "ipam-claim-reference"];
@@ -64,11 +69,17 @@ impl Extras {
 /// Parse the annotation's value. An empty value asks for nothing. Errors are code 7 (code 2 for a
 /// Multus key that is not implemented) and say which element is wrong and why.
 pub fn parse(value: &str) -> Result<Vec<Request>, CniError> {
+    parse_as(NETWORKS, value)
+}
+
+/// `parse` for an annotation of the same syntax under another `key` (Multus's default-network), so
+/// that errors name the annotation the pod wrote.
+pub fn parse_as(key: &str, value: &str) -> Result<Vec<Request>, CniError> {
     let value = value.trim();
     if value.is_empty() {
         return Ok(Vec::new());
     }
-    let bad = |msg: String| CniError::invalid_config(format!("annotation {NETWORKS}: {msg}"));
+    let bad = |msg: String| CniError::invalid_config(format!("annotation {key}: {msg}"));
     if value.starts_with(['[', '{', '"']) {
         let elements: Vec<Value> =
             serde_json::from_str(value).map_err(|e| bad(format!("its JSON form must be an array of objects: {e}")))?;
@@ -77,7 +88,7 @@ pub fn parse(value: &str) -> Result<Vec<Request>, CniError> {
             .enumerate()
             .map(|(i, element)| {
                 json_element(element)
-                    .map_err(|e| CniError::new(e.code, format!("annotation {NETWORKS}: element {}: {}", i + 1, e.msg)))
+                    .map_err(|e| CniError::new(e.code, format!("annotation {key}: element {}: {}", i + 1, e.msg)))
             })
             .collect();
     }

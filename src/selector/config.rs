@@ -1,5 +1,6 @@
 //! The selector's own configuration: the `yh-genie` entry of `00-yh-genie.conflist`.
 
+use super::defaults::PodDefaults;
 use super::policy::AttachmentPolicy;
 use crate::cni::{CniError, ConfList, PluginConf};
 use crate::kube::ApiPolicy;
@@ -40,6 +41,16 @@ pub struct SelectorConfig {
     pub network_status: NetworkStatus,
     /// `agentSocket`: where the node agent answers (`None`, from an empty value: ask no agent).
     pub agent_socket: Option<PathBuf>,
+    /// Whether `default_network` came from CNI-Genie's `default_plugin` key: its further networks
+    /// are then named as Genie names them (`eth1`, `eth2`...).
+    pub genie_default: bool,
+    /// `defaultNetworks`, `systemNamespaces`, `multusNamespace` (Multus's keys).
+    pub defaults: PodDefaults,
+    /// `readinessindicatorfile` (Multus's key): ADD and STATUS fail while this file is missing.
+    pub readiness_indicator_file: Option<PathBuf>,
+    /// `addedInterfaceEvents`: whether the node agent creates an `AddedInterface` event per
+    /// interface after an ADD it gave the selection for (as Multus does; default on).
+    pub added_interface_events: bool,
 }
 
 /// When to write the `network-status` annotation after a successful ADD.
@@ -80,12 +91,26 @@ impl SelectorConfig {
         let dir = |p: Option<PathBuf>, default: &str| non_empty(p).unwrap_or_else(|| PathBuf::from(default));
         let budget = seconds_key(&conf.raw, "apiTimeoutSeconds", ApiPolicy::DEFAULT_BUDGET)?;
         let attempt = seconds_key(&conf.raw, "apiAttemptTimeoutSeconds", ApiPolicy::DEFAULT_ATTEMPT_TIMEOUT)?;
+        let default_network = key::<String>(&conf.raw, "defaultNetwork")?.filter(|n| !n.trim().is_empty());
+        let default_plugin = key::<String>(&conf.raw, "default_plugin")?.filter(|n| !n.trim().is_empty());
+        let genie_default = default_network.is_none() && default_plugin.is_some();
+        if let (Some(a), Some(b)) = (&default_network, &default_plugin)
+            && a.trim() != b.trim()
+        {
+            return Err(CniError::invalid_config(format!(
+                "yh-genie: 'defaultNetwork' ({a:?}) and CNI-Genie's 'default_plugin' ({b:?}) disagree; set one"
+            )));
+        }
         Ok(SelectorConfig {
             kubeconfig,
             conf_dir: dir(key(&conf.raw, "confDir")?, DEFAULT_CONF_DIR),
             data_dir: dir(key(&conf.raw, "dataDir")?, DEFAULT_DATA_DIR),
             bin_dir: dir(key(&conf.raw, "binDir")?, DEFAULT_BIN_DIR),
-            default_network: key::<String>(&conf.raw, "defaultNetwork")?.filter(|n| !n.trim().is_empty()),
+            default_network: default_network.or(default_plugin),
+            genie_default,
+            defaults: PodDefaults::from_keys(&conf.raw)?,
+            readiness_indicator_file: non_empty(key(&conf.raw, "readinessindicatorfile")?),
+            added_interface_events: key(&conf.raw, "addedInterfaceEvents")?.unwrap_or(true),
             api: ApiPolicy::retrying(budget, attempt.min(budget)),
             policy: AttachmentPolicy::from_keys(&conf.raw)?,
             network_status: key(&conf.raw, "networkStatus")?.unwrap_or_default(),
@@ -202,6 +227,26 @@ mod tests {
         );
         assert_eq!(c.default_network.as_deref(), Some("yonghui"));
         assert_eq!(c.api, ApiPolicy::retrying(Duration::from_millis(2500), Duration::from_millis(500)));
+    }
+
+    #[test]
+    fn genie_and_multus_keys() {
+        let c = parse(r#"{"cniVersion":"1.0.0","type":"yh-genie","default_plugin":"weave,canal"}"#).unwrap();
+        assert_eq!((c.default_network.as_deref(), c.genie_default), (Some("weave,canal"), true));
+        let c = parse(r#"{"cniVersion":"1.0.0","type":"yh-genie","defaultNetwork":"a","default_plugin":"a"}"#).unwrap();
+        assert_eq!((c.default_network.as_deref(), c.genie_default), (Some("a"), false));
+        let e =
+            parse(r#"{"cniVersion":"1.0.0","type":"yh-genie","defaultNetwork":"a","default_plugin":"b"}"#).unwrap_err();
+        assert!(e.code == 7 && e.msg.contains("default_plugin") && e.msg.contains("disagree"), "{e}");
+        let c = parse(
+            r#"{"cniVersion":"1.0.0","type":"yh-genie","readinessindicatorfile":"/run/ready",
+                          "defaultNetworks":["lan"],"systemNamespaces":[]}"#,
+        )
+        .unwrap();
+        assert_eq!(c.readiness_indicator_file.as_deref(), Some(Path::new("/run/ready")));
+        assert_eq!(c.defaults.default_networks[0].name, "lan");
+        assert!(!c.defaults.is_system("kube-system"));
+        assert_eq!(parse(r#"{"cniVersion":"1.0.0","type":"yh-genie"}"#).unwrap().defaults, PodDefaults::default());
     }
 
     #[test]

@@ -77,18 +77,21 @@ pub fn resolve(
     })
 }
 
-/// Hand the pod's annotations to the agent, which writes them (with the uid guard) on its own time.
-pub fn hand_over_annotations(
+/// Hand the pod's annotations (none: no status to write) and the messages of its `AddedInterface`
+/// events to the agent, which writes them (with the uid guard) on its own time.
+pub fn hand_over(
     socket: &Path,
     pod: &PodIdentity,
     uid: &str,
     annotations: &BTreeMap<String, String>,
+    events: &[String],
 ) -> Result<(), String> {
     let ask = Ask::Annotate {
         namespace: pod.namespace.clone(),
         name: pod.name.clone(),
         uid: uid.into(),
         annotations: annotations.clone(),
+        events: events.to_vec(),
     };
     match exchange(socket, &Request::new(ask), Instant::now() + HAND_OVER)? {
         Answer::Accepted => Ok(()),

@@ -13,6 +13,7 @@ mod chain;
 mod cni_args;
 pub mod config;
 mod default_route;
+pub mod defaults;
 pub mod explain;
 mod extras;
 mod from_agent;
@@ -20,6 +21,7 @@ pub mod inline;
 pub mod network;
 pub mod policy;
 mod record;
+mod report;
 pub mod select;
 pub mod selection;
 mod settle;
@@ -34,9 +36,9 @@ use crate::cni::{CniArgs, CniError, CniResult, Command, Invocation, Plugin, Plug
 use crate::kube::{ApiClient, ApiPolicy, PodSource};
 use config::{NetworkStatus, SelectorConfig};
 use record::{Found, Record, RecordStore};
+use report::Via;
 use selection::{PodIdentity, Selection};
 use std::collections::{BTreeMap, HashSet};
-use std::path::PathBuf;
 use tombstone::Tombstones;
 
 pub const NAME: &str = "yh-genie";
@@ -50,6 +52,7 @@ impl Plugin for Selector {
 
     fn add(&self, inv: &Invocation, conf: &PluginConf) -> Result<CniResult, CniError> {
         let config = SelectorConfig::from_plugin_conf(conf)?;
+        readiness_indicator(&config, code::TRY_AGAIN_LATER)?;
         let Chosen { selection, via, mut api } = choose(&config, inv)?;
         note_networks(selection.attachments.iter().map(|a| a.network.as_str()));
         let status_wanted = wants_status(&config, &selection);
@@ -78,10 +81,12 @@ impl Plugin for Selector {
             attach::abandon(&store, inv, &mut attached);
             return Err(e);
         }
-        if let Some(pod) = &pod
-            && status_wanted
-        {
-            write_status(&config, &via, api, pod, &attached);
+        if let Some(pod) = &pod {
+            // The status goes on the pod object the API server holds: a static pod's mirror has a
+            // uid of its own, not the sandbox's K8S_POD_UID.
+            let object_uid = selection.pod.as_ref().and_then(|p| p.uid.clone());
+            let object = PodIdentity { uid: object_uid.or(pod.uid.clone()), ..pod.clone() };
+            report::report(&config, &via, api, &object, &attached, status_wanted);
         }
         let primary = attached.into_iter().next().expect("a selection has at least one attachment");
         Ok(primary.result)
@@ -209,9 +214,11 @@ impl Plugin for Selector {
         first_error.map_or(Ok(()), Err)
     }
 
-    /// Ready when the configuration directory can be read and the kubeconfig, if any, is there.
+    /// Ready when the readiness indicator file, if any, exists, the configuration directory can be
+    /// read and the kubeconfig, if any, is there.
     fn status(&self, _inv: &Invocation, conf: &PluginConf) -> Result<(), CniError> {
         let config = SelectorConfig::from_plugin_conf(conf)?;
+        readiness_indicator(&config, code::PLUGIN_NOT_AVAILABLE)?;
         let unavailable = |msg: String| CniError::new(code::PLUGIN_NOT_AVAILABLE, msg);
         std::fs::read_dir(&config.conf_dir)
             .map_err(|e| unavailable(format!("confDir {} is not readable: {e}", config.conf_dir.display())))?;
@@ -223,6 +230,24 @@ impl Plugin for Selector {
     }
 }
 
+/// Multus's `readinessindicatorfile`: while it is missing (the cluster's default network is not up
+/// on this node yet), ADD and STATUS fail with `code` before anything is made. DEL, CHECK and GC
+/// are not held back: undoing must never wait for the network to come up.
+fn readiness_indicator(config: &SelectorConfig, code: u32) -> Result<(), CniError> {
+    let Some(file) = &config.readiness_indicator_file else { return Ok(()) };
+    match std::fs::metadata(file) {
+        Ok(_) => Ok(()),
+        Err(e) => Err(CniError::new(
+            code,
+            format!(
+                "readinessindicatorfile {} is not there ({e}): this node's default network is not ready yet; \
+                 nothing was set up",
+                file.display()
+            ),
+        )),
+    }
+}
+
 /// Whether ADD writes the pod's network-status annotation (`networkStatus`).
 fn wants_status(config: &SelectorConfig, selection: &Selection) -> bool {
     let looked_up = selection.pod.is_some();
@@ -231,14 +256,6 @@ fn wants_status(config: &SelectorConfig, selection: &Selection) -> bool {
         NetworkStatus::Always => looked_up,
         NetworkStatus::Auto => looked_up && selection.attachments.len() > 1,
     }
-}
-
-/// Where ADD got the pod's selection from.
-enum Via {
-    /// The node agent listening on this socket.
-    Agent(PathBuf),
-    /// The API server (or nothing at all: not a pod, no kubeconfig).
-    Direct,
 }
 
 /// A selection, where it came from, and the API client that got it, if any.
@@ -273,49 +290,6 @@ fn choose(config: &SelectorConfig, inv: &Invocation) -> Result<Chosen, CniError>
     let source = api.as_ref().map(|a| a as &dyn PodSource);
     let selection = select::select(config, &inv.ifname, inv.args.pod(), inv.args.pod_uid(), source)?;
     Ok(Chosen { selection, via: Via::Direct, api })
-}
-
-/// The network-status annotation of what ADD attached: handed to the agent when it gave the
-/// selection (it writes it on its own time), else (or when it does not take it) written here in
-/// one request with a budget of its own.
-fn write_status(
-    config: &SelectorConfig,
-    via: &Via,
-    api: Option<ApiClient>,
-    pod: &PodIdentity,
-    attached: &[attach::Attached],
-) {
-    let Some(uid) = pod.uid.as_deref() else {
-        warn(format!("{pod} has no uid to make sure of; its {NETWORK_STATUS} annotation was not written"));
-        return;
-    };
-    let entries: Vec<status::Entry> = attached
-        .iter()
-        .enumerate()
-        .map(|(i, a)| status::entry(&a.record.network, a.record.source.as_ref(), &a.record.ifname, &a.result, i == 0))
-        .collect();
-    let annotations = status::annotations(&entries);
-    if let Via::Agent(socket) = via {
-        match from_agent::hand_over_annotations(socket, pod, uid, &annotations) {
-            Ok(()) => return,
-            Err(why) => {
-                tracing::info!("the agent did not take {pod}'s {NETWORK_STATUS} annotation ({why}); writing it here")
-            }
-        }
-    }
-    let budget = ApiPolicy::retrying(config.api.attempt_timeout, config.api.attempt_timeout);
-    let api = match (api, &config.kubeconfig) {
-        (Some(mut api), _) => {
-            api.renew_budget(config.api.attempt_timeout);
-            api
-        }
-        (None, Some(kubeconfig)) => match ApiClient::connect(kubeconfig, budget) {
-            Ok(api) => api,
-            Err(e) => return warn(format!("the {NETWORK_STATUS} annotation of {pod} was not written: {e}")),
-        },
-        (None, None) => return,
-    };
-    status::write(&api, pod, uid, &annotations);
 }
 
 /// A client when there is a pod to look up and a kubeconfig to do it with.

@@ -18,7 +18,7 @@
 
 use super::annotation::{self, Extras, Request};
 use super::config::SelectorConfig;
-use super::network::{self, NetworkName};
+use super::network;
 use super::selection::{self, Attachment, Choice, Planned, PodIdentity, Reason, Selection, Source, ValueSource};
 use super::value::{self, Element};
 use crate::cni::{CniError, code};
@@ -26,9 +26,16 @@ use crate::kube::{ObjectRef, PodSource};
 use k8s_openapi::api::core::v1::{ConfigMapKeySelector, Container, EnvVar, Pod};
 use std::collections::BTreeMap;
 
+mod nad;
 mod objects;
+mod precedence;
+mod sandbox;
+
+use nad::{NadUse, nad_plan};
+use precedence::First;
 
 pub use objects::{Fetching, Objects, references, trimmed, trimmed_meta};
+pub use sandbox::{CONFIG_MIRROR, check_uid, is_sandbox_pod};
 
 use super::selection::ENV_VAR;
 
@@ -59,22 +66,6 @@ pub fn select(
     resolve(config, runtime_ifname, (namespace, name), &pod, &mut Fetching::new(source))
 }
 
-/// The pod under the sandbox's name must be the sandbox's pod: a StatefulSet's pod deleted and
-/// created again under its name is another pod (another uid), and the old pod's sandbox must not
-/// get the new pod's networks. Refused with code 103, naming both uids.
-pub fn check_uid(pod_ref: ObjectRef<'_>, pod: &Pod, sandbox_uid: Option<&str>) -> Result<(), CniError> {
-    match (sandbox_uid, pod.metadata.uid.as_deref()) {
-        (Some(want), Some(have)) if want != have => Err(CniError::new(
-            code::KUBE_API,
-            format!(
-                "{pod_ref} is uid {have}, but this sandbox is for uid {want} (K8S_POD_UID): the pod was deleted \
-                 and created again under its name, and its own sandbox gets its networks"
-            ),
-        )),
-        _ => Ok(()),
-    }
-}
-
 /// The networks of `pod` (whose namespace and name are `key`), decided from the pod object and the
 /// ConfigMaps and NetworkAttachmentDefinitions it refers to, asked of `objects`.
 pub fn resolve(
@@ -88,27 +79,38 @@ pub fn resolve(
     let pod_ref = ObjectRef::pod(namespace, name);
     let whose = pod_ref.to_string();
     let identity = PodIdentity { namespace: namespace.into(), name: name.into(), uid: pod.metadata.uid.clone() };
-    let (containers, init_containers) = containers(pod);
-    let notes = init_containers
-        .iter()
-        .filter(|c| env_entry(c).is_some())
-        .map(|c| format!("init container {:?} sets {ENV_VAR}; init containers are not consulted", c.name))
-        .collect();
-
-    let (reason, mut plans) = match containers_choice(config, pod_ref, containers, objects)? {
-        Some((choices, plans)) => (Reason::Chosen { choices }, plans),
-        None => {
-            let why = format!("{pod_ref} chooses no network (no container sets {ENV_VAR})");
-            (Reason::PodChoseNothing, default_plans(config, &why)?)
-        }
-    };
-    let requests = annotation_requests(pod).map_err(|e| e.context(&whose))?;
+    let (_, init_containers) = containers(pod);
+    let First { reason, mut plans, mut notes } = precedence::first_networks(config, pod_ref, pod, objects)?;
+    notes.extend(
+        init_containers
+            .iter()
+            .filter(|c| env_entry(c).is_some())
+            .map(|c| format!("init container {:?} sets {ENV_VAR}; init containers are not consulted", c.name)),
+    );
+    let system = config.defaults.is_system(namespace);
+    let requests = if system { Vec::new() } else { annotation_requests(pod).map_err(|e| e.context(&whose))? };
+    let defaults: &[Request] = if system { &[] } else { &config.defaults.default_networks };
+    if system && (has_annotation(pod, annotation::NETWORKS) || !config.defaults.default_networks.is_empty()) {
+        notes.push(format!(
+            "namespace {namespace} is one of systemNamespaces: its pods get neither defaultNetworks nor the \
+             networks of annotation {}",
+            annotation::NETWORKS
+        ));
+    }
     // Before anything is fetched for them.
-    let elements = plans.iter().map(|p| p.attachment.source.element()).chain(requests.iter().map(|r| r.text.as_str()));
-    selection::check_count(plans.len() + requests.len(), &whose, elements)?;
+    let elements = plans
+        .iter()
+        .map(|p| p.attachment.source.element())
+        .chain(defaults.iter().chain(&requests).map(|r| r.text.as_str()));
+    selection::check_count(plans.len() + defaults.len() + requests.len(), &whose, elements)?;
+    for request in defaults {
+        let from = format!("defaultNetworks element {:?}", request.text);
+        let plan = nad_plan(config, namespace, request.clone(), NadUse::DefaultNetworks, objects);
+        plans.push(plan.map_err(|e| e.context(&from))?);
+    }
     for request in requests {
         let from = format!("{whose} annotation {} element {:?}", annotation::NETWORKS, request.text);
-        plans.push(nad_plan(config, namespace, request, objects).map_err(|e| e.context(&from))?);
+        plans.push(nad_plan(config, namespace, request, NadUse::Networks, objects).map_err(|e| e.context(&from))?);
     }
     let attachments = selection::name(plans, runtime_ifname, &whose)?;
     check_default_routes(&attachments, &whose)?;
@@ -254,65 +256,6 @@ fn summary(plans: &[Planned]) -> String {
     plans.iter().map(one).collect::<Vec<_>>().join(", ")
 }
 
-/// The plan of one annotation element: its NetworkAttachmentDefinition, checked against the
-/// policy, to its inline configuration or to the `confDir` network of its name.
-fn nad_plan(
-    config: &SelectorConfig,
-    pod_namespace: &str,
-    request: Request,
-    objects: &mut dyn Objects,
-) -> Result<Planned, CniError> {
-    let namespace = nad_namespace(&request, pod_namespace);
-    config.policy.check_namespace(pod_namespace, &namespace, &request.name)?;
-    let nad_ref = ObjectRef::network_attachment(&namespace, &request.name);
-    let nad = objects
-        .network_attachment(&namespace, &request.name)?
-        .ok_or_else(|| CniError::new(code::KUBE_API, format!("{nad_ref} not found")))?;
-    let nad_name = format!("{namespace}/{}", request.name);
-    let source = |inline| Source::Annotation { element: request.text.clone(), nad: nad_name.clone(), inline };
-    let (attachment, identity, list) = match nad.inline_config() {
-        Some(text) => {
-            let list = config.policy.check_inline(&nad_name, text)?;
-            let attachment = Attachment {
-                ifname: String::new(),
-                network: nad_name.clone(),
-                path: None,
-                config: text.to_string(),
-                source: source(true),
-                extras: request.extras.clone(),
-            };
-            (attachment, format!("{nad_ref}"), list)
-        }
-        None => {
-            let file = network::resolve(&config.conf_dir, &NetworkName::Bare(request.name.clone())).map_err(|e| {
-                e.context(format!("{nad_ref} has no spec.config, so it names the confDir network of its name"))
-            })?;
-            let (text, list) = network::load(&file)?;
-            let identity = file.path.display().to_string();
-            let attachment = Attachment {
-                ifname: String::new(),
-                network: file.network,
-                path: Some(file.path),
-                config: text,
-                source: source(false),
-                extras: request.extras.clone(),
-            };
-            (attachment, identity, list)
-        }
-    };
-    if !request.extras.ips.is_empty() && !super::extras::declares(&list, "ips") {
-        return Err(CniError::invalid_config(format!(
-            "it asks for ips, but no plugin of network {} declares the \"ips\" capability \
-             (\"capabilities\": {{\"ips\": true}}), so none would see them",
-            attachment.network
-        )));
-    }
-    if let Some(cni_args) = &request.extras.cni_args {
-        super::cni_args::check(cni_args, &list, &attachment.network)?;
-    }
-    Ok(Planned { attachment, ifname: request.ifname, identity })
-}
-
 /// At most one `default-route` gateway per address family: the pod has one default route.
 fn check_default_routes(attachments: &[Attachment], whose: &str) -> Result<(), CniError> {
     let mut seen: BTreeMap<bool, (&str, std::net::IpAddr)> = BTreeMap::new();
@@ -346,6 +289,10 @@ fn env_entry(container: &Container) -> Option<&EnvVar> {
 /// The ConfigMap key an env entry takes its value from, if that is where it takes it from.
 fn config_map_source(entry: &EnvVar) -> Option<&ConfigMapKeySelector> {
     entry.value_from.as_ref()?.config_map_key_ref.as_ref()
+}
+
+fn has_annotation(pod: &Pod, key: &str) -> bool {
+    pod.metadata.annotations.as_ref().is_some_and(|a| a.contains_key(key))
 }
 
 /// The elements of the pod's networks annotation; none without it.
@@ -396,3 +343,5 @@ fn container_value(
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_compat;

@@ -93,17 +93,55 @@ pub enum Source {
     /// NetworkAttachmentDefinition `nad` (`namespace/name`): to its inline configuration, or to the
     /// network of its name under `confDir`.
     Annotation { element: String, nad: String, inline: bool },
+    /// Multus's `v1.multus-cni.io/default-network` pod annotation: the NetworkAttachmentDefinition
+    /// `nad` in place of the first network.
+    MultusDefault { element: String, nad: String, inline: bool },
+    /// An element of the admin's `defaultNetworks`: a NetworkAttachmentDefinition every pod gets.
+    DefaultNetworks { element: String, nad: String, inline: bool },
+    /// An element of CNI-Genie's `cni` pod annotation, naming a `confDir` network.
+    Genie { element: String, form: String },
 }
 
 impl Source {
     /// The element of the value or annotation that asked for the network, as written.
     pub fn element(&self) -> &str {
         match self {
-            Source::DefaultNetwork { element } | Source::Value { element, .. } | Source::Annotation { element, .. } => {
-                element
-            }
+            Source::DefaultNetwork { element }
+            | Source::Value { element, .. }
+            | Source::Annotation { element, .. }
+            | Source::MultusDefault { element, .. }
+            | Source::DefaultNetworks { element, .. }
+            | Source::Genie { element, .. } => element,
         }
     }
+
+    /// The NetworkAttachmentDefinition (`namespace/name`) the network came through, if any.
+    pub fn nad(&self) -> Option<&str> {
+        match self {
+            Source::Annotation { nad, .. }
+            | Source::MultusDefault { nad, .. }
+            | Source::DefaultNetworks { nad, .. } => Some(nad),
+            Source::DefaultNetwork { .. } | Source::Value { .. } | Source::Genie { .. } => None,
+        }
+    }
+
+    /// Where the element was written, for messages.
+    fn origin(&self) -> String {
+        match self {
+            Source::DefaultNetwork { .. } => "defaultNetwork".to_string(),
+            Source::Value { .. } => ENV_VAR.to_string(),
+            Source::Annotation { .. } => format!("annotation {}", super::annotation::NETWORKS),
+            Source::MultusDefault { .. } => format!("annotation {}", super::annotation::MULTUS_DEFAULT_NETWORK),
+            Source::DefaultNetworks { .. } => "defaultNetworks".to_string(),
+            Source::Genie { .. } => format!("annotation {}", super::annotation::GENIE_CNI),
+        }
+    }
+}
+
+/// `NetworkAttachmentDefinition web/lan, its inline spec.config`, for `Display`.
+fn through(nad: &str, inline: bool) -> String {
+    let config = if inline { "its inline spec.config" } else { "the confDir network of its name" };
+    format!("NetworkAttachmentDefinition {nad}, {config}")
 }
 
 impl fmt::Display for Source {
@@ -113,14 +151,12 @@ impl fmt::Display for Source {
             Source::Value { element, form } => {
                 write!(f, "env {} element {element:?}, read as a {form}", ENV_VAR)
             }
-            Source::Annotation { element, nad, inline } => {
-                let config = if *inline { "its inline spec.config" } else { "the confDir network of its name" };
-                write!(
-                    f,
-                    "annotation {} element {element:?}: NetworkAttachmentDefinition {nad}, {config}",
-                    super::annotation::NETWORKS
-                )
+            Source::Annotation { element, nad, inline }
+            | Source::MultusDefault { element, nad, inline }
+            | Source::DefaultNetworks { element, nad, inline } => {
+                write!(f, "{} element {element:?}: {}", self.origin(), through(nad, *inline))
             }
+            Source::Genie { element, form } => write!(f, "{} element {element:?}, read as a {form}", self.origin()),
         }
     }
 }
@@ -136,6 +172,10 @@ pub enum Reason {
     PodChoseNothing,
     /// The pod's containers name these networks (all that name any agree).
     Chosen { choices: Vec<Choice> },
+    /// Multus's `v1.multus-cni.io/default-network` pod annotation names the first network.
+    MultusDefaultNetwork { value: String },
+    /// CNI-Genie's `cni` pod annotation names the networks.
+    GenieAnnotation { value: String },
 }
 
 /// One container's choice.
@@ -162,6 +202,10 @@ impl fmt::Display for Reason {
                 f.write_str("defaultNetwork: no kubeconfig is configured, so the pod was not looked up")
             }
             Reason::PodChoseNothing => write!(f, "defaultNetwork: no container of the pod sets {env}"),
+            Reason::MultusDefaultNetwork { value } => {
+                write!(f, "annotation {} = {value:?}", super::annotation::MULTUS_DEFAULT_NETWORK)
+            }
+            Reason::GenieAnnotation { value } => write!(f, "annotation {} = {value:?}", super::annotation::GENIE_CNI),
             Reason::Chosen { choices } => {
                 for (i, c) in choices.iter().enumerate() {
                     if i > 0 {
@@ -249,12 +293,8 @@ pub fn check_count<'a>(count: usize, whose: &str, elements: impl Iterator<Item =
 
 /// `network 2 ("b@net1", from CNI_NETWORK_CONFIG)`.
 fn describe(i: usize, plan: &Planned) -> String {
-    let from = match &plan.attachment.source {
-        Source::DefaultNetwork { .. } => "defaultNetwork".to_string(),
-        Source::Value { .. } => ENV_VAR.to_string(),
-        Source::Annotation { .. } => format!("annotation {}", super::annotation::NETWORKS),
-    };
-    format!("network {} ({:?}, from {from})", i + 1, plan.attachment.source.element())
+    let source = &plan.attachment.source;
+    format!("network {} ({:?}, from {})", i + 1, source.element(), source.origin())
 }
 
 impl fmt::Display for PodIdentity {

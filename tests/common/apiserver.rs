@@ -7,7 +7,7 @@
 //! `metadata.name`, resourceVersions (every change is a new revision, `db`), chunked watch streams
 //! replaying from a revision (`watch`) and 410 Gone for a revision compacted away (`compact`); and
 //! `PATCH` of a pod as a JSON merge patch, which it applies and records, refusing (422, as
-//! Kubernetes does) one that would change the pod's uid. It answers errors as Kubernetes `Status`
+//! Kubernetes does) one that would change the pod's uid; and `POST` of an Event, which it keeps. It answers errors as Kubernetes `Status`
 //! JSON (404, 401 for a wrong token), counts and logs requests, by client (the plugin's token
 //! `TOKEN`, the agent's `AGENT_TOKEN`) and by verb and resource, counts those it answered with a
 //! fault, and misbehaves on demand: `inject` queues faults (HTTP errors, slow answers, hangs,
@@ -92,6 +92,8 @@ struct State {
     drops: tokio::sync::watch::Sender<u64>,
     /// Pod patches applied: (namespace, name, body).
     patches: Mutex<Vec<(String, String, Value)>>,
+    /// Events created, as posted (with their generated names).
+    events: Mutex<Vec<Value>>,
     faults: Mutex<Faults>,
     requests: AtomicUsize,
     /// Requests answered with an injected fault.
@@ -106,6 +108,7 @@ impl Default for State {
             db: Mutex::default(),
             drops: tokio::sync::watch::channel(0).0,
             patches: Mutex::default(),
+            events: Mutex::default(),
             faults: Mutex::default(),
             requests: AtomicUsize::default(),
             faulted: AtomicUsize::default(),
@@ -275,6 +278,11 @@ impl ApiServer {
     /// The pod patches applied so far: (namespace, name, body).
     pub fn patches(&self) -> Vec<(String, String, Value)> {
         self.state.patches.lock().unwrap().clone()
+    }
+
+    /// The Events created so far, as posted.
+    pub fn events(&self) -> Vec<Value> {
+        self.state.events.lock().unwrap().clone()
     }
 
     /// Put an object as the API server would return it for a pod, even if it is not a valid pod.
@@ -527,6 +535,9 @@ async fn handle(req: Request<Incoming>, state: Arc<State>) -> Result<Reply, std:
         .map(|(k, v)| (k.to_string(), percent_decode(v)))
         .collect();
     let path: Vec<&str> = uri_path.trim_start_matches('/').split('/').collect();
+    if let ["api", "v1", "namespaces", ns, "events"] = path.as_slice() {
+        return create_event(req, &state, client, ns).await;
+    }
     let (resource, namespace, name) = match path.as_slice() {
         ["api", "v1", "pods"] => (Resource::Pods, None, None),
         ["api", "v1", "configmaps"] => (Resource::ConfigMaps, None, None),
@@ -606,6 +617,35 @@ async fn handle(req: Request<Incoming>, state: Arc<State>) -> Result<Reply, std:
         }
         _ => Ok(status(405, "method not allowed")),
     }
+}
+
+/// `POST` of a core/v1 Event, as kube's `Api::create` sends it: kept (with a name made from its
+/// `generateName`) for `events`, answered with the object.
+async fn create_event(
+    req: Request<Incoming>,
+    state: &State,
+    client: &'static str,
+    namespace: &str,
+) -> Result<Reply, std::io::Error> {
+    if req.method() != Method::POST {
+        return Ok(status(405, "method not allowed"));
+    }
+    state.calls.lock().unwrap().push(Call { client, verb: "create", resource: "events", resource_version: None });
+    let body = req.into_body().collect().await.map_err(std::io::Error::other)?.to_bytes();
+    let Ok(mut event) = serde_json::from_slice::<Value>(&body) else {
+        return Ok(status(400, "the event is not JSON"));
+    };
+    if event.pointer("/metadata/namespace").and_then(Value::as_str).is_some_and(|ns| ns != namespace) {
+        return Ok(status(400, "the event's namespace does not match the request's"));
+    }
+    let mut events = state.events.lock().unwrap();
+    let generated =
+        event.pointer("/metadata/generateName").and_then(Value::as_str).map(|g| format!("{g}{}", events.len()));
+    if let Some(name) = generated {
+        event["metadata"]["name"] = name.into();
+    }
+    events.push(event.clone());
+    Ok(json_reply(StatusCode::CREATED, &event))
 }
 
 /// `%2C` and friends in a query value (kube encodes the field selector's `=` and `,`).

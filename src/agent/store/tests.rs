@@ -1,6 +1,7 @@
 use super::*;
 use crate::selector::annotation::NETWORKS;
 use serde_json::json;
+use std::collections::BTreeMap;
 
 fn pod(name: &str, uid: &str, cm: &str, networks: Option<&str>) -> Pod {
     let annotations = networks.map(|n| json!({NETWORKS: n})).unwrap_or(json!({}));
@@ -115,6 +116,20 @@ fn a_pod_recreated_under_its_name_is_answered_only_for_its_own_uid() {
     assert_eq!(store.delete(&pod("web-0", "new", "nets", None)), Watches::default());
     assert_eq!(found(&store, "web-0", Some("newer")).pod.metadata.uid.as_deref(), Some("newer"));
     assert_eq!(found(&store, "web-0", None).pod.metadata.uid.as_deref(), Some("newer"), "any uid: explain");
+}
+
+#[test]
+fn a_static_pod_is_answered_for_the_uid_its_mirror_pod_carries() {
+    let mut store = Store::new(AttachmentPolicy::default());
+    let mut mirror = pod("etcd-n1", "api-uid", "nets", None);
+    mirror.metadata.annotations =
+        Some(BTreeMap::from([(crate::selector::select::CONFIG_MIRROR.to_string(), "static-hash".to_string())]));
+    store.replace_all(vec![mirror]);
+    store.set_object(&cm_key("nets"), config_map("nets", "blue"));
+    let held = found(&store, "etcd-n1", Some("static-hash")).pod;
+    assert_eq!(held.metadata.uid.as_deref(), Some("api-uid"), "the mirror pod, kept with its annotation");
+    assert_eq!(found(&store, "etcd-n1", Some("api-uid")).pod, held);
+    assert_eq!(miss(&store, "etcd-n1", Some("other")), (false, Miss::OtherUid { held: "api-uid".into() }));
 }
 
 #[test]

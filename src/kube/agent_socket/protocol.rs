@@ -8,7 +8,8 @@
 //!   sandbox's `K8S_POD_UID`: the agent answers only for that pod, waiting up to `waitMs` for its
 //!   watch to deliver it. Without `uid` (`yh-genie explain`) it answers with whatever it holds.
 //! - `Ask::Annotate`: annotations to write on the pod after its ADD, only while the pod under that
-//!   name is still `uid`. The agent takes it (`Accepted`) and writes it on its own time.
+//!   name is still `uid`, and the messages of the `AddedInterface` events to create about it. The
+//!   agent takes it (`Accepted`) and writes them on its own time.
 
 use crate::kube::NetworkAttachmentDefinition;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
@@ -50,6 +51,10 @@ pub enum Ask {
         name: String,
         uid: String,
         annotations: BTreeMap<String, String>,
+        /// Messages of `AddedInterface` events to create about the pod (`Add eth0 [10.1.2.3/24]
+        /// from default/lan`), as Multus creates them. An agent of an older release ignores them.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        events: Vec<String>,
     },
 }
 

@@ -4,10 +4,11 @@
 //! and `trimmed` keeps of a pod only what `resolve` reads. Both follow `resolve`'s own parsing (the
 //! same helpers of `select`), so what the agent holds is what `resolve` asks for.
 
-use super::{annotation_requests, config_map_source, containers, env_entry, nad_namespace};
+use super::{CONFIG_MIRROR, annotation_requests, config_map_source, containers, env_entry, nad_namespace};
 use crate::cni::CniError;
 use crate::kube::{Kind, NetworkAttachmentDefinition, ObjectKey, PodSource};
-use crate::selector::annotation::{self, NETWORKS};
+use crate::selector::annotation::{self, GENIE_CNI, MULTUS_DEFAULT_NETWORK, NETWORKS, Request};
+use crate::selector::defaults::PodDefaults;
 use crate::selector::policy::AttachmentPolicy;
 use crate::selector::selection::MAX_ATTACHMENTS;
 use k8s_openapi::api::core::v1::{ConfigMap, Container, Pod, PodSpec};
@@ -61,12 +62,14 @@ impl Objects for Fetching<'_> {
 }
 
 /// The objects `resolve` may ask for when it decides for `pod` (in `namespace`): the ConfigMap of
-/// each container's `CNI_NETWORK_CONFIG` that takes its value from one, and each
-/// NetworkAttachmentDefinition the networks annotation names that `policy` lets the pod use. A
-/// superset of what one `resolve` asks for (it stops at its first error); nothing for an annotation
+/// each container's `CNI_NETWORK_CONFIG` that takes its value from one, the NetworkAttachmentDefinition
+/// of Multus's default-network annotation and each one the networks annotation names, that `policy`
+/// lets the pod use, and the admin's `defaultNetworks` (`defaults`), outside `systemNamespaces`. A
+/// superset of what one `resolve` asks for (it stops at its first error, and asks for the
+/// ConfigMaps only when no default-network annotation decides first); nothing for an annotation
 /// `resolve` refuses before asking for any NAD (unparsable, more than `MAX_ATTACHMENTS`), and no
 /// object whose name is not a Kubernetes name (it could not exist). In order, without repeats.
-pub fn references(policy: &AttachmentPolicy, namespace: &str, pod: &Pod) -> Vec<ObjectKey> {
+pub fn references(policy: &AttachmentPolicy, defaults: &PodDefaults, namespace: &str, pod: &Pod) -> Vec<ObjectKey> {
     let valid = |name: &str| annotation::dns1123(name, 253, true).is_ok();
     let mut refs = BTreeSet::new();
     let (containers, _) = containers(pod);
@@ -75,20 +78,35 @@ pub fn references(policy: &AttachmentPolicy, namespace: &str, pod: &Pod) -> Vec<
             refs.insert(ObjectKey::new(Kind::ConfigMap, namespace, &selector.name));
         }
     }
-    let requests = annotation_requests(pod).unwrap_or_default();
-    if requests.len() <= MAX_ATTACHMENTS {
-        for request in requests {
-            let nad_namespace = nad_namespace(&request, namespace);
-            if policy.check_namespace(namespace, &nad_namespace, &request.name).is_ok() {
-                refs.insert(ObjectKey::new(Kind::NetworkAttachmentDefinition, &nad_namespace, &request.name));
-            }
+    let annotation = |key: &str| pod.metadata.annotations.as_ref().and_then(|a| a.get(key));
+    let mut requests: Vec<Request> = annotation(MULTUS_DEFAULT_NETWORK)
+        .and_then(|value| annotation::parse_as(MULTUS_DEFAULT_NETWORK, value).ok())
+        .filter(|requests| requests.len() == 1)
+        .unwrap_or_default();
+    if !defaults.is_system(namespace) {
+        let networks = annotation_requests(pod).unwrap_or_default();
+        if networks.len() <= MAX_ATTACHMENTS {
+            requests.extend(networks);
+        }
+        for request in &defaults.default_networks {
+            let nad_namespace = nad_namespace(request, namespace);
+            refs.insert(ObjectKey::new(Kind::NetworkAttachmentDefinition, &nad_namespace, &request.name));
+        }
+    }
+    for request in requests {
+        let nad_namespace = nad_namespace(&request, namespace);
+        if policy.check_namespace(namespace, &nad_namespace, &request.name).is_ok() {
+            refs.insert(ObjectKey::new(Kind::NetworkAttachmentDefinition, &nad_namespace, &request.name));
         }
     }
     refs.into_iter().collect()
 }
 
+/// The pod annotations `resolve` and the uid check read; `trimmed` keeps these.
+const READ_ANNOTATIONS: [&str; 4] = [NETWORKS, MULTUS_DEFAULT_NETWORK, GENIE_CNI, CONFIG_MIRROR];
+
 /// `pod` with only what `resolve` reads, so that `resolve` decides for it exactly as for `pod`:
-/// name, namespace, uid and resourceVersion; the networks annotation; and of the containers and
+/// name, namespace, uid and resourceVersion; the annotations it reads (`READ_ANNOTATIONS`); and of the containers and
 /// init containers that set `CNI_NETWORK_CONFIG`, their name and that one entry (the one that
 /// counts). Everything else (status, managed fields, images, probes, volumes) is dropped: the agent
 /// holds every pod of its node this way, and hands it to the plugin.
@@ -103,11 +121,14 @@ pub fn trimmed(pod: &Pod) -> Pod {
     let (containers, init_containers) = containers(pod);
     let init_containers: Vec<Container> = init_containers.iter().filter_map(keep).collect();
     let meta = &pod.metadata;
-    let annotations = meta
+    let annotations: BTreeMap<String, String> = meta
         .annotations
-        .as_ref()
-        .and_then(|a| a.get(NETWORKS))
-        .map(|value| BTreeMap::from([(NETWORKS.to_string(), value.clone())]));
+        .iter()
+        .flatten()
+        .filter(|(key, _)| READ_ANNOTATIONS.contains(&key.as_str()))
+        .map(|(key, value)| (key.clone(), value.clone()))
+        .collect();
+    let annotations = (!annotations.is_empty()).then_some(annotations);
     Pod {
         metadata: ObjectMeta { annotations, ..trimmed_meta(meta) },
         spec: Some(PodSpec {

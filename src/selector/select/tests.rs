@@ -1,5 +1,6 @@
 use super::*;
 use crate::kube::NetworkAttachmentDefinition;
+use crate::selector::defaults::PodDefaults;
 use crate::selector::policy::AttachmentPolicy;
 use k8s_openapi::api::core::v1::ConfigMap;
 use serde_json::json;
@@ -8,8 +9,8 @@ use std::path::{Path, PathBuf};
 
 /// An in-memory API server: objects by name, and a log of what was asked.
 #[derive(Default)]
-struct FakeApi {
-    pods: BTreeMap<(String, String), Pod>,
+pub(super) struct FakeApi {
+    pub(super) pods: BTreeMap<(String, String), Pod>,
     config_maps: BTreeMap<(String, String), ConfigMap>,
     nads: BTreeMap<(String, String), NetworkAttachmentDefinition>,
     fail_with: Option<CniError>,
@@ -17,7 +18,7 @@ struct FakeApi {
 }
 
 impl FakeApi {
-    fn pod(mut self, ns: &str, name: &str, containers: serde_json::Value) -> Self {
+    pub(super) fn pod(mut self, ns: &str, name: &str, containers: serde_json::Value) -> Self {
         let pod = serde_json::from_value(json!({
             "metadata": {"namespace": ns, "name": name, "uid": format!("uid-{name}")},
             "spec": {"containers": containers}
@@ -26,7 +27,7 @@ impl FakeApi {
         self.pods.insert((ns.into(), name.into()), pod);
         self
     }
-    fn pod_json(mut self, ns: &str, name: &str, pod: serde_json::Value) -> Self {
+    pub(super) fn pod_json(mut self, ns: &str, name: &str, pod: serde_json::Value) -> Self {
         self.pods.insert((ns.into(), name.into()), serde_json::from_value(pod).unwrap());
         self
     }
@@ -39,19 +40,19 @@ impl FakeApi {
                    "spec": {"containers": containers}}),
         )
     }
-    fn config_map(mut self, ns: &str, name: &str, data: serde_json::Value) -> Self {
+    pub(super) fn config_map(mut self, ns: &str, name: &str, data: serde_json::Value) -> Self {
         let cm = serde_json::from_value(json!({"metadata": {"name": name}, "data": data})).unwrap();
         self.config_maps.insert((ns.into(), name.into()), cm);
         self
     }
-    fn nad(mut self, ns: &str, name: &str, config: Option<&str>) -> Self {
+    pub(super) fn nad(mut self, ns: &str, name: &str, config: Option<&str>) -> Self {
         let nad =
             serde_json::from_value(json!({"metadata": {"name": name, "namespace": ns}, "spec": {"config": config}}))
                 .unwrap();
         self.nads.insert((ns.into(), name.into()), nad);
         self
     }
-    fn asked(&self) -> Vec<String> {
+    pub(super) fn asked(&self) -> Vec<String> {
         self.asked.borrow().clone()
     }
 }
@@ -77,31 +78,31 @@ impl PodSource for FakeApi {
     }
 }
 
-fn env_cm(cm: &str, key: &str) -> serde_json::Value {
+pub(super) fn env_cm(cm: &str, key: &str) -> serde_json::Value {
     json!([{"name": ENV_VAR, "valueFrom": {"configMapKeyRef": {"name": cm, "key": key}}}])
 }
 fn env_value(v: &str) -> serde_json::Value {
     json!([{"name": "OTHER", "value": "x"}, {"name": ENV_VAR, "value": v}])
 }
-fn app(value: &str) -> serde_json::Value {
+pub(super) fn app(value: &str) -> serde_json::Value {
     json!([{"name": "c", "env": env_value(value)}])
 }
 
 const MACVLAN: &str = r#"{"cniVersion":"1.0.0","name":"lan","plugins":[{"type":"macvlan","master":"eth1",
     "capabilities":{"ips":true},"ipam":{"type":"static"}}]}"#;
 
-struct Node {
+pub(super) struct Node {
     dir: tempfile::TempDir,
-    config: SelectorConfig,
+    pub(super) config: SelectorConfig,
 }
 
 impl Node {
     /// A conf dir with networks `blue` (a .conflist), `green` (a .conf), `red`, `lan` (macvlan, the
     /// `ips` capability declared) and `net@a` (a name from before lists), default `green`.
-    fn new() -> Self {
+    pub(super) fn new() -> Self {
         Self::with(json!({}))
     }
-    fn with(keys: serde_json::Value) -> Self {
+    pub(super) fn with(keys: serde_json::Value) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let conf_dir = dir.path().join("net.d");
         let list = |name: &str| format!(r#"{{"cniVersion":"1.0.0","name":"{name}","plugins":[{{"type":"bridge"}}]}}"#);
@@ -127,7 +128,7 @@ impl Node {
     fn path(&self, rel: &str) -> PathBuf {
         self.dir.path().join("net.d").join(rel).canonicalize().unwrap()
     }
-    fn select(&self, api: &FakeApi, pod: &str) -> Result<Selection, CniError> {
+    pub(super) fn select(&self, api: &FakeApi, pod: &str) -> Result<Selection, CniError> {
         select(&self.config, "eth0", Some(("default", pod)), None, Some(api))
     }
 }
@@ -137,11 +138,11 @@ fn network_of(s: &Selection) -> (&str, &Path) {
 }
 
 /// (interface, network) of every attachment.
-fn plan(s: &Selection) -> Vec<(String, String)> {
+pub(super) fn plan(s: &Selection) -> Vec<(String, String)> {
     s.attachments.iter().map(|a| (a.ifname.clone(), a.network.clone())).collect()
 }
 
-fn pairs(list: &[(&str, &str)]) -> Vec<(String, String)> {
+pub(super) fn pairs(list: &[(&str, &str)]) -> Vec<(String, String)> {
     list.iter().map(|(i, n)| (i.to_string(), n.to_string())).collect()
 }
 
@@ -539,7 +540,7 @@ fn references_name_what_resolve_asks_for_within_the_policy() {
     ]);
     let pod = busy_pod(json!({annotation::NETWORKS: "lan, infra/lan2@net5, other/lan3"}), containers);
     let keys = |policy: &AttachmentPolicy| -> Vec<String> {
-        references(policy, "default", &pod).iter().map(ToString::to_string).collect()
+        references(policy, &PodDefaults::default(), "default", &pod).iter().map(ToString::to_string).collect()
     };
     assert_eq!(
         keys(&AttachmentPolicy::default()),
@@ -557,7 +558,7 @@ fn references_name_what_resolve_asks_for_within_the_policy() {
     let many: Vec<String> = (0..17).map(|i| format!("n{i}")).collect();
     for networks in ["[not json", many.join(",").as_str()] {
         let pod = busy_pod(json!({annotation::NETWORKS: networks}), json!([{"name": "a"}]));
-        assert_eq!(references(&open, "default", &pod), vec![], "{networks}");
+        assert_eq!(references(&open, &PodDefaults::default(), "default", &pod), vec![], "{networks}");
     }
 }
 

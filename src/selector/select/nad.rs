@@ -1,0 +1,95 @@
+//! The plan of a network that comes through a NetworkAttachmentDefinition: an element of the pod's
+//! networks annotation, Multus's default-network annotation, or the admin's `defaultNetworks`.
+//! Each is checked against the policy (the namespace rule for what the pod wrote, the inline rule
+//! for all), then resolves to its inline configuration or to the `confDir` network of its name.
+
+use super::super::annotation::Request;
+use super::super::config::SelectorConfig;
+use super::super::network::{self, NetworkName};
+use super::super::selection::{Attachment, Planned, Source};
+use super::{Objects, nad_namespace};
+use crate::cni::{CniError, code};
+use crate::kube::ObjectRef;
+
+/// Which way of naming a NetworkAttachmentDefinition an element came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NadUse {
+    /// The pod's `k8s.v1.cni.cncf.io/networks` annotation.
+    Networks,
+    /// The pod's `v1.multus-cni.io/default-network` annotation.
+    MultusDefault,
+    /// The admin's `defaultNetworks`: not subject to `namespaceIsolation` (the admin chose it).
+    DefaultNetworks,
+}
+
+impl NadUse {
+    fn source(self, element: String, nad: String, inline: bool) -> Source {
+        match self {
+            NadUse::Networks => Source::Annotation { element, nad, inline },
+            NadUse::MultusDefault => Source::MultusDefault { element, nad, inline },
+            NadUse::DefaultNetworks => Source::DefaultNetworks { element, nad, inline },
+        }
+    }
+}
+
+/// The plan of one element: its NetworkAttachmentDefinition, checked against the policy, to its
+/// inline configuration or to the `confDir` network of its name.
+pub fn nad_plan(
+    config: &SelectorConfig,
+    pod_namespace: &str,
+    request: Request,
+    used: NadUse,
+    objects: &mut dyn Objects,
+) -> Result<Planned, CniError> {
+    let namespace = nad_namespace(&request, pod_namespace);
+    if used != NadUse::DefaultNetworks {
+        config.policy.check_namespace(pod_namespace, &namespace, &request.name)?;
+    }
+    let nad_ref = ObjectRef::network_attachment(&namespace, &request.name);
+    let nad = objects
+        .network_attachment(&namespace, &request.name)?
+        .ok_or_else(|| CniError::new(code::KUBE_API, format!("{nad_ref} not found")))?;
+    let nad_name = format!("{namespace}/{}", request.name);
+    let source = |inline| used.source(request.text.clone(), nad_name.clone(), inline);
+    let (attachment, identity, list) = match nad.inline_config() {
+        Some(text) => {
+            let list = config.policy.check_inline(&nad_name, text)?;
+            let attachment = Attachment {
+                ifname: String::new(),
+                network: nad_name.clone(),
+                path: None,
+                config: text.to_string(),
+                source: source(true),
+                extras: request.extras.clone(),
+            };
+            (attachment, format!("{nad_ref}"), list)
+        }
+        None => {
+            let file = network::resolve(&config.conf_dir, &NetworkName::Bare(request.name.clone())).map_err(|e| {
+                e.context(format!("{nad_ref} has no spec.config, so it names the confDir network of its name"))
+            })?;
+            let (text, list) = network::load(&file)?;
+            let identity = file.path.display().to_string();
+            let attachment = Attachment {
+                ifname: String::new(),
+                network: file.network,
+                path: Some(file.path),
+                config: text,
+                source: source(false),
+                extras: request.extras.clone(),
+            };
+            (attachment, identity, list)
+        }
+    };
+    if !request.extras.ips.is_empty() && !super::super::extras::declares(&list, "ips") {
+        return Err(CniError::invalid_config(format!(
+            "it asks for ips, but no plugin of network {} declares the \"ips\" capability \
+             (\"capabilities\": {{\"ips\": true}}), so none would see them",
+            attachment.network
+        )));
+    }
+    if let Some(cni_args) = &request.extras.cni_args {
+        super::super::cni_args::check(cni_args, &list, &attachment.network)?;
+    }
+    Ok(Planned { attachment, ifname: request.ifname, identity })
+}
