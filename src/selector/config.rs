@@ -40,6 +40,9 @@ pub struct SelectorConfig {
     pub network_status: NetworkStatus,
     /// `agentSocket`: where the node agent answers (`None`, from an empty value: ask no agent).
     pub agent_socket: Option<PathBuf>,
+    /// The runtime's capability arguments (the selector's `runtimeConfig`), for the plugins of the
+    /// pod's first network that declare them (`capabilities`).
+    pub capability_args: Map<String, Value>,
 }
 
 /// When to write the `network-status` annotation after a successful ADD.
@@ -93,6 +96,7 @@ impl SelectorConfig {
                 None => Some(PathBuf::from(crate::kube::agent_socket::DEFAULT_PATH)),
                 Some(path) => non_empty(Some(path)),
             },
+            capability_args: super::capabilities::runtime_args(conf)?,
         })
     }
 

@@ -8,6 +8,7 @@
 
 pub mod annotation;
 mod attach;
+pub mod capabilities;
 mod chain;
 pub mod config;
 mod default_route;
@@ -314,12 +315,12 @@ fn del_without_record(config: &SelectorConfig, inv: &Invocation, only: Option<&[
         }
     };
     let mut first_error = None;
-    for attachment in selection.attachments.iter().rev() {
+    for (position, attachment) in selection.attachments.iter().enumerate().rev() {
         if only.is_some_and(|only| !only.contains(&attachment.ifname)) {
             continue;
         }
-        let outcome =
-            attach::plugins_call(inv, config, attachment).and_then(|(_, list, call)| chain::del(&list, &call, None));
+        let outcome = attach::plugins_call(inv, config, position, attachment)
+            .and_then(|(_, list, call)| chain::del(&list, &call, None));
         if let Err(e) = outcome {
             first_error.get_or_insert(e);
         }
