@@ -99,6 +99,8 @@ pub struct ConfList {
     pub version_text: String,
     pub name: String,
     pub disable_check: bool,
+    /// `disableGC` (1.1.0): the runtime does not GC this network.
+    pub disable_gc: bool,
     pub plugins: Vec<Map<String, Value>>,
 }
 
@@ -147,7 +149,8 @@ impl ConfList {
             return Err(CniError::invalid_config(format!("{origin}: no 'name'")));
         }
         let disable_check = obj.get("disableCheck").and_then(Value::as_bool).unwrap_or(false);
-        Ok(ConfList { cni_version, version_text, name, disable_check, plugins })
+        let disable_gc = obj.get("disableGC").and_then(Value::as_bool).unwrap_or(false);
+        Ok(ConfList { cni_version, version_text, name, disable_check, disable_gc, plugins })
     }
 
     /// Parse the bytes of the file at `path`, in the shape its name gives it: `.conflist` is a chain.

@@ -37,6 +37,12 @@ fn delegate_call(runtime: &Invocation, config: &SelectorConfig, ifname: &str, ar
     Invocation { path, ifname: ifname.to_string(), args, ..runtime.clone() }
 }
 
+/// The call a network's plugins get for the runtime's GC or STATUS: no container, the plugins
+/// looked up as for ADD.
+pub fn gc_call(runtime: &Invocation, config: &SelectorConfig) -> Invocation {
+    delegate_call(runtime, config, &runtime.ifname, CniArgs::default())
+}
+
 fn call_of(runtime: &Invocation, config: &SelectorConfig, ifname: &str, extras: &Extras) -> Invocation {
     delegate_call(runtime, config, ifname, extras::apply_to_args(&runtime.args, extras))
 }

@@ -112,12 +112,15 @@ pub struct Bandwidth {
 }
 
 /// The annotation's `portMappings`: a list of `{hostPort, containerPort, protocol?, hostIP?}`,
-/// ports 1 to 65535, protocol tcp, udp or sctp (any case, as portmap reads it), hostIP an address.
+/// ports 1 to 65535, protocol tcp (when not given, as in a pod's ports), udp or sctp (any case, as
+/// portmap reads it), hostIP an address.
 pub fn port_mappings(value: &Value) -> Result<Vec<PortMapping>, String> {
-    let list = Vec::<PortMapping>::deserialize(value)
+    let mut list = Vec::<PortMapping>::deserialize(value)
         .map_err(|e| format!("must be a list of {{\"hostPort\", \"containerPort\", \"protocol\", \"hostIP\"}}: {e}"))?;
-    for (i, m) in list.iter().enumerate() {
+    for (i, m) in list.iter_mut().enumerate() {
         let at = |why: String| format!("element {}: {why}", i + 1);
+        // portmap needs a protocol; Kubernetes' default for a port is TCP.
+        m.protocol.get_or_insert_with(|| "tcp".to_string());
         if m.host_port == 0 || m.container_port == 0 {
             return Err(at("ports are 1 to 65535".into()));
         }
@@ -233,6 +236,8 @@ mod tests {
         let ok =
             port_mappings(&json!([{"hostPort": 8080, "containerPort": 80, "protocol": "UDP", "hostIP": "10.0.0.1"}]));
         assert_eq!(ok.unwrap()[0].host_ip.as_deref(), Some("10.0.0.1"));
+        let tcp = port_mappings(&json!([{"hostPort": 8080, "containerPort": 80}])).unwrap();
+        assert_eq!(tcp[0].protocol.as_deref(), Some("tcp"));
         for (bad, why) in [
             (json!({"hostPort": 1}), "must be a list"),
             (json!([{"hostPort": 0, "containerPort": 80}]), "1 to 65535"),
