@@ -51,9 +51,14 @@ fi
 stamp=$( (cat "$source_dir"/*.go "$source_dir"/go.mod "$source_dir"/go.sum; go version) | sha256sum | cut -d' ' -f1)
 if [ ! -x "$tools/cnidrive11" ] || [ "$(cat "$tools/cnidrive11.stamp" 2>/dev/null)" != "$stamp" ]; then
   mkdir -p "$tools"
-  (cd "$source_dir" && GO111MODULE=on GOFLAGS=-mod=readonly GOCACHE="$tools/go-cache" \
-    go build -tags libcni11 -o "$tools/cnidrive11.new" .)
-  mv -f "$tools/cnidrive11.new" "$tools/cnidrive11"
-  echo "$stamp" > "$tools/cnidrive11.stamp"
-  echo "built $tools/cnidrive11"
+  # Not fatal: without a recent enough Go or the module proxy, everything but the CNI 1.1 test of
+  # tests/capabilities.rs still runs (that test fails naming this script).
+  if (cd "$source_dir" && GO111MODULE=on GOFLAGS=-mod=readonly GOCACHE="$tools/go-cache" \
+      go build -tags libcni11 -o "$tools/cnidrive11.new" .); then
+    mv -f "$tools/cnidrive11.new" "$tools/cnidrive11"
+    echo "$stamp" > "$tools/cnidrive11.stamp"
+    echo "built $tools/cnidrive11"
+  else
+    echo "note: $tools/cnidrive11 not built ($(go version); it needs Go 1.22 or later and the module proxy)" >&2
+  fi
 fi
