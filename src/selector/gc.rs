@@ -124,3 +124,60 @@ fn without_runtime_config(mut list: ConfList) -> ConfList {
     }
     list
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cni::PluginConf;
+    use crate::selector::annotation::Extras;
+    use crate::selector::selection::{Attachment, Source};
+
+    fn record(cid: &str, network: &str, config: &str) -> Record {
+        let mut runtime = crate::cni::testing::invocation(Command::Add, std::path::Path::new("/nonexistent"));
+        runtime.container_id = cid.into();
+        let attachment = Attachment {
+            ifname: "eth0".into(),
+            network: network.into(),
+            path: None,
+            config: config.into(),
+            source: Source::DefaultNetwork { element: network.into() },
+            extras: Extras::default(),
+        };
+        Record::new(&runtime, &runtime, 0, &attachment, config.into(), None)
+    }
+
+    #[test]
+    fn every_network_hears_of_exactly_the_live_attachments_of_its_chains_name() {
+        let d = tempfile::tempdir().unwrap();
+        let write = |rel: &str, text: &str| {
+            let p = d.path().join(rel);
+            std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+            std::fs::write(p, text).unwrap();
+        };
+        // Two directories whose chains share a name, one unused network, and the selector's state.
+        write("a/a.conflist", r#"{"cniVersion":"1.1.0","name":"shared","plugins":[{"type":"pa"}]}"#);
+        write("b/b.conflist", r#"{"cniVersion":"1.1.0","name":"shared","plugins":[{"type":"pb"}]}"#);
+        write("c/c.conflist", r#"{"cniVersion":"1.1.0","name":"c","plugins":[{"type":"pc"}]}"#);
+        write("yh-genie.d/yh-genie.kubeconfig", "");
+        let conf = PluginConf::parse(format!(r#"{{"type":"yh-genie","confDir":{:?}}}"#, d.path()).as_bytes()).unwrap();
+        let config = SelectorConfig::from_plugin_conf(&conf).unwrap();
+        let inline = r#"{"cniVersion":"1.1.0","name":"x","type":"px","runtimeConfig":{"portMappings":[]}}"#;
+        let live = [
+            record("c1", "a", r#"{"cniVersion":"1.1.0","name":"shared","plugins":[{"type":"pa"}]}"#),
+            record("c2", "ns/x", inline),
+        ];
+        let found: BTreeMap<String, (Value, bool)> = networks(&config, &live)
+            .into_iter()
+            .map(|(list, valid)| {
+                let kept_runtime_config = list.plugins[0].contains_key("runtimeConfig");
+                (list.plugin_type(0).to_string(), (valid, kept_runtime_config))
+            })
+            .collect();
+        let c1 = json!([{"containerID": "c1", "ifname": "eth0"}]);
+        assert_eq!(found["pa"], (c1.clone(), false));
+        assert_eq!(found["pb"], (c1, false));
+        assert_eq!(found["pc"], (json!([]), false));
+        assert_eq!(found["px"], (json!([{"containerID": "c2", "ifname": "eth0"}]), false));
+        assert_eq!(found.len(), 4);
+    }
+}
