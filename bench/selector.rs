@@ -32,6 +32,8 @@ struct Options {
     parallel: usize,
     /// `--networks-only`: only pods with 1, 2 and 4 networks (bench/multinet.rs).
     networks_only: bool,
+    /// `--capabilities`: only the selector with and without the runtime's capability arguments.
+    capabilities_only: bool,
     /// Run by `cargo test --all-targets` (no `--bench`): a few pods, to show that the benchmark
     /// works, in a debug build whose figures mean nothing.
     smoke: bool,
@@ -42,13 +44,14 @@ impl Options {
         let args: Vec<String> = std::env::args().skip(1).collect();
         let smoke = !args.iter().any(|a| a == "--bench");
         let (pods, parallel) = if smoke { (3, 2) } else { (100, 8) };
-        let mut o = Options { pods, parallel, networks_only: false, smoke };
+        let mut o = Options { pods, parallel, networks_only: false, capabilities_only: false, smoke };
         let mut it = args.iter();
         while let Some(a) = it.next() {
             match a.as_str() {
                 "--pods" => o.pods = it.next().and_then(|v| v.parse().ok()).expect("--pods N"),
                 "--parallel" => o.parallel = it.next().and_then(|v| v.parse().ok()).expect("--parallel N"),
                 "--networks-only" => o.networks_only = true,
+                "--capabilities" => o.capabilities_only = true,
                 // `cargo bench` appends --bench.
                 _ => {}
             }
@@ -361,6 +364,9 @@ fn main() {
         println!("smoke run (cargo test, debug build, {} pods): the figures below are not measurements;", o.pods);
         println!("measure with bench/selector.sh");
     }
+    if o.capabilities_only {
+        return capabilities(&b, &o);
+    }
     if !o.networks_only {
         single_network(&b, &o);
         agent_rss(&b);
@@ -455,6 +461,45 @@ fn single_network(b: &Bench, o: &Options) {
     println!("{}", attachment_lock_cost());
     println!(
         "targets: via the agent, ADD median at most 1.0x the bridge alone, 0 API requests per ADD; peak RSS of one ADD at most 15 MB"
+    );
+}
+
+/// The selector's ADD and DEL with and without the runtime's capability arguments (what containerd
+/// sends for a pod with a hostPort and a bandwidth annotation), through a no-op network whose plugin
+/// declares those capabilities: the difference is the cost of handing them on (parsing the
+/// network's configuration, injecting, writing it into the record).
+fn capabilities(b: &Bench, o: &Options) {
+    let script = b.noop_network();
+    let mut declaring = script.clone();
+    declaring["name"] = "noopcap".into();
+    declaring["plugins"][0]["capabilities"] = json!({"portMappings": true, "bandwidth": true});
+    b.install("noopcap", &declaring);
+    let data = b.sb.path().join("yh-genie");
+    let mut with = b.choosing_case("no-op, with runtimeConfig", "noopcap", o.pods, &data, true);
+    with.steps[0].stdin["capabilities"] = json!({"portMappings": true, "bandwidth": true, "dns": true});
+    with.steps[0].stdin["runtimeConfig"] = json!({
+        "portMappings": [{"hostPort": 8080, "containerPort": 80, "protocol": "tcp"}],
+        "bandwidth": {"egressRate": 1000000, "egressBurst": 2147483647},
+        "dns": {"servers": ["10.96.0.10"], "searches": ["default.svc.cluster.local"], "options": ["ndots:5"]},
+    });
+    let cases = [b.choosing_case("no-op, no runtimeConfig", "noopcap", o.pods, &data, true), with];
+    b.wait_for_agent(&cases);
+    b.round(&cases, 1, 1);
+    let times = b.round(&cases, o.pods, 1);
+    println!("runtime capabilities: {} pods one at a time via the agent, cases interleaved per pod", o.pods);
+    println!("{:<26} ADD median     ADD p90    DEL median     DEL p90", "");
+    for (case, t) in cases.iter().zip(&times) {
+        let [a50, a90, d50, d90] =
+            [(&t.add, 0.5), (&t.add, 0.9), (&t.del, 0.5), (&t.del, 0.9)].map(|(v, p)| ms(percentile(v, p)));
+        println!("  {:<24} {a50}  {a90}  {d50}  {d90}", case.label);
+    }
+    println!(
+        "  {:<24} {}{}{}{}",
+        "with / without",
+        ratio(&times[1].add, &times[0].add, 0.5),
+        ratio(&times[1].add, &times[0].add, 0.9),
+        ratio(&times[1].del, &times[0].del, 0.5),
+        ratio(&times[1].del, &times[0].del, 0.9)
     );
 }
 

@@ -258,7 +258,6 @@ fn writer_pid(suffix: &str) -> Option<i32> {
     pid.parse().ok().filter(|pid| *pid > 0)
 }
 
-
 /// Whether process `pid` has ended: no such process, or a zombie (killed, not yet reaped by its
 /// parent: a runtime's DEL right after it killed the ADD comes before the reaping).
 fn gone(pid: i32) -> bool {

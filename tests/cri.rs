@@ -244,3 +244,51 @@ fn a_pod_with_two_networks_gets_both_and_containerd_reports_the_first() {
     }
     node.finish();
 }
+
+/// The kubelet's hostPort and bandwidth annotation, as containerd hands them to its CNI: through
+/// the selector's declared capabilities to the portmap and bandwidth plugins of the pod's network.
+#[test]
+fn a_host_port_answers_on_the_nodes_address_and_a_bandwidth_annotation_shapes_the_pod() {
+    let node = CriNode::start();
+    node.put_pod("web", json!([{"name": "app", "image": "nginx"}]));
+    node.wait_agent_holds("web");
+    let mut config = node.sandbox_config("web", 0);
+    config.port_mappings =
+        vec![common::cri::PortMapping { protocol: 0, container_port: 80, host_port: 18090, host_ip: String::new() }];
+    config.annotations.insert("kubernetes.io/egress-bandwidth".into(), "1M".into());
+    let id = node.cri.run_pod_sandbox(config).unwrap_or_else(|e| panic!("{e}\n{}", node.logs()));
+    let sandbox = node.sandbox(&id);
+    assert_on_network(&node, &sandbox, &YONGHUI);
+
+    // A server in the pod answers on the node's address and the host port.
+    let mut server = std::process::Command::new("nsenter")
+        .arg(format!("--net=/proc/{}/ns/net", sandbox.pid))
+        .args(["busybox", "nc", "-l", "-p", "80", "-e", "echo", "from-the-pod"])
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    for _ in 0..100 {
+        if node.in_sandbox(&sandbox, "ss -Hltn sport = :80").1.contains("LISTEN") {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let (_, answer) = node.netns.exec(&format!("busybox nc -w 3 {NODE_IP} 18090 </dev/null"));
+    let _ = server.kill();
+    let _ = server.wait();
+    assert!(answer.contains("from-the-pod"), "{NODE_IP}:18090: {answer:?}\n{}", node.logs());
+    let dnat = || -> Vec<String> {
+        common::node::cni_nat_lines(&node.netns).into_iter().filter(|l| l.contains("--dport 18090")).collect()
+    };
+    assert!(dnat().iter().any(|l| l.contains(&format!("{}:80", sandbox.ip))), "{:#?}", dnat());
+    // The egress limit: a tbf on the ifb device the bandwidth plugin made for the pod.
+    let (_, qdiscs) = node.netns.exec("tc qdisc show");
+    assert!(qdiscs.lines().any(|l| l.contains("tbf") && l.contains("bwp")), "{qdiscs}");
+
+    // The pod goes, and its rule and shaping with it (containerd's DEL, the values from the record).
+    node.remove_pod(&sandbox);
+    assert!(dnat().is_empty(), "{:#?}", dnat());
+    let (_, qdiscs) = node.netns.exec("tc qdisc show");
+    assert!(!qdiscs.contains("tbf"), "{qdiscs}");
+    node.finish();
+}

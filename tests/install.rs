@@ -182,7 +182,7 @@ fn assert_installed(node: &Node, token: &str) {
     assert_eq!(
         read_json(&node.conflist()),
         json!({
-            "cniVersion": "1.0.0", "name": "yh-genie",
+            "cniVersion": "1.0.0", "cniVersions": ["1.0.0", "1.1.0"], "name": "yh-genie",
             "plugins": [{
                 "type": "yh-genie",
                 "kubeconfig": "/etc/cni/net.d/yh-genie.d/yh-genie.kubeconfig",
@@ -190,6 +190,9 @@ fn assert_installed(node: &Node, token: &str) {
                 "dataDir": "/var/lib/cni/yh-genie",
                 "binDir": "/opt/cni/bin",
                 "agentSocket": "",
+                "capabilities": {"portMappings": true, "bandwidth": true, "ipRanges": true, "dns": true,
+                    "ips": true, "mac": true, "aliases": true, "cgroupPath": true, "infinibandGUID": true,
+                    "deviceID": true, "io.kubernetes.cri.pod-annotations": true},
                 "defaultNetwork": "yonghui"
             }]
         })

@@ -28,7 +28,8 @@ const BUILTIN_TYPES: [&str; 4] = ["yonghui", "yh-bridge", "veth", "router"];
 /// What kind's node image has in /opt/cni/bin: all the e2e may use besides the built-ins.
 const KIND_NODE_PLUGINS: [&str; 4] = ["host-local", "loopback", "ptp", "portmap"];
 /// Reference plugins (containernetworking/plugins) the examples may use.
-const REFERENCE_PLUGINS: [&str; 7] = ["bridge", "macvlan", "ipvlan", "ptp", "host-local", "portmap", "loopback"];
+const REFERENCE_PLUGINS: [&str; 8] =
+    ["bridge", "macvlan", "ipvlan", "ptp", "host-local", "portmap", "bandwidth", "loopback"];
 const CONF_DIR: &str = "/etc/cni/net.d";
 
 fn repo() -> &'static Path {

@@ -99,6 +99,8 @@ pub struct ConfList {
     pub version_text: String,
     pub name: String,
     pub disable_check: bool,
+    /// `disableGC` (1.1.0): the runtime does not GC this network.
+    pub disable_gc: bool,
     pub plugins: Vec<Map<String, Value>>,
 }
 
@@ -116,7 +118,10 @@ impl ConfList {
             Some(_) => Err(CniError::invalid_config(format!("{origin}: '{k}' must be a string"))),
         };
         let name = str_field("name")?;
-        let version_text = str_field("cniVersion")?;
+        let version_text = match obj.get("cniVersions") {
+            None | Some(Value::Null) => str_field("cniVersion")?,
+            Some(listed) => highest_listed(&str_field("cniVersion")?, listed).map_err(|e| e.context(origin))?,
+        };
         let cni_version = CniVersion::of_config(Some(&version_text)).map_err(|e| e.context(origin))?;
         let plugins = if is_list || obj.contains_key("plugins") {
             let Some(Value::Array(list)) = obj.get("plugins") else {
@@ -144,7 +149,8 @@ impl ConfList {
             return Err(CniError::invalid_config(format!("{origin}: no 'name'")));
         }
         let disable_check = obj.get("disableCheck").and_then(Value::as_bool).unwrap_or(false);
-        Ok(ConfList { cni_version, version_text, name, disable_check, plugins })
+        let disable_gc = obj.get("disableGC").and_then(Value::as_bool).unwrap_or(false);
+        Ok(ConfList { cni_version, version_text, name, disable_check, disable_gc, plugins })
     }
 
     /// Parse the bytes of the file at `path`, in the shape its name gives it: `.conflist` is a chain.
@@ -180,6 +186,39 @@ impl ConfList {
     pub fn plugin_type(&self, index: usize) -> &str {
         self.plugins[index].get("type").and_then(Value::as_str).unwrap_or_default()
     }
+}
+
+/// The version a list with `cniVersions` runs at, as libcni 1.2 and later choose it: the highest of
+/// `cniVersions` and `cniVersion` that this crate speaks. Versions above the newest it speaks are
+/// skipped (a newer spec's); anything that is no version at all is code 7.
+fn highest_listed(declared: &str, listed: &Value) -> Result<String, CniError> {
+    let bad = |msg: String| CniError::invalid_config(format!("'cniVersions' {msg}"));
+    let Value::Array(items) = listed else {
+        return Err(bad(format!("must be a list of versions, not {listed}")));
+    };
+    let mut best: Option<CniVersion> = None;
+    let candidates = items.iter().map(Some).chain(std::iter::once(None));
+    for item in candidates {
+        let text = match item {
+            Some(Value::String(v)) => v.as_str(),
+            Some(other) => return Err(bad(format!("must be a list of versions, not one holding {other}"))),
+            None if declared.is_empty() => continue,
+            None => declared,
+        };
+        match CniVersion::parse(text) {
+            Ok(v) => best = best.max(Some(v)),
+            Err(_) if is_newer_version(text) => {}
+            Err(_) => return Err(bad(format!("holds {text:?}, which is not a CNI version"))),
+        }
+    }
+    Ok(best.map_or_else(|| declared.to_string(), |v| v.as_str().to_string()))
+}
+
+/// `major.minor.patch` above the newest version this crate speaks.
+fn is_newer_version(text: &str) -> bool {
+    let parts: Option<Vec<u64>> = text.split('.').map(|p| p.parse().ok()).collect();
+    let latest: Vec<u64> = CniVersion::LATEST.as_str().split('.').map(|p| p.parse().unwrap_or(0)).collect();
+    parts.is_some_and(|p| p.len() == 3 && p > latest)
 }
 
 #[cfg(test)]
@@ -251,6 +290,25 @@ mod tests {
         assert_eq!(list.plugins.len(), 2);
         let stdin: Value = serde_json::from_slice(&list.plugin_stdin(1, None).unwrap()).unwrap();
         assert_eq!(stdin, json!({"cniVersion":"1.0.0","name":"b","type":"veth","x":1}));
+    }
+
+    #[test]
+    fn a_version_list_runs_at_its_highest_version_spoken_here_as_libcni_reads_it() {
+        let version = |json: &str| ConfList::parse(json.as_bytes(), true, "x").map(|l| l.version_text);
+        let list = |versions: &str| {
+            format!(r#"{{"cniVersion":"1.0.0","cniVersions":{versions},"name":"n","plugins":[{{"type":"a"}}]}}"#)
+        };
+        assert_eq!(version(&list(r#"["1.0.0","1.1.0"]"#)).unwrap(), "1.1.0");
+        assert_eq!(version(&list(r#"["0.4.0","1.3.0"]"#)).unwrap(), "1.0.0", "a newer spec's version is skipped");
+        assert_eq!(version(&list("[]")).unwrap(), "1.0.0");
+        let parsed = ConfList::parse(list(r#"["1.1.0"]"#).as_bytes(), true, "x").unwrap();
+        assert_eq!(parsed.cni_version, CniVersion::V1_1_0);
+        let stdin: Value = serde_json::from_slice(&parsed.plugin_stdin(0, None).unwrap()).unwrap();
+        assert_eq!(stdin["cniVersion"], "1.1.0");
+        for bad in [r#""1.1.0""#, "[1]", r#"["one"]"#] {
+            let e = version(&list(bad)).unwrap_err();
+            assert!(e.code == 7 && e.msg.contains("cniVersions"), "{bad}: {e}");
+        }
     }
 
     #[test]

@@ -1,11 +1,18 @@
 //! `00-yh-genie.conflist`: the one network configuration the container runtime reads (the `00-`
 //! prefix sorts it first in the conf dir, which is how runtimes pick their network). It names the
 //! selector and tells it where everything the installer put on the host is.
+//!
+//! It is read as `--cni-version` (1.0.0 by default) by a runtime whose libcni predates version
+//! lists and as 1.1.0 (GC, STATUS) by one that reads `cniVersions` (libcni 1.2 and later take the
+//! highest they support). It declares every runtime capability (`selector::capabilities::DECLARED`),
+//! so the runtime hands the selector whatever values it has: hostPorts, bandwidth annotations,
+//! DNS, addresses and so on, which go to the plugins of the pod's first network that declare them.
 
 use super::options::Options;
 use anyhow::{Context, bail};
 use serde::Serialize;
 use serde_json::{Map, Value};
+use std::collections::BTreeMap;
 use std::path::Path;
 
 pub const FILE_NAME: &str = "00-yh-genie.conflist";
@@ -15,12 +22,14 @@ pub const KUBECONFIG_NAME: &str = "yh-genie.kubeconfig";
 
 /// The selector's keys the installer derives from its own options. A selector config file may not
 /// set them: the values would disagree with where the installer actually put things.
-const DERIVED_KEYS: [&str; 6] = ["type", "kubeconfig", "confDir", "dataDir", "binDir", "agentSocket"];
+const DERIVED_KEYS: [&str; 7] = ["type", "kubeconfig", "confDir", "dataDir", "binDir", "agentSocket", "capabilities"];
 
 #[derive(Serialize)]
 struct ConfList<'a> {
     #[serde(rename = "cniVersion")]
     cni_version: &'a str,
+    #[serde(rename = "cniVersions")]
+    cni_versions: Vec<&'a str>,
     name: &'a str,
     plugins: [SelectorPlugin<'a>; 1],
 }
@@ -36,6 +45,7 @@ struct SelectorPlugin<'a> {
     bin_dir: &'a Path,
     /// The agent's socket with `--agent`; empty (the plugin asks no agent) without.
     agent_socket: &'a Path,
+    capabilities: BTreeMap<&'a str, bool>,
     #[serde(flatten)]
     extra: Map<String, Value>,
 }
@@ -71,8 +81,14 @@ pub fn render(opts: &Options, mut extra: Map<String, Value>) -> Vec<u8> {
         extra.remove("default_plugin");
     }
     let kubeconfig = kubeconfig_path(opts);
+    let latest = crate::cni::CniVersion::LATEST;
+    let mut cni_versions = vec![opts.cni_version.as_str()];
+    if opts.cni_version < latest {
+        cni_versions.push(latest.as_str());
+    }
     let doc = ConfList {
         cni_version: opts.cni_version.as_str(),
+        cni_versions,
         name: crate::selector::NAME,
         plugins: [SelectorPlugin {
             plugin_type: crate::selector::NAME,
@@ -81,6 +97,7 @@ pub fn render(opts: &Options, mut extra: Map<String, Value>) -> Vec<u8> {
             data_dir: &opts.data_dir,
             bin_dir: &opts.bin_dir,
             agent_socket: opts.agent.as_ref().map_or(Path::new(""), |a| &a.socket),
+            capabilities: crate::selector::capabilities::DECLARED.into_iter().map(|c| (c, true)).collect(),
             extra,
         }],
     };
@@ -115,7 +132,7 @@ mod tests {
         assert_eq!(
             v,
             serde_json::json!({
-                "cniVersion": "1.0.0", "name": "yh-genie",
+                "cniVersion": "1.0.0", "cniVersions": ["1.0.0", "1.1.0"], "name": "yh-genie",
                 "plugins": [{
                     "type": "yh-genie",
                     "kubeconfig": "/etc/cni/net.d/yh-genie.d/yh-genie.kubeconfig",
@@ -123,6 +140,9 @@ mod tests {
                     "dataDir": "/var/lib/cni/yh-genie",
                     "binDir": "/opt/cni/bin",
                     "agentSocket": "",
+                    "capabilities": {"portMappings": true, "bandwidth": true, "ipRanges": true, "dns": true,
+                        "ips": true, "mac": true, "aliases": true, "cgroupPath": true, "infinibandGUID": true,
+                        "deviceID": true, "io.kubernetes.cri.pod-annotations": true},
                     "defaultNetwork": "yonghui",
                     "logLevel": "debug"
                 }]
@@ -133,6 +153,11 @@ mod tests {
         let with_agent = opts(&["--agent", "--node-name", "n1"]);
         let v: Value = serde_json::from_slice(&render(&with_agent, Map::new())).unwrap();
         assert_eq!(v["plugins"][0]["agentSocket"], "/run/yh-genie/agent.sock");
+        // Already the newest: no list of one more.
+        let v: Value = serde_json::from_slice(&render(&opts(&["--cni-version", "1.1.0"]), Map::new())).unwrap();
+        assert_eq!(v["cniVersions"], serde_json::json!(["1.1.0"]));
+        // A runtime reading version lists runs it as 1.1.0.
+        assert_eq!(crate::cni::ConfList::parse(&render(&o, Map::new()), true, "t").unwrap().version_text, "1.1.0");
     }
 
     #[test]

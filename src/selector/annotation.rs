@@ -4,12 +4,14 @@
 //! - Text: comma-separated `name`, `namespace/name`, `name@interface`, `namespace/name@interface`.
 //! - JSON: an array of objects with `name` (required), `namespace`, `interface`, `ips` (addresses
 //!   with prefix length), `mac`, `default-route` (gateway addresses), `cni-args` (an object given to
-//!   every plugin as `args.cni`).
+//!   every plugin as `args.cni`), `portMappings` and `bandwidth` (for the network's plugins that
+//!   declare those capabilities, as Multus gives them).
 //!
-//! Multus keys this selector does not implement (`portMappings`, `bandwidth`, `infiniband-guid`,
-//! `deviceID`, `ipam-claim-reference`) are refused with code 2 naming the key rather than dropped,
+//! Multus keys this selector does not implement (`infiniband-guid`, `deviceID`,
+//! `ipam-claim-reference`) are refused with code 2 naming the key rather than dropped,
 //! so a pod never silently runs without what it asked for; any other key is code 7 (a misspelling).
 
+use super::capabilities::{self, Bandwidth, PortMapping};
 use super::value::interface;
 use crate::cni::{CniError, code};
 use crate::netlink::MacAddr;
@@ -27,8 +29,9 @@ pub const MULTUS_DEFAULT_NETWORK: &str = "v1.multus-cni.io/default-network";
 pub const GENIE_CNI: &str = "cni";
 
 /// Multus keys that ask for something this selector does not do.
-const UNSUPPORTED: [&str; 5] = ["portMappings", "bandwidth", "infiniband-guid", "deviceID", "ipam-claim-reference"];
-const SUPPORTED: [&str; 7] = ["name", "namespace", "interface", "ips", "mac", "default-route", "cni-args"];
+const UNSUPPORTED: [&str; 3] = ["infiniband-guid", "deviceID", "ipam-claim-reference"];
+const SUPPORTED: [&str; 9] =
+    ["name", "namespace", "interface", "ips", "mac", "default-route", "cni-args", "portMappings", "bandwidth"];
 
 /// One network the annotation asks for.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -58,6 +61,12 @@ pub struct Extras {
     /// Given to every plugin of the network as `args.cni`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cni_args: Option<Map<String, Value>>,
+    /// Host ports to this interface (`runtimeConfig.portMappings` where declared).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub port_mappings: Vec<PortMapping>,
+    /// Shaping of this interface (`runtimeConfig.bandwidth` where declared).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bandwidth: Option<Bandwidth>,
 }
 
 impl Extras {
@@ -187,7 +196,15 @@ fn json_element(element: &Value) -> Result<Request, CniError> {
     if let Some(ifname) = &ifname {
         text = format!("{text}@{ifname}");
     }
-    let extras = Extras { ips, mac, default_route, cni_args };
+    let port_mappings = match map.get("portMappings") {
+        None | Some(Value::Null) => Vec::new(),
+        Some(v) => capabilities::port_mappings(v).map_err(|why| at("portMappings", why))?,
+    };
+    let bandwidth = match map.get("bandwidth") {
+        None | Some(Value::Null) => None,
+        Some(v) => Some(capabilities::bandwidth(v).map_err(|why| at("bandwidth", why))?),
+    };
+    let extras = Extras { ips, mac, default_route, cni_args, port_mappings, bandwidth };
     Ok(Request { namespace, name, ifname, extras, text })
 }
 
@@ -243,7 +260,9 @@ mod tests {
     fn json_form_with_every_supported_key() {
         let requests = parse(
             r#"[{"name": "lan", "namespace": "infra", "interface": "lan0", "ips": ["10.1.1.5/24", "fd00::5/64"],
-                 "mac": "02:00:00:AA:bb:01", "default-route": ["10.1.1.1"], "cni-args": {"vlan": 7}},
+                 "mac": "02:00:00:AA:bb:01", "default-route": ["10.1.1.1"], "cni-args": {"vlan": 7},
+                 "portMappings": [{"hostPort": 8080, "containerPort": 80, "protocol": "tcp"}],
+                 "bandwidth": {"egressRate": 1000000, "egressBurst": 100000}},
                 {"name": "plain"}]"#,
         )
         .unwrap();
@@ -257,6 +276,8 @@ mod tests {
         assert_eq!(lan.extras.mac.as_deref(), Some("02:00:00:aa:bb:01"));
         assert_eq!(lan.extras.default_route, ["10.1.1.1".parse::<IpAddr>().unwrap()]);
         assert_eq!(lan.extras.cni_args.as_ref().unwrap()["vlan"], 7);
+        assert_eq!((lan.extras.port_mappings[0].host_port, lan.extras.port_mappings[0].container_port), (8080, 80));
+        assert_eq!(lan.extras.bandwidth.as_ref().unwrap().egress_rate, Some(1000000));
         assert_eq!(lan.text, "infra/lan@lan0");
         assert!(requests[1].extras.is_empty());
     }
@@ -281,8 +302,9 @@ mod tests {
             ("[1]", 7, "element 1: 1 is not an object"),
             (r#"[{"namespace":"a"}]"#, 7, "\"name\" is required"),
             (r#"[{"name":"a","interfce":"x"}]"#, 7, "unknown key \"interfce\""),
-            (r#"[{"name":"a","portMappings":[]}]"#, 2, "\"portMappings\" is not supported"),
-            (r#"[{"name":"a","bandwidth":{}}]"#, 2, "bandwidth"),
+            (r#"[{"name":"a","deviceID":"x"}]"#, 2, "\"deviceID\" is not supported"),
+            (r#"[{"name":"a","portMappings":[{"hostPort":80}]}]"#, 7, "\"portMappings\" of \"a\": must be a list"),
+            (r#"[{"name":"a","bandwidth":{}}]"#, 7, "\"bandwidth\" of \"a\": it asks for nothing"),
             (
                 r#"[{"name":"a","ips":["10.1.1.5"]}]"#,
                 7,

@@ -18,7 +18,7 @@ use super::annotation::Extras;
 use super::config::SelectorConfig;
 use super::record::{Found, Record, RecordStore};
 use super::selection::{self, Attachment, PodIdentity};
-use super::{chain, extras};
+use super::{capabilities, chain, extras};
 use crate::cni::{CniArgs, CniError, CniResult, ConfList, Invocation, code};
 
 /// One network attached: its record, chain, call and result (recorded by `record_results`).
@@ -37,18 +37,31 @@ fn delegate_call(runtime: &Invocation, config: &SelectorConfig, ifname: &str, ar
     Invocation { path, ifname: ifname.to_string(), args, ..runtime.clone() }
 }
 
+/// The call a network's plugins get for the runtime's GC or STATUS: no container, the plugins
+/// looked up as for ADD.
+pub fn gc_call(runtime: &Invocation, config: &SelectorConfig) -> Invocation {
+    delegate_call(runtime, config, &runtime.ifname, CniArgs::default())
+}
+
 fn call_of(runtime: &Invocation, config: &SelectorConfig, ifname: &str, extras: &Extras) -> Invocation {
     delegate_call(runtime, config, ifname, extras::apply_to_args(&runtime.args, extras))
 }
 
-/// What an attachment's plugins get for `runtime`'s call: its configuration with the pod's extras
-/// (as text, for the record, and parsed), and their call.
+/// What an attachment's plugins get for `runtime`'s call: its configuration with the runtime's
+/// capability arguments when it is the pod's first network (`position` 0, the runtime's interface)
+/// and the pod's extras (as text, for the record, and parsed), and their call.
 pub fn plugins_call(
     runtime: &Invocation,
     config: &SelectorConfig,
+    position: usize,
     attachment: &Attachment,
 ) -> Result<(String, ConfList, Invocation), CniError> {
-    let conf = extras::apply_to_config(&attachment.config, &attachment.extras);
+    let conf = if position == 0 {
+        capabilities::inject(&attachment.config, &config.capability_args)
+    } else {
+        attachment.config.clone()
+    };
+    let conf = extras::apply_to_config(&conf, &attachment.extras);
     let list = selection::parse_config(&attachment.network, attachment.path.as_deref(), &conf)?;
     Ok((conf, list, call_of(runtime, config, &attachment.ifname, &attachment.extras)))
 }
@@ -133,7 +146,7 @@ fn prepare(
     attachment: &Attachment,
     pod: Option<PodIdentity>,
 ) -> Result<(Record, ConfList, Invocation), CniError> {
-    let (conf, list, call) = plugins_call(runtime, config, attachment)?;
+    let (conf, list, call) = plugins_call(runtime, config, position, attachment)?;
     let record = Record::new(runtime, &call, position, attachment, conf, pod);
     if let Some(existing) = store.read(&runtime.container_id, &attachment.ifname) {
         if existing.owner() != runtime.ifname {
@@ -259,5 +272,54 @@ pub fn usable(record: &Record) -> Option<(ConfList, Option<CniResult>)> {
 fn remove_logged(store: &RecordStore, runtime: &Invocation, ifnames: Vec<String>) {
     if let Err(e) = store.remove_all(&runtime.container_id, &ifnames) {
         super::warn(e);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cni::{Command, PluginConf};
+    use serde_json::{Value, json};
+
+    fn attachment(ifname: &str, extras: Value) -> Attachment {
+        let config = json!({"cniVersion": "1.0.0", "name": "blue", "plugins": [
+            {"type": "bridge"},
+            {"type": "portmap", "capabilities": {"portMappings": true}},
+            {"type": "bandwidth", "capabilities": {"bandwidth": true}}]});
+        Attachment {
+            ifname: ifname.into(),
+            network: "blue".into(),
+            path: None,
+            config: config.to_string(),
+            source: selection::Source::DefaultNetwork { element: "blue".into() },
+            extras: serde_json::from_value(extras).unwrap(),
+        }
+    }
+
+    #[test]
+    fn the_runtimes_capabilities_go_to_the_first_network_only_and_the_pods_to_their_own() {
+        let selector = PluginConf::from_value(json!({"cniVersion": "1.1.0", "name": "yh-genie", "type": "yh-genie",
+            "runtimeConfig": {"portMappings": [{"hostPort": 80, "containerPort": 8080, "protocol": "tcp"}],
+                              "bandwidth": {"egressRate": 8000, "egressBurst": 800}}}))
+        .unwrap();
+        let config = SelectorConfig::from_plugin_conf(&selector).unwrap();
+        let runtime = crate::cni::testing::invocation(Command::Add, std::path::Path::new("/nonexistent"));
+        let runtime_config = |conf: &str, i: usize| -> Value {
+            serde_json::from_str::<Value>(conf).unwrap()["plugins"][i].get("runtimeConfig").cloned().unwrap_or_default()
+        };
+        let (first, ..) = plugins_call(&runtime, &config, 0, &attachment("eth0", json!({}))).unwrap();
+        assert_eq!(runtime_config(&first, 0), Value::Null);
+        assert_eq!(
+            runtime_config(&first, 1),
+            json!({"portMappings": [{"hostPort": 80, "containerPort": 8080, "protocol": "tcp"}]})
+        );
+        assert_eq!(runtime_config(&first, 2), json!({"bandwidth": {"egressRate": 8000, "egressBurst": 800}}));
+        // A further network gets none of the runtime's: only what the pod asked for it.
+        let (further, ..) = plugins_call(&runtime, &config, 1, &attachment("net1", json!({}))).unwrap();
+        assert_eq!(further, attachment("net1", json!({})).config);
+        let asked = json!({"portMappings": [{"hostPort": 81, "containerPort": 80}]});
+        let (further, ..) = plugins_call(&runtime, &config, 1, &attachment("net1", asked.clone())).unwrap();
+        assert_eq!(runtime_config(&further, 1), asked);
+        assert_eq!(runtime_config(&further, 2), Value::Null);
     }
 }

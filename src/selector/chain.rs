@@ -57,6 +57,49 @@ pub fn check(list: &ConfList, inv: &Invocation, prev: &CniResult) -> Result<(), 
     Ok(())
 }
 
+/// STATUS of every plugin in order, as libcni asks a network: only from 1.1.0 on (before, a network
+/// has no STATUS and is ready), the first plugin that is not ready answers for the network.
+pub fn status(list: &ConfList, inv: &Invocation) -> Result<(), CniError> {
+    if !list.cni_version.has_gc_and_status() {
+        return Ok(());
+    }
+    for i in 0..list.plugins.len() {
+        list.plugin_stdin(i, None)
+            .and_then(|stdin| plugins::invoke(list.plugin_type(i), Command::Status, inv, &stdin))
+            .map_err(|e| e.context(step(list, i, Command::Status)))?;
+    }
+    Ok(())
+}
+
+/// GC of every plugin with `valid` (`{containerID, ifname}` objects) as the network's valid
+/// attachments, as libcni gives it (under both of the spec's names for it). Only from 1.1.0 on and
+/// unless `disableGC`; every plugin is asked even if one fails; the first failure is returned.
+pub fn gc(list: &ConfList, inv: &Invocation, valid: &serde_json::Value) -> Result<(), CniError> {
+    if !list.cni_version.has_gc_and_status() || list.disable_gc {
+        return Ok(());
+    }
+    let mut first_error = None;
+    for i in 0..list.plugins.len() {
+        let outcome = list.plugin_stdin(i, None).and_then(|stdin| {
+            let mut conf: serde_json::Map<String, serde_json::Value> =
+                serde_json::from_slice(&stdin).expect("plugin_stdin writes a JSON object");
+            conf.insert(VALID_ATTACHMENTS.into(), valid.clone());
+            conf.insert("cni.dev/attachments".into(), valid.clone());
+            let stdin = serde_json::to_vec(&conf).expect("a JSON map always serializes");
+            plugins::invoke(list.plugin_type(i), Command::Gc, inv, &stdin)
+        });
+        if let Err(e) = outcome {
+            let e = e.context(step(list, i, Command::Gc));
+            super::warn(e.to_string());
+            first_error.get_or_insert(e);
+        }
+    }
+    first_error.map_or(Ok(()), Err)
+}
+
+/// The key of a GC call's valid attachments.
+pub const VALID_ATTACHMENTS: &str = "cni.dev/valid-attachments";
+
 /// DEL plugins `count-1` down to 0.
 fn del_plugins(list: &ConfList, inv: &Invocation, count: usize, prev: Option<&CniResult>) -> Result<(), CniError> {
     let prev = prev.filter(|_| list.cni_version.del_gets_prev_result());

@@ -5,7 +5,8 @@
 //! `args.cni.mac`. So `cni-args: {"ips": [...]}` is `ips` by another road, and is checked as `ips`
 //! is (refused on a network whose plugins declare no `ips` capability); keys the Go plugins read
 //! without regard to case count in any case. A key naming a Multus option the selector does not
-//! implement is refused as that option is (code 2), and a capability only the runtime gives
+//! implement is refused as that option is (code 2), `portMappings` and `bandwidth` (capability
+//! arguments, which no plugin reads from `args.cni`) with the element key to use instead, and a capability only the runtime gives
 //! (`ipRanges`, `dns`, ...) is refused. Nesting is bounded, so that every configuration and record
 //! that carries it still parses where its depth is added to (serde's limit is 128 levels).
 
@@ -19,7 +20,10 @@ use serde_json::{Map, Value};
 pub const MAX_DEPTH: usize = 32;
 
 /// Multus keys the annotation refuses with code 2, as Go folds them (with `-` and `_` dropped).
-const UNSUPPORTED: [&str; 5] = ["PORTMAPPINGS", "BANDWIDTH", "INFINIBANDGUID", "DEVICEID", "IPAMCLAIMREFERENCE"];
+const UNSUPPORTED: [&str; 3] = ["INFINIBANDGUID", "DEVICEID", "IPAMCLAIMREFERENCE"];
+/// Element keys the selector hands to plugins as capability arguments (`runtimeConfig`), never in
+/// `args.cni`: in `cni-args` no plugin would see them, so they are refused with the key to use.
+const ELEMENT_CAPABILITIES: [(&str, &str); 2] = [("PORTMAPPINGS", "portMappings"), ("BANDWIDTH", "bandwidth")];
 /// Capability arguments only the runtime gives.
 const RUNTIME_ONLY: [&str; 4] = ["IPRANGES", "DNS", "ALIASES", "CGROUPPATH"];
 
@@ -50,6 +54,12 @@ pub fn check(cni_args: &Map<String, Value>, list: &ConfList, network: &str) -> R
                 if !ok {
                     return Err(bad(format!("plugins read it as \"mac\", and {value} is not a MAC address")));
                 }
+            }
+            p if ELEMENT_CAPABILITIES.iter().any(|(folded, _)| *folded == p) => {
+                let (_, name) = ELEMENT_CAPABILITIES.iter().find(|(folded, _)| *folded == p).expect("matched");
+                return Err(bad(format!(
+                    "plugins take it from the runtime's capability arguments, not from cni-args: use the element's {name:?} key"
+                )));
             }
             p if UNSUPPORTED.contains(&p) => {
                 return Err(CniError::new(
@@ -123,8 +133,10 @@ mod tests {
         let l = list(json!({}));
         assert!(check(&args(json!({"MAC": "02:00:00:00:00:01", "vlan": 7})), &l, "n").is_ok());
         assert!(check(&args(json!({"mac": "nope"})), &l, "n").unwrap_err().msg.contains("not a MAC"));
-        assert_eq!(check(&args(json!({"portMappings": []})), &l, "n").unwrap_err().code, 2);
-        assert_eq!(check(&args(json!({"BANDWIDTH": {}})), &l, "n").unwrap_err().code, 2);
+        assert_eq!(check(&args(json!({"portMappings": []})), &l, "n").unwrap_err().code, 7);
+        assert_eq!(check(&args(json!({"deviceID": "0000:00:01.0"})), &l, "n").unwrap_err().code, 2);
+        let e = check(&args(json!({"BANDWIDTH": {}})), &l, "n").unwrap_err();
+        assert!(e.code == 7 && e.msg.contains("use the element's \"bandwidth\" key"), "{e}");
         assert_eq!(check(&args(json!({"infiniband-guid": "x"})), &l, "n").unwrap_err().code, 2);
         for key in ["ipRanges", "dns", "io.kubernetes.cri.pod-annotations"] {
             let e = check(&args(json!({ key: [] })), &l, "n").unwrap_err();

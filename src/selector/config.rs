@@ -51,6 +51,9 @@ pub struct SelectorConfig {
     /// `addedInterfaceEvents`: whether the node agent creates an `AddedInterface` event per
     /// interface after an ADD it gave the selection for (as Multus does; default on).
     pub added_interface_events: bool,
+    /// The runtime's capability arguments (the selector's `runtimeConfig`), for the plugins of the
+    /// pod's first network that declare them (`capabilities`).
+    pub capability_args: Map<String, Value>,
 }
 
 /// When to write the `network-status` annotation after a successful ADD.
@@ -118,6 +121,7 @@ impl SelectorConfig {
                 None => Some(PathBuf::from(crate::kube::agent_socket::DEFAULT_PATH)),
                 Some(path) => non_empty(Some(path)),
             },
+            capability_args: super::capabilities::runtime_args(conf)?,
         })
     }
 

@@ -10,9 +10,13 @@
 //! - `mac`: `CNI_ARGS` `MAC=` (bridge, macvlan and the others read it in that one form), with
 //!   `IgnoreUnknown=1` so that plugins that do not know the key accept it, and `runtimeConfig.mac`
 //!   for plugins that declare the `mac` capability.
+//! - `portMappings`, `bandwidth`: `runtimeConfig.portMappings` and `runtimeConfig.bandwidth` of every
+//!   plugin that declares the capability (portmap, bandwidth), as Multus gives them; a pod asking for
+//!   them on a network whose plugins do not declare them is refused at selection, as for `ips`.
 //! - `cni-args`: merged into every plugin's `args.cni`, as Multus gives it.
 
 use super::annotation::Extras;
+use super::capabilities;
 use crate::cni::{CniArgs, ConfList};
 use serde_json::{Map, Value};
 
@@ -22,13 +26,18 @@ pub fn declares(list: &ConfList, name: &str) -> bool {
 }
 
 fn declares_one(plugin: &Map<String, Value>, name: &str) -> bool {
-    plugin.get("capabilities").and_then(|c| c.get(name)).and_then(Value::as_bool) == Some(true)
+    capabilities::declared_by(plugin, name)
 }
 
 /// The configuration `config` with `extras` given to its plugins. Unchanged (the same text) when
 /// there is nothing to give. `config` has been parsed before, so it is a JSON object.
 pub fn apply_to_config(config: &str, extras: &Extras) -> String {
-    if extras.ips.is_empty() && extras.mac.is_none() && extras.cni_args.is_none() {
+    if extras.ips.is_empty()
+        && extras.mac.is_none()
+        && extras.cni_args.is_none()
+        && extras.port_mappings.is_empty()
+        && extras.bandwidth.is_none()
+    {
         return config.to_string();
     }
     let Ok(Value::Object(mut top)) = serde_json::from_str::<Value>(config) else {
@@ -46,13 +55,9 @@ pub fn apply_to_config(config: &str, extras: &Extras) -> String {
 }
 
 fn apply_to_plugin(plugin: &mut Map<String, Value>, extras: &Extras) {
-    let mut runtime = Map::new();
-    if !extras.ips.is_empty() && declares_one(plugin, "ips") {
-        runtime.insert("ips".into(), extras.ips.iter().map(|ip| Value::String(ip.to_string())).collect());
-    }
-    if let Some(mac) = extras.mac.as_ref().filter(|_| declares_one(plugin, "mac")) {
-        runtime.insert("mac".into(), Value::String(mac.clone()));
-    }
+    let asked =
+        capabilities::asked(&extras.ips, extras.mac.as_deref(), &extras.port_mappings, extras.bandwidth.as_ref());
+    let runtime: Map<String, Value> = asked.into_iter().filter(|(name, _)| declares_one(plugin, name)).collect();
     if !runtime.is_empty() {
         let entry = plugin.entry("runtimeConfig").or_insert_with(|| Value::Object(Map::new()));
         if let Value::Object(existing) = entry {
@@ -106,8 +111,11 @@ mod tests {
         let conf = json!({"cniVersion": "1.0.0", "name": "lan", "plugins": [
             {"type": "macvlan", "capabilities": {"ips": true, "mac": true}, "runtimeConfig": {"keep": 1}},
             {"type": "tuning", "capabilities": {"ips": false}},
-            {"type": "router"}]});
-        let e = extras(json!({"ips": ["10.1.1.5/24"], "mac": "02:00:00:00:00:01", "cniArgs": {"vlan": 7}}));
+            {"type": "router"},
+            {"type": "portmap", "capabilities": {"portMappings": true}},
+            {"type": "bandwidth", "capabilities": {"bandwidth": true}}]});
+        let e = extras(json!({"ips": ["10.1.1.5/24"], "mac": "02:00:00:00:00:01", "cniArgs": {"vlan": 7},
+            "portMappings": [{"hostPort": 8080, "containerPort": 80}], "bandwidth": {"egressRate": 8, "egressBurst": 9}}));
         let out: Value = serde_json::from_str(&apply_to_config(&conf.to_string(), &e)).unwrap();
         assert_eq!(
             out["plugins"][0]["runtimeConfig"],
@@ -115,7 +123,12 @@ mod tests {
         );
         assert!(out["plugins"][1].get("runtimeConfig").is_none());
         assert!(out["plugins"][2].get("runtimeConfig").is_none());
-        for i in 0..3 {
+        assert_eq!(
+            out["plugins"][3]["runtimeConfig"],
+            json!({"portMappings": [{"hostPort": 8080, "containerPort": 80}]})
+        );
+        assert_eq!(out["plugins"][4]["runtimeConfig"], json!({"bandwidth": {"egressRate": 8, "egressBurst": 9}}));
+        for i in 0..5 {
             assert_eq!(out["plugins"][i]["args"]["cni"]["vlan"], 7, "plugin {i}");
         }
         let single = json!({"cniVersion": "1.0.0", "name": "s", "type": "bridge", "capabilities": {"mac": true}});

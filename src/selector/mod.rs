@@ -9,6 +9,7 @@
 
 pub mod annotation;
 mod attach;
+pub mod capabilities;
 mod chain;
 mod cni_args;
 pub mod config;
@@ -17,9 +18,11 @@ pub mod defaults;
 pub mod explain;
 mod extras;
 mod from_agent;
+mod gc;
 pub mod inline;
 pub mod network;
 pub mod policy;
+mod ready;
 mod record;
 mod report;
 pub mod select;
@@ -31,14 +34,13 @@ pub mod value;
 
 pub use status::NETWORK_STATUS;
 
-use crate::cni::attachment_lock;
-use crate::cni::{CniArgs, CniError, CniResult, Command, Invocation, Plugin, PluginConf, code};
+use crate::cni::{CniError, CniResult, Invocation, Plugin, PluginConf, code};
 use crate::kube::{ApiClient, ApiPolicy, PodSource};
 use config::{NetworkStatus, SelectorConfig};
-use record::{Found, Record, RecordStore};
+use record::{Found, RecordStore};
 use report::Via;
 use selection::{PodIdentity, Selection};
-use std::collections::{BTreeMap, HashSet};
+use std::collections::HashSet;
 use tombstone::Tombstones;
 
 pub const NAME: &str = "yh-genie";
@@ -156,77 +158,20 @@ impl Plugin for Selector {
         attach::check_records(inv, &config, &records)
     }
 
-    /// DEL every recorded attachment that the runtime no longer lists as valid. The runtime lists
-    /// its own attachments (container id, `CNI_IFNAME`): a pod's further networks go with them.
-    /// The temp files of record writes whose process was killed go too, whoever they were for.
+    /// DEL every recorded attachment that the runtime no longer lists as valid, then GC each network
+    /// with its own live attachments (`gc`).
     fn gc(&self, inv: &Invocation, conf: &PluginConf) -> Result<(), CniError> {
         let config = SelectorConfig::from_plugin_conf(conf)?;
         let valid: HashSet<(String, String)> = config::valid_attachments(conf)?.into_iter().collect();
-        let store = RecordStore::new(&config.data_dir);
-        let locks = attachment_lock::dir(std::env::var(attachment_lock::DIR_VAR).ok());
-        let mut stale: BTreeMap<(String, String), Vec<Record>> = BTreeMap::new();
-        for record in store.list()? {
-            let key = (record.container_id.clone(), record.owner().to_string());
-            if !valid.contains(&key) {
-                stale.entry(key).or_default().push(record);
-            }
-        }
-        let mut first_error = None;
-        for ((container_id, owner), mut records) in stale {
-            attach::in_order(&mut records, &owner);
-            // A DEL like the runtime's: after the remains of any killed call on the attachment.
-            let lock = attachment_lock::acquire(&locks, &container_id, &owner, attachment_lock::WAIT);
-            let own = records.iter().find(|r| r.ifname == owner).unwrap_or(&records[0]);
-            // The runtime has forgotten this container; if its netns still exists, clean inside it too.
-            let runtime = Invocation {
-                command: Command::Del,
-                container_id: container_id.clone(),
-                netns: own.netns.clone().filter(|p| crate::netns::exists(p)),
-                ifname: owner.clone(),
-                args: CniArgs::parse(&own.cni_args).unwrap_or_default(),
-                path: inv.path.clone(),
-            };
-            let (failed, _) = attach::del_records(&runtime, &config, &records);
-            let outcome = settle::settle(&records, runtime.netns.as_deref(), failed);
-            // What cannot be used cannot be undone any more: the runtime has forgotten the pod.
-            let ifnames: Vec<String> = records.iter().map(|r| r.ifname.clone()).collect();
-            let outcome = outcome.and_then(|()| store.remove_all(&container_id, &ifnames));
-            match outcome {
-                Ok(()) => {
-                    if let Some(lock) = lock {
-                        lock.remove();
-                    }
-                }
-                Err(e) => {
-                    warn(format!("GC of container {container_id} interface {owner}: {e}"));
-                    first_error.get_or_insert(e);
-                }
-            }
-        }
-        // The runtime has forgotten these attachments: their DELs will not come again.
-        let tombstones = Tombstones::new(&config.data_dir);
-        if let Err(e) = tombstones.retain(|cid, ifname| valid.contains(&(cid.to_string(), ifname.to_string()))) {
-            warn(format!("GC of the tombstones of completed DELs: {e}"));
-        }
-        if let Err(e) = store.remove_abandoned() {
-            warn(format!("GC: {e}"));
-        }
-        first_error.map_or(Ok(()), Err)
+        gc::collect(inv, &config, &valid)
     }
 
-    /// Ready when the readiness indicator file, if any, exists, the configuration directory can be
-    /// read and the kubeconfig, if any, is there.
-    fn status(&self, _inv: &Invocation, conf: &PluginConf) -> Result<(), CniError> {
+    /// Ready when the configuration directory can be read, the kubeconfig, if any, is there, and
+    /// the default network's plugins say they are (`ready`).
+    fn status(&self, inv: &Invocation, conf: &PluginConf) -> Result<(), CniError> {
         let config = SelectorConfig::from_plugin_conf(conf)?;
         readiness_indicator(&config, code::PLUGIN_NOT_AVAILABLE)?;
-        let unavailable = |msg: String| CniError::new(code::PLUGIN_NOT_AVAILABLE, msg);
-        std::fs::read_dir(&config.conf_dir)
-            .map_err(|e| unavailable(format!("confDir {} is not readable: {e}", config.conf_dir.display())))?;
-        if let Some(kubeconfig) = &config.kubeconfig {
-            std::fs::File::open(kubeconfig)
-                .map_err(|e| unavailable(format!("kubeconfig {} is not readable: {e}", kubeconfig.display())))?;
-        }
-        Ok(())
+        ready::status(inv, &config)
     }
 }
 
@@ -339,12 +284,12 @@ fn del_without_record(config: &SelectorConfig, inv: &Invocation, only: Option<&[
         }
     };
     let mut first_error = None;
-    for attachment in selection.attachments.iter().rev() {
+    for (position, attachment) in selection.attachments.iter().enumerate().rev() {
         if only.is_some_and(|only| !only.contains(&attachment.ifname)) {
             continue;
         }
-        let outcome =
-            attach::plugins_call(inv, config, attachment).and_then(|(_, list, call)| chain::del(&list, &call, None));
+        let outcome = attach::plugins_call(inv, config, position, attachment)
+            .and_then(|(_, list, call)| chain::del(&list, &call, None));
         if let Err(e) = outcome
             && !settle::forgettable_without_record(inv.netns.as_deref(), &attachment.ifname, &attachment.network, &e)
         {

@@ -93,6 +93,19 @@ pub struct LinuxPodSandboxConfig {
     pub security_context: Option<LinuxSandboxSecurityContext>,
 }
 
+/// A pod's hostPort: `protocol` 0 is TCP.
+#[derive(Clone, PartialEq, Message)]
+pub struct PortMapping {
+    #[prost(int32, tag = "1")]
+    pub protocol: i32,
+    #[prost(int32, tag = "2")]
+    pub container_port: i32,
+    #[prost(int32, tag = "3")]
+    pub host_port: i32,
+    #[prost(string, tag = "4")]
+    pub host_ip: String,
+}
+
 #[derive(Clone, PartialEq, Message)]
 pub struct PodSandboxConfig {
     #[prost(message, optional, tag = "1")]
@@ -103,6 +116,8 @@ pub struct PodSandboxConfig {
     pub log_directory: String,
     #[prost(message, optional, tag = "4")]
     pub dns_config: Option<DnsConfig>,
+    #[prost(message, repeated, tag = "5")]
+    pub port_mappings: Vec<PortMapping>,
     #[prost(map = "string, string", tag = "6")]
     pub labels: HashMap<String, String>,
     #[prost(map = "string, string", tag = "7")]

@@ -140,10 +140,13 @@ impl CriNode {
     /// mount them into the installer's pod, and the fabric's subnet.env in the node's `/run`.
     fn write_networks(&self) {
         let dir = |rel: &str| self.path(rel).display().to_string();
+        // Chaining portmap as the shipped network does, and bandwidth, which this node has too.
         let yonghui = json!({"cniVersion": "1.0.0", "name": "yonghui", "plugins": [{
             "type": "yonghui", "subnetFile": SUBNET_FILE, "dataDir": dir("var/lib/cni/yonghui"),
             "delegate": {"type": "yh-bridge", "hairpinMode": true, "isDefaultGateway": true},
-            "ipam": {"dataDir": dir("var/lib/cni/networks")}}]});
+            "ipam": {"dataDir": dir("var/lib/cni/networks")}},
+            {"type": "portmap", "capabilities": {"portMappings": true}},
+            {"type": "bandwidth", "capabilities": {"bandwidth": true}}]});
         let bridge = json!({"cniVersion": "1.0.0", "name": "bridge", "plugins": [{
             "type": "bridge", "bridge": "br-ref", "isGateway": true, "isDefaultGateway": true, "ipMasq": true,
             "ipam": {"type": "host-local", "dataDir": dir("var/lib/cni/networks"),
@@ -322,6 +325,7 @@ impl CriNode {
                 searches: vec!["default.svc.cluster.local".into(), "svc.cluster.local".into(), "cluster.local".into()],
                 options: vec!["ndots:5".into()],
             }),
+            port_mappings: Vec::new(),
             labels: labels.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
             annotations: [("kubernetes.io/config.source".to_string(), "api".to_string())].into(),
             linux: Some(cri::LinuxPodSandboxConfig {
@@ -411,7 +415,10 @@ impl CriNode {
         left.extend(self.containerd.var_lib_files().into_iter().map(|f| format!("node /var/lib file {}", f.display())));
         let veths = link_names(&self.netns, "type veth").into_iter().filter(|l| l != "par0" && l != "wire0");
         left.extend(veths.map(|l| format!("host veth {l}")));
-        left.extend(cni_nat_lines(&self.netns).into_iter().map(|l| format!("nat {l}")));
+        // portmap's chains shared by every pod stay (it never removes them); each pod's must go.
+        let pods_nat =
+            cni_nat_lines(&self.netns).into_iter().filter(|l| !l.contains("CNI-HOSTPORT-") || l.contains("CNI-DN-"));
+        left.extend(pods_nat.map(|l| format!("nat {l}")));
         left.extend(list_dir(&self.containerd.node_path("/run/netns")).into_iter().map(|f| format!("netns {f}")));
         // (Not every mount under /run/netns: the machine's named netns show through, hidden by the
         // node's /run.)

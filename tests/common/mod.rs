@@ -250,6 +250,27 @@ pub fn cnidrive() -> PathBuf {
     p
 }
 
+/// The libcni driver built in module mode against the current libcni (CNI 1.1.0: version lists,
+/// GC, STATUS), where scripts/prereqs.sh builds it; `CNIDRIVE11` overrides.
+pub fn cnidrive11() -> PathBuf {
+    let p = std::env::var_os("CNIDRIVE11")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("target/tools/cnidrive11"));
+    assert!(p.exists(), "{} is missing: scripts/prereqs.sh builds it", p.display());
+    p
+}
+
+/// Run a libcni driver (`cnidrive()` or `cnidrive11()`) with `args`, plugins from the sandbox's bin
+/// dir, libcni's cache under the sandbox, and the runtime's capability arguments `cap_args` (JSON).
+pub fn libcni_run(sb: &Sandbox, driver: &Path, args: &[&str], cap_args: Option<&Value>) -> Reply {
+    let mut command = sb.command(driver);
+    command.args(args).env("CNI_PATH", sb.bin()).env("CNI_CACHE_DIR", sb.path().join("libcni-cache"));
+    if let Some(cap_args) = cap_args {
+        command.env("CNI_CAP_ARGS", cap_args.to_string());
+    }
+    Reply::from(command.output().unwrap())
+}
+
 /// Run cnidrive `cmd` (add|check|del) on a conflist file; libcni's cache goes under the sandbox.
 /// On failure cnidrive prints the CNI error on stdout: exit 1 for a plugin's, 2 for libcni's own.
 pub fn cnidrive_run(

@@ -4,6 +4,12 @@
 // not only with a driver of our own.
 //
 //	cnidrive add|check|del CONFIG NETNS CONTAINER_ID IFNAME [CNI_ARGS]
+//	cnidrive gc CONFIG [CONTAINER_ID:IFNAME ...]   (built with -tags libcni11)
+//	cnidrive status CONFIG                         (built with -tags libcni11)
+//
+// Built two ways: against Debian's packaged libcni (GOPATH mode: CNI up to 1.0.0) as cnidrive, and
+// in module mode against the libcni go.mod names (CNI 1.1.0: version lists, GC, STATUS) as
+// cnidrive11. gc and status exist only in the second; gc's arguments are the valid attachments.
 //
 // CONFIG is a .conflist, or a single-plugin .conf/.json which is run as a list of one (as go-cni
 // does). CNI_ARGS is "K=V;K=V". The environment gives CNI_PATH (plugin directories, ':'-separated,
@@ -47,6 +53,9 @@ func main() {
 }
 
 func run(args []string) *failure {
+	if len(args) >= 2 && (args[0] == "gc" || args[0] == "status") {
+		return runLifecycle(args[0], args[1], args[2:])
+	}
 	if len(args) < 5 || len(args) > 6 {
 		return ownFailure(fmt.Errorf("%s (got %d arguments)", usage, len(args)))
 	}

@@ -81,10 +81,15 @@ pub fn nad_plan(
             (attachment, identity, list)
         }
     };
-    if !request.extras.ips.is_empty() && !super::super::extras::declares(&list, "ips") {
+    let asked = [
+        ("ips", !request.extras.ips.is_empty()),
+        ("portMappings", !request.extras.port_mappings.is_empty()),
+        ("bandwidth", request.extras.bandwidth.is_some()),
+    ];
+    if let Some((key, _)) = asked.iter().find(|(key, asked)| *asked && !super::super::extras::declares(&list, key)) {
         return Err(CniError::invalid_config(format!(
-            "it asks for ips, but no plugin of network {} declares the \"ips\" capability \
-             (\"capabilities\": {{\"ips\": true}}), so none would see them",
+            "it asks for {key}, but no plugin of network {} declares the \"{key}\" capability \
+             (\"capabilities\": {{\"{key}\": true}}), so none would see them",
             attachment.network
         )));
     }

@@ -278,6 +278,12 @@ fn extras_from_the_annotation_and_their_checks() {
         .annotated("default", "p-cni-args-ips", r#"[{"name":"red","cni-args":{"IPs":["10.9.0.5/24"]}}]"#, app("blue"))
         .annotated(
             "default",
+            "p-no-portmap",
+            r#"[{"name":"red","portMappings":[{"hostPort":8080,"containerPort":80}]}]"#,
+            app("blue"),
+        )
+        .annotated(
+            "default",
             "p-two-defaults",
             r#"[{"name":"lan","default-route":["10.9.0.1"]},{"name":"red","default-route":["10.8.0.1"]}]"#,
             app("blue"),
@@ -291,6 +297,8 @@ fn extras_from_the_annotation_and_their_checks() {
     assert!(e.msg.contains("\"ips\" capability") && e.msg.contains("network red"), "{e}");
     let e = node.select(&api, "p-cni-args-ips").unwrap_err();
     assert!(e.code == 7 && e.msg.contains("\"cni-args\" key \"IPs\"") && e.msg.contains("network red"), "{e}");
+    let e = node.select(&api, "p-no-portmap").unwrap_err();
+    assert!(e.code == 7 && e.msg.contains("\"portMappings\" capability") && e.msg.contains("network red"), "{e}");
     let e = node.select(&api, "p-two-defaults").unwrap_err();
     assert!(e.msg.contains("two default routes") && e.msg.contains("net1") && e.msg.contains("net2"), "{e}");
 }
