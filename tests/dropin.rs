@@ -59,8 +59,9 @@ fn put_pods(n: &Node) {
     n.api.put_annotated_pod("default", "multus", json!({MULTUS_DEFAULT_NETWORK: "red"}), literal("blue"));
     // Genie's cni annotation: eth0, then Genie's eth1; defaultNetworks after, net2.
     n.api.put_annotated_pod("default", "genie", json!({GENIE_CNI: "red,blue"}), json!([{"name": "app"}]));
-    // systemNamespaces: only the default network, whatever the pod's annotation says.
-    n.api.put_annotated_pod("kube-system", "coredns", json!({NETWORKS: "red"}), json!([{"name": "dns"}]));
+    // systemNamespaces: no defaultNetworks (green would be net1), but its own annotation's NAD (as
+    // Multus), so green once, on net1, and nothing on net2.
+    n.api.put_annotated_pod("kube-system", "coredns", json!({NETWORKS: "green"}), json!([{"name": "dns"}]));
 }
 
 /// A pod (namespace, name) and, per interface, the network octet it must have (`ip addr`).
@@ -70,7 +71,7 @@ fn expectations() -> Vec<Expected> {
     vec![
         ("default", "multus", vec![("eth0", Some(RED.1)), ("net1", Some(GREEN.1)), ("net2", None)]),
         ("default", "genie", vec![("eth0", Some(RED.1)), ("eth1", Some(BLUE.1)), ("net2", Some(GREEN.1))]),
-        ("kube-system", "coredns", vec![("eth0", Some(BLUE.1)), ("net1", None)]),
+        ("kube-system", "coredns", vec![("eth0", Some(BLUE.1)), ("net1", Some(GREEN.1)), ("net2", None)]),
     ]
 }
 
@@ -171,7 +172,7 @@ fn multus_and_genie_ways_of_choosing_give_the_same_networks_directly_and_through
     assert_eq!(n.api.plugin_requests(), before, "no API request through the agent");
 
     // The agent creates an AddedInterface event per interface, as Multus words them.
-    agent.wait_for("the AddedInterface events", || n.api.events().len() == 6);
+    agent.wait_for("the AddedInterface events", || n.api.events().len() == 7);
     let events = n.api.events();
     let about = |name: &str| -> Vec<String> {
         events
@@ -187,7 +188,7 @@ fn multus_and_genie_ways_of_choosing_give_the_same_networks_directly_and_through
     );
     assert!(multus[1].starts_with("Add net1 [10.77.") && multus[1].ends_with("] from kube-system/green"), "{multus:?}");
     assert!(about("genie")[1].starts_with("Add eth1 ["), "{:?}", about("genie"));
-    assert_eq!(about("coredns").len(), 1);
+    assert_eq!(about("coredns").len(), 2);
     for e in &events {
         assert_eq!((e["reason"].as_str(), e["type"].as_str()), (Some("AddedInterface"), Some("Normal")), "{e}");
         let pod = e["involvedObject"]["name"].as_str().unwrap();

@@ -1,6 +1,6 @@
 //! The networks the admin attaches to pods beyond what each pod chooses, in Multus's keys:
 //! `defaultNetworks` (NetworkAttachmentDefinitions attached to every pod, after its first network
-//! and before its annotation's), `systemNamespaces` (whose pods get only their first network) and
+//! and before its annotation's), `systemNamespaces` (whose pods do not get `defaultNetworks`) and
 //! `multusNamespace` (where a `defaultNetworks` name without a namespace is looked up). The node
 //! agent reads the same keys, to watch those NADs for every pod.
 
@@ -17,7 +17,7 @@ const KUBE_SYSTEM: &str = "kube-system";
 pub struct PodDefaults {
     /// `defaultNetworks`, each with its namespace (`multusNamespace` when it names none).
     pub default_networks: Vec<Request>,
-    /// `systemNamespaces`: their pods get neither `defaultNetworks` nor their annotation's networks.
+    /// `systemNamespaces`: their pods do not get `defaultNetworks` (as Multus).
     pub system_namespaces: BTreeSet<String>,
 }
 

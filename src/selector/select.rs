@@ -87,15 +87,13 @@ pub fn resolve(
             .filter(|c| env_entry(c).is_some())
             .map(|c| format!("init container {:?} sets {ENV_VAR}; init containers are not consulted", c.name)),
     );
+    // As Multus: a system namespace's pods do not get the admin's defaultNetworks (they run the
+    // cluster's own components); what a pod asks for itself in its annotation it still gets.
     let system = config.defaults.is_system(namespace);
-    let requests = if system { Vec::new() } else { annotation_requests(pod).map_err(|e| e.context(&whose))? };
+    let requests = annotation_requests(pod).map_err(|e| e.context(&whose))?;
     let defaults: &[Request] = if system { &[] } else { &config.defaults.default_networks };
-    if system && (has_annotation(pod, annotation::NETWORKS) || !config.defaults.default_networks.is_empty()) {
-        notes.push(format!(
-            "namespace {namespace} is one of systemNamespaces: its pods get neither defaultNetworks nor the \
-             networks of annotation {}",
-            annotation::NETWORKS
-        ));
+    if system && !config.defaults.default_networks.is_empty() {
+        notes.push(format!("namespace {namespace} is one of systemNamespaces: its pods do not get defaultNetworks"));
     }
     // Before anything is fetched for them.
     let elements = plans
@@ -289,10 +287,6 @@ fn env_entry(container: &Container) -> Option<&EnvVar> {
 /// The ConfigMap key an env entry takes its value from, if that is where it takes it from.
 fn config_map_source(entry: &EnvVar) -> Option<&ConfigMapKeySelector> {
     entry.value_from.as_ref()?.config_map_key_ref.as_ref()
-}
-
-fn has_annotation(pod: &Pod, key: &str) -> bool {
-    pod.metadata.annotations.as_ref().is_some_and(|a| a.contains_key(key))
 }
 
 /// The elements of the pod's networks annotation; none without it.

@@ -64,7 +64,7 @@ impl Objects for Fetching<'_> {
 /// The objects `resolve` may ask for when it decides for `pod` (in `namespace`): the ConfigMap of
 /// each container's `CNI_NETWORK_CONFIG` that takes its value from one, the NetworkAttachmentDefinition
 /// of Multus's default-network annotation and each one the networks annotation names, that `policy`
-/// lets the pod use, and the admin's `defaultNetworks` (`defaults`), outside `systemNamespaces`. A
+/// lets the pod use, and the admin's `defaultNetworks` (`defaults`) outside `systemNamespaces`. A
 /// superset of what one `resolve` asks for (it stops at its first error, and asks for the
 /// ConfigMaps only when no default-network annotation decides first); nothing for an annotation
 /// `resolve` refuses before asking for any NAD (unparsable, more than `MAX_ATTACHMENTS`), and no
@@ -83,11 +83,11 @@ pub fn references(policy: &AttachmentPolicy, defaults: &PodDefaults, namespace: 
         .and_then(|value| annotation::parse_as(MULTUS_DEFAULT_NETWORK, value).ok())
         .filter(|requests| requests.len() == 1)
         .unwrap_or_default();
+    let networks = annotation_requests(pod).unwrap_or_default();
+    if networks.len() <= MAX_ATTACHMENTS {
+        requests.extend(networks);
+    }
     if !defaults.is_system(namespace) {
-        let networks = annotation_requests(pod).unwrap_or_default();
-        if networks.len() <= MAX_ATTACHMENTS {
-            requests.extend(networks);
-        }
         for request in &defaults.default_networks {
             let nad_namespace = nad_namespace(request, namespace);
             refs.insert(ObjectKey::new(Kind::NetworkAttachmentDefinition, &nad_namespace, &request.name));

@@ -72,10 +72,14 @@ fn genie_default_plugin_is_the_default_network_named_the_genie_way() {
 }
 
 #[test]
-fn default_networks_come_after_the_first_and_before_the_annotation_except_in_system_namespaces() {
+fn default_networks_come_after_the_first_and_before_the_annotation_and_system_namespaces_skip_only_the_defaults() {
     let node = Node::with(json!({"defaultNetworks": ["lan", "infra/red"], "multusNamespace": "net-admin"}));
     // defaultNetworks are the admin's: namespaceIsolation does not apply to them.
-    let api = FakeApi::default().nad("net-admin", "lan", None).nad("infra", "red", None).nad("default", "blue", None);
+    let api = FakeApi::default()
+        .nad("net-admin", "lan", None)
+        .nad("infra", "red", None)
+        .nad("default", "blue", None)
+        .nad("kube-system", "blue", None);
     let api = annotated(api, "p", json!({annotation::NETWORKS: "blue"}), app("green"));
     let api = api.pod_json(
         "kube-system",
@@ -91,7 +95,8 @@ fn default_networks_come_after_the_first_and_before_the_annotation_except_in_sys
     );
     assert_eq!(s.attachments[2].source.nad(), Some("infra/red"));
     let s = select(&node.config, "eth0", Some(("kube-system", "coredns")), None, Some(&api)).unwrap();
-    assert_eq!(plan(&s), pairs(&[("eth0", "green")]));
+    // As Multus: no defaultNetworks in a system namespace, but the pod's own annotation applies.
+    assert_eq!(plan(&s), pairs(&[("eth0", "green"), ("net1", "blue")]));
     assert!(s.notes[0].contains("systemNamespaces"), "{:?}", s.notes);
     // The agent watches what resolve reads: the default NADs, not in system namespaces.
     let pod = api.pods[&("default".to_string(), "p".to_string())].clone();
@@ -106,7 +111,11 @@ fn default_networks_come_after_the_first_and_before_the_annotation_except_in_sys
         ]
     );
     let coredns = api.pods[&("kube-system".to_string(), "coredns".to_string())].clone();
-    assert!(references(&node.config.policy, &node.config.defaults, "kube-system", &coredns).is_empty());
+    let names: Vec<String> = references(&node.config.policy, &node.config.defaults, "kube-system", &coredns)
+        .iter()
+        .map(ToString::to_string)
+        .collect();
+    assert_eq!(names, ["NetworkAttachmentDefinition kube-system/blue"]);
 }
 
 #[test]
