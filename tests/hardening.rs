@@ -54,6 +54,25 @@ fn a_record_whose_configuration_cannot_run_is_forgotten_once_nothing_of_it_is_le
 }
 
 #[test]
+fn a_network_naming_a_plugin_the_node_lacks_is_refused_before_any_record() {
+    common::require_root();
+    let n = Node::new();
+    bridge_network(&n, "missing", 9, &[json!({"type": "no-such-plugin"})]);
+    n.api.put_pod("default", "m", literal("missing"));
+    let conf = n.selector_conf("1.0.0", json!({}));
+    let pod = n.pod("m");
+    let err = n.call("ADD", &pod, &conf).err();
+    let msg = err["msg"].as_str().unwrap();
+    assert!(
+        err["code"] == 7 && msg.contains("plugin 2 of 2 (no-such-plugin)") && msg.contains("failed to find"),
+        "{err}"
+    );
+    n.assert_failed_add_left_nothing(&pod, "missing plugin");
+    assert!(n.records().is_empty());
+    assert_eq!(n.call("DEL", &pod, &conf).code, 0);
+}
+
+#[test]
 fn a_record_is_kept_while_its_interface_is_in_the_netns_or_its_add_completed() {
     common::require_root();
     let n = Node::new();

@@ -147,6 +147,7 @@ fn prepare(
     pod: Option<PodIdentity>,
 ) -> Result<(Record, ConfList, Invocation), CniError> {
     let (conf, list, call) = plugins_call(runtime, config, position, attachment)?;
+    plugins_exist(&list, &call, &attachment.network)?;
     let record = Record::new(runtime, &call, position, attachment, conf, pod);
     if let Some(existing) = store.read(&runtime.container_id, &attachment.ifname) {
         if existing.owner() != runtime.ifname {
@@ -166,6 +167,20 @@ fn prepare(
         ));
     }
     Ok((record, list, call))
+}
+
+/// Every plugin of the chain is built in or found on the call's path, before anything is recorded:
+/// a network naming a plugin the node does not have is refused, not recorded and then stuck.
+fn plugins_exist(list: &ConfList, call: &Invocation, network: &str) -> Result<(), CniError> {
+    for i in 0..list.plugins.len() {
+        let t = list.plugin_type(i);
+        if crate::plugins::builtin(t).is_none() {
+            crate::cni::exec::find_plugin(t, &call.path).map_err(|e| {
+                e.context(format!("network {network}: plugin {} of {} ({t})", i + 1, list.plugins.len()))
+            })?;
+        }
+    }
+    Ok(())
 }
 
 /// DEL what was attached, in reverse. Whether every DEL succeeded.
