@@ -3,12 +3,15 @@
 # Debian's reference CNI plugins (real delegates and the behaviour to match), iproute2, iptables and
 # nftables, ping, shellcheck; containerd and runc with gcc and libc6-dev (tests/cri.rs runs a
 # private containerd and builds its pause image); and Go with Debian's libcni sources, from which it
-# builds the project's own libcni driver (tools/cnidrive) into target/tools/cnidrive.
+# builds the project's own libcni driver (tools/cnidrive) into target/tools/cnidrive. For the local
+# Kubernetes cluster (tests/cluster.rs): etcd, busybox-static (the workloads' image) and conntrack
+# (kube-proxy); scripts/cluster/build.sh builds Kubernetes itself.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 packages=(containernetworking-plugins iproute2 iptables nftables iputils-ping shellcheck jq time
-          containerd runc gcc libc6-dev golang-go golang-github-appc-cni-dev)
+          containerd runc gcc libc6-dev golang-go golang-github-appc-cni-dev
+          etcd-server busybox-static conntrack)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
