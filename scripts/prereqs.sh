@@ -5,12 +5,15 @@
 # private containerd and builds its pause image); and Go with Debian's libcni sources, from which it
 # builds the project's own libcni driver (tools/cnidrive) into target/tools/cnidrive; and, with the
 # Go on PATH in module mode, the same driver against the current libcni (go.mod: CNI 1.1.0 with
-# version lists, GC and STATUS) into target/tools/cnidrive11.
+# version lists, GC and STATUS) into target/tools/cnidrive11. For the local Kubernetes cluster
+# (tests/cluster.rs): etcd, busybox-static (the workloads' image) and conntrack (kube-proxy);
+# scripts/cluster/build.sh builds Kubernetes itself.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 packages=(containernetworking-plugins iproute2 iptables nftables iputils-ping shellcheck jq time
-          containerd runc gcc libc6-dev golang-go golang-github-appc-cni-dev)
+          containerd runc gcc libc6-dev golang-go golang-github-appc-cni-dev
+          etcd-server busybox-static conntrack)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs every test: formatting, lints, unit tests and the root integration tests (real network
-# namespaces, real plugins, cnidrive). Needs root. Usage: scripts/test.sh
+# namespaces, real plugins, cnidrive, a local Kubernetes cluster). Needs root. Usage: scripts/test.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -9,6 +9,9 @@ if [ "$(id -u)" -ne 0 ]; then
   exit 1
 fi
 scripts/prereqs.sh
+# The local Kubernetes cluster's binaries (tests/cluster.rs): built once per version, cached in
+# /var/cache/yh-genie (a cold build takes a quarter to half an hour on 2 cores).
+scripts/cluster/build.sh | grep -v '^/'
 
 cargo fmt --all -- --check
 cargo clippy --all-targets -- -D warnings

@@ -310,7 +310,7 @@ fn signal(pid: u32, signal: nix::sys::signal::Signal) {
 
 /// Processes of the run in `dir` (pid, command line): command line or working directory in it, or
 /// in one of its cgroups. Never this process.
-fn run_processes(dir: &Path) -> Vec<(u32, String)> {
+pub fn run_processes(dir: &Path) -> Vec<(u32, String)> {
     let dir_text = dir.display().to_string();
     let cgroup = format!("/{}/", run_name(dir));
     let me = std::process::id();
@@ -333,7 +333,7 @@ fn run_processes(dir: &Path) -> Vec<(u32, String)> {
 }
 
 /// Kill every process of the run in `dir` and wait for them to go, then remove its cgroups.
-fn end_run(dir: &Path) {
+pub fn end_run(dir: &Path) {
     let started = Instant::now();
     loop {
         let left = run_processes(dir);

@@ -6,6 +6,7 @@
 
 pub mod agent;
 pub mod apiserver;
+pub mod cluster;
 pub mod containerd;
 pub mod cri;
 pub mod cri_node;

@@ -2,6 +2,7 @@
 //! compiled with `gcc -static`, as the only file of one uncompressed layer, packed as an OCI image
 //! layout archive (`oci-layout`, `index.json`, content-addressed blobs) that `ctr images import`
 //! takes. The index names the image with containerd's `io.containerd.image.name` annotation.
+//! `pack` makes such an image of any directory (the test cluster's yh-genie and busybox images).
 
 use super::must;
 use serde_json::{Value, json};
@@ -13,21 +14,26 @@ const PAUSE_C: &str = include_str!("pause.c");
 /// Build the image named `name` under `dir`; returns the path of the archive.
 pub fn build(dir: &Path, name: &str) -> PathBuf {
     let rootfs = dir.join("rootfs");
-    let layout = dir.join("oci");
-    let blobs = layout.join("blobs/sha256");
     std::fs::create_dir_all(&rootfs).unwrap();
-    std::fs::create_dir_all(&blobs).unwrap();
     let source = dir.join("pause.c");
     std::fs::write(&source, PAUSE_C).unwrap();
     must(&format!("gcc -static -Os -o {}/pause {}", rootfs.display(), source.display()));
+    pack(dir, name, &rootfs, json!({"Entrypoint": ["/pause"]}))
+}
 
+/// Pack the directory `rootfs` as the one layer of an image named `name` whose runtime config is
+/// `config` (Entrypoint, Cmd, ...), in an OCI layout archive under `dir`; returns its path.
+pub fn pack(dir: &Path, name: &str, rootfs: &Path, config: Value) -> PathBuf {
+    let layout = dir.join("oci");
+    let blobs = layout.join("blobs/sha256");
+    std::fs::create_dir_all(&blobs).unwrap();
     let layer_tar = dir.join("layer.tar");
-    must(&format!("tar --owner=0 --group=0 --numeric-owner -C {} -cf {} pause", rootfs.display(), layer_tar.display()));
+    must(&format!("tar --owner=0 --group=0 --numeric-owner -C {} -cf {} .", rootfs.display(), layer_tar.display()));
     let layer = std::fs::read(&layer_tar).unwrap();
     let layer_digest = add_blob(&blobs, &layer);
     let config = json!({
         "architecture": oci_architecture(), "os": "linux",
-        "config": {"Entrypoint": ["/pause"]},
+        "config": config,
         "rootfs": {"type": "layers", "diff_ids": [layer_digest]},
     });
     let manifest = json!({
@@ -44,7 +50,7 @@ pub fn build(dir: &Path, name: &str) -> PathBuf {
     std::fs::write(layout.join("index.json"), index.to_string()).unwrap();
     std::fs::write(layout.join("oci-layout"), json!({"imageLayoutVersion": "1.0.0"}).to_string()).unwrap();
 
-    let archive = dir.join("pause.tar");
+    let archive = dir.join("image.tar");
     must(&format!("tar -C {} -cf {} .", layout.display(), archive.display()));
     archive
 }

@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# Builds the Kubernetes binaries the local test cluster runs (tests/cluster.rs), from the Go module
+# proxy, once per version: they are cached outside the checkout, in
+# ${YH_GENIE_CACHE:-/var/cache/yh-genie}/kubernetes-<version>/, so later runs and fresh clones on the
+# same machine reuse them. Prints what it built and how long it took. Usage:
+#   scripts/cluster/build.sh            # prints the bin dir on its last line
+#
+# k8s.io/kubernetes replaces its staging modules (k8s.io/api, client-go, ...) with paths of its own
+# tree, which `go install pkg@version` refuses; a scratch module that requires it and pins every
+# staging module to the matching v0.Y.Z builds its commands. Needs a Go at least as new as the
+# version's go.mod asks (the Debian one is too old): /usr/local/go/bin/go or GO=...
+set -euo pipefail
+
+version=${KUBERNETES_VERSION:-v1.32.13}
+cache=${YH_GENIE_CACHE:-/var/cache/yh-genie}
+out=$cache/kubernetes-$version
+commands=(kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy kubectl)
+
+go=${GO:-}
+if [ -z "$go" ]; then
+  if [ -x /usr/local/go/bin/go ]; then go=/usr/local/go/bin/go; else go=go; fi
+fi
+
+missing=()
+for c in "${commands[@]}"; do [ -x "$out/bin/$c" ] || missing+=("$c"); done
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "kubernetes $version: cached in $out/bin"
+  echo "$out/bin"
+  exit 0
+fi
+
+started=$(date +%s)
+work=$out/module
+mkdir -p "$work" "$out/bin"
+minor=${version#v1.}
+{
+  echo "module yh-genie.test/kubernetes-build"
+  echo "go 1.23.0"
+  echo "require k8s.io/kubernetes $version"
+} >"$work/go.mod"
+cd "$work"
+# Every staging module k8s.io/kubernetes replaces, pinned to its published twin.
+modfile=$(cd / && "$go" mod download -json "k8s.io/kubernetes@$version" | sed -n 's/.*"GoMod": "\(.*\)".*/\1/p')
+# The module proxy may lack a patch release of one of them: the newest earlier patch of the same
+# minor then stands in (staging modules change little between patches), and the build says so.
+# Asked from outside the scratch module, whose graph needs every replacement first.
+newest_patch_before() { # MODULE WANT: the newest v0.<minor>.x of MODULE on the proxy before WANT
+  local listed
+  listed=$(cd / && "$go" list -m -versions "$1" 2>/dev/null) || return 0
+  tr ' ' '\n' <<<"$listed" | grep -E "^v0\.${minor%%.*}\.[0-9]+$" | { cat; echo "$2"; } | sort -V |
+    sed -n "/^$2\$/q;p" | tail -1 || true
+}
+sed -n 's#^\s*\(k8s.io/[^ ]*\) => ./staging/.*#\1#p' "$modfile" >"$work/staging"
+while read -r m; do
+  want=v0.$minor
+  if ! (cd / && "$go" mod download "$m@$want" 2>/dev/null); then
+    found=$(newest_patch_before "$m" "$want")
+    if [ -z "$found" ]; then
+      # Not every staging module is used by the commands (sample-*); one that is fails the build.
+      echo "note: no $m v0.${minor%%.*}.x on the module proxy; left out"
+      continue
+    fi
+    echo "note: $m $want is not on the module proxy; using $found"
+    want=$found
+  fi
+  "$go" mod edit -replace "$m=$m@$want"
+done <"$work/staging"
+# -mod=mod: the build adds the requirements and sums it meets to the scratch module.
+# Two cores shared with other work: one compile at a time per package, parallel packages capped.
+for c in "${missing[@]}"; do
+  t=$(date +%s)
+  CGO_ENABLED=0 "$go" build -mod=mod -p "${BUILD_JOBS:-2}" -trimpath -ldflags "-s -w -X k8s.io/component-base/version.gitVersion=$version -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=${minor%%.*}" \
+    -o "$out/bin/$c.new" "k8s.io/kubernetes/cmd/$c"
+  mv -f "$out/bin/$c.new" "$out/bin/$c"
+  echo "built $c $version in $(( $(date +%s) - t )) s"
+done
+echo "kubernetes $version built in $(( $(date +%s) - started )) s into $out/bin"
+echo "$out/bin"

@@ -1,0 +1,129 @@
+//! tests/cluster.rs's tests that stop or take away something: the API server, a static pod's
+//! manifest, the whole install.
+
+use super::{NS, YH_GENIE_USER, condition};
+use crate::common::cluster::Cluster;
+use crate::common::cluster::pods::in_cidr;
+use crate::common::{self, report};
+use serde_json::Value;
+use std::path::Path;
+
+/// docs/install.md's uninstall: workloads first, then both manifests. Every installer pod removes
+/// the conflist and its kubeconfig (the runtime reports the network not ready again), and leaves
+/// the binaries and the network files; the workloads' leases and records went with their pods.
+pub fn uninstall_leaves_the_nodes_as_the_docs_say(cluster: &mut Cluster) {
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let path = |rel: &str| repo.join(rel).display().to_string();
+    cluster.kubectl_ok(&["delete", "namespace", NS, "--wait=true", "--timeout=120s"]);
+    cluster.kubectl_ok(&["delete", "-f", &path("manifests/yh-genie.yaml"), "--wait=true", "--timeout=60s"]);
+    cluster.kubectl_ok(&["delete", "-f", &path("manifests/config.yaml"), "--wait=true", "--timeout=60s"]);
+    cluster.wait_for("the installer pods gone", || {
+        let pods = cluster.get_json(&["-n", "kube-system", "get", "pods", "-l", "app.kubernetes.io/name=yh-genie"]);
+        pods["items"].as_array()?.is_empty().then_some(())
+    });
+    for worker in &cluster.workers {
+        let gone = ["/etc/cni/net.d/00-yh-genie.conflist", "/etc/cni/net.d/yh-genie.d/yh-genie.kubeconfig"];
+        for file in gone {
+            assert!(!worker.node_path(file).exists(), "{}: {file} is left", worker.name);
+        }
+        for file in ["/opt/cni/bin/yh-genie", "/opt/cni/bin/yonghui", "/etc/cni/net.d/yonghui/yonghui.conflist"] {
+            assert!(worker.node_path(file).exists(), "{}: {file} is gone, the docs say it stays", worker.name);
+        }
+        let mut leases = Vec::new();
+        common::node::walk(&worker.node_path("/var/lib/cni/networks"), &mut |p| {
+            let name = p.file_name().unwrap().to_string_lossy().into_owned();
+            if name.parse::<std::net::Ipv4Addr>().is_ok() {
+                leases.push(p.display().to_string());
+            }
+        });
+        assert_eq!(leases, Vec::<String>::new(), "{}: leases of deleted pods", worker.name);
+    }
+    cluster.wait_for("both nodes NotReady: no CNI configuration", || {
+        let nodes = cluster.get_json(&["get", "nodes"]);
+        let not_ready = nodes["items"].as_array()?.iter().filter(|n| !condition(n, "Ready")).count();
+        (not_ready == cluster.workers.len()).then_some(())
+    });
+}
+
+/// The API server stops. A pod whose sandbox dies meanwhile (its pause process killed) gets a new
+/// one from the kubelet: the new sandbox runs (containerd starts a sandbox only after the CNI ADD
+/// succeeded) with no API server, the agent's cache answering. Once the API server is back the
+/// pod is Ready with an address of its node, and no GET was made for it.
+pub fn api_server_down_a_held_pod_gets_its_network_again(cluster: &mut Cluster) {
+    let pod = "outage-held";
+    cluster.apply_text(&format!(
+        "apiVersion: v1
+kind: Pod
+metadata: {{name: {pod}, namespace: {NS}}}
+spec:
+  nodeSelector: {{yh-genie-e2e/slot: a}}
+  terminationGracePeriodSeconds: 1
+  containers:
+  - name: main
+    image: busybox:1.36
+    command: [sleep, '3600']
+    env:
+    - name: CNI_NETWORK_CONFIG
+      valueFrom: {{configMapKeyRef: {{name: net-yonghui, key: network}}}}
+"
+    ));
+    cluster.wait_pod_ready(NS, pod);
+    let sandboxes_before = cluster.worker("node-a").running_sandboxes(pod);
+    assert_eq!(sandboxes_before.len(), 1, "{pod}: {sandboxes_before:?}");
+    let before = cluster.audit_events().len();
+    cluster.stop_apiserver();
+    let (ok, _, _) = cluster.kubectl(&["get", "--raw", "/readyz", "--request-timeout=2s"]);
+    assert!(!ok, "the API server still answers");
+    let worker = cluster.worker("node-a");
+    worker.kill_sandbox(&sandboxes_before[0]);
+    let new = cluster.wait_for(&format!("a new sandbox of {pod} running with the API server down"), || {
+        let now = worker.running_sandboxes(pod);
+        now.into_iter().find(|id| !sandboxes_before.contains(id))
+    });
+    let address = worker.sandbox_address(&new);
+    report(&format!("cluster: {pod}'s new sandbox {new} runs with eth0 {address}, the API server down"));
+    cluster.restart_apiserver();
+    let cidr = cluster.pod_cidr("node-a");
+    assert!(in_cidr(&address, &cidr), "{pod}'s new sandbox has eth0 {address:?}, not in {cidr}");
+    let ip = cluster.wait_for(&format!("{pod} Ready with the new sandbox's address"), || {
+        let object = cluster.get_json(&["-n", NS, "get", "pod", pod]);
+        let ip = object["status"]["podIP"].as_str()?.to_string();
+        (condition(&object, "Ready") && ip == address).then_some(ip)
+    });
+    let events = cluster.audit_events();
+    let gets: Vec<&Value> = events[before.min(events.len())..]
+        .iter()
+        .filter(|e| e["user"]["username"] == YH_GENIE_USER && e["verb"] == "get" && e["objectRef"]["name"] == pod)
+        .collect();
+    assert!(gets.is_empty(), "{pod} ({ip}): GETs by the plugin: {gets:?}");
+}
+
+/// A static pod (a file in the kubelet's manifest dir, as control-plane components run) on a pod
+/// network: the kubelet makes its sandbox with the file's uid as K8S_POD_UID, while the API
+/// server's mirror pod has a uid of its own. It should get its network like any pod.
+pub fn static_pod_on_a_pod_network_gets_its_network(cluster: &mut Cluster) {
+    let worker = cluster.worker("node-b");
+    let manifest = format!(
+        "apiVersion: v1
+kind: Pod
+metadata: {{name: static-web, namespace: {NS}}}
+spec:
+  containers:
+  - name: web
+    image: busybox:1.36
+    command: [sh, -c, 'mkdir -p /www && hostname > /www/index.html && exec httpd -f -p 8080 -h /www']
+    env:
+    - {{name: CNI_NETWORK_CONFIG, value: yonghui}}
+"
+    );
+    std::fs::write(worker.node_path("/etc/kubernetes/manifests/static-web.yaml"), manifest).unwrap();
+    let mirror = format!("static-web-{}", worker.name);
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| cluster.wait_pod_ready(NS, &mirror)));
+    let events =
+        cluster.kubectl(&["-n", NS, "get", "events", "--field-selector", &format!("involvedObject.name={mirror}")]).1;
+    std::fs::remove_file(worker.node_path("/etc/kubernetes/manifests/static-web.yaml")).unwrap();
+    let pod = result.unwrap_or_else(|_| panic!("the static pod {mirror} is not Ready; its events:\n{events}"));
+    let cidr = cluster.pod_cidr("node-b");
+    let ip = pod["status"]["podIP"].as_str().unwrap_or_default();
+    assert!(in_cidr(ip, &cidr), "{mirror}: status.podIP {ip:?} is not in {cidr}");
+}

@@ -1,0 +1,112 @@
+//! The images the test cluster's nodes run, built here without Docker or a registry and imported
+//! into every node's containerd under the names pods use:
+//! - yh-genie as the Dockerfile makes it: one static binary at /usr/local/bin/yh-genie, entrypoint
+//!   `yh-genie install`, named as manifests/yh-genie.yaml names it;
+//! - the pod sandbox (pause) image the nodes' containerd is configured with;
+//! - busybox (Debian's busybox-static) under the name the e2e manifests use, for workloads.
+
+use super::super::{must, pause_image};
+use serde_json::json;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+pub const PAUSE: &str = "registry.k8s.io/pause:3.10";
+pub const BUSYBOX: &str = "docker.io/library/busybox:1.36";
+const BUSYBOX_BINARY: &str = "/bin/busybox";
+
+/// The image the DaemonSet in manifests/yh-genie.yaml runs, as the runtime names it.
+pub fn yh_genie_name() -> String {
+    let manifest =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("manifests/yh-genie.yaml")).unwrap();
+    let image = manifest
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("image:"))
+        .expect("manifests/yh-genie.yaml names an image")
+        .trim();
+    normalized(image)
+}
+
+/// `name:tag` as containerd stores an image pulled by that reference.
+pub fn normalized(image: &str) -> String {
+    match image.split('/').count() {
+        1 => format!("docker.io/library/{image}"),
+        _ => image.to_string(),
+    }
+}
+
+/// yh-genie built as one static executable (the C library linked in: no loader on the host it is
+/// copied to), as the Dockerfile's musl build makes it; in its own target dir so that the test
+/// build's flags and artifacts are not disturbed, with the `cluster-image` profile (release
+/// without LTO, incremental). `YH_GENIE_IMAGE_BINARY` names a binary to use instead.
+pub fn static_yh_genie() -> PathBuf {
+    if let Some(binary) = std::env::var_os("YH_GENIE_IMAGE_BINARY") {
+        return check_static(PathBuf::from(binary));
+    }
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let target_dir = root.join("target/cluster");
+    let triple = format!("{}-unknown-linux-gnu", std::env::consts::ARCH);
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let status =
+        Command::new(cargo)
+            .current_dir(root)
+            .args([
+                "build",
+                "--profile",
+                "cluster-image",
+                "--locked",
+                "--bin",
+                "yh-genie",
+                "--target",
+                &triple,
+                "--target-dir",
+            ])
+            .arg(&target_dir)
+            // Not the test's environment: cargo test sets variables (CARGO_PKG_*, ...) that build
+            // scripts watch, and each difference would rebuild ring and what depends on it.
+            .env_clear()
+            .envs(std::env::vars().filter(|(k, _)| {
+                ["PATH", "HOME", "RUSTUP_HOME", "CARGO_HOME", "RUSTUP_TOOLCHAIN"].contains(&k.as_str())
+            }))
+            .env("RUSTFLAGS", "-C target-feature=+crt-static")
+            .status()
+            .expect("cargo runs");
+    assert!(status.success(), "building the static yh-genie failed");
+    check_static(target_dir.join(triple).join("cluster-image/yh-genie"))
+}
+
+fn check_static(binary: PathBuf) -> PathBuf {
+    let headers = must(&format!("readelf -l {}", binary.display()));
+    assert!(!headers.contains("INTERP"), "{} needs a dynamic loader:\n{headers}", binary.display());
+    binary
+}
+
+/// The yh-genie image named `name` holding `binary`; returns the archive for `ctr images import`.
+pub fn yh_genie(dir: &Path, name: &str, binary: &Path) -> PathBuf {
+    let rootfs = dir.join("rootfs");
+    std::fs::create_dir_all(rootfs.join("usr/local/bin")).unwrap();
+    std::fs::copy(binary, rootfs.join("usr/local/bin/yh-genie")).unwrap();
+    pause_image::pack(dir, name, &rootfs, json!({"Entrypoint": ["/usr/local/bin/yh-genie", "install"]}))
+}
+
+/// Debian's static busybox with a link for each of its applets in /bin, and an empty /tmp.
+pub fn busybox(dir: &Path) -> PathBuf {
+    assert!(Path::new(BUSYBOX_BINARY).exists(), "apt-get install busybox-static (scripts/prereqs.sh)");
+    let headers = must(&format!("readelf -l {BUSYBOX_BINARY}"));
+    assert!(!headers.contains("INTERP"), "{BUSYBOX_BINARY} is not the static busybox (busybox-static)");
+    let rootfs = dir.join("rootfs");
+    for sub in ["bin", "tmp", "etc"] {
+        std::fs::create_dir_all(rootfs.join(sub)).unwrap();
+    }
+    std::fs::copy(BUSYBOX_BINARY, rootfs.join("bin/busybox")).unwrap();
+    for applet in must(&format!("{BUSYBOX_BINARY} --list")).lines().filter(|a| *a != "busybox") {
+        std::os::unix::fs::symlink("busybox", rootfs.join("bin").join(applet)).unwrap();
+    }
+    std::fs::write(rootfs.join("etc/passwd"), "root:x:0:0:root:/root:/bin/sh\n").unwrap();
+    std::fs::write(rootfs.join("etc/group"), "root:x:0:\n").unwrap();
+    pause_image::pack(dir, BUSYBOX, &rootfs, json!({"Cmd": ["sh"], "Env": ["PATH=/bin"]}))
+}
+
+/// The pause image the nodes' containerd uses for every sandbox.
+pub fn pause(dir: &Path) -> PathBuf {
+    pause_image::build(dir, PAUSE)
+}

@@ -1,0 +1,259 @@
+//! A real Kubernetes cluster for the tests, started once for several of them: etcd, the API
+//! server, the controller-manager and the scheduler in one network namespace, and two worker
+//! nodes, each its own network and mount namespace with containerd, the kubelet and kube-proxy,
+//! all on an underlay (a bridge in a namespace of its own, a veth to each). The harness plays the
+//! yonghui fabric: each node's `/run/flannel/subnet.env` from the podCIDR the controller-manager
+//! gave it, and routes to the other nodes' podCIDRs over the underlay.
+//!
+//! The Kubernetes binaries come from scripts/cluster/build.sh (built once per version, cached
+//! outside the checkout); the images from `images`. Nothing is installed on the nodes: tests
+//! install yh-genie with kubectl, as users do. Everything the cluster makes is found again from its
+//! run dir (`run`), so a failed or killed run leaves nothing behind once the next one has swept.
+
+pub mod control_plane;
+pub mod images;
+pub mod pki;
+pub mod pods;
+pub mod run;
+pub mod worker;
+
+use super::{Netns, report};
+use control_plane::ControlPlane;
+use pki::Pki;
+use run::Run;
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::time::{Duration, Instant};
+use worker::Worker;
+
+pub const CONTROL_PLANE_IP: &str = "10.99.0.1";
+pub const SERVICE_CIDR: &str = "10.96.0.0/16";
+/// The `kubernetes` Service's ClusterIP, what pods get as KUBERNETES_SERVICE_HOST.
+pub const SERVICE_IP: &str = "10.96.0.1";
+/// The yonghui fabric's network; each node gets a /24 of it.
+pub const CLUSTER_CIDR: &str = "10.244.0.0/16";
+pub const NODE_CIDR_BITS: u8 = 24;
+/// The nodes: name, underlay address, labels (the e2e manifests' slots).
+pub const NODES: [(&str, &str, &str); 2] =
+    [("node-a", "10.99.0.11", "yh-genie-e2e/slot=a"), ("node-b", "10.99.0.12", "yh-genie-e2e/slot=b")];
+/// How long any one step may take.
+pub const PATIENCE: Duration = Duration::from_secs(90);
+
+pub struct Cluster {
+    pub workers: Vec<Worker>,
+    pub control: ControlPlane,
+    underlay: Netns,
+    pub pki: Pki,
+    pub bin: PathBuf,
+    /// Dropped last; `Drop` ends its processes first.
+    pub run: Run,
+}
+
+impl Cluster {
+    /// Build what is missing (Kubernetes binaries, images), start the control plane and the
+    /// nodes, and return once both nodes are registered with a podCIDR and their fabric is set up.
+    /// The nodes are NotReady until a CNI is installed.
+    pub fn start() -> Self {
+        crate::common::require_root();
+        let started = Instant::now();
+        let bin = kubernetes_bin();
+        let run = Run::new();
+        let images = build_images(&run);
+        let built = started.elapsed();
+
+        let pki = Pki::new(&run.path().join("pki"));
+        control_plane::issue_apiserver_certificates(&pki);
+        pki.kubeconfig("admin", "yh-genie-test-admin", &["system:masters"], &control_plane::api_url());
+        let underlay = run.netns("yclu");
+        underlay.must("ip link add br0 type bridge && ip link set br0 up");
+        let control_netns = run.netns("yclc");
+        connect(&underlay, &control_netns, "cp", CONTROL_PLANE_IP);
+        let control = ControlPlane::start(&run, &pki, control_netns, &bin);
+        let mut cluster = Cluster { workers: Vec::new(), control, underlay, pki, bin, run };
+        for (name, ip, labels) in NODES {
+            let netns = cluster.run.netns("ycln");
+            connect(&cluster.underlay, &netns, name, ip);
+            netns.must(&format!("ip route add default via {CONTROL_PLANE_IP}"));
+            let worker = Worker::start(&cluster.run, &cluster.pki, &cluster.bin, (name, ip, netns), labels, &images);
+            cluster.workers.push(worker);
+        }
+        cluster.set_up_fabric();
+        report(&format!(
+            "cluster: built/checked binaries and images in {built:.1?}, nodes registered {:.1?} after that",
+            started.elapsed() - built
+        ));
+        cluster
+    }
+
+    /// Each node's subnet.env from its podCIDR, and a route to every other node's podCIDR.
+    fn set_up_fabric(&self) {
+        let cidrs: Vec<String> = self
+            .workers
+            .iter()
+            .map(|w| {
+                self.wait_for(&format!("node {} registered with a podCIDR", w.name), || {
+                    let (ok, out, _) = self.kubectl(&["get", "node", &w.name, "-o", "jsonpath={.spec.podCIDR}"]);
+                    (ok && !out.trim().is_empty()).then(|| out.trim().to_string())
+                })
+            })
+            .collect();
+        for (i, worker) in self.workers.iter().enumerate() {
+            worker.write_subnet(&cidrs[i]);
+            for (j, other) in self.workers.iter().enumerate() {
+                if i != j {
+                    worker.netns.must(&format!("ip route add {} via {}", cidrs[j], other.ip));
+                }
+            }
+        }
+    }
+
+    pub fn worker(&self, name: &str) -> &Worker {
+        self.workers.iter().find(|w| w.name == name).unwrap_or_else(|| panic!("no node {name}"))
+    }
+
+    /// kubectl as the cluster's admin: success, stdout, stderr.
+    pub fn kubectl(&self, args: &[&str]) -> (bool, String, String) {
+        let out = kubectl_command(&self.control.netns, &self.bin, &self.run).args(args).output().unwrap();
+        texts(out)
+    }
+
+    /// kubectl that must succeed; its stdout.
+    pub fn kubectl_ok(&self, args: &[&str]) -> String {
+        let (ok, out, err) = self.kubectl(args);
+        assert!(ok, "kubectl {}: {err}{out}", args.join(" "));
+        out
+    }
+
+    /// `kubectl apply -f -` of `yaml`.
+    pub fn apply_text(&self, yaml: &str) -> String {
+        use std::io::Write;
+        let mut child = kubectl_command(&self.control.netns, &self.bin, &self.run)
+            .args(["apply", "-f", "-"])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        child.stdin.take().unwrap().write_all(yaml.as_bytes()).unwrap();
+        let (ok, out, err) = texts(child.wait_with_output().unwrap());
+        assert!(ok, "kubectl apply: {err}{out}\n{yaml}");
+        out
+    }
+
+    /// A JSON object from `kubectl get ... -o json`.
+    pub fn get_json(&self, args: &[&str]) -> Value {
+        let mut all = args.to_vec();
+        all.extend(["-o", "json"]);
+        serde_json::from_str(&self.kubectl_ok(&all)).unwrap()
+    }
+
+    /// Poll `check` until it returns Some, for at most PATIENCE; panics with the cluster's logs.
+    pub fn wait_for<T>(&self, what: &str, mut check: impl FnMut() -> Option<T>) -> T {
+        let started = Instant::now();
+        loop {
+            if let Some(value) = check() {
+                return value;
+            }
+            if started.elapsed() > PATIENCE {
+                panic!("timed out after {PATIENCE:?} waiting for {what}\n{}", self.diagnostics());
+            }
+            std::thread::sleep(Duration::from_millis(250));
+        }
+    }
+
+    /// What helps to understand a failure: the pods, events, and the tails of the logs.
+    pub fn diagnostics(&self) -> String {
+        let (_, pods, _) = self.kubectl(&["get", "pods", "-A", "-o", "wide"]);
+        let (_, nodes, _) = self.kubectl(&["get", "nodes", "-o", "wide"]);
+        let (_, events, _) = self.kubectl(&["get", "events", "-A", "--sort-by=.lastTimestamp"]);
+        let events: Vec<&str> = events.lines().collect();
+        let mut text = format!(
+            "nodes:\n{nodes}\npods:\n{pods}\nevents:\n{}\n",
+            events[events.len().saturating_sub(25)..].join("\n")
+        );
+        for w in &self.workers {
+            for component in ["kubelet", "containerd"] {
+                let name = format!("{}-{component}", w.name);
+                text.push_str(&format!("--- {name}:\n{}\n", self.run.log_tail(&name, 12)));
+            }
+        }
+        text
+    }
+
+    /// The API server's audit events (one JSON object each), in order.
+    pub fn audit_events(&self) -> Vec<Value> {
+        let log = std::fs::read_to_string(control_plane::audit_log(&self.run)).unwrap_or_default();
+        log.lines().filter_map(|l| serde_json::from_str(l).ok()).collect()
+    }
+
+    pub fn stop_apiserver(&mut self) {
+        self.control.stop_apiserver();
+    }
+
+    pub fn restart_apiserver(&mut self) {
+        self.control.restart_apiserver(&self.run, &self.pki);
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        let started = Instant::now();
+        self.run.end();
+        report(&format!("cluster: stopped in {:.1?}", started.elapsed()));
+    }
+}
+
+/// kubectl with the admin's kubeconfig, run in the control plane's network namespace.
+pub fn kubectl_command(control: &Netns, bin: &Path, run: &Run) -> Command {
+    let mut c = Command::new("nsenter");
+    c.arg(format!("--net={}", control.path().display()))
+        .arg("--")
+        .arg(bin.join("kubectl"))
+        .arg(format!("--kubeconfig={}", run.path().join("pki/admin.kubeconfig").display()));
+    c
+}
+
+fn texts(out: Output) -> (bool, String, String) {
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// A veth from the underlay's bridge to `ul0` in `member`, which gets `ip`/24.
+fn connect(underlay: &Netns, member: &Netns, port: &str, ip: &str) {
+    underlay.must(&format!(
+        "ip link add {port} type veth peer name ul0 netns {member} && ip link set {port} master br0 up",
+        member = member.name
+    ));
+    member.must(&format!("ip addr add {ip}/24 dev ul0 && ip link set ul0 up"));
+}
+
+/// The Kubernetes binaries' directory, built (once per version) by scripts/cluster/build.sh.
+fn kubernetes_bin() -> PathBuf {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/cluster/build.sh");
+    let out = Command::new(&script).output().expect("scripts/cluster/build.sh runs");
+    let (ok, stdout, stderr) = texts(out);
+    assert!(ok, "scripts/cluster/build.sh failed:\n{stderr}{stdout}");
+    for line in stdout.lines().filter(|l| l.starts_with("built") || l.starts_with("kubernetes")) {
+        report(&format!("cluster: {line}"));
+    }
+    PathBuf::from(stdout.lines().last().expect("build.sh prints the bin dir").trim())
+}
+
+/// The images every node imports: pause, busybox, and yh-genie under the manifests' name.
+fn build_images(run: &Run) -> Vec<PathBuf> {
+    let dir = |name: &str| {
+        let d = run.path().join("images").join(name);
+        std::fs::create_dir_all(&d).unwrap();
+        d
+    };
+    let binary = images::static_yh_genie();
+    vec![
+        images::pause(&dir("pause")),
+        images::busybox(&dir("busybox")),
+        images::yh_genie(&dir("yh-genie"), &images::yh_genie_name(), &binary),
+    ]
+}

@@ -1,0 +1,65 @@
+//! What a user checks about pods with kubectl: Ready, status.podIP, addresses seen from inside,
+//! annotations, and an HTTP fetch from one pod to another.
+
+use super::Cluster;
+use serde_json::Value;
+use std::net::Ipv4Addr;
+
+impl Cluster {
+    /// The pod object, once it is Ready.
+    pub fn wait_pod_ready(&self, namespace: &str, name: &str) -> Value {
+        self.wait_for(&format!("pod {namespace}/{name} Ready"), || {
+            let (ok, out, _) = self.kubectl(&["-n", namespace, "get", "pod", name, "-o", "json"]);
+            let pod: Value = if ok { serde_json::from_str(&out).ok()? } else { return None };
+            let ready =
+                pod["status"]["conditions"].as_array()?.iter().any(|c| c["type"] == "Ready" && c["status"] == "True");
+            ready.then_some(pod)
+        })
+    }
+
+    /// `kubectl exec` in the pod's first container; its stdout, or a panic.
+    pub fn exec(&self, namespace: &str, pod: &str, command: &[&str]) -> String {
+        let mut args = vec!["-n", namespace, "exec", pod, "--"];
+        args.extend_from_slice(command);
+        self.kubectl_ok(&args)
+    }
+
+    /// The IPv4 addresses on `device` inside the pod (from `ip -4 -o addr`).
+    pub fn pod_addresses(&self, namespace: &str, pod: &str, device: &str) -> Vec<String> {
+        self.exec(namespace, pod, &["ip", "-4", "-o", "addr", "show", "dev", device])
+            .lines()
+            .filter_map(|l| l.split_whitespace().nth(3))
+            .map(|cidr| cidr.split('/').next().unwrap().to_string())
+            .collect()
+    }
+
+    /// GET http://`ip`:8080/ from `from`: the body (each e2e pod serves its own name). With `nc`:
+    /// Debian's static busybox's `wget` crashes (SIGSEGV), wherever it runs.
+    pub fn fetch(&self, namespace: &str, from: &str, ip: &str) -> String {
+        let request = format!("printf 'GET / HTTP/1.0\\r\\n\\r\\n' | nc -w 5 {ip} 8080");
+        let response = self.exec(namespace, from, &["sh", "-c", &request]);
+        let (head, body) = response.split_once("\r\n\r\n").unwrap_or_else(|| panic!("{from} -> {ip}: {response:?}"));
+        assert!(head.starts_with("HTTP/1.1 200"), "{from} -> {ip}: {head}");
+        body.trim().to_string()
+    }
+
+    /// The podCIDR the controller-manager gave `node`.
+    pub fn pod_cidr(&self, node: &str) -> String {
+        self.kubectl_ok(&["get", "node", node, "-o", "jsonpath={.spec.podCIDR}"]).trim().to_string()
+    }
+
+    /// Delete a pod and wait until the API server no longer has it.
+    pub fn delete_pod(&self, namespace: &str, name: &str) {
+        self.kubectl_ok(&["-n", namespace, "delete", "pod", name, "--wait=true", "--timeout=90s"]);
+    }
+}
+
+/// Whether `ip` is in the IPv4 network `cidr`.
+pub fn in_cidr(ip: &str, cidr: &str) -> bool {
+    let (net, bits) = cidr.split_once('/').expect("a CIDR");
+    let (Ok(ip), Ok(net), Ok(bits)) = (ip.parse::<Ipv4Addr>(), net.parse::<Ipv4Addr>(), bits.parse::<u32>()) else {
+        return false;
+    };
+    let mask = if bits == 0 { 0 } else { u32::MAX << (32 - bits) };
+    u32::from(ip) & mask == u32::from(net) & mask
+}

@@ -1,0 +1,363 @@
+//! A worker node: its own network namespace (an address on the underlay, `ul0`) and a private
+//! mount namespace held by a `holder` process, in which containerd, the kubelet and kube-proxy run
+//! and see what a node's root filesystem would give them:
+//! - `/run` and `/var/log` fresh tmpfs (pod netns mounts, shim sockets, the agent's socket, the
+//!   fabric's `/run/flannel/subnet.env`, `/var/log/pods`);
+//! - `/var/lib` and `/etc` copy-on-write over the machine's, writes landing in the run dir
+//!   (`/var/lib/kubelet`, `/var/lib/cni`, `/etc/cni/net.d`, the static pod dir);
+//! - `/opt` a tmpfs whose `/opt/cni/bin` holds Debian's reference plugins, as a node image has them
+//!   (containerd's CRI runs `loopback` from there for every sandbox);
+//! - read-only files with the values the kubelet wants over the `/proc/sys` knobs it would
+//!   otherwise set on the machine (`vm/overcommit_memory`, `kernel/panic`, ...);
+//! - `/sys` of the node's netns, with the machine's cgroup hierarchies.
+//!
+//! The DaemonSet's hostPaths (`/opt/cni/bin`, `/etc/cni/net.d`, `/run/flannel`, `/run/yh-genie`)
+//! are these. Containers go into cgroups under `/<run name>/<node>/`, the kubelet's cgroup root.
+
+use super::pki::Pki;
+use super::run::Run;
+use super::{CLUSTER_CIDR, PATIENCE, control_plane::api_url};
+use crate::common::{Netns, REFERENCE_PLUGINS};
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// What the kubelet wants of the machine's kernel knobs; it writes a knob that differs.
+const KERNEL_KNOBS: &[(&str, &str)] = &[
+    ("vm/overcommit_memory", "1"),
+    ("vm/panic_on_oom", "0"),
+    ("kernel/panic", "10"),
+    ("kernel/panic_on_oops", "1"),
+    ("kernel/keys/root_maxkeys", "1000000"),
+    ("kernel/keys/root_maxbytes", "25000000"),
+];
+pub const CONTAINERD_SOCKET: &str = "/run/containerd/containerd.sock";
+
+pub struct Worker {
+    pub name: String,
+    pub ip: String,
+    pub netns: Netns,
+    dir: PathBuf,
+    holder: Child,
+    kubelet: Option<Child>,
+    /// containerd and kube-proxy: ended with the run, like every process of it.
+    daemons: Vec<Child>,
+}
+
+impl Worker {
+    /// Set the node up and start containerd (with `images` imported), the kubelet (labelled
+    /// `labels`) and kube-proxy.
+    pub fn start(
+        run: &Run,
+        pki: &Pki,
+        bin: &Path,
+        (name, ip, netns): (&str, &str, Netns),
+        labels: &str,
+        images: &[PathBuf],
+    ) -> Self {
+        let dir = run.path().join(name);
+        for sub in ["cgroup", "var-lib/upper", "var-lib/work", "etc/upper", "etc/work", "sysctl", "containerd/root"] {
+            std::fs::create_dir_all(dir.join(sub)).unwrap();
+        }
+        let mut knobs = String::new();
+        for (n, (knob, value)) in KERNEL_KNOBS.iter().enumerate() {
+            std::fs::write(dir.join("sysctl").join(n.to_string()), format!("{value}\n")).unwrap();
+            knobs.push_str(&format!("{n} {knob}\n"));
+        }
+        std::fs::write(dir.join("sysctl.list"), knobs).unwrap();
+        netns.must("sysctl -qw net.ipv4.ip_forward=1");
+        let holder = start_holder(&dir, &netns);
+        let mut worker = Worker {
+            name: name.to_string(),
+            ip: ip.to_string(),
+            netns,
+            dir,
+            holder,
+            kubelet: None,
+            daemons: Vec::new(),
+        };
+        let cgroup_root = format!("/{}/{}", run.name(), name);
+        make_cgroup(&cgroup_root);
+
+        std::fs::write(worker.dir.join("containerd.toml"), containerd_config(&worker.dir)).unwrap();
+        let mut containerd = worker.node_command("containerd");
+        containerd.env_clear().env("PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin");
+        containerd.arg("--config").arg(worker.dir.join("containerd.toml"));
+        let mut containerd = run.spawn(&format!("{name}-containerd"), &mut containerd);
+        let started = Instant::now();
+        while !worker.node_path(CONTAINERD_SOCKET).exists() {
+            if let Some(status) = containerd.try_wait().unwrap() {
+                panic!("containerd of {name} exited ({status}):\n{}", run.log_tail(&format!("{name}-containerd"), 20));
+            }
+            assert!(started.elapsed() < PATIENCE, "containerd of {name} does not listen");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        worker.daemons.push(containerd);
+        for image in images {
+            worker.import(image);
+        }
+
+        let kubeconfig = pki.kubeconfig(name, &format!("system:node:{name}"), &["system:nodes"], &api_url());
+        let config = worker.dir.join("kubelet.yaml");
+        std::fs::write(&config, kubelet_config(ip, &pki.path("ca.crt"), &cgroup_root)).unwrap();
+        let mut kubelet = worker.node_command(&bin.join("kubelet").display().to_string());
+        kubelet.args([
+            &format!("--config={}", config.display()),
+            &format!("--kubeconfig={}", kubeconfig.display()),
+            &format!("--hostname-override={name}"),
+            &format!("--node-ip={ip}"),
+            &format!("--node-labels={labels}"),
+            "--v=1",
+        ]);
+        worker.kubelet = Some(run.spawn(&format!("{name}-kubelet"), &mut kubelet));
+
+        let proxy_kubeconfig = pki.kubeconfig(&format!("{name}-proxy"), "system:kube-proxy", &[], &api_url());
+        let proxy_config = worker.dir.join("kube-proxy.yaml");
+        std::fs::write(&proxy_config, proxy_config_text(name, ip, &proxy_kubeconfig)).unwrap();
+        let mut proxy = worker.node_command(&bin.join("kube-proxy").display().to_string());
+        proxy.args([&format!("--config={}", proxy_config.display()), "--v=1"]);
+        worker.daemons.push(run.spawn(&format!("{name}-kube-proxy"), &mut proxy));
+        worker
+    }
+
+    /// `program` run inside the node: its netns and mount namespace.
+    pub fn node_command(&self, program: &str) -> Command {
+        let mut c = Command::new("nsenter");
+        c.args(["--target", &self.holder.id().to_string(), "--mount", "--net", "--"]).arg(program);
+        c
+    }
+
+    /// A path of the node's filesystem, as the test process reaches it.
+    pub fn node_path(&self, path: &str) -> PathBuf {
+        PathBuf::from(format!("/proc/{}/root", self.holder.id())).join(path.trim_start_matches('/'))
+    }
+
+    /// A shell command run inside the node; its output, or a panic if it fails.
+    pub fn must(&self, cmd: &str) -> String {
+        let out = self.node_command("sh").args(["-c", cmd]).output().unwrap();
+        let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        assert!(out.status.success(), "on {}: {cmd}\n{text}", self.name);
+        text
+    }
+
+    /// Import an image archive into the CRI's namespace of the node's containerd.
+    pub fn import(&self, archive: &Path) {
+        let out = self
+            .node_command("ctr")
+            .args(["--address", CONTAINERD_SOCKET, "--namespace", "k8s.io", "images", "import"])
+            .arg(archive)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "ctr images import on {}: {}", self.name, String::from_utf8_lossy(&out.stderr));
+    }
+
+    /// The fabric's part: the node's subnet (its podCIDR, the gateway .1) where flannel writes it.
+    pub fn write_subnet(&self, pod_cidr: &str) {
+        let (network, bits) = pod_cidr.split_once('/').expect("a CIDR");
+        let gateway = network.rsplit_once('.').map(|(head, _)| format!("{head}.1")).unwrap();
+        let file = self.node_path("/run/flannel/subnet.env");
+        std::fs::create_dir_all(file.parent().unwrap()).unwrap();
+        let text = format!(
+            "FLANNEL_NETWORK={CLUSTER_CIDR}\nFLANNEL_SUBNET={gateway}/{bits}\nFLANNEL_MTU=1500\nFLANNEL_IPMASQ=false\n"
+        );
+        let tmp = file.with_extension("tmp");
+        std::fs::write(&tmp, text).unwrap();
+        std::fs::rename(tmp, file).unwrap();
+    }
+
+    /// `ctr` against the node's containerd, in the CRI's namespace; its stdout.
+    pub fn ctr(&self, args: &[&str]) -> String {
+        let out = self
+            .node_command("ctr")
+            .args(["--address", CONTAINERD_SOCKET, "--namespace", "k8s.io"])
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "ctr {args:?} on {}: {}", self.name, String::from_utf8_lossy(&out.stderr));
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// The running tasks: container id and pid.
+    fn running_tasks(&self) -> Vec<(String, u32)> {
+        self.ctr(&["tasks", "ls"])
+            .lines()
+            .skip(1)
+            .filter_map(|l| {
+                let f: Vec<&str> = l.split_whitespace().collect();
+                (f.len() == 3 && f[2] == "RUNNING").then(|| (f[0].to_string(), f[1].parse().unwrap_or(0)))
+            })
+            .collect()
+    }
+
+    /// The ids of the pod `pod`'s sandboxes whose pause process runs (containerd starts it only
+    /// once the CNI ADD has succeeded).
+    pub fn running_sandboxes(&self, pod: &str) -> Vec<String> {
+        let filter = format!("labels.\"io.kubernetes.pod.name\"=={pod},labels.\"io.cri-containerd.kind\"==sandbox");
+        let ids: Vec<String> = self.ctr(&["containers", "ls", "-q", &filter]).lines().map(String::from).collect();
+        self.running_tasks().into_iter().filter(|(id, _)| ids.contains(id)).map(|(id, _)| id).collect()
+    }
+
+    /// SIGKILL a sandbox's pause process, as when it crashes; the kubelet then makes a new one.
+    pub fn kill_sandbox(&self, id: &str) {
+        self.ctr(&["tasks", "kill", "--signal", "SIGKILL", id]);
+    }
+
+    /// The IPv4 address on eth0 in a running sandbox's netns.
+    pub fn sandbox_address(&self, id: &str) -> String {
+        let (_, pid) = self.running_tasks().into_iter().find(|(task, _)| task == id).expect("the sandbox runs");
+        let out = crate::common::must(&format!("nsenter --net=/proc/{pid}/ns/net ip -4 -o addr show dev eth0"));
+        out.split_whitespace().nth(3).and_then(|a| a.split('/').next()).unwrap_or_default().to_string()
+    }
+
+    /// Whether the kubelet process still runs.
+    pub fn kubelet_running(&mut self) -> bool {
+        self.kubelet.as_mut().is_some_and(|k| k.try_wait().unwrap().is_none())
+    }
+}
+
+/// The process that holds the node's mount namespace: it sets the namespace up, says `ready`, and
+/// sleeps with its working directory in the run dir.
+fn start_holder(dir: &Path, netns: &Netns) -> Child {
+    const SCRIPT: &str = r#"set -e
+d=$1
+plugins=$2
+mount --rbind /sys/fs/cgroup "$d/cgroup"
+mount -t sysfs sysfs /sys
+mount --move "$d/cgroup" /sys/fs/cgroup
+mount -t tmpfs -o mode=0755 yh-genie-cluster-run /run
+mount -t tmpfs -o mode=0755 yh-genie-cluster-log /var/log
+mount -t overlay -o "lowerdir=/var/lib,upperdir=$d/var-lib/upper,workdir=$d/var-lib/work" yh-genie-cluster-var-lib /var/lib
+mount -t overlay -o "lowerdir=/etc,upperdir=$d/etc/upper,workdir=$d/etc/work" yh-genie-cluster-etc /etc
+mount -t tmpfs -o mode=0755 yh-genie-cluster-opt /opt
+mkdir -p /opt/cni/bin /etc/cni/net.d /etc/kubernetes/manifests
+cp "$plugins"/* /opt/cni/bin/
+while read -r n knob; do
+  mount --bind "$d/sysctl/$n" "/proc/sys/$knob"
+  mount -o remount,bind,ro "/proc/sys/$knob"
+done < "$d/sysctl.list"
+cd "$d"
+echo ready
+exec sleep infinity"#;
+    let mut holder = Command::new("unshare")
+        .args(["--mount", "--propagation", "slave", "--", "nsenter"])
+        .arg(format!("--net={}", netns.path().display()))
+        .args(["--", "sh", "-c", SCRIPT, "yh-genie-cluster-node"])
+        .arg(dir)
+        .arg(REFERENCE_PLUGINS)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("unshare runs");
+    let mut line = String::new();
+    BufReader::new(holder.stdout.take().unwrap()).read_line(&mut line).unwrap();
+    if line.trim() != "ready" {
+        let _ = holder.kill();
+        let out = holder.wait_with_output().unwrap();
+        panic!("setting up the node's mount namespace failed: {}", String::from_utf8_lossy(&out.stderr));
+    }
+    holder
+}
+
+/// The kubelet's cgroup root, in every v1 hierarchy (cpuset's needs its CPUs and memory nodes).
+fn make_cgroup(path: &str) {
+    let mounts = std::fs::read_to_string("/proc/self/mounts").unwrap();
+    for line in mounts.lines() {
+        let fields: Vec<&str> = line.split(' ').collect();
+        if fields.len() < 3 || fields[2] != "cgroup" {
+            continue;
+        }
+        let root = Path::new(fields[1]);
+        let mut dir = root.to_path_buf();
+        for part in path.trim_start_matches('/').split('/') {
+            let parent = dir.clone();
+            dir.push(part);
+            std::fs::create_dir_all(&dir).unwrap();
+            for file in ["cpuset.cpus", "cpuset.mems"] {
+                if let Ok(value) = std::fs::read_to_string(parent.join(file)) {
+                    std::fs::write(dir.join(file), value.trim()).unwrap();
+                }
+            }
+        }
+    }
+}
+
+fn containerd_config(dir: &Path) -> String {
+    let d = dir.display();
+    format!(
+        r#"version = 2
+root = "{d}/containerd/root"
+state = "{d}/containerd/state"
+disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshotter.v1.btrfs",
+                    "io.containerd.snapshotter.v1.devmapper", "io.containerd.snapshotter.v1.zfs"]
+
+[grpc]
+  address = "{CONTAINERD_SOCKET}"
+
+[plugins."io.containerd.internal.v1.opt"]
+  path = "{d}/containerd/opt"
+
+[plugins."io.containerd.grpc.v1.cri"]
+  sandbox_image = "{pause}"
+  restrict_oom_score_adj = true
+
+  [plugins."io.containerd.grpc.v1.cri".containerd]
+    snapshotter = "overlayfs"
+
+  [plugins."io.containerd.grpc.v1.cri".cni]
+    bin_dir = "/opt/cni/bin"
+    conf_dir = "/etc/cni/net.d"
+"#,
+        pause = super::images::PAUSE,
+    )
+}
+
+fn kubelet_config(ip: &str, ca: &Path, cgroup_root: &str) -> String {
+    format!(
+        r#"apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+address: {ip}
+authentication:
+  anonymous: {{enabled: false}}
+  webhook: {{enabled: false}}
+  x509: {{clientCAFile: {ca}}}
+authorization: {{mode: AlwaysAllow}}
+cgroupDriver: cgroupfs
+cgroupRoot: {cgroup_root}
+containerRuntimeEndpoint: unix://{CONTAINERD_SOCKET}
+failSwapOn: false
+# The nodes' images are imported, never pulled: collecting them would lose them.
+imageGCHighThresholdPercent: 100
+imageGCLowThresholdPercent: 99
+evictionHard: {{memory.available: 1Mi, nodefs.available: 1%, imagefs.available: 1%, nodefs.inodesFree: 1%}}
+staticPodPath: /etc/kubernetes/manifests
+clusterDomain: cluster.local
+readOnlyPort: 0
+healthzBindAddress: 127.0.0.1
+serializeImagePulls: false
+# ConfigMap volume edits (the installer's networks) reach pods at their next sync: every 10 s here
+# instead of every minute, so that the tests need not wait a minute after applying networks.
+syncFrequency: 10s
+"#,
+        ca = ca.display()
+    )
+}
+
+fn proxy_config_text(name: &str, ip: &str, kubeconfig: &Path) -> String {
+    format!(
+        r#"apiVersion: kubeproxy.config.k8s.io/v1alpha1
+kind: KubeProxyConfiguration
+clientConnection: {{kubeconfig: {kubeconfig}}}
+hostnameOverride: {name}
+bindAddress: {ip}
+mode: iptables
+clusterCIDR: {CLUSTER_CIDR}
+# The conntrack table is the machine's: leave its limits and timeouts alone.
+conntrack: {{maxPerCore: 0, min: 0, tcpEstablishedTimeout: 0s, tcpCloseWaitTimeout: 0s}}
+metricsBindAddress: 127.0.0.1:10249
+healthzBindAddress: 127.0.0.1:10256
+"#,
+        kubeconfig = kubeconfig.display()
+    )
+}
