@@ -37,13 +37,17 @@ pub fn normalized(image: &str) -> String {
 /// yh-genie built as one static executable (the C library linked in: no loader on the host it is
 /// copied to), as the Dockerfile's musl build makes it; in its own target dir so that the test
 /// build's flags and artifacts are not disturbed, with the `cluster-image` profile (release
-/// without LTO, incremental). `YH_GENIE_IMAGE_BINARY` names a binary to use instead.
+/// without LTO, incremental). That target dir is kept outside the checkout, beside the cached
+/// Kubernetes (`$YH_GENIE_CACHE`, default /var/cache/yh-genie), so that a fresh clone on the same
+/// machine (CI's) rebuilds only yh-genie itself, not its dependencies (a quarter of an hour on two
+/// cores). `YH_GENIE_IMAGE_BINARY` names a binary to use instead.
 pub fn static_yh_genie() -> PathBuf {
     if let Some(binary) = std::env::var_os("YH_GENIE_IMAGE_BINARY") {
         return check_static(PathBuf::from(binary));
     }
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let target_dir = root.join("target/cluster");
+    let cache = std::env::var_os("YH_GENIE_CACHE").map_or_else(|| PathBuf::from("/var/cache/yh-genie"), PathBuf::from);
+    let target_dir = cache.join("image-target");
     let triple = format!("{}-unknown-linux-gnu", std::env::consts::ARCH);
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let status =
