@@ -22,6 +22,10 @@ use std::time::Instant;
 #[path = "cluster/disruptions.rs"]
 mod disruptions;
 use disruptions::*;
+/// The node credentials' admission policy (Kubernetes >= 1.30).
+#[path = "cluster/credentials.rs"]
+mod credentials;
+use credentials::*;
 
 const NS: &str = "yh-e2e";
 /// e2e/networks.yaml's ranges.
@@ -47,6 +51,7 @@ const TESTS: &[(&str, Test)] = &[
     ("a_uid_guarded_patch_of_a_replaced_pod_gets_422", a_uid_guarded_patch_of_a_replaced_pod_gets_422),
     ("api_server_down_a_pod_the_agent_holds_gets_its_network_again", api_server_down_a_held_pod_gets_its_network_again),
     ("static_pod_on_a_pod_network_gets_its_network", static_pod_on_a_pod_network_gets_its_network),
+    ("node_credentials_update_only_their_own_nodes_pods", node_credentials_update_only_their_own_nodes_pods),
     // Last: it uninstalls.
     ("uninstall_leaves_the_nodes_as_the_docs_say", uninstall_leaves_the_nodes_as_the_docs_say),
 ];
