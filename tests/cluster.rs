@@ -27,6 +27,11 @@ use disruptions::*;
 mod credentials;
 use credentials::*;
 
+/// The tests of a hostPort, a pod deleted mid-ADD, a DaemonSet rolled while pods start.
+#[path = "cluster/races.rs"]
+mod races;
+use races::*;
+
 const NS: &str = "yh-e2e";
 /// e2e/networks.yaml's ranges.
 const PTPNET: &str = "10.248.0.0/24";
@@ -52,6 +57,9 @@ const TESTS: &[(&str, Test)] = &[
     ("api_server_down_a_pod_the_agent_holds_gets_its_network_again", api_server_down_a_held_pod_gets_its_network_again),
     ("static_pod_on_a_pod_network_gets_its_network", static_pod_on_a_pod_network_gets_its_network),
     ("node_credentials_update_only_their_own_nodes_pods", node_credentials_update_only_their_own_nodes_pods),
+    ("a_host_port_answers_on_the_node_and_goes_with_the_pod", a_host_port_answers_on_the_node_and_goes_with_the_pod),
+    ("a_pod_deleted_mid_add_and_recreated_gets_its_network", a_pod_deleted_mid_add_and_recreated_gets_its_network),
+    ("daemonset_rolled_while_pods_start_loses_nothing", daemonset_rolled_while_pods_start_loses_nothing),
     // Last: it uninstalls.
     ("uninstall_leaves_the_nodes_as_the_docs_say", uninstall_leaves_the_nodes_as_the_docs_say),
 ];

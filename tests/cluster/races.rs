@@ -1,0 +1,249 @@
+//! tests/cluster.rs's tests of what the runtime hands the selector (a hostPort) and of pods that
+//! come and go while their network is being made (deleted mid-ADD and recreated).
+
+use super::{NETWORK_STATUS, NS, condition};
+use crate::common::cluster::pods::in_cidr;
+use crate::common::cluster::{Cluster, NODES, PATIENCE};
+use crate::common::{self, report};
+use serde_json::Value;
+use std::collections::BTreeSet;
+
+const HOST_PORT: u16 = 18080;
+
+/// A pod on yonghui (whose shipped configuration chains portmap) asks for hostPort 18080: the
+/// kubelet hands it to the runtime, the runtime to the selector as `runtimeConfig.portMappings`,
+/// the selector to portmap. A pod on the other node reaches it at its node's address and that
+/// port; once the pod is gone, nothing answers there and the node has no DNAT rule for the port
+/// left. (The shipped networks do not chain `bandwidth`: the bandwidth annotation is not tested.)
+pub fn a_host_port_answers_on_the_node_and_goes_with_the_pod(cluster: &mut Cluster) {
+    let pod = "hostport";
+    let node_ip = NODES.iter().find(|(name, _, _)| *name == "node-a").map(|(_, ip, _)| *ip).unwrap();
+    cluster.apply_text(&format!(
+        "apiVersion: v1
+kind: Pod
+metadata: {{name: {pod}, namespace: {NS}}}
+spec:
+  nodeSelector: {{yh-genie-e2e/slot: a}}
+  terminationGracePeriodSeconds: 1
+  containers:
+  - name: web
+    image: busybox:1.36
+    command: [sh, -c, 'mkdir -p /www && hostname > /www/index.html && exec httpd -f -p 8080 -h /www']
+    ports: [{{containerPort: 8080, hostPort: {HOST_PORT}}}]
+    env:
+    - {{name: CNI_NETWORK_CONFIG, value: yonghui}}
+"
+    ));
+    cluster.wait_pod_ready(NS, pod);
+    let worker = cluster.worker("node-a");
+    let dnat = || -> Vec<String> {
+        let rules = worker.must("iptables-save -t nat");
+        rules
+            .lines()
+            .filter(|l| l.contains(&format!("--dport {HOST_PORT}")) && l.contains("DNAT"))
+            .map(String::from)
+            .collect()
+    };
+    let rules = dnat();
+    assert!(
+        !rules.is_empty(),
+        "node-a has no DNAT rule for {HOST_PORT} while {pod} runs:\n{}",
+        worker.must("iptables-save -t nat")
+    );
+    // From yh-b, on node-b: across the underlay to node-a's own address.
+    let answer = host_port_answer(cluster, "yh-b", node_ip);
+    assert!(answer.starts_with("HTTP/1.1 200"), "{node_ip}:{HOST_PORT} from node-b: {answer:?}");
+    assert_eq!(answer.split_once("\r\n\r\n").map(|(_, body)| body.trim()), Some(pod), "{answer:?}");
+
+    cluster.delete_pod(NS, pod);
+    let worker = cluster.worker("node-a");
+    cluster.wait_for(&format!("node-a's DNAT rules for {HOST_PORT} gone"), || {
+        let rules = worker.must("iptables-save -t nat");
+        (!rules.lines().any(|l| l.contains(&format!("--dport {HOST_PORT}")))).then_some(())
+    });
+    let answer = host_port_answer(cluster, "yh-b", node_ip);
+    assert_eq!(answer, "", "{node_ip}:{HOST_PORT} still answers after {pod} is gone");
+    report(&format!("cluster: hostPort {HOST_PORT} answered on {node_ip} through {rules:?}, gone with the pod"));
+}
+
+/// What `from` gets for an HTTP GET of `ip`:18080 (empty when nothing answers).
+fn host_port_answer(cluster: &Cluster, from: &str, ip: &str) -> String {
+    let request = format!("printf 'GET / HTTP/1.0\\r\\n\\r\\n' | nc -w 5 {ip} {HOST_PORT} || true");
+    cluster.exec(NS, from, &["sh", "-c", &request])
+}
+
+/// A pod on two networks (yonghui, ptplan@net1) is deleted at once after the API server names its
+/// node, forcibly (the object goes now, whatever its sandbox is doing), and created again under
+/// the same name. The new pod is Ready with eth0 and net1 in their networks, its network-status
+/// lists its own addresses (the old sandbox's status write, if any, did not land on it), and
+/// every address taken meanwhile on the node belongs to a running sandbox: the old sandbox's
+/// leases were freed.
+pub fn a_pod_deleted_mid_add_and_recreated_gets_its_network(cluster: &mut Cluster) {
+    let pod = "reborn";
+    let manifest = format!(
+        "apiVersion: v1
+kind: Pod
+metadata: {{name: {pod}, namespace: {NS}}}
+spec:
+  nodeSelector: {{yh-genie-e2e/slot: a}}
+  terminationGracePeriodSeconds: 1
+  containers:
+  - name: main
+    image: busybox:1.36
+    command: [sleep, '3600']
+    env:
+    - name: CNI_NETWORK_CONFIG
+      valueFrom: {{configMapKeyRef: {{name: net-multi, key: network}}}}
+"
+    );
+    let worker = cluster.worker("node-a");
+    let leases_before = lease_owners(cluster);
+    cluster.apply_text(&manifest);
+    let old = cluster.wait_for(&format!("{pod} scheduled"), || {
+        let object = cluster.get_json(&["-n", NS, "get", "pod", pod]);
+        object["spec"]["nodeName"].as_str()?;
+        object["metadata"]["uid"].as_str().map(String::from)
+    });
+    cluster.kubectl_ok(&["-n", NS, "delete", "pod", pod, "--wait=false", "--grace-period=0", "--force"]);
+    let old_sandboxes = sandboxes_of(worker, &old);
+    cluster.apply_text(&manifest);
+    let object = cluster.wait_pod_ready(NS, pod);
+    let new = object["metadata"]["uid"].as_str().unwrap().to_string();
+    assert_ne!(new, old, "{pod} was not recreated");
+    report(&format!("cluster: {pod}'s old sandboxes when it was deleted: {old_sandboxes:?}"));
+
+    let ip = object["status"]["podIP"].as_str().unwrap_or_default().to_string();
+    let cidr = cluster.pod_cidr("node-a");
+    assert!(in_cidr(&ip, &cidr), "{pod}: status.podIP {ip:?} is not in {cidr}");
+    assert_eq!(cluster.pod_addresses(NS, pod, "eth0"), vec![ip.clone()]);
+    let net1 = cluster.pod_addresses(NS, pod, "net1");
+    assert!(net1.len() == 1 && in_cidr(&net1[0], super::PTPLAN), "{pod}: net1 holds {net1:?}");
+    let status = cluster.wait_for(&format!("the new {pod}'s {NETWORK_STATUS}"), || {
+        let object = cluster.get_json(&["-n", NS, "get", "pod", pod]);
+        (object["metadata"]["uid"] == new.as_str()).then_some(())?;
+        object["metadata"]["annotations"][NETWORK_STATUS].as_str().map(String::from)
+    });
+    let status: Value = serde_json::from_str(&status).unwrap();
+    let listed: Vec<(&str, &str)> = status
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| (s["interface"].as_str().unwrap_or_default(), s["ips"][0].as_str().unwrap_or_default()))
+        .collect();
+    assert_eq!(listed, vec![("eth0", ip.as_str()), ("net1", net1[0].as_str())], "{pod}: {status}");
+
+    let worker = cluster.worker("node-a");
+    cluster.wait_for(&format!("{pod}'s old sandboxes gone from node-a's containerd"), || {
+        sandboxes_of(worker, &old).is_empty().then_some(())
+    });
+    // The old sandbox's DEL may still be on its way: give it the harness's patience.
+    let since = std::time::Instant::now();
+    loop {
+        let running = running_sandbox_ids(worker);
+        let leaked: Vec<(String, String)> = lease_owners(cluster)
+            .difference(&leases_before)
+            .filter(|(_, owner)| !running.contains(owner))
+            .cloned()
+            .collect();
+        if leaked.is_empty() {
+            break;
+        }
+        assert!(since.elapsed() < PATIENCE, "node-a: leases of no running sandbox: {leaked:?}");
+        std::thread::sleep(std::time::Duration::from_millis(250));
+    }
+    assert!(condition(&cluster.get_json(&["-n", NS, "get", "pod", pod]), "Ready"));
+    cluster.delete_pod(NS, pod);
+}
+
+/// The sandbox containers of the pod with uid `uid` on the worker (running or not).
+fn sandboxes_of(worker: &crate::common::cluster::worker::Worker, uid: &str) -> Vec<String> {
+    let filter = format!("labels.\"io.kubernetes.pod.uid\"=={uid},labels.\"io.cri-containerd.kind\"==sandbox");
+    worker.ctr(&["containers", "ls", "-q", &filter]).lines().map(String::from).collect()
+}
+
+/// The ids of the worker's sandboxes whose pause process runs.
+fn running_sandbox_ids(worker: &crate::common::cluster::worker::Worker) -> BTreeSet<String> {
+    let sandboxes: BTreeSet<String> = worker
+        .ctr(&["containers", "ls", "-q", "labels.\"io.cri-containerd.kind\"==sandbox"])
+        .lines()
+        .map(String::from)
+        .collect();
+    worker
+        .ctr(&["tasks", "ls"])
+        .lines()
+        .skip(1)
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            (f.len() == 3 && f[2] == "RUNNING" && sandboxes.contains(f[0])).then(|| f[0].to_string())
+        })
+        .collect()
+}
+
+/// node-a's host-local leases: (the lease file, the container id it names).
+fn lease_owners(cluster: &Cluster) -> BTreeSet<(String, String)> {
+    let worker = cluster.worker("node-a");
+    let mut leases = BTreeSet::new();
+    common::node::walk(&worker.node_path("/var/lib/cni/networks"), &mut |p| {
+        let name = p.file_name().unwrap().to_string_lossy().into_owned();
+        if name.parse::<std::net::Ipv4Addr>().is_ok() {
+            let text = std::fs::read_to_string(p).unwrap_or_default();
+            let owner = text.lines().next().unwrap_or_default().trim().to_string();
+            leases.insert((p.display().to_string(), owner));
+        }
+    });
+    leases
+}
+
+/// The DaemonSet is rolled to a new image (the same binary tagged under a second name on each
+/// node, as a registry would serve it) while six pods start on both nodes: each installer pod is
+/// replaced, its agent with it, under the pods' ADDs. Every pod is Ready with an address of its
+/// node, and the rollout finishes: both nodes' installer pods run the new image and are Ready.
+pub fn daemonset_rolled_while_pods_start_loses_nothing(cluster: &mut Cluster) {
+    let rolled = "yh-genie:0.1.0-rolled";
+    let current = crate::common::cluster::images::yh_genie_name();
+    for worker in &cluster.workers {
+        worker.ctr(&["images", "tag", &current, &crate::common::cluster::images::normalized(rolled)]);
+    }
+    cluster.kubectl_ok(&["-n", "kube-system", "set", "image", "daemonset/yh-genie", &format!("install={rolled}")]);
+    let pods: Vec<(String, &str)> = (0..6).map(|i| (format!("roll-{i}"), ["a", "b"][i % 2])).collect();
+    for (pod, slot) in &pods {
+        cluster.apply_text(&format!(
+            "apiVersion: v1
+kind: Pod
+metadata: {{name: {pod}, namespace: {NS}}}
+spec:
+  nodeSelector: {{yh-genie-e2e/slot: {slot}}}
+  terminationGracePeriodSeconds: 1
+  containers:
+  - name: main
+    image: busybox:1.36
+    command: [sleep, '3600']
+    env:
+    - {{name: CNI_NETWORK_CONFIG, value: yonghui}}
+"
+        ));
+    }
+    for (pod, slot) in &pods {
+        let object = cluster.wait_pod_ready(NS, pod);
+        let cidr = cluster.pod_cidr(&format!("node-{slot}"));
+        let ip = object["status"]["podIP"].as_str().unwrap_or_default().to_string();
+        assert!(in_cidr(&ip, &cidr), "{pod}: status.podIP {ip:?} is not in {cidr}");
+        assert_eq!(cluster.pod_addresses(NS, pod, "eth0"), vec![ip], "{pod}");
+    }
+    cluster.kubectl_ok(&["-n", "kube-system", "rollout", "status", "daemonset/yh-genie", "--timeout=120s"]);
+    let installers = cluster.get_json(&["-n", "kube-system", "get", "pods", "-l", "app.kubernetes.io/name=yh-genie"]);
+    let running: Vec<(&str, &str, bool)> = installers["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| {
+            let node = p["spec"]["nodeName"].as_str().unwrap_or_default();
+            (node, p["spec"]["containers"][0]["image"].as_str().unwrap_or_default(), condition(p, "Ready"))
+        })
+        .collect();
+    assert_eq!(running.len(), 2, "{running:?}");
+    assert!(running.iter().all(|(_, image, ready)| *image == rolled && *ready), "{running:?}");
+    for (pod, _) in &pods {
+        cluster.kubectl_ok(&["-n", NS, "delete", "pod", pod, "--wait=false"]);
+    }
+}
