@@ -50,9 +50,18 @@ impl Cluster {
 
     /// Links, routes and rules of every table, and neighbours, of the node.
     fn node_snapshot(&self) -> Vec<String> {
+        // iproute2 prints "Error: Peer netns reference is invalid." among the links while the netns
+        // of some veth's peer is being torn down (other tests' pods, at the same moment): a passing
+        // state of the kernel, not of this node.
+        let steady = |text: String| -> String {
+            text.lines()
+                .filter(|l| !l.starts_with("Error: Peer netns reference is invalid"))
+                .map(|l| format!("{l}\n"))
+                .collect()
+        };
         ["ip -o link show", "ip -4 route show table all", "ip -4 rule", "ip -4 neigh show nud permanent"]
             .iter()
-            .map(|c| self.n.netns.must(c))
+            .map(|c| steady(self.n.netns.must(c)))
             .collect()
     }
 }
