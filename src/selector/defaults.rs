@@ -5,8 +5,8 @@
 //! agent reads the same keys, to watch those NADs for every pod.
 
 use super::annotation::{self, Request};
+use super::policy::key;
 use crate::cni::CniError;
-use serde::Deserialize;
 use serde_json::{Map, Value};
 use std::collections::BTreeSet;
 
@@ -31,13 +31,6 @@ impl PodDefaults {
     /// The keys of the selector's configuration; a wrong type or a name that is not a
     /// NetworkAttachmentDefinition's is code 7 naming the key.
     pub fn from_keys(raw: &Map<String, Value>) -> Result<Self, CniError> {
-        fn key<T: for<'de> Deserialize<'de>>(raw: &Map<String, Value>, name: &str) -> Result<Option<T>, CniError> {
-            raw.get(name)
-                .filter(|v| !v.is_null())
-                .map(|v| T::deserialize(v))
-                .transpose()
-                .map_err(|e| CniError::invalid_config(format!("yh-genie: '{name}' is invalid: {e}")))
-        }
         let home: String = key(raw, "multusNamespace")?.unwrap_or_else(|| KUBE_SYSTEM.to_string());
         let names: Vec<String> = key(raw, "defaultNetworks")?.unwrap_or_default();
         let mut default_networks = Vec::with_capacity(names.len());

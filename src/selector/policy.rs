@@ -50,16 +50,20 @@ impl Default for AttachmentPolicy {
     }
 }
 
+/// A key of the selector's configuration read as `T` (absent or null: `None`); a wrong type is code 7
+/// naming the key. For the policy's keys and Multus's `defaultNetworks` keys (`defaults`), which
+/// `config` reads through them.
+pub(super) fn key<T: for<'de> Deserialize<'de>>(raw: &Map<String, Value>, name: &str) -> Result<Option<T>, CniError> {
+    raw.get(name)
+        .filter(|v| !v.is_null())
+        .map(|v| T::deserialize(v))
+        .transpose()
+        .map_err(|e| CniError::invalid_config(format!("yh-genie: '{name}' is invalid: {e}")))
+}
+
 impl AttachmentPolicy {
     /// The policy keys of the selector's configuration; absent keys keep their defaults.
     pub fn from_keys(raw: &Map<String, Value>) -> Result<Self, CniError> {
-        fn key<T: for<'de> Deserialize<'de>>(raw: &Map<String, Value>, name: &str) -> Result<Option<T>, CniError> {
-            raw.get(name)
-                .filter(|v| !v.is_null())
-                .map(|v| T::deserialize(v))
-                .transpose()
-                .map_err(|e| CniError::invalid_config(format!("yh-genie: '{name}' is invalid: {e}")))
-        }
         let defaults = AttachmentPolicy::default();
         Ok(AttachmentPolicy {
             namespace_isolation: key(raw, "namespaceIsolation")?.unwrap_or(defaults.namespace_isolation),
