@@ -263,11 +263,18 @@ mount -t overlay -o "lowerdir=/var/lib,upperdir=$1/var-lib/upper,workdir=$1/var-
 cd "$1"
 echo ready
 exec sleep infinity"#;
+    hold_namespaces(node, SCRIPT, "yh-genie-cri-node", &[dir.as_os_str()])
+}
+
+/// A process in `netns` and a new mount namespace of its own (mounts propagate in from the host,
+/// never out) running `script` (`sh -c`, as `name`, with `args`), which sets the namespace up,
+/// prints `ready` and then holds it by sleeping. Panics with the script's stderr if it fails.
+pub fn hold_namespaces(netns: &Netns, script: &str, name: &str, args: &[&std::ffi::OsStr]) -> Child {
     let mut holder = Command::new("unshare")
         .args(["--mount", "--propagation", "slave", "--", "nsenter"])
-        .arg(format!("--net={}", node.path().display()))
-        .args(["--", "sh", "-c", SCRIPT, "yh-genie-cri-node"])
-        .arg(dir)
+        .arg(format!("--net={}", netns.path().display()))
+        .args(["--", "sh", "-c", script, name])
+        .args(args)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())

@@ -18,9 +18,8 @@ use super::pki::Pki;
 use super::run::Run;
 use super::{CLUSTER_CIDR, PATIENCE, control_plane::api_url};
 use crate::common::{Netns, REFERENCE_PLUGINS};
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
 /// What the kubelet wants of the machine's kernel knobs; it writes a knob that differs.
@@ -239,25 +238,12 @@ done < "$d/sysctl.list"
 cd "$d"
 echo ready
 exec sleep infinity"#;
-    let mut holder = Command::new("unshare")
-        .args(["--mount", "--propagation", "slave", "--", "nsenter"])
-        .arg(format!("--net={}", netns.path().display()))
-        .args(["--", "sh", "-c", SCRIPT, "yh-genie-cluster-node"])
-        .arg(dir)
-        .arg(REFERENCE_PLUGINS)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("unshare runs");
-    let mut line = String::new();
-    BufReader::new(holder.stdout.take().unwrap()).read_line(&mut line).unwrap();
-    if line.trim() != "ready" {
-        let _ = holder.kill();
-        let out = holder.wait_with_output().unwrap();
-        panic!("setting up the node's mount namespace failed: {}", String::from_utf8_lossy(&out.stderr));
-    }
-    holder
+    crate::common::containerd::hold_namespaces(
+        netns,
+        SCRIPT,
+        "yh-genie-cluster-node",
+        &[dir.as_os_str(), std::ffi::OsStr::new(REFERENCE_PLUGINS)],
+    )
 }
 
 /// The kubelet's cgroup root, in every v1 hierarchy (cpuset's needs its CPUs and memory nodes).
