@@ -9,7 +9,6 @@ mod common;
 use common::node::{Node, Pod, cni_nat_lines, literal, pod_addresses};
 use common::{Reply, cnidrive, cnidrive11, libcni_run, unique};
 use serde_json::{Value, json};
-use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use yh_genie::selector::annotation::NETWORKS;
 
@@ -153,8 +152,7 @@ fn add_watched_network(n: &Node, name: &str, octet: u8) {
         log = log.display()
     );
     let plugin = n.sb.bin().join(format!("watch-{name}"));
-    std::fs::write(&plugin, script).unwrap();
-    std::fs::set_permissions(&plugin, std::fs::Permissions::from_mode(0o755)).unwrap();
+    common::write_executable(&plugin, script);
     let list = json!({"cniVersion": "1.1.0", "name": name, "plugins": [{"type": format!("watch-{name}")}]});
     n.write_conf(&format!("{name}/10-{name}.conflist"), &list);
 }

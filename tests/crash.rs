@@ -300,7 +300,7 @@ fn a_del_after_a_killed_add_waits_for_its_ipam_plugin_and_releases_what_it_alloc
     let finished = n.sb.path().join("ipam-finished");
     // host-local, after a pause on ADD; it says when it has started and when it has finished.
     let slow = n.sb.bin().join("slow-ipam");
-    std::fs::write(
+    common::write_executable(
         &slow,
         format!(
             "#!/bin/sh\nif [ \"$CNI_COMMAND\" != ADD ]; then exec \"$(dirname \"$0\")/host-local\"; fi\n\
@@ -308,9 +308,7 @@ fn a_del_after_a_killed_add_waits_for_its_ipam_plugin_and_releases_what_it_alloc
             started.display(),
             finished.display()
         ),
-    )
-    .unwrap();
-    std::fs::set_permissions(&slow, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    );
     n.add_yonghui_network(NETWORK, 31, json!({"ipam": {"type": "slow-ipam", "dataDir": n.ipam_dir()}}));
     n.api.put_pod("default", POD, common::node::literal(NETWORK));
     let conf = n.selector_conf("1.0.0", json!({}));

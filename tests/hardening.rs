@@ -7,7 +7,6 @@ mod common;
 
 use common::node::{Node, from_config_map, literal};
 use serde_json::{Value, json};
-use std::os::unix::fs::PermissionsExt;
 use yh_genie::selector::annotation::NETWORKS;
 
 /// A bridge network `name` (reference bridge + host-local) with `extra` plugins after the bridge.
@@ -21,8 +20,7 @@ fn bridge_network(n: &Node, name: &str, octet: u8, extra: &[Value]) {
 /// A plugin in the node's binDir made of `script` (after a shebang and reading its stdin).
 fn shell_plugin(n: &Node, name: &str, script: &str) {
     let path = n.sb.bin().join(name);
-    std::fs::write(&path, format!("#!/bin/sh\ncat >/dev/null\n{script}\n")).unwrap();
-    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    common::write_executable(&path, format!("#!/bin/sh\ncat >/dev/null\n{script}\n"));
 }
 
 const REFUSE: &str = r#"echo '{"cniVersion":"1.0.0","code":7,"msg":"this configuration is refused"}'; exit 1"#;

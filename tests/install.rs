@@ -252,7 +252,9 @@ fn replaces_a_running_binary_without_text_file_busy() {
     let binary = node.bin("yh-genie");
     fs::create_dir_all(binary.parent().unwrap()).unwrap();
     // An "old version" that is executing while the new one is installed, as on an upgrade.
-    fs::copy("/bin/sleep", &binary).unwrap();
+    // Copied by `cp`, not by this process: a test thread forking while this one held the file open
+    // for writing would pass the descriptor to its child, and the exec below could see ETXTBSY.
+    assert!(Command::new("cp").arg("/bin/sleep").arg(&binary).status().unwrap().success());
     let mut old = Command::new(&binary).arg("600").spawn().unwrap();
     let out = node.install_once(&[]);
     let still_running = old.try_wait().unwrap().is_none();

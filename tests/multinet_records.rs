@@ -215,8 +215,7 @@ fn the_status_is_written_only_on_the_pod_whose_networks_they_are_and_when_asked(
         g = gate.display()
     );
     let plugin = n.sb.bin().join("gate");
-    std::fs::write(&plugin, script).unwrap();
-    std::fs::set_permissions(&plugin, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    common::write_executable(&plugin, script);
     n.write_conf("gate/gate.conflist", &json!({"cniVersion": "1.0.0", "name": "gate", "plugins": [{"type": "gate"}]}));
     n.api.put_pod("default", "q", literal("ptpnet,gate"));
     let pod = n.pod("q");

@@ -381,8 +381,7 @@ fn a_yonghui_network_runs_in_process_through_yh_bridge() {
 fn a_yh_genie_plugin_exec_d_further_down_the_same_operation_does_not_wait_for_the_lock() {
     let n = node();
     let relay = n.sb.bin().join("relay");
-    std::fs::write(&relay, "#!/bin/sh\nexec \"$(dirname \"$0\")/yh-bridge\"\n").unwrap();
-    std::fs::set_permissions(&relay, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    common::write_executable(&relay, "#!/bin/sh\nexec \"$(dirname \"$0\")/yh-bridge\"\n");
     let mut plugin = n.bridge_plugin(BLUE);
     plugin["type"] = "relay".into();
     n.write_conf(

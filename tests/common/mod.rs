@@ -47,6 +47,21 @@ pub fn report(line: &str) {
     let _ = writeln!(std::io::stderr(), "{line}");
 }
 
+/// Writes an executable file (a fake plugin, an old binary) without this process ever holding it
+/// open for writing: a test thread forking a plugin at that moment would hand the descriptor to its
+/// child until the child execs, and an exec of the file in that window fails with ETXTBSY ("Text
+/// file busy"). A short-lived `sh` writes it instead and has exited before anything runs it.
+pub fn write_executable(path: &Path, contents: impl AsRef<[u8]>) {
+    let mut writer = Command::new("/bin/sh")
+        .args(["-c", r#"cat >"$1" && chmod 755 "$1""#, "sh"])
+        .arg(path)
+        .stdin(Stdio::piped())
+        .spawn()
+        .unwrap();
+    writer.stdin.take().unwrap().write_all(contents.as_ref()).unwrap();
+    assert!(writer.wait().unwrap().success(), "writing {}", path.display());
+}
+
 pub fn sh(cmd: &str) -> (bool, String) {
     let out = Command::new("sh").arg("-c").arg(cmd).output().expect("sh runs");
     let mut s = String::from_utf8_lossy(&out.stdout).into_owned();

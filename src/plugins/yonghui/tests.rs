@@ -27,8 +27,7 @@ fi
         );
         let fake = node.path("bin/fake");
         std::fs::create_dir_all(fake.parent().unwrap()).unwrap();
-        std::fs::write(&fake, script).unwrap();
-        std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755)).unwrap();
+        crate::cni::testing::write_executable(&fake, script);
         std::fs::write(
             node.path("subnet.env"),
             "FLANNEL_NETWORK=10.1.0.0/16\nFLANNEL_SUBNET=10.1.17.1/24\nFLANNEL_MTU=1472\nFLANNEL_IPMASQ=true\n",
