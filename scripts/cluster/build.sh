@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# Builds the Kubernetes binaries the local test cluster runs (tests/cluster.rs), from the Go module
-# proxy, once per version: they are cached outside the checkout, in
-# ${YH_GENIE_CACHE:-/var/cache/yh-genie}/kubernetes-<version>/, so later runs and fresh clones on the
-# same machine reuse them. Prints what it built and how long it took. Usage:
+# Builds the Kubernetes binaries the local test cluster runs (tests/cluster.rs), and Kubernetes'
+# own e2e suite with what it needs (tests/conformance.rs: e2e.test, the agnhost of its test images,
+# the ginkgo CLI that runs specs in parallel), from the Go module proxy, once per version: they are
+# cached outside the checkout, in ${YH_GENIE_CACHE:-/var/cache/yh-genie}/kubernetes-<version>/, so
+# later runs and fresh clones on the same machine reuse them. Prints what it built and how long it
+# took. Usage:
 #   scripts/cluster/build.sh            # prints the bin dir on its last line
 #
 # k8s.io/kubernetes replaces its staging modules (k8s.io/api, client-go, ...) with paths of its own
@@ -14,7 +16,10 @@ set -euo pipefail
 version=${KUBERNETES_VERSION:-v1.32.13}
 cache=${YH_GENIE_CACHE:-/var/cache/yh-genie}
 out=$cache/kubernetes-$version
-commands=(kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy kubectl)
+commands=(kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy kubectl e2e.test agnhost ginkgo coredns
+          agnhost-localhost.crt agnhost-localhost.key)
+# The cluster DNS of the e2e suite's DNS specs: the CoreDNS kubeadm deploys with this Kubernetes.
+coredns_version=${COREDNS_VERSION:-v1.11.3}
 
 go=${GO:-}
 if [ -z "$go" ]; then
@@ -22,7 +27,7 @@ if [ -z "$go" ]; then
 fi
 
 missing=()
-for c in "${commands[@]}"; do [ -x "$out/bin/$c" ] || missing+=("$c"); done
+for c in "${commands[@]}"; do [ -e "$out/bin/$c" ] || missing+=("$c"); done
 if [ ${#missing[@]} -eq 0 ]; then
   echo "kubernetes $version: cached in $out/bin"
   echo "$out/bin"
@@ -40,7 +45,9 @@ minor=${version#v1.}
 } >"$work/go.mod"
 cd "$work"
 # Every staging module k8s.io/kubernetes replaces, pinned to its published twin.
-modfile=$(cd / && "$go" mod download -json "k8s.io/kubernetes@$version" | sed -n 's/.*"GoMod": "\(.*\)".*/\1/p')
+module_json=$(cd / && "$go" mod download -json "k8s.io/kubernetes@$version")
+modfile=$(sed -n 's/.*"GoMod": "\(.*\)".*/\1/p' <<<"$module_json")
+source_dir=$(sed -n 's/.*"Dir": "\(.*\)".*/\1/p' <<<"$module_json")
 # The module proxy may lack a patch release of one of them: the newest earlier patch of the same
 # minor then stands in (staging modules change little between patches), and the build says so.
 # Asked from outside the scratch module, whose graph needs every replacement first.
@@ -67,10 +74,33 @@ while read -r m; do
 done <"$work/staging"
 # -mod=mod: the build adds the requirements and sums it meets to the scratch module.
 # Two cores shared with other work: one compile at a time per package, parallel packages capped.
+ldflags="-s -w -X k8s.io/component-base/version.gitVersion=$version -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=${minor%%.*}"
 for c in "${missing[@]}"; do
   t=$(date +%s)
-  CGO_ENABLED=0 "$go" build -mod=mod -p "${BUILD_JOBS:-2}" -trimpath -ldflags "-s -w -X k8s.io/component-base/version.gitVersion=$version -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=${minor%%.*}" \
-    -o "$out/bin/$c.new" "k8s.io/kubernetes/cmd/$c"
+  if [[ $c == agnhost-localhost.* ]]; then
+    # agnhost's image has porter's TLS pair at / (its Dockerfile ADDs them), from the same tree.
+    cp "$source_dir/test/images/agnhost/porter/${c#agnhost-}" "$out/bin/$c"
+    continue
+  fi
+  if [ "$c" = coredns ]; then
+    # Its own module (no staging replacements): installed as it is published.
+    rm -rf "$out/coredns.new"
+    (cd / && CGO_ENABLED=0 GOBIN="$out/coredns.new" "$go" install -p "${BUILD_JOBS:-2}" -trimpath \
+      -ldflags "-s -w" "github.com/coredns/coredns@$coredns_version")
+    mv -f "$out/coredns.new/coredns" "$out/bin/coredns"
+    rmdir "$out/coredns.new"
+    echo "built coredns $coredns_version in $(( $(date +%s) - t )) s"
+    continue
+  fi
+  case $c in
+    # The e2e suite is the test binary of test/e2e; the ginkgo CLI is the version go.mod pins.
+    e2e.test) build=(test -c); package=k8s.io/kubernetes/test/e2e ;;
+    agnhost) build=(build); package=k8s.io/kubernetes/test/images/agnhost ;;
+    ginkgo) build=(build); package=github.com/onsi/ginkgo/v2/ginkgo ;;
+    *) build=(build); package=k8s.io/kubernetes/cmd/$c ;;
+  esac
+  CGO_ENABLED=0 "$go" "${build[@]}" -mod=mod -p "${BUILD_JOBS:-2}" -trimpath -ldflags "$ldflags" \
+    -o "$out/bin/$c.new" "$package"
   mv -f "$out/bin/$c.new" "$out/bin/$c"
   echo "built $c $version in $(( $(date +%s) - t )) s"
 done
