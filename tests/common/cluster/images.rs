@@ -3,7 +3,8 @@
 //! - yh-genie as the Dockerfile makes it: one static binary at /usr/local/bin/yh-genie, entrypoint
 //!   `yh-genie install`, named as manifests/yh-genie.yaml names it;
 //! - the pod sandbox (pause) image the nodes' containerd is configured with;
-//! - busybox (Debian's busybox-static) under the name the e2e manifests use, for workloads.
+//! - busybox (Debian's busybox-static) under the name the e2e manifests use, for workloads;
+//! - for Kubernetes' own e2e suite, the images of `e2e_images`.
 
 use super::super::{must, pause_image};
 use serde_json::json;
@@ -94,10 +95,21 @@ pub fn yh_genie(dir: &Path, name: &str, binary: &Path) -> PathBuf {
 
 /// Debian's static busybox with a link for each of its applets in /bin, and an empty /tmp.
 pub fn busybox(dir: &Path) -> PathBuf {
+    busybox_named(dir, BUSYBOX)
+}
+
+pub(super) fn busybox_named(dir: &Path, name: &str) -> PathBuf {
+    let rootfs = dir.join("rootfs");
+    busybox_rootfs(&rootfs, &[]);
+    pause_image::pack(dir, name, &rootfs, json!({"Cmd": ["sh"], "Env": ["PATH=/bin"]}))
+}
+
+/// A root filesystem of Debian's static busybox with a link for each of its applets in /bin, an
+/// empty /tmp, root and `users` (name, id: a group of its own) in /etc/passwd and /etc/group.
+pub(super) fn busybox_rootfs(rootfs: &Path, users: &[(&str, u32)]) {
     assert!(Path::new(BUSYBOX_BINARY).exists(), "apt-get install busybox-static (scripts/prereqs.sh)");
     let headers = must(&format!("readelf -l {BUSYBOX_BINARY}"));
     assert!(!headers.contains("INTERP"), "{BUSYBOX_BINARY} is not the static busybox (busybox-static)");
-    let rootfs = dir.join("rootfs");
     for sub in ["bin", "tmp", "etc"] {
         std::fs::create_dir_all(rootfs.join(sub)).unwrap();
     }
@@ -105,9 +117,14 @@ pub fn busybox(dir: &Path) -> PathBuf {
     for applet in must(&format!("{BUSYBOX_BINARY} --list")).lines().filter(|a| *a != "busybox") {
         std::os::unix::fs::symlink("busybox", rootfs.join("bin").join(applet)).unwrap();
     }
-    std::fs::write(rootfs.join("etc/passwd"), "root:x:0:0:root:/root:/bin/sh\n").unwrap();
-    std::fs::write(rootfs.join("etc/group"), "root:x:0:\n").unwrap();
-    pause_image::pack(dir, BUSYBOX, &rootfs, json!({"Cmd": ["sh"], "Env": ["PATH=/bin"]}))
+    let mut passwd = String::from("root:x:0:0:root:/root:/bin/sh\n");
+    let mut group = String::from("root:x:0:\n");
+    for (user, id) in users {
+        passwd.push_str(&format!("{user}:x:{id}:{id}::/tmp:/bin/sh\n"));
+        group.push_str(&format!("{user}:x:{id}:\n"));
+    }
+    std::fs::write(rootfs.join("etc/passwd"), passwd).unwrap();
+    std::fs::write(rootfs.join("etc/group"), group).unwrap();
 }
 
 /// The pause image the nodes' containerd uses for every sandbox.

@@ -10,7 +10,10 @@
 //! install yh-genie with kubectl, as users do. Everything the cluster makes is found again from its
 //! run dir (`run`), so a failed or killed run leaves nothing behind once the next one has swept.
 
+pub mod cni;
 pub mod control_plane;
+pub mod e2e;
+pub mod e2e_images;
 pub mod images;
 pub mod pki;
 pub mod pods;
@@ -31,6 +34,8 @@ pub const CONTROL_PLANE_IP: &str = "10.99.0.1";
 pub const SERVICE_CIDR: &str = "10.96.0.0/16";
 /// The `kubernetes` Service's ClusterIP, what pods get as KUBERNETES_SERVICE_HOST.
 pub const SERVICE_IP: &str = "10.96.0.1";
+/// The kube-dns Service's ClusterIP (coredns.yaml), every pod's nameserver.
+pub const DNS_IP: &str = "10.96.0.10";
 /// The yonghui fabric's network; each node gets a /24 of it.
 pub const CLUSTER_CIDR: &str = "10.244.0.0/16";
 pub const NODE_CIDR_BITS: u8 = 24;
@@ -55,11 +60,23 @@ impl Cluster {
     /// nodes, and return once both nodes are registered with a podCIDR and their fabric is set up.
     /// The nodes are NotReady until a CNI is installed.
     pub fn start() -> Self {
+        Self::start_with(false)
+    }
+
+    /// The cluster with the images Kubernetes' e2e suite runs (`images::e2e`) on every node too.
+    pub fn start_for_e2e() -> Self {
+        Self::start_with(true)
+    }
+
+    fn start_with(e2e_images: bool) -> Self {
         crate::common::require_root();
         let started = Instant::now();
         let bin = kubernetes_bin();
         let run = Run::new();
-        let images = build_images(&run);
+        let mut images = build_images(&run);
+        if e2e_images {
+            images.extend(e2e_images::all(&run.path().join("images"), &bin));
+        }
         let built = started.elapsed();
 
         let pki = Pki::new(&run.path().join("pki"));
@@ -86,7 +103,8 @@ impl Cluster {
         cluster
     }
 
-    /// Each node's subnet.env from its podCIDR, and a route to every other node's podCIDR.
+    /// Each node's subnet.env from its podCIDR, and a route to every other node's podCIDR (from the
+    /// other nodes and from the control plane).
     fn set_up_fabric(&self) {
         let cidrs: Vec<String> = self
             .workers
@@ -100,6 +118,9 @@ impl Cluster {
             .collect();
         for (i, worker) in self.workers.iter().enumerate() {
             worker.write_subnet(&cidrs[i]);
+            // The control plane is on the pod network too, as its nodes would be with a CNI of
+            // their own: the API server's proxy and webhooks reach pods by their address.
+            self.control.netns.must(&format!("ip route add {} via {}", cidrs[i], worker.ip));
             for (j, other) in self.workers.iter().enumerate() {
                 if i != j {
                     worker.netns.must(&format!("ip route add {} via {}", cidrs[j], other.ip));

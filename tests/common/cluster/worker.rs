@@ -16,7 +16,7 @@
 
 use super::pki::Pki;
 use super::run::Run;
-use super::{CLUSTER_CIDR, PATIENCE, control_plane::api_url};
+use super::{CLUSTER_CIDR, DNS_IP, PATIENCE, control_plane::api_url};
 use crate::common::{Netns, REFERENCE_PLUGINS};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
@@ -319,6 +319,8 @@ imageGCLowThresholdPercent: 99
 evictionHard: {{memory.available: 1Mi, nodefs.available: 1%, imagefs.available: 1%, nodefs.inodesFree: 1%}}
 staticPodPath: /etc/kubernetes/manifests
 clusterDomain: cluster.local
+# The kube-dns Service's address: CoreDNS answers there once a test deploys it (tests/conformance.rs).
+clusterDNS: [{DNS_IP}]
 readOnlyPort: 0
 healthzBindAddress: 127.0.0.1
 serializeImagePulls: false
