@@ -10,6 +10,7 @@
 mod common;
 
 use common::cluster::Cluster;
+use common::cluster::cni::condition;
 use common::cluster::pods::in_cidr;
 use common::report;
 use libtest_mimic::{Arguments, Failed, Trial};
@@ -55,6 +56,10 @@ const TESTS: &[(&str, Test)] = &[
     ("adds_make_no_api_get_and_requests_per_pod_lifecycle", adds_make_no_api_get_and_requests_per_pod_lifecycle),
     ("a_uid_guarded_patch_of_a_replaced_pod_gets_422", a_uid_guarded_patch_of_a_replaced_pod_gets_422),
     ("api_server_down_a_pod_the_agent_holds_gets_its_network_again", api_server_down_a_held_pod_gets_its_network_again),
+    (
+        "api_server_down_an_unknown_pod_is_retried_until_the_api_is_back",
+        api_server_down_an_unknown_pod_is_retried_until_the_api_is_back,
+    ),
     ("static_pod_on_a_pod_network_gets_its_network", static_pod_on_a_pod_network_gets_its_network),
     ("node_credentials_update_only_their_own_nodes_pods", node_credentials_update_only_their_own_nodes_pods),
     ("a_host_port_answers_on_the_node_and_goes_with_the_pod", a_host_port_answers_on_the_node_and_goes_with_the_pod),
@@ -90,19 +95,12 @@ fn main() {
 
 /// The cluster with yh-genie installed the way docs/install.md says, plus the e2e's networks.
 fn start() -> Cluster {
-    let started = Instant::now();
     let cluster = Cluster::start();
     let repo = Path::new(env!("CARGO_MANIFEST_DIR"));
     let path = |rel: &str| repo.join(rel).display().to_string();
-    cluster.kubectl_ok(&["apply", "-f", &path("manifests/")]);
+    cluster.install_yh_genie();
     cluster.kubectl_ok(&["apply", "-f", &path("examples/nad/crd.yaml")]);
     cluster.kubectl_ok(&["apply", "-f", &path("e2e/networks.yaml")]);
-    cluster.wait_for("both nodes Ready (yh-genie's conflist installed)", || {
-        let nodes = cluster.get_json(&["get", "nodes"]);
-        let ready = nodes["items"].as_array()?.iter().filter(|n| condition(n, "Ready")).count();
-        (ready == cluster.workers.len()).then_some(())
-    });
-    report(&format!("cluster: yh-genie installed and both nodes Ready {:.1?} after the start", started.elapsed()));
     // The e2e's networks replaced the shipped ConfigMap after the installer pods may have mounted
     // it: the edit reaches them at the kubelet's next sync of the pod.
     let applied = Instant::now();
@@ -116,12 +114,6 @@ fn start() -> Cluster {
     }
     report(&format!("cluster: the networks ConfigMap reached both nodes within {:.1?}", applied.elapsed()));
     cluster
-}
-
-fn condition(object: &Value, kind: &str) -> bool {
-    object["status"]["conditions"]
-        .as_array()
-        .is_some_and(|cs| cs.iter().any(|c| c["type"] == kind && c["status"] == "True"))
 }
 
 /// The DaemonSet's pod runs on both nodes and is Ready: the agent has listed its node's pods

@@ -127,3 +127,46 @@ spec:
     let ip = pod["status"]["podIP"].as_str().unwrap_or_default();
     assert!(in_cidr(ip, &cidr), "{mirror}: status.podIP {ip:?} is not in {cidr}");
 }
+
+/// The API server stops, and a pod appears that the agent has never seen: a static pod, the one
+/// kind of pod a node starts with no API server. Its ADD cannot learn the pod's network choice (no
+/// mirror pod, no API server to ask), so it fails, with a message saying why, and nothing runs; the
+/// kubelet retries. Once the API server is back (and the kubelet has made the mirror pod) a retry
+/// gets the pod its network.
+pub fn api_server_down_an_unknown_pod_is_retried_until_the_api_is_back(cluster: &mut Cluster) {
+    let worker_name = "node-a";
+    let mirror = format!("outage-static-{worker_name}");
+    let manifest_path = cluster.worker(worker_name).node_path("/etc/kubernetes/manifests/outage-static.yaml");
+    cluster.stop_apiserver();
+    let manifest = format!(
+        "apiVersion: v1
+kind: Pod
+metadata: {{name: outage-static, namespace: {NS}}}
+spec:
+  terminationGracePeriodSeconds: 1
+  containers:
+  - name: main
+    image: busybox:1.36
+    command: [sleep, '3600']
+    env:
+    - {{name: CNI_NETWORK_CONFIG, value: yonghui}}
+"
+    );
+    std::fs::write(&manifest_path, manifest).unwrap();
+    let kubelet_log = cluster.run.log(&format!("{worker_name}-kubelet"));
+    let refused = cluster.wait_for(&format!("{mirror}'s ADD refused while the API server is down"), || {
+        let log = std::fs::read_to_string(&kubelet_log).unwrap_or_default();
+        log.lines().find(|l| l.contains(&mirror) && l.contains("failed to setup network")).map(String::from)
+    });
+    let message = refused.split("yh-genie").nth(1).unwrap_or(&refused).chars().take(300).collect::<String>();
+    report(&format!("cluster: {mirror}'s ADD with the API server down: ...yh-genie{message}..."));
+    let running = cluster.worker(worker_name).running_sandboxes(&mirror);
+    cluster.restart_apiserver();
+    assert_eq!(running, Vec::<String>::new(), "{mirror}: a sandbox ran with no network choice known");
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| cluster.wait_pod_ready(NS, &mirror)));
+    std::fs::remove_file(&manifest_path).unwrap();
+    let pod = result.unwrap_or_else(|_| panic!("{mirror} is not Ready after the API server came back"));
+    let cidr = cluster.pod_cidr(worker_name);
+    let ip = pod["status"]["podIP"].as_str().unwrap_or_default();
+    assert!(in_cidr(ip, &cidr), "{mirror}: status.podIP {ip:?} is not in {cidr}");
+}
