@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs every test: formatting, lints, unit tests and the root integration tests (real network
-# namespaces, real plugins, cnidrive, a local Kubernetes cluster). Needs root. Usage: scripts/test.sh
+# namespaces, real plugins, cnidrive, a local Kubernetes cluster, and on it Kubernetes' own
+# pod-networking conformance specs: tests/conformance.rs). Needs root. Usage: scripts/test.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -9,8 +10,9 @@ if [ "$(id -u)" -ne 0 ]; then
   exit 1
 fi
 scripts/prereqs.sh
-# The local Kubernetes cluster's binaries (tests/cluster.rs): built once per version, cached in
-# /var/cache/yh-genie (a cold build takes a quarter to half an hour on 2 cores).
+# The local Kubernetes cluster's binaries, its e2e suite and CoreDNS (tests/cluster.rs,
+# tests/conformance.rs): built once per version, cached in /var/cache/yh-genie (a cold build takes
+# half an hour or more on 2 cores).
 scripts/cluster/build.sh | grep -v '^/'
 
 cargo fmt --all -- --check

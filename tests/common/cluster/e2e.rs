@@ -16,8 +16,6 @@ use std::time::Instant;
 pub struct Specs<'a> {
     /// Regular expression over the specs' full text (ginkgo's `--focus`).
     pub focus: &'a str,
-    /// Specs the focus takes that this cluster cannot run at all (ginkgo's `--skip`), or "".
-    pub skip: &'a str,
     /// Ginkgo processes running specs side by side (specs marked Serial run alone at the end).
     pub procs: u32,
     pub output: PathBuf,
@@ -53,7 +51,6 @@ impl Cluster {
             .args([
                 format!("--procs={}", run.procs),
                 format!("--focus={}", run.focus),
-                format!("--skip={}", run.skip),
                 "--timeout=3h".into(),
                 "--no-color".into(),
                 "--silence-skips".into(),
