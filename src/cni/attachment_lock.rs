@@ -144,9 +144,11 @@ fn lock(path: &Path, wait: Duration) -> std::io::Result<Option<AttachmentLock>> 
         std::thread::sleep(pause);
         pause = (pause * 2).min(Duration::from_millis(20));
     }
-    let waited = started.elapsed();
-    if waited >= Duration::from_millis(1) {
-        tracing::info!(lock = %path.display(), waited_ms = waited.as_millis() as u64,
+    // Only a lock found busy is a wait: on a loaded node, opening and locking a free one can take
+    // milliseconds too, and saying "waited" then would send an operator after a holder that was
+    // never there.
+    if !first {
+        tracing::info!(lock = %path.display(), waited_ms = started.elapsed().as_millis() as u64,
             "waited for an earlier operation on this attachment to end");
     }
     *HELD.lock().unwrap_or_else(|e| e.into_inner()) = Some(file.as_raw_fd());
