@@ -11,7 +11,7 @@ mod common;
 
 use common::cluster::Cluster;
 use common::cluster::cni::condition;
-use common::cluster::pods::in_cidr;
+use common::cluster::pods::{Network, in_cidr, sleeper};
 use common::report;
 use libtest_mimic::{Arguments, Failed, Trial};
 use serde_json::Value;
@@ -246,22 +246,7 @@ fn adds_make_no_api_get_and_requests_per_pod_lifecycle(cluster: &mut Cluster) {
     );
 
     let before = events.len();
-    cluster.apply_text(&format!(
-        "apiVersion: v1
-kind: Pod
-metadata: {{name: lifecycle, namespace: {NS}}}
-spec:
-  nodeSelector: {{yh-genie-e2e/slot: a}}
-  terminationGracePeriodSeconds: 1
-  containers:
-  - name: main
-    image: busybox:1.36
-    command: [sleep, '3600']
-    env:
-    - name: CNI_NETWORK_CONFIG
-      valueFrom: {{configMapKeyRef: {{name: net-yonghui, key: network}}}}
-"
-    ));
+    cluster.apply_text(&sleeper(NS, "lifecycle", Some("a"), Network::FromConfigMap("net-yonghui")));
     cluster.wait_pod_ready(NS, "lifecycle");
     let after_add = cluster.audit_events();
     let add_requests: Vec<&Value> = after_add[before..]

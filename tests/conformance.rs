@@ -25,6 +25,8 @@ struct Set {
     focus: &'static str,
     /// Ginkgo processes (most specs wait on pods and the network, not the CPU).
     procs: u32,
+    /// Bound of the whole run (about ten times what it takes here).
+    timeout: &'static str,
     /// Whether its specs need the cluster's DNS (CoreDNS).
     dns: bool,
 }
@@ -34,9 +36,10 @@ const SETS: &[Set] = &[
         name: "pod-networking",
         focus: r"\[sig-network\] (Networking Granular Checks: Pods|HostPort) .*\[Conformance\]",
         procs: 2,
+        timeout: "15m",
         dns: false,
     },
-    Set { name: "sig-network", focus: r"\[sig-network\].*\[Conformance\]", procs: 3, dns: true },
+    Set { name: "sig-network", focus: r"\[sig-network\].*\[Conformance\]", procs: 3, timeout: "60m", dns: true },
 ];
 
 /// Specs that fail on this test cluster whatever its CNI, with why; each fails the same way with
@@ -55,7 +58,7 @@ fn main() {
     let name = format!("{}_conformance_with_{}", set.replace('-', "_"), cni.replace('-', "_"));
     let trial = Trial::test(name, move || {
         let output = target_dir().join("conformance").join(format!("{cni}-{set}"));
-        let specs = Specs { focus: chosen.focus, procs: chosen.procs, output: output.clone() };
+        let specs = Specs { focus: chosen.focus, procs: chosen.procs, timeout: chosen.timeout, output: output.clone() };
         let summary = run(&cni, chosen.dns, &specs);
         report(&format!("conformance ({set}, {cni}): {summary}output in {}", output.display()));
         verdict(&cni, &summary)

@@ -3,7 +3,7 @@
 
 use super::{NS, YH_GENIE_USER, condition};
 use crate::common::cluster::Cluster;
-use crate::common::cluster::pods::in_cidr;
+use crate::common::cluster::pods::{Network, in_cidr, sleeper};
 use crate::common::{self, report};
 use serde_json::Value;
 use std::path::Path;
@@ -51,22 +51,7 @@ pub fn uninstall_leaves_the_nodes_as_the_docs_say(cluster: &mut Cluster) {
 /// pod is Ready with an address of its node, and no GET was made for it.
 pub fn api_server_down_a_held_pod_gets_its_network_again(cluster: &mut Cluster) {
     let pod = "outage-held";
-    cluster.apply_text(&format!(
-        "apiVersion: v1
-kind: Pod
-metadata: {{name: {pod}, namespace: {NS}}}
-spec:
-  nodeSelector: {{yh-genie-e2e/slot: a}}
-  terminationGracePeriodSeconds: 1
-  containers:
-  - name: main
-    image: busybox:1.36
-    command: [sleep, '3600']
-    env:
-    - name: CNI_NETWORK_CONFIG
-      valueFrom: {{configMapKeyRef: {{name: net-yonghui, key: network}}}}
-"
-    ));
+    cluster.apply_text(&sleeper(NS, pod, Some("a"), Network::FromConfigMap("net-yonghui")));
     cluster.wait_pod_ready(NS, pod);
     let sandboxes_before = cluster.worker("node-a").running_sandboxes(pod);
     assert_eq!(sandboxes_before.len(), 1, "{pod}: {sandboxes_before:?}");
@@ -138,21 +123,7 @@ pub fn api_server_down_an_unknown_pod_is_retried_until_the_api_is_back(cluster: 
     let mirror = format!("outage-static-{worker_name}");
     let manifest_path = cluster.worker(worker_name).node_path("/etc/kubernetes/manifests/outage-static.yaml");
     cluster.stop_apiserver();
-    let manifest = format!(
-        "apiVersion: v1
-kind: Pod
-metadata: {{name: outage-static, namespace: {NS}}}
-spec:
-  terminationGracePeriodSeconds: 1
-  containers:
-  - name: main
-    image: busybox:1.36
-    command: [sleep, '3600']
-    env:
-    - {{name: CNI_NETWORK_CONFIG, value: yonghui}}
-"
-    );
-    std::fs::write(&manifest_path, manifest).unwrap();
+    std::fs::write(&manifest_path, sleeper(NS, "outage-static", None, Network::Named("yonghui"))).unwrap();
     let kubelet_log = cluster.run.log(&format!("{worker_name}-kubelet"));
     let refused = cluster.wait_for(&format!("{mirror}'s ADD refused while the API server is down"), || {
         let log = std::fs::read_to_string(&kubelet_log).unwrap_or_default();

@@ -2,7 +2,7 @@
 //! come and go while their network is being made (deleted mid-ADD and recreated).
 
 use super::{NETWORK_STATUS, NS, condition};
-use crate::common::cluster::pods::in_cidr;
+use crate::common::cluster::pods::{Network, in_cidr, sleeper};
 use crate::common::cluster::{Cluster, NODES, PATIENCE};
 use crate::common::{self, report};
 use serde_json::Value;
@@ -80,22 +80,7 @@ fn host_port_answer(cluster: &Cluster, from: &str, ip: &str) -> String {
 /// leases were freed.
 pub fn a_pod_deleted_mid_add_and_recreated_gets_its_network(cluster: &mut Cluster) {
     let pod = "reborn";
-    let manifest = format!(
-        "apiVersion: v1
-kind: Pod
-metadata: {{name: {pod}, namespace: {NS}}}
-spec:
-  nodeSelector: {{yh-genie-e2e/slot: a}}
-  terminationGracePeriodSeconds: 1
-  containers:
-  - name: main
-    image: busybox:1.36
-    command: [sleep, '3600']
-    env:
-    - name: CNI_NETWORK_CONFIG
-      valueFrom: {{configMapKeyRef: {{name: net-multi, key: network}}}}
-"
-    );
+    let manifest = sleeper(NS, pod, Some("a"), Network::FromConfigMap("net-multi"));
     let worker = cluster.worker("node-a");
     let leases_before = lease_owners(cluster);
     cluster.apply_text(&manifest);
@@ -207,21 +192,7 @@ pub fn daemonset_rolled_while_pods_start_loses_nothing(cluster: &mut Cluster) {
     cluster.kubectl_ok(&["-n", "kube-system", "set", "image", "daemonset/yh-genie", &format!("install={rolled}")]);
     let pods: Vec<(String, &str)> = (0..6).map(|i| (format!("roll-{i}"), ["a", "b"][i % 2])).collect();
     for (pod, slot) in &pods {
-        cluster.apply_text(&format!(
-            "apiVersion: v1
-kind: Pod
-metadata: {{name: {pod}, namespace: {NS}}}
-spec:
-  nodeSelector: {{yh-genie-e2e/slot: {slot}}}
-  terminationGracePeriodSeconds: 1
-  containers:
-  - name: main
-    image: busybox:1.36
-    command: [sleep, '3600']
-    env:
-    - {{name: CNI_NETWORK_CONFIG, value: yonghui}}
-"
-        ));
+        cluster.apply_text(&sleeper(NS, pod, Some(slot), Network::Named("yonghui")));
     }
     for (pod, slot) in &pods {
         let object = cluster.wait_pod_ready(NS, pod);

@@ -18,6 +18,9 @@ pub struct Specs<'a> {
     pub focus: &'a str,
     /// Ginkgo processes running specs side by side (specs marked Serial run alone at the end).
     pub procs: u32,
+    /// The whole run's bound (ginkgo's `--timeout`, e.g. "20m"): specs that hang on something
+    /// missing wait out the framework's own timeouts, each of several minutes.
+    pub timeout: &'a str,
     pub output: PathBuf,
 }
 
@@ -51,7 +54,7 @@ impl Cluster {
             .args([
                 format!("--procs={}", run.procs),
                 format!("--focus={}", run.focus),
-                "--timeout=3h".into(),
+                format!("--timeout={}", run.timeout),
                 "--no-color".into(),
                 "--silence-skips".into(),
                 format!("--output-dir={}", run.output.display()),

@@ -63,3 +63,34 @@ pub fn in_cidr(ip: &str, cidr: &str) -> bool {
     let mask = if bits == 0 { 0 } else { u32::MAX << (32 - bits) };
     u32::from(ip) & mask == u32::from(net) & mask
 }
+
+/// How a test pod names its network in `CNI_NETWORK_CONFIG`: the value itself, or the `network`
+/// key of a ConfigMap of its namespace.
+pub enum Network<'a> {
+    Named(&'a str),
+    FromConfigMap(&'a str),
+}
+
+/// A busybox pod that sleeps for an hour, as YAML: on the node with the e2e `slot` label when one
+/// is given (none: any node, or a static pod's manifest), its network chosen as `network` says.
+pub fn sleeper(namespace: &str, name: &str, slot: Option<&str>, network: Network) -> String {
+    let node = slot.map(|s| format!("  nodeSelector: {{yh-genie-e2e/slot: {s}}}\n")).unwrap_or_default();
+    let choice = match network {
+        Network::Named(n) => format!("value: {n}"),
+        Network::FromConfigMap(map) => format!("valueFrom: {{configMapKeyRef: {{name: {map}, key: network}}}}"),
+    };
+    format!(
+        "apiVersion: v1
+kind: Pod
+metadata: {{name: {name}, namespace: {namespace}}}
+spec:
+{node}  terminationGracePeriodSeconds: 1
+  containers:
+  - name: main
+    image: busybox:1.36
+    command: [sleep, '3600']
+    env:
+    - {{name: CNI_NETWORK_CONFIG, {choice}}}
+"
+    )
+}
