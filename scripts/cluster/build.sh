@@ -28,6 +28,10 @@ fi
 
 missing=()
 for c in "${commands[@]}"; do [ -e "$out/bin/$c" ] || missing+=("$c"); done
+# CoreDNS has a version of its own: the one built is recorded beside it.
+if [ -e "$out/bin/coredns" ] && [ "$(cat "$out/bin/coredns.version" 2>/dev/null)" != "$coredns_version" ]; then
+  missing+=(coredns)
+fi
 if [ ${#missing[@]} -eq 0 ]; then
   echo "kubernetes $version: cached in $out/bin"
   echo "$out/bin"
@@ -89,6 +93,7 @@ for c in "${missing[@]}"; do
       -ldflags "-s -w" "github.com/coredns/coredns@$coredns_version")
     mv -f "$out/coredns.new/coredns" "$out/bin/coredns"
     rmdir "$out/coredns.new"
+    echo "$coredns_version" >"$out/bin/coredns.version"
     echo "built coredns $coredns_version in $(( $(date +%s) - t )) s"
     continue
   fi
