@@ -40,7 +40,6 @@ const PTPLAN: &str = "10.249.0.0/24";
 /// Who the DaemonSet's pod is to the API server: the installer, the agent and the plugin all use
 /// its service account's token.
 const YH_GENIE_USER: &str = "system:serviceaccount:kube-system:yh-genie";
-const NETWORK_STATUS: &str = "k8s.v1.cni.cncf.io/network-status";
 
 type Shared = Arc<Mutex<Cluster>>;
 type Test = fn(&mut Cluster);
@@ -199,18 +198,9 @@ fn two_networks_by_configmap_list_and_by_nad(cluster: &mut Cluster) {
             second.len() == 1 && in_cidr(&second[0], PTPLAN),
             "{pod}: net1 holds {second:?}, want one address in {PTPLAN}"
         );
-        let status = cluster.wait_for(&format!("{pod}'s {NETWORK_STATUS} annotation"), || {
-            let object = cluster.get_json(&["-n", NS, "get", "pod", pod]);
-            object["metadata"]["annotations"][NETWORK_STATUS].as_str().map(String::from)
-        });
-        let status: Value = serde_json::from_str(&status).unwrap();
-        let interfaces: Vec<(&str, &str)> = status
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|s| (s["interface"].as_str().unwrap_or_default(), s["ips"][0].as_str().unwrap_or_default()))
-            .collect();
-        assert_eq!(interfaces, vec![("eth0", ip.as_str()), ("net1", second[0].as_str())], "{pod}: {status}");
+        let listed = cluster.network_status(NS, pod, None);
+        let want = vec![("eth0".to_string(), ip.clone()), ("net1".to_string(), second[0].clone())];
+        assert_eq!(listed, want, "{pod}: its network-status");
         let routes = cluster.exec(NS, pod, &["ip", "route"]);
         let defaults: Vec<&str> = routes.lines().filter(|l| l.starts_with("default")).collect();
         assert!(defaults.len() == 1 && defaults[0].contains("dev eth0"), "{pod}: default routes {routes}");

@@ -1,11 +1,10 @@
 //! tests/cluster.rs's tests of what the runtime hands the selector (a hostPort) and of pods that
 //! come and go while their network is being made (deleted mid-ADD and recreated).
 
-use super::{NETWORK_STATUS, NS, condition};
+use super::{NS, condition};
 use crate::common::cluster::pods::{Network, in_cidr, sleeper};
 use crate::common::cluster::{Cluster, NODES, PATIENCE};
 use crate::common::{self, report};
-use serde_json::Value;
 use std::collections::BTreeSet;
 
 const HOST_PORT: u16 = 18080;
@@ -103,19 +102,9 @@ pub fn a_pod_deleted_mid_add_and_recreated_gets_its_network(cluster: &mut Cluste
     assert_eq!(cluster.pod_addresses(NS, pod, "eth0"), vec![ip.clone()]);
     let net1 = cluster.pod_addresses(NS, pod, "net1");
     assert!(net1.len() == 1 && in_cidr(&net1[0], super::PTPLAN), "{pod}: net1 holds {net1:?}");
-    let status = cluster.wait_for(&format!("the new {pod}'s {NETWORK_STATUS}"), || {
-        let object = cluster.get_json(&["-n", NS, "get", "pod", pod]);
-        (object["metadata"]["uid"] == new.as_str()).then_some(())?;
-        object["metadata"]["annotations"][NETWORK_STATUS].as_str().map(String::from)
-    });
-    let status: Value = serde_json::from_str(&status).unwrap();
-    let listed: Vec<(&str, &str)> = status
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|s| (s["interface"].as_str().unwrap_or_default(), s["ips"][0].as_str().unwrap_or_default()))
-        .collect();
-    assert_eq!(listed, vec![("eth0", ip.as_str()), ("net1", net1[0].as_str())], "{pod}: {status}");
+    let listed = cluster.network_status(NS, pod, Some(&new));
+    let want = vec![("eth0".to_string(), ip.clone()), ("net1".to_string(), net1[0].clone())];
+    assert_eq!(listed, want, "the new {pod}: its network-status");
 
     let worker = cluster.worker("node-a");
     cluster.wait_for(&format!("{pod}'s old sandboxes gone from node-a's containerd"), || {

@@ -5,6 +5,8 @@ use super::Cluster;
 use serde_json::Value;
 use std::net::Ipv4Addr;
 
+pub const NETWORK_STATUS: &str = "k8s.v1.cni.cncf.io/network-status";
+
 impl Cluster {
     /// The pod object, once it is Ready.
     pub fn wait_pod_ready(&self, namespace: &str, name: &str) -> Value {
@@ -15,6 +17,19 @@ impl Cluster {
                 pod["status"]["conditions"].as_array()?.iter().any(|c| c["type"] == "Ready" && c["status"] == "True");
             ready.then_some(pod)
         })
+    }
+
+    /// The pod's network-status annotation (of the pod with `uid`, when given: a pod recreated
+    /// under its name), once it is there: (interface, its first address) per entry, in order.
+    pub fn network_status(&self, namespace: &str, pod: &str, uid: Option<&str>) -> Vec<(String, String)> {
+        let status = self.wait_for(&format!("{namespace}/{pod}'s {NETWORK_STATUS}"), || {
+            let object = self.get_json(&["-n", namespace, "get", "pod", pod]);
+            uid.is_none_or(|uid| object["metadata"]["uid"] == uid).then_some(())?;
+            object["metadata"]["annotations"][NETWORK_STATUS].as_str().map(String::from)
+        });
+        let status: Value = serde_json::from_str(&status).unwrap();
+        let text = |v: &Value| v.as_str().unwrap_or_default().to_string();
+        status.as_array().unwrap().iter().map(|s| (text(&s["interface"]), text(&s["ips"][0]))).collect()
     }
 
     /// `kubectl exec` in the pod's first container; its stdout, or a panic.
