@@ -51,6 +51,19 @@ impl MacAddr {
     /// What a bridge reports once its last port has left.
     pub const ZERO: MacAddr = MacAddr([0; 6]);
 
+    /// `text` as an address an interface can be given: unicast (a multicast or broadcast address,
+    /// low bit of the first octet set, is refused by the kernel and by plugins) and not all zeros.
+    pub fn assignable(text: &str) -> Result<Self, String> {
+        let mac: MacAddr = text.parse().map_err(|_| format!("{text:?} is not a MAC address"))?;
+        if mac.0[0] & 1 == 1 {
+            return Err(format!("{text} is a multicast address, not usable by an interface"));
+        }
+        if mac == MacAddr::ZERO {
+            return Err(format!("{text} is all zeros, not usable by an interface"));
+        }
+        Ok(mac)
+    }
+
     /// A random locally administered unicast address, the kind the kernel picks for a device
     /// without one. Plugins set it explicitly when a MAC must not change after creation (a bridge's,
     /// one that neighbour entries name), which udev's MACAddressPolicy could otherwise do.

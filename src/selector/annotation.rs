@@ -176,7 +176,7 @@ fn json_element(element: &Value) -> Result<Request, CniError> {
         .collect::<Result<Vec<_>, _>>()
         .map_err(|why| at("ips", why))?;
     let mac = string("mac")?
-        .map(|mac| mac.parse::<MacAddr>().map(|m| m.to_string()).map_err(|_| format!("{mac:?} is not a MAC address")))
+        .map(|mac| MacAddr::assignable(mac).map(|m| m.to_string()))
         .transpose()
         .map_err(|why| at("mac", why))?;
     let default_route = strings("default-route")?
@@ -312,6 +312,8 @@ mod tests {
             ),
             (r#"[{"name":"a","ips":"10.1.1.5/24"}]"#, 7, "list of strings"),
             (r#"[{"name":"a","mac":"zz"}]"#, 7, "\"zz\" is not a MAC address"),
+            (r#"[{"name":"a","mac":"01:00:5e:00:00:01"}]"#, 7, "is a multicast address"),
+            (r#"[{"name":"a","mac":"00:00:00:00:00:00"}]"#, 7, "is all zeros"),
             (r#"[{"name":"a","default-route":["x"]}]"#, 7, "\"x\" is not an IP address"),
             (r#"[{"name":"a","cni-args":"x"}]"#, 7, "must be an object"),
             (r#"[{"name":5}]"#, 7, "must be a string"),

@@ -50,9 +50,12 @@ pub fn check(cni_args: &Map<String, Value>, list: &ConfList, network: &str) -> R
                 }
             }
             "MAC" => {
-                let ok = value.as_str().is_some_and(|m| m.parse::<MacAddr>().is_ok());
-                if !ok {
-                    return Err(bad(format!("plugins read it as \"mac\", and {value} is not a MAC address")));
+                let why = match value.as_str() {
+                    Some(mac) => MacAddr::assignable(mac).err(),
+                    None => Some(format!("{value} is not a MAC address")),
+                };
+                if let Some(why) = why {
+                    return Err(bad(format!("plugins read it as \"mac\", and {why}")));
                 }
             }
             p if ELEMENT_CAPABILITIES.iter().any(|(folded, _)| *folded == p) => {
@@ -133,6 +136,8 @@ mod tests {
         let l = list(json!({}));
         assert!(check(&args(json!({"MAC": "02:00:00:00:00:01", "vlan": 7})), &l, "n").is_ok());
         assert!(check(&args(json!({"mac": "nope"})), &l, "n").unwrap_err().msg.contains("not a MAC"));
+        let e = check(&args(json!({"Mac": "ff:ff:ff:ff:ff:ff"})), &l, "n").unwrap_err();
+        assert!(e.code == 7 && e.msg.contains("multicast"), "{e}");
         assert_eq!(check(&args(json!({"portMappings": []})), &l, "n").unwrap_err().code, 7);
         assert_eq!(check(&args(json!({"deviceID": "0000:00:01.0"})), &l, "n").unwrap_err().code, 2);
         let e = check(&args(json!({"BANDWIDTH": {}})), &l, "n").unwrap_err();
