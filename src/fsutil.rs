@@ -175,6 +175,7 @@ pub fn symlink_atomic(target: &Path, path: &Path) -> io::Result<()> {
     let result = (|| {
         std::os::unix::fs::symlink(target, &tmp)?;
         fs::rename(&tmp, path)?;
+        remove_abandoned(std::slice::from_ref(&path.to_path_buf()));
         File::open(dir)?.sync_all()
     })();
     if result.is_err() {
@@ -190,8 +191,15 @@ fn parent_dir(path: &Path) -> &Path {
 /// A fresh name beside `path` for building its replacement: hidden, and with no `.conf`/`.conflist`
 /// ending, so neither CNI runtimes scanning a conf dir nor `ls` users mistake it for the real file.
 /// `.<name>.tmp-<pid>-<nonce>`: the writer's pid tells `remove_durably` whether it is still alive.
-fn temp_sibling(path: &Path) -> io::Result<PathBuf> {
+/// For what `fsutil` does not write itself (a socket bound there, then renamed to `path`), with
+/// `remove_abandoned_beside` after the rename.
+pub fn temp_sibling(path: &Path) -> io::Result<PathBuf> {
     temp_in(parent_dir(path), path)
+}
+
+/// What killed makers of `path` left under `temp_sibling` names, removed (best effort).
+pub fn remove_abandoned_beside(path: &Path) {
+    remove_abandoned(std::slice::from_ref(&path.to_path_buf()));
 }
 
 /// A fresh temp name for `path` in `dir`, named as `temp_sibling`.
@@ -396,6 +404,20 @@ mod tests {
         assert!(!gone(std::process::id() as i32));
         child.wait().unwrap();
         assert!(gone(zombie));
+    }
+
+    #[test]
+    fn a_symlink_replaced_takes_the_temp_links_of_killed_makers() {
+        let d = tempfile::tempdir().unwrap();
+        let link = d.path().join("yonghui");
+        let dead = d.path().join(format!(".yonghui.tmp-{}-0123456789ab", dead_pid()));
+        let live = d.path().join(format!(".yonghui.tmp-{}-0123456789ab", std::process::id()));
+        std::os::unix::fs::symlink("yh-genie", &dead).unwrap();
+        std::os::unix::fs::symlink("yh-genie", &live).unwrap();
+        symlink_atomic(Path::new("yh-genie"), &link).unwrap();
+        assert_eq!(fs::read_link(&link).unwrap(), Path::new("yh-genie"));
+        assert!(fs::symlink_metadata(&dead).is_err(), "the killed maker's temp link is left");
+        assert!(fs::symlink_metadata(&live).is_ok(), "a live maker's temp link is gone");
     }
 
     #[test]

@@ -31,12 +31,13 @@ pub(super) fn bind(path: &Path) -> std::io::Result<(UnixListener, FileId)> {
     let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
     DirBuilder::new().recursive(true).mode(0o700).create(dir)?;
     std::fs::set_permissions(dir, Permissions::from_mode(0o700))?;
-    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-    let temporary = dir.join(format!(".{name}.{}", std::process::id()));
-    let _ = std::fs::remove_file(&temporary);
+    // Bound under a temp name and renamed into place, so a client never finds a socket that is
+    // not yet listening or not yet private; what an agent killed in between left goes after.
+    let temporary = crate::fsutil::temp_sibling(path)?;
     let listener = std::os::unix::net::UnixListener::bind(&temporary)?;
     std::fs::set_permissions(&temporary, Permissions::from_mode(0o600))?;
     std::fs::rename(&temporary, path)?;
+    crate::fsutil::remove_abandoned_beside(path);
     let meta = std::fs::metadata(path)?;
     listener.set_nonblocking(true)?;
     Ok((UnixListener::from_std(listener)?, (meta.dev(), meta.ino())))
