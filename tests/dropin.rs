@@ -54,8 +54,9 @@ fn keys() -> Value {
 fn put_pods(n: &Node) {
     // defaultNetworks' NAD lives in multusNamespace (kube-system), naming the confDir network green.
     n.api.put_nad("kube-system", "green", None);
-    n.api.put_nad("default", "red", None);
-    // Multus's default-network annotation overrides the env; defaultNetworks come after eth0.
+    // Multus's default-network annotation overrides the env (its bare name is in multusNamespace,
+    // as with Multus); defaultNetworks come after eth0.
+    n.api.put_nad("kube-system", "red", None);
     n.api.put_annotated_pod("default", "multus", json!({MULTUS_DEFAULT_NETWORK: "red"}), literal("blue"));
     // Genie's cni annotation: eth0, then Genie's eth1; defaultNetworks after, net2.
     n.api.put_annotated_pod("default", "genie", json!({GENIE_CNI: "red,blue"}), json!([{"name": "app"}]));
@@ -104,7 +105,7 @@ fn multus_and_genie_ways_of_choosing_give_the_same_networks_directly_and_through
 
     // The status, as Multus writes it: the NAD's namespace/name, gateway, default on eth0.
     let status = status_of(&n, "default", "multus").expect("written for a pod of one network too");
-    assert_eq!(status[0]["name"], "default/red");
+    assert_eq!(status[0]["name"], "kube-system/red");
     assert_eq!((status[0]["interface"].as_str(), status[0]["default"].as_bool()), (Some("eth0"), Some(true)));
     assert_eq!(status[0]["gateway"], json!([format!("10.77.{}.1", RED.1)]), "{status}");
     assert_eq!(status[1]["name"], "kube-system/green");
@@ -134,7 +135,7 @@ fn multus_and_genie_ways_of_choosing_give_the_same_networks_directly_and_through
     for want in [
         "why:           annotation v1.multus-cni.io/default-network = \"red\"",
         "interface 1:   eth0, network red",
-        "chosen by:     annotation v1.multus-cni.io/default-network element \"red\": NetworkAttachmentDefinition default/red",
+        "chosen by:     annotation v1.multus-cni.io/default-network element \"red\": NetworkAttachmentDefinition kube-system/red",
         "interface 2:   net1, network green",
         "chosen by:     defaultNetworks element \"green\": NetworkAttachmentDefinition kube-system/green",
         "note:          container \"app\" env CNI_NETWORK_CONFIG is ignored: annotation v1.multus-cni.io/default-network decides first",
@@ -184,7 +185,8 @@ fn multus_and_genie_ways_of_choosing_give_the_same_networks_directly_and_through
     let multus = about("multus");
     assert_eq!(multus.len(), 2, "{multus:?}");
     assert!(
-        multus[0].starts_with(&format!("Add eth0 [10.77.{}.", RED.1)) && multus[0].ends_with("/24] from default/red")
+        multus[0].starts_with(&format!("Add eth0 [10.77.{}.", RED.1))
+            && multus[0].ends_with("/24] from kube-system/red")
     );
     assert!(multus[1].starts_with("Add net1 [10.77.") && multus[1].ends_with("] from kube-system/green"), "{multus:?}");
     assert!(about("genie")[1].starts_with("Add eth1 ["), "{:?}", about("genie"));

@@ -19,11 +19,18 @@ pub struct PodDefaults {
     pub default_networks: Vec<Request>,
     /// `systemNamespaces`: their pods do not get `defaultNetworks` (as Multus).
     pub system_namespaces: BTreeSet<String>,
+    /// `multusNamespace`: the admin's namespace for NetworkAttachmentDefinitions, where a name
+    /// without a namespace in `defaultNetworks` or in Multus's default-network annotation is.
+    pub multus_namespace: String,
 }
 
 impl Default for PodDefaults {
     fn default() -> Self {
-        PodDefaults { default_networks: Vec::new(), system_namespaces: BTreeSet::from([KUBE_SYSTEM.to_string()]) }
+        PodDefaults {
+            default_networks: Vec::new(),
+            system_namespaces: BTreeSet::from([KUBE_SYSTEM.to_string()]),
+            multus_namespace: KUBE_SYSTEM.to_string(),
+        }
     }
 }
 
@@ -48,7 +55,7 @@ impl PodDefaults {
             Some(list) => list.into_iter().collect(),
             None => PodDefaults::default().system_namespaces,
         };
-        Ok(PodDefaults { default_networks, system_namespaces })
+        Ok(PodDefaults { default_networks, system_namespaces, multus_namespace: home })
     }
 
     /// Whether a pod of `namespace` gets only its first network.

@@ -297,11 +297,6 @@ fn annotation_requests(pod: &Pod) -> Result<Vec<Request>, CniError> {
     }
 }
 
-/// The namespace of the NetworkAttachmentDefinition an element names: its own, or the pod's.
-fn nad_namespace(request: &Request, pod_namespace: &str) -> String {
-    request.namespace.clone().unwrap_or_else(|| pod_namespace.to_string())
-}
-
 /// The value a container's `CNI_NETWORK_CONFIG` would have, and where it comes from. `None` when
 /// the container has none, or takes it from an `optional` ConfigMap or key that is absent (as
 /// Kubernetes leaves such a variable unset).

@@ -1,13 +1,16 @@
 //! The plan of a network that comes through a NetworkAttachmentDefinition: an element of the pod's
 //! networks annotation, Multus's default-network annotation, or the admin's `defaultNetworks`.
-//! Each is checked against the policy (the namespace rule for what the pod wrote, the inline rule
-//! for all), then resolves to its inline configuration or to the `confDir` network of its name.
+//! Each is checked against the policy (the namespace rule for what the pod wrote outside the
+//! admin's `multusNamespace`, the inline rule for all), then resolves to its inline configuration
+//! or to the `confDir` network of its name.
 
 use super::super::annotation::Request;
 use super::super::config::SelectorConfig;
+use super::super::defaults::PodDefaults;
 use super::super::network::{self, NetworkName};
+use super::super::policy::AttachmentPolicy;
 use super::super::selection::{Attachment, Planned, Source};
-use super::{Objects, nad_namespace};
+use super::Objects;
 use crate::cni::{CniError, code};
 use crate::kube::ObjectRef;
 
@@ -23,6 +26,32 @@ pub enum NadUse {
 }
 
 impl NadUse {
+    /// The namespace of the NetworkAttachmentDefinition `request` names, for a pod of
+    /// `pod_namespace`, once the policy lets the pod use it. A name without a namespace is the
+    /// pod's own in the networks annotation, and `multusNamespace` in the default-network
+    /// annotation (Multus looks for the default network's NAD there, and so do the pods written for
+    /// it) and in `defaultNetworks` (filled in when the configuration is read). The admin's
+    /// namespace needs no namespace rule, nor do the admin's `defaultNetworks`; anything else a pod
+    /// names is held to `namespaceIsolation`.
+    pub fn namespace(
+        self,
+        request: &Request,
+        pod_namespace: &str,
+        policy: &AttachmentPolicy,
+        defaults: &PodDefaults,
+    ) -> Result<String, CniError> {
+        let home = match self {
+            NadUse::Networks => pod_namespace,
+            NadUse::MultusDefault | NadUse::DefaultNetworks => &defaults.multus_namespace,
+        };
+        let namespace = request.namespace.clone().unwrap_or_else(|| home.to_string());
+        let admins = self == NadUse::DefaultNetworks || (self == NadUse::MultusDefault && namespace == *home);
+        if !admins {
+            policy.check_namespace(pod_namespace, &namespace, &request.name)?;
+        }
+        Ok(namespace)
+    }
+
     fn source(self, element: String, nad: String, inline: bool) -> Source {
         match self {
             NadUse::Networks => Source::Annotation { element, nad, inline },
@@ -41,10 +70,7 @@ pub fn nad_plan(
     used: NadUse,
     objects: &mut dyn Objects,
 ) -> Result<Planned, CniError> {
-    let namespace = nad_namespace(&request, pod_namespace);
-    if used != NadUse::DefaultNetworks {
-        config.policy.check_namespace(pod_namespace, &namespace, &request.name)?;
-    }
+    let namespace = used.namespace(&request, pod_namespace, &config.policy, &config.defaults)?;
     let nad_ref = ObjectRef::network_attachment(&namespace, &request.name);
     let nad = objects
         .network_attachment(&namespace, &request.name)?

@@ -4,10 +4,11 @@
 //! and `trimmed` keeps of a pod only what `resolve` reads. Both follow `resolve`'s own parsing (the
 //! same helpers of `select`), so what the agent holds is what `resolve` asks for.
 
-use super::{CONFIG_MIRROR, annotation_requests, config_map_source, containers, env_entry, nad_namespace};
+use super::nad::NadUse;
+use super::{CONFIG_MIRROR, annotation_requests, config_map_source, containers, env_entry};
 use crate::cni::CniError;
 use crate::kube::{Kind, NetworkAttachmentDefinition, ObjectKey, PodSource};
-use crate::selector::annotation::{self, GENIE_CNI, MULTUS_DEFAULT_NETWORK, NETWORKS, Request};
+use crate::selector::annotation::{self, GENIE_CNI, MULTUS_DEFAULT_NETWORK, NETWORKS};
 use crate::selector::defaults::PodDefaults;
 use crate::selector::policy::AttachmentPolicy;
 use crate::selector::selection::MAX_ATTACHMENTS;
@@ -79,24 +80,23 @@ pub fn references(policy: &AttachmentPolicy, defaults: &PodDefaults, namespace: 
         }
     }
     let annotation = |key: &str| pod.metadata.annotations.as_ref().and_then(|a| a.get(key));
-    let mut requests: Vec<Request> = annotation(MULTUS_DEFAULT_NETWORK)
+    let multus_default = annotation(MULTUS_DEFAULT_NETWORK)
         .and_then(|value| annotation::parse_as(MULTUS_DEFAULT_NETWORK, value).ok())
         .filter(|requests| requests.len() == 1)
         .unwrap_or_default();
     let networks = annotation_requests(pod).unwrap_or_default();
-    if networks.len() <= MAX_ATTACHMENTS {
-        requests.extend(networks);
-    }
-    if !defaults.is_system(namespace) {
-        for request in &defaults.default_networks {
-            let nad_namespace = nad_namespace(request, namespace);
-            refs.insert(ObjectKey::new(Kind::NetworkAttachmentDefinition, &nad_namespace, &request.name));
-        }
-    }
-    for request in requests {
-        let nad_namespace = nad_namespace(&request, namespace);
-        if policy.check_namespace(namespace, &nad_namespace, &request.name).is_ok() {
-            refs.insert(ObjectKey::new(Kind::NetworkAttachmentDefinition, &nad_namespace, &request.name));
+    let networks = if networks.len() <= MAX_ATTACHMENTS { networks } else { Vec::new() };
+    let defaults_used = if defaults.is_system(namespace) { &[][..] } else { &defaults.default_networks[..] };
+    let uses = [
+        (NadUse::MultusDefault, &multus_default[..]),
+        (NadUse::DefaultNetworks, defaults_used),
+        (NadUse::Networks, &networks[..]),
+    ];
+    for (used, requests) in uses {
+        for request in requests {
+            if let Ok(nad_namespace) = used.namespace(request, namespace, policy, defaults) {
+                refs.insert(ObjectKey::new(Kind::NetworkAttachmentDefinition, &nad_namespace, &request.name));
+            }
         }
     }
     refs.into_iter().collect()

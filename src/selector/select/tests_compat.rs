@@ -16,11 +16,14 @@ fn annotated(api: FakeApi, name: &str, annotations: serde_json::Value, container
 #[test]
 fn multus_default_network_replaces_the_first_network_and_overrides_every_other_way() {
     let node = Node::new();
-    let api = FakeApi::default().nad("default", "red", None).nad("default", "blue", None).nad("infra", "blue", None);
+    // As with Multus, a bare name is in multusNamespace (kube-system by default), not the pod's.
+    let api =
+        FakeApi::default().nad("kube-system", "red", None).nad("default", "blue", None).nad("infra", "blue", None);
     let both = json!({annotation::MULTUS_DEFAULT_NETWORK: "red", annotation::GENIE_CNI: "blue",
                       annotation::NETWORKS: "blue"});
     let api = annotated(api, "p", both, app("green,lan"));
     let api = annotated(api, "p-other-ns", json!({annotation::MULTUS_DEFAULT_NETWORK: "infra/blue"}), json!([]));
+    let api = annotated(api, "p-own-ns", json!({annotation::MULTUS_DEFAULT_NETWORK: "default/blue"}), json!([]));
     let api = annotated(api, "p-two", json!({annotation::MULTUS_DEFAULT_NETWORK: "red,blue"}), json!([]));
     let s = node.select(&api, "p").unwrap();
     // The env's list and Genie's annotation are ignored, with notes; the annotation adds after.
@@ -28,16 +31,31 @@ fn multus_default_network_replaces_the_first_network_and_overrides_every_other_w
     assert_eq!(s.reason, Reason::MultusDefaultNetwork { value: "red".into() });
     assert_eq!(
         s.attachments[0].source,
-        Source::MultusDefault { element: "red".into(), nad: "default/red".into(), inline: false }
+        Source::MultusDefault { element: "red".into(), nad: "kube-system/red".into(), inline: false }
     );
+    // The networks annotation's bare name is still the pod's namespace.
+    assert_eq!(s.attachments[1].source.nad(), Some("default/blue"));
     assert!(s.notes.iter().any(|n| n.contains("container \"c\" env CNI_NETWORK_CONFIG is ignored")), "{:?}", s.notes);
     assert!(s.notes.iter().any(|n| n.contains("annotation cni \"blue\" is ignored")), "{:?}", s.notes);
     assert!(!api.asked().iter().any(|a| a.starts_with("ConfigMap")));
-    // The same namespace policy as the networks annotation.
+    // A namespace it names is held to the networks annotation's rule: its own, not another's.
+    let s = node.select(&api, "p-own-ns").unwrap();
+    assert_eq!(s.attachments[0].source.nad(), Some("default/blue"));
     let e = node.select(&api, "p-other-ns").unwrap_err();
     assert!(e.code == 7 && e.msg.contains("namespaceIsolation") && e.msg.contains(annotation::MULTUS_DEFAULT_NETWORK));
     let e = node.select(&api, "p-two").unwrap_err();
     assert!(e.code == 7 && e.msg.contains("names 2 networks"), "{e}");
+    // The agent watches the same objects resolve reads: the default network's in multusNamespace.
+    let pod = api.pods[&("default".to_string(), "p".to_string())].clone();
+    let names: Vec<String> = references(&node.config.policy, &node.config.defaults, "default", &pod)
+        .iter()
+        .map(ToString::to_string)
+        .collect();
+    assert_eq!(names, ["NetworkAttachmentDefinition default/blue", "NetworkAttachmentDefinition kube-system/red"]);
+    // And multusNamespace moves it.
+    let node = Node::with(json!({"multusNamespace": "infra"}));
+    let api = annotated(api, "p-bare", json!({annotation::MULTUS_DEFAULT_NETWORK: "blue"}), json!([]));
+    assert_eq!(node.select(&api, "p-bare").unwrap().attachments[0].source.nad(), Some("infra/blue"));
 }
 
 #[test]
@@ -124,7 +142,7 @@ fn trimmed_pods_keep_every_annotation_resolve_reads() {
     let keys = json!({annotation::MULTUS_DEFAULT_NETWORK: "red", annotation::GENIE_CNI: "blue",
                       CONFIG_MIRROR: "hash", "unrelated": "x"});
     let api = annotated(
-        FakeApi::default().nad("default", "red", None),
+        FakeApi::default().nad("kube-system", "red", None),
         "p",
         keys,
         json!([{"name": "c", "env": env_cm("cm", "k")}]),
