@@ -7,7 +7,7 @@ mod common;
 
 use common::node::{Node, from_config_map, literal};
 use serde_json::{Value, json};
-use yh_genie::selector::annotation::NETWORKS;
+use yh_genie::selector::annotation::{GENIE_CNI, MULTUS_DEFAULT_NETWORK, NETWORKS};
 
 /// A bridge network `name` (reference bridge + host-local) with `extra` plugins after the bridge.
 fn bridge_network(n: &Node, name: &str, octet: u8, extra: &[Value]) {
@@ -120,6 +120,16 @@ fn a_record_is_kept_while_its_interface_is_in_the_netns_or_its_add_completed() {
     assert!(n.records().is_empty() && n.leases().is_empty(), "{:?} {:?}", n.records(), n.leases());
 }
 
+/// Where a pod author writes an interface name or a MAC address.
+enum Written {
+    /// The container's `CNI_NETWORK_CONFIG`, literally.
+    Value(&'static str),
+    /// The same, from a ConfigMap's key.
+    ConfigMap(&'static str),
+    /// A pod annotation: the networks annotation (JSON), CNI-Genie's `cni`, Multus's default-network.
+    Annotation(&'static str, Value),
+}
+
 #[test]
 fn interface_names_a_pod_writes_are_refused_before_anything_is_made() {
     common::require_root();
@@ -127,26 +137,49 @@ fn interface_names_a_pod_writes_are_refused_before_anything_is_made() {
     bridge_network(&n, "first", 3, &[]);
     bridge_network(&n, "second", 4, &[]);
     n.api.put_nad("default", "second", None);
+    // Multus's default-network annotation names NADs of multusNamespace.
+    n.api.put_nad("kube-system", "second", None);
     let conf = n.selector_conf("1.0.0", json!({}));
-    let cases: [(&str, Value); 6] = [
-        ("value @net%d", literal("first,second@net%d")),
-        ("value @lo", literal("first,second@lo")),
-        ("value control character", literal("first,second@n\u{1b}1")),
-        ("annotation lo", json!([{"name": "second", "interface": "lo"}])),
-        ("annotation %d", json!([{"name": "second", "interface": "x%d"}])),
-        ("annotation NUL", json!([{"name": "second", "interface": "n\u{0}"}])),
+    let cases = [
+        ("value @net%d", Written::Value("first,second@net%d"), "interface name"),
+        ("value @lo", Written::Value("first,second@lo"), "interface name"),
+        ("value control character", Written::Value("first,second@n\u{1b}1"), "interface name"),
+        ("ConfigMap value %d", Written::ConfigMap("first,second@eth%d"), "interface name"),
+        ("annotation lo", Written::Annotation(NETWORKS, json!([{"name": "second", "interface": "lo"}])), "interface name"),
+        ("annotation %d", Written::Annotation(NETWORKS, json!([{"name": "second", "interface": "x%d"}])), "interface name"),
+        ("annotation NUL", Written::Annotation(NETWORKS, json!([{"name": "second", "interface": "n\u{0}"}])), "interface name"),
+        ("Genie's cni @lo", Written::Annotation(GENIE_CNI, json!("first,second@lo")), "interface name"),
+        ("Multus default-network %d", Written::Annotation(MULTUS_DEFAULT_NETWORK, json!("second@e%d")), "interface name"),
+        (
+            "annotation multicast mac",
+            Written::Annotation(NETWORKS, json!([{"name": "second", "mac": "01:00:5e:00:00:01"}])),
+            "multicast",
+        ),
+        (
+            "cni-args broadcast mac",
+            Written::Annotation(NETWORKS, json!([{"name": "second", "cni-args": {"MAC": "ff:ff:ff:ff:ff:ff"}}])),
+            "multicast",
+        ),
     ];
-    for (case, spec) in cases {
+    for (case, written, why) in cases {
         let name = common::unique("p");
-        if case.starts_with("annotation") {
-            n.api.put_annotated_pod("default", &name, json!({NETWORKS: spec.to_string()}), literal("first"));
-        } else {
-            n.api.put_pod("default", &name, spec);
-        }
+        match written {
+            Written::Value(value) => n.api.put_pod("default", &name, literal(value)),
+            Written::ConfigMap(value) => {
+                n.api.put_config_map("default", &name, json!({"net": value}));
+                n.api.put_pod("default", &name, from_config_map(&name, "net"))
+            }
+            Written::Annotation(key, value) => {
+                let text = value.as_str().map_or_else(|| value.to_string(), String::from);
+                // Genie's annotation counts only where no container chooses (the precedence).
+                let containers = if key == GENIE_CNI { json!([{"name": "app"}]) } else { literal("first") };
+                n.api.put_annotated_pod("default", &name, json!({key: text}), containers)
+            }
+        };
         let pod = n.pod(&name);
         let err = n.call("ADD", &pod, &conf).err();
         assert_eq!(err["code"], 7, "{case}: {err}");
-        assert!(err["msg"].as_str().unwrap().contains("interface name"), "{case}: {err}");
+        assert!(err["msg"].as_str().unwrap().contains(why), "{case}: {err}");
         n.assert_failed_add_left_nothing(&pod, case);
         assert!(n.records().is_empty(), "{case}: nothing recorded");
         assert_eq!(n.call("DEL", &pod, &conf).code, 0, "{case}");
@@ -195,4 +228,39 @@ fn an_inline_type_a_go_plugin_reads_must_be_listed() {
     let err = n.call("ADD", &pod, &conf).err();
     assert!(err["msg"].as_str().unwrap().contains("ipam.Type is \"dhcp\""), "{err}");
     n.assert_failed_add_left_nothing(&pod, "ipam Type");
+    assert_eq!(n.call("DEL", &pod, &conf).code, 0, "the runtime's DEL after the failed ADD");
+
+    // yonghui (built in) reads `type` exactly: a delegate `Type` leaves its default delegate,
+    // yh-bridge, which runs only if listed, whatever `Type` names. And a key only Go 1.21's fold
+    // reads as a path (`dataDİr`: dotted capital I) is a path all the same.
+    let subnet_file = n.sb.path().join("policy.subnet.env");
+    let cases = [
+        (
+            "yonghui's default delegate",
+            json!({"cniVersion": "1.0.0", "name": "folded", "type": "yonghui", "subnetFile": subnet_file,
+                   "delegate": {"Type": "bridge"}}),
+            json!({"allowInlineConfig": true, "inlinePluginTypes": ["yonghui", "bridge", "host-local"],
+                   "inlinePathPrefixes": [n.sb.path()]}),
+            "yh-bridge",
+        ),
+        (
+            "a path key by Go's fold",
+            json!({"cniVersion": "1.0.0", "name": "folded", "type": "bridge",
+                   "ipam": {"type": "host-local", "subnet": "10.81.9.0/24", "dataD\u{130}r": "etc"}}),
+            json!({"allowInlineConfig": true, "inlinePluginTypes": ["bridge", "host-local"]}),
+            "dataD\u{130}r",
+        ),
+    ];
+    for (case, config, policy, named) in cases {
+        let name = common::unique("f");
+        n.api.put_nad("default", &name, Some(&config.to_string()));
+        n.api.put_annotated_pod("default", &name, json!({NETWORKS: name.clone()}), literal("first"));
+        let conf = n.selector_conf("1.0.0", policy);
+        let pod = n.pod(&name);
+        let err = n.call("ADD", &pod, &conf).err();
+        assert_eq!(err["code"], 7, "{case}: {err}");
+        assert!(err["msg"].as_str().unwrap().contains(named), "{case}: {err}");
+        n.assert_failed_add_left_nothing(&pod, case);
+        assert_eq!(n.call("DEL", &pod, &conf).code, 0, "{case}");
+    }
 }

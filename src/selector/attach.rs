@@ -169,15 +169,16 @@ fn prepare(
     Ok((record, list, call))
 }
 
-/// Every plugin of the chain is built in or found on the call's path, before anything is recorded:
-/// a network naming a plugin the node does not have is refused, not recorded and then stuck.
+/// Every plugin of the chain, and every plugin they run in turn (IPAM, a meta plugin's delegate,
+/// its defaults), is built in or found on the call's path, before anything is recorded: a network
+/// naming a plugin the node does not have is refused, not recorded and then stuck.
 fn plugins_exist(list: &ConfList, call: &Invocation, network: &str) -> Result<(), CniError> {
-    for i in 0..list.plugins.len() {
-        let t = list.plugin_type(i);
-        if crate::plugins::builtin(t).is_none() {
-            crate::cni::exec::find_plugin(t, &call.path).map_err(|e| {
-                e.context(format!("network {network}: plugin {} of {} ({t})", i + 1, list.plugins.len()))
-            })?;
+    let count = list.plugins.len();
+    let own = (0..count).map(|i| (format!("plugin {} of {count}", i + 1), list.plugin_type(i).to_string()));
+    for (at, t) in own.chain(super::inline::delegated_types(list)) {
+        if crate::plugins::builtin(&t).is_none() {
+            crate::cni::exec::find_plugin(&t, &call.path)
+                .map_err(|e| e.context(format!("network {network}: {at} ({t})")))?;
         }
     }
     Ok(())

@@ -18,13 +18,30 @@ use serde_json::{Map, Value};
 use std::path::{Component, Path, PathBuf};
 
 /// `key` as Go's `encoding/json` compares keys: two keys are the same field when their folds are
-/// equal (ASCII letters in upper case; other characters through lower then upper case, so the
-/// Kelvin sign is `K` and a long s is `S`).
+/// equal (ASCII letters in upper case; any other character `unicode.ToUpper(unicode.ToLower(c))`,
+/// so the Kelvin sign is `K`, a long s `S`, and a dotted capital I and a dotless i are `I`). Go's
+/// mappings are Unicode's simple (one character to one) case mappings, which is what `simple`
+/// makes of Rust's full ones.
 pub fn go_fold(key: &str) -> String {
+    /// The simple mapping from a full one: a character's full lowercase has more than one
+    /// character only for the dotted capital I, whose simple lowercase is its first (`i`); a full
+    /// uppercase of several characters (`ß` to `SS`) has no simple counterpart, so Go leaves it.
+    fn simple(c: char, full: impl Iterator<Item = char>, first_of_several: bool) -> char {
+        let full: Vec<char> = full.collect();
+        match full[..] {
+            [one] => one,
+            [first, ..] if first_of_several => first,
+            _ => c,
+        }
+    }
     key.chars()
-        .flat_map(|c| {
-            let lower: Vec<char> = if c.is_ascii() { vec![c] } else { c.to_lowercase().collect() };
-            lower.into_iter().flat_map(char::to_uppercase)
+        .map(|c| {
+            if c.is_ascii() {
+                c.to_ascii_uppercase()
+            } else {
+                let lower = simple(c, c.to_lowercase(), true);
+                simple(lower, lower.to_uppercase(), false)
+            }
         })
         .collect()
 }
@@ -86,9 +103,40 @@ pub fn implied_types(list: &ConfList) -> Vec<(String, String)> {
     out
 }
 
-/// Whether a section (`delegate`, `ipam`) sets its plugin type.
+/// The plugins a chain's plugins run in their turn: every type in an `ipam` or `delegate` section
+/// (section and type keys as Go reads them, and a delegate's own `ipam`), and the built-in
+/// defaults of meta plugins (`implied_types`). The node must have them for the chain to run; a
+/// `type` elsewhere may be an option of the plugin's own.
+pub fn delegated_types(list: &ConfList) -> Vec<(String, String)> {
+    fn walk(object: &Map<String, Value>, at: &str, out: &mut Vec<(String, String)>) {
+        for (key, value) in object {
+            let Value::Object(section) = value else { continue };
+            if !matches!(go_fold(key).as_str(), "IPAM" | "DELEGATE") {
+                continue;
+            }
+            let section_at = format!("{at}.{key}");
+            for (k, v) in section {
+                if let (true, Value::String(t)) = (is_type_key(k), v) {
+                    out.push((format!("{section_at}.{k}"), t.clone()));
+                }
+            }
+            walk(section, &section_at, out);
+        }
+    }
+    let mut out = Vec::new();
+    for (i, plugin) in list.plugins.iter().enumerate() {
+        walk(plugin, &format!("plugins[{i}]"), &mut out);
+    }
+    out.extend(implied_types(list));
+    out
+}
+
+/// Whether a section (`delegate`, `ipam`) sets its plugin type for the meta plugin that fills in the
+/// default: yonghui (serde) and the flannel plugin (a map lookup) both look for `type` exactly, so
+/// `{"Type": "bridge"}` leaves the default in place (and `bridge` is counted too, as Go's delegate
+/// would read it).
 fn names_type(section: Option<&Value>) -> bool {
-    section.and_then(Value::as_object).is_some_and(|m| m.iter().any(|(k, v)| is_type_key(k) && v.is_string()))
+    section.and_then(|s| s.get("type")).is_some_and(Value::is_string)
 }
 
 /// Whether a string under `key` is a host path to the plugins that read it: the path options of the
@@ -184,6 +232,12 @@ mod tests {
         }
         assert_eq!(go_fold("\u{212a}ey"), "KEY", "the Kelvin sign is K to Go");
         assert_eq!(go_fold("\u{17f}ubnet"), "SUBNET", "a long s is S to Go");
+        // Go 1.21 and later: ToUpper(ToLower('İ')) is 'I', and so is ToUpper('ı').
+        assert_eq!(go_fold("dataD\u{130}r"), "DATADIR");
+        assert!(is_path_key("dataD\u{130}r") && is_path_key("subnetF\u{131}le"));
+        // Characters with no simple mapping stay themselves.
+        assert_eq!(go_fold("\u{df}\u{149}"), "\u{df}\u{149}");
+        assert_eq!(go_fold("T\u{1f00}pe"), "T\u{1f08}PE");
     }
 
     #[test]
@@ -214,12 +268,37 @@ mod tests {
         let implied: Vec<String> = implied_types(&bare).into_iter().map(|(_, t)| t).collect();
         assert_eq!(implied, ["yh-bridge", "host-local"]);
         let named = list(
-            r#"{"cniVersion":"1.0.0","name":"n","type":"yonghui","delegate":{"Type":"bridge"},"ipam":{"type":"static"}}"#,
+            r#"{"cniVersion":"1.0.0","name":"n","type":"yonghui","delegate":{"type":"bridge"},"ipam":{"type":"static"}}"#,
         );
         assert!(implied_types(&named).is_empty());
+        // yonghui reads `type` exactly: a `Type` leaves its default, which must be listed too.
+        let folded = list(
+            r#"{"cniVersion":"1.0.0","name":"n","type":"yonghui","delegate":{"Type":"bridge"},"ipam":{"TYPE":"static"}}"#,
+        );
+        let implied: Vec<String> = implied_types(&folded).into_iter().map(|(_, t)| t).collect();
+        assert_eq!(implied, ["yh-bridge", "host-local"]);
         let flannel = list(r#"{"cniVersion":"1.0.0","name":"n","type":"flannel","delegate":{"mtu":1400}}"#);
         assert_eq!(implied_types(&flannel)[0].1, "bridge");
         assert!(implied_types(&list(r#"{"cniVersion":"1.0.0","name":"n","type":"macvlan"}"#)).is_empty());
+    }
+
+    #[test]
+    fn delegated_types_are_the_ipam_and_delegate_sections_and_the_defaults() {
+        let l = list(
+            r#"{"cniVersion":"1.0.0","name":"n","plugins":[
+                {"type":"macvlan","IPAM":{"Type":"dhcp"},"options":{"type":"not-a-plugin"}},
+                {"type":"yonghui","delegate":{"type":"bridge","ipam":{"type":"static"}}}]}"#,
+        );
+        let found: Vec<String> = delegated_types(&l).into_iter().map(|(at, t)| format!("{at}={t}")).collect();
+        assert_eq!(
+            found,
+            [
+                "plugins[0].IPAM.Type=dhcp",
+                "plugins[1].delegate.type=bridge",
+                "plugins[1].delegate.ipam.type=static",
+                "plugins[1].ipam.type (the \"yonghui\" default)=host-local",
+            ]
+        );
     }
 
     #[test]
