@@ -142,8 +142,9 @@ fn a_further_networks_port_mappings_come_from_the_annotation() {
 }
 
 /// A 1.1.0 network of one script plugin that answers ADD with an address and writes what each
-/// command got on stdin to `<sandbox>/watch/<command>.<network>`.
-fn add_watched_network(n: &Node, name: &str, octet: u8) {
+/// command got on stdin to `<sandbox>/watch/<command>.<network>.<container id>`; its plugin
+/// declares `capabilities`.
+fn add_watched_network(n: &Node, name: &str, octet: u8, capabilities: Value) {
     let log = n.sb.path().join("watch");
     std::fs::create_dir_all(&log).unwrap();
     let script = format!(
@@ -153,13 +154,40 @@ fn add_watched_network(n: &Node, name: &str, octet: u8) {
     );
     let plugin = n.sb.bin().join(format!("watch-{name}"));
     common::write_executable(&plugin, script);
-    let list = json!({"cniVersion": "1.1.0", "name": name, "plugins": [{"type": format!("watch-{name}")}]});
+    let plugin = json!({"type": format!("watch-{name}"), "capabilities": capabilities});
+    let list = json!({"cniVersion": "1.1.0", "name": name, "plugins": [plugin]});
     n.write_conf(&format!("{name}/10-{name}.conflist"), &list);
 }
 
-fn watched(n: &Node, command: &str, network: &str) -> Value {
-    let path = n.sb.path().join("watch").join(format!("{command}.{network}."));
+/// What `command` of `network`'s plugin got, for `container` (none: GC and STATUS).
+fn watched(n: &Node, command: &str, network: &str, container: &str) -> Value {
+    let path = n.sb.path().join("watch").join(format!("{command}.{network}.{container}"));
     serde_json::from_str(&std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))).unwrap()
+}
+
+/// The runtime hands its capability arguments at ADD only (containerd and CRI-O send them again at
+/// DEL, libcni's own callers need not; GC and a CHECK may have none): the plugins of the pod's
+/// network get the values of the ADD at CHECK and DEL too, from the selector's record, as they
+/// must to check or remove what they made by them.
+#[test]
+fn check_and_del_give_the_plugins_the_capability_arguments_of_the_add() {
+    let mut n = Node::new();
+    n.default_network = Some("blue".into());
+    add_watched_network(&n, "blue", 3, json!({"portMappings": true, "bandwidth": true}));
+    let list = installed_conflist(&n);
+    let pod = n.pod("checked");
+    n.api.put_pod("default", "checked", literal("blue"));
+    let ports = json!([{"hostPort": 18083, "containerPort": 83, "protocol": "tcp"}]);
+    let bandwidth = json!({"ingressRate": 2000000, "ingressBurst": 200000});
+    // `dns` is handed over too, but no plugin of blue declares it: nobody gets it.
+    let cap_args = json!({"portMappings": ports, "bandwidth": bandwidth, "dns": {"servers": ["10.96.0.10"]}});
+    drive(&n, &cnidrive11(), "add", &list, &pod, Some(&cap_args)).ok();
+    drive(&n, &cnidrive11(), "check", &list, &pod, None).ok();
+    drive(&n, &cnidrive11(), "del", &list, &pod, None).ok();
+    for command in ["ADD", "CHECK", "DEL"] {
+        let got = watched(&n, command, "blue", &pod.cid);
+        assert_eq!(got["runtimeConfig"], json!({"portMappings": ports, "bandwidth": bandwidth}), "{command}: {got}");
+    }
 }
 
 #[test]
@@ -171,8 +199,8 @@ fn cni_1_1_through_libcni_status_of_the_default_network_and_gc_per_network() {
     let overlay = json!({"cniVersion": "1.1.0", "name": "overlay", "plugins": [{"type": "yonghui",
         "subnetFile": subnet_file, "dataDir": n.yonghui_dir(), "delegate": {"bridge": unique("yb")}}]});
     n.write_conf("overlay/10-overlay.conflist", &overlay);
-    add_watched_network(&n, "blue", 1);
-    add_watched_network(&n, "idle", 2);
+    add_watched_network(&n, "blue", 1, json!({}));
+    add_watched_network(&n, "idle", 2, json!({}));
     let list = installed_conflist(&n);
     let list_arg = list.display().to_string();
 
@@ -203,9 +231,9 @@ fn cni_1_1_through_libcni_status_of_the_default_network_and_gc_per_network() {
     let records = common::node::list_dir(&n.data_dir().join("attachments"));
     assert_eq!(records, [format!("{}:eth0", a.cid)]);
     assert!(n.sb.path().join("watch").join(format!("DEL.blue.{}", b.cid)).exists(), "b was DELeted on blue");
-    let blue = watched(&n, "GC", "blue");
+    let blue = watched(&n, "GC", "blue", "");
     assert_eq!(blue["cni.dev/valid-attachments"], json!([{"containerID": a.cid, "ifname": "eth0"}]));
     assert_eq!(blue["cniVersion"], "1.1.0");
-    assert_eq!(watched(&n, "GC", "idle")["cni.dev/valid-attachments"], json!([]));
+    assert_eq!(watched(&n, "GC", "idle", "")["cni.dev/valid-attachments"], json!([]));
     drive(&n, &cnidrive11(), "del", &list, &a, None).ok();
 }
