@@ -245,11 +245,34 @@ fn the_node_restriction_policy_holds_the_service_account_to_its_own_node() {
         "{node_check}"
     );
     assert!(validations.iter().any(|v| v.expression == "object.spec == oldObject.spec"));
+    let metadata = validations.iter().map(|v| v.expression.as_str()).collect::<Vec<_>>().join("\n");
+    for kept in ["labels", "finalizers", "ownerReferences", "annotations"] {
+        assert!(metadata.contains(&format!("oldObject.metadata.{kept}")), "{kept} is not held: {metadata}");
+    }
+    assert!(metadata.contains("'k8s.v1.cni.cncf.io/network-status'"), "{metadata}");
     let binding = binding.spec.unwrap();
     assert_eq!(binding.policy_name.as_deref(), Some("yh-genie-own-node-pods"));
     assert_eq!(binding.validation_actions.as_deref(), Some(&["Deny".to_string()][..]));
     // The ClusterRole grants what the policy limits: patch on pods.
     assert!(API_CALLS.contains(&("", "pods", "patch")));
+
+    // And the events the agent creates: as its own node, AddedInterface about pods only.
+    let events: ValidatingAdmissionPolicy = find("manifests", "yh-genie-own-node-events");
+    let binding: ValidatingAdmissionPolicyBinding = find("manifests", "yh-genie-own-node-events");
+    let spec = events.spec.unwrap();
+    assert_eq!(spec.failure_policy.as_deref(), Some("Fail"));
+    assert_eq!(spec.match_conditions.unwrap()[0].expression, conditions[0].expression);
+    let rule = &spec.match_constraints.unwrap().resource_rules.unwrap()[0];
+    assert_eq!(rule.resources.as_deref(), Some(&["events".to_string()][..]));
+    assert_eq!(rule.operations.as_deref(), Some(&["CREATE".to_string()][..]));
+    let checks = spec.validations.unwrap().iter().map(|v| v.expression.clone()).collect::<Vec<_>>().join("\n");
+    for part in
+        ["== object.reportingInstance", "object.reason == 'AddedInterface'", "object.involvedObject.kind == 'Pod'"]
+    {
+        assert!(checks.contains(part), "lacks {part}: {checks}");
+    }
+    assert_eq!(binding.spec.unwrap().validation_actions.as_deref(), Some(&["Deny".to_string()][..]));
+    assert!(AGENT_API_CALLS.contains(&("", "events", "create")));
 }
 
 #[test]
