@@ -1,7 +1,8 @@
-//! tests/cluster.rs's tests of what the runtime hands the selector (a hostPort) and of pods that
-//! come and go while their network is being made (deleted mid-ADD and recreated).
+//! tests/cluster.rs's tests of what the runtime hands the selector (a hostPort, bandwidth
+//! annotations) and of pods that come and go while their network is being made (deleted mid-ADD
+//! and recreated).
 
-use super::{NS, condition};
+use super::{NS, YH_BRIDGENET, condition};
 use crate::common::cluster::pods::{Network, in_cidr, sleeper};
 use crate::common::cluster::{Cluster, NODES, PATIENCE};
 use crate::common::{self, report};
@@ -13,7 +14,7 @@ const HOST_PORT: u16 = 18080;
 /// kubelet hands it to the runtime, the runtime to the selector as `runtimeConfig.portMappings`,
 /// the selector to portmap. A pod on the other node reaches it at its node's address and that
 /// port; once the pod is gone, nothing answers there and the node has no DNAT rule for the port
-/// left. (The shipped networks do not chain `bandwidth`: the bandwidth annotation is not tested.)
+/// left.
 pub fn a_host_port_answers_on_the_node_and_goes_with_the_pod(cluster: &mut Cluster) {
     let pod = "hostport";
     let node_ip = NODES.iter().find(|(name, _, _)| *name == "node-a").map(|(_, ip, _)| *ip).unwrap();
@@ -63,6 +64,59 @@ spec:
     let answer = host_port_answer(cluster, "yh-b", node_ip);
     assert_eq!(answer, "", "{node_ip}:{HOST_PORT} still answers after {pod} is gone");
     report(&format!("cluster: hostPort {HOST_PORT} answered on {node_ip} through {rules:?}, gone with the pod"));
+}
+
+/// A pod on yh-bridgenet (examples/networks: yh-bridge, portmap and bandwidth chained; the nodes'
+/// `/opt/cni/bin` has Debian's bandwidth plugin, as kind's node image has not) carries the
+/// kubelet's `kubernetes.io/ingress-bandwidth` and `egress-bandwidth` annotations: the kubelet
+/// hands them to the runtime, the runtime to the selector as `runtimeConfig.bandwidth`, the
+/// selector to bandwidth. The limit into the pod is a tbf on the pod's host veth, the limit out of
+/// it a tbf on the ifb device (`bwp...`) the plugin made for the pod; both go with the pod, from
+/// the values the selector recorded at ADD.
+pub fn bandwidth_annotations_shape_the_pod_and_go_with_it(cluster: &mut Cluster) {
+    let pod = "shaped";
+    let worker = cluster.worker("node-a");
+    let shaping = || -> Vec<String> {
+        let qdiscs = worker.must("tc qdisc show");
+        qdiscs.lines().filter(|l| l.starts_with("qdisc tbf ")).map(String::from).collect()
+    };
+    assert_eq!(shaping(), Vec::<String>::new(), "node-a shapes something before {pod} exists");
+    cluster.apply_text(&format!(
+        "apiVersion: v1
+kind: Pod
+metadata:
+  name: {pod}
+  namespace: {NS}
+  annotations: {{kubernetes.io/ingress-bandwidth: 2M, kubernetes.io/egress-bandwidth: 1M}}
+spec:
+  nodeSelector: {{yh-genie-e2e/slot: a}}
+  terminationGracePeriodSeconds: 1
+  containers:
+  - name: main
+    image: busybox:1.36
+    command: [sleep, '3600']
+    env:
+    - {{name: CNI_NETWORK_CONFIG, value: yh-bridgenet}}
+"
+    ));
+    let ip = cluster.wait_pod_ready(NS, pod)["status"]["podIP"].as_str().unwrap_or_default().to_string();
+    assert!(in_cidr(&ip, YH_BRIDGENET), "{pod}'s podIP {ip:?} is not in yh-bridgenet's {YH_BRIDGENET}");
+    let tbf = shaping();
+    let on = |device_is_ifb: bool, rate: &str| {
+        tbf.iter().any(|l| {
+            let device = l.split_whitespace().skip_while(|w| *w != "dev").nth(1).unwrap_or_default();
+            device.starts_with("bwp") == device_is_ifb && l.contains(&format!("rate {rate} "))
+        })
+    };
+    let qdiscs = || worker.must("tc qdisc show");
+    assert!(on(true, "1Mbit"), "no 1Mbit tbf on a bwp ifb device for {pod}'s egress:\n{}", qdiscs());
+    assert!(on(false, "2Mbit"), "no 2Mbit tbf on {pod}'s host veth for its ingress:\n{}", qdiscs());
+
+    cluster.delete_pod(NS, pod);
+    cluster.wait_for(&format!("node-a's shaping of {pod} gone"), || shaping().is_empty().then_some(()));
+    let links = worker.must("ip -o link show");
+    assert!(!links.contains("bwp"), "{pod}'s ifb device is left on node-a:\n{links}");
+    report(&format!("cluster: {pod} ({ip}) shaped by {tbf:?}, gone with the pod"));
 }
 
 /// What `from` gets for an HTTP GET of `ip`:18080 (empty when nothing answers).
