@@ -1,6 +1,7 @@
 //! yh-genie on the real runtime path: containerd's CRI plugin calls it, through go-cni and libcni,
 //! as the kubelet asks for pod sandboxes. Each test starts a node (`common::cri_node`): a private
-//! containerd 1.6 in a throwaway netns and mount namespace, its CNI dirs laid out by
+//! containerd (Debian's 1.6; scripts/test.sh runs the file again with containerd 2.x, built from
+//! the module proxy, in `YH_GENIE_CONTAINERD_BIN`) in a throwaway netns and mount namespace, its CNI dirs laid out by
 //! `yh-genie install` as the DaemonSet does, and the fake API server holding the pods and
 //! ConfigMaps. The tests speak CRI v1 gRPC to containerd (RunPodSandbox, PodSandboxStatus,
 //! StopPodSandbox, RemovePodSandbox, ListPodSandbox) and check what the kubelet would see (the pod
@@ -15,6 +16,9 @@ use serde_json::json;
 use std::collections::BTreeSet;
 use std::time::Instant;
 use yh_genie::selector::NETWORK_STATUS;
+
+/// How long a node's state may take to follow a change.
+const PATIENCE: std::time::Duration = std::time::Duration::from_secs(30);
 
 /// How a pod chooses its network.
 #[derive(Clone, Copy, Debug)]
@@ -290,5 +294,51 @@ fn a_host_port_answers_on_the_nodes_address_and_a_bandwidth_annotation_shapes_th
     assert!(dnat().is_empty(), "{:#?}", dnat());
     let (_, qdiscs) = node.netns.exec("tc qdisc show");
     assert!(!qdiscs.contains("tbf"), "{qdiscs}");
+    node.finish();
+}
+
+/// CNI 1.1 STATUS through the runtime: containerd 2.x asks the CNI's STATUS for every CRI Status
+/// (the kubelet's, every 5 s) and reports NetworkReady by it; containerd 1.6 has no STATUS and
+/// reports ready whenever a configuration is installed. The default network made a 1.1.0 chain
+/// of built-ins (yonghui -> yh-bridge), the fabric's subnet.env goes away: under containerd 2.x the
+/// node's network is not ready, with yonghui's reason, until the file is back; under 1.6 it stays
+/// ready and the selector is never asked.
+#[test]
+fn network_readiness_follows_the_default_networks_status_under_containerd_2() {
+    let node = CriNode::start();
+    let fabric = json!({"cniVersion": "1.1.0", "name": "fabric11", "plugins": [{
+        "type": "yonghui", "subnetFile": "/run/flannel/subnet.env", "dataDir": node.path("var/lib/cni/yonghui"),
+        "delegate": {"type": "yh-bridge", "isDefaultGateway": true},
+        "ipam": {"dataDir": node.path("var/lib/cni/networks")}}]});
+    node.make_default_network("fabric11", &fabric);
+    let subnet = std::fs::read(node.subnet_file()).unwrap();
+    std::fs::remove_file(node.subnet_file()).unwrap();
+    let statuses = || node.logs().lines().filter(|l| l.contains("command=\"STATUS\"")).count();
+    let major = common::containerd::major_version();
+    if major >= 2 {
+        let started = Instant::now();
+        let reason = loop {
+            let (ready, reason) = node.network_ready();
+            if !ready {
+                break reason;
+            }
+            assert!(started.elapsed() < PATIENCE, "containerd {major} still reports the network ready");
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        };
+        assert!(reason.contains("fabric11") && reason.contains("subnet"), "NetworkReady false for: {reason}");
+        std::fs::write(node.subnet_file(), subnet).unwrap();
+        let started = Instant::now();
+        while !node.network_ready().0 {
+            assert!(started.elapsed() < PATIENCE, "not ready again with subnet.env back\n{}", node.logs());
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+        assert!(statuses() > 0, "containerd {major} asked STATUS, and the selector logged it");
+    } else {
+        for _ in 0..10 {
+            assert!(node.network_ready().0, "containerd {major} has no STATUS: ready with a configuration");
+        }
+        assert_eq!(statuses(), 0, "containerd {major} never asks STATUS");
+        std::fs::write(node.subnet_file(), subnet).unwrap();
+    }
     node.finish();
 }

@@ -124,7 +124,7 @@ impl Containerd {
     pub fn import(&self, archive: &Path) {
         let out = self
             .node_command("timeout")
-            .args([&PATIENCE.as_secs().to_string(), "ctr"])
+            .args([&PATIENCE.as_secs().to_string(), &program("ctr")])
             .arg("--address")
             .arg(self.socket())
             .args(["--namespace", "k8s.io", "images", "import"])
@@ -141,9 +141,9 @@ impl Containerd {
         let log = std::fs::OpenOptions::new().create(true).append(true).open(self.log()).unwrap();
         // A service's environment, not the test's: plugins inherit containerd's.
         let daemon = self
-            .node_command("containerd")
+            .node_command(&program("containerd"))
             .env_clear()
-            .env("PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin")
+            .env("PATH", service_path())
             .arg("--config")
             .arg(self.dir.join("containerd.toml"))
             .stdin(Stdio::null())
@@ -403,9 +403,39 @@ fn sweep_dead_runs() {
     }
 }
 
+/// The directory of the `containerd`, `containerd-shim-runc-v2` and `ctr` to run:
+/// `YH_GENIE_CONTAINERD_BIN` when set (scripts/test.sh runs tests/cri.rs a second time with the
+/// containerd 2.x that scripts/cluster/build.sh builds), else none: Debian's 1.6, on `PATH`.
+pub fn bin_dir() -> Option<PathBuf> {
+    std::env::var_os("YH_GENIE_CONTAINERD_BIN").filter(|d| !d.is_empty()).map(PathBuf::from)
+}
+
+/// `program` (`containerd`, `ctr`) as the node runs it: from `bin_dir` when there is one.
+pub fn program(program: &str) -> String {
+    bin_dir().map_or_else(|| program.to_string(), |dir| dir.join(program).display().to_string())
+}
+
+/// The `PATH` of containerd's service environment, which its plugins and shims inherit and in which
+/// it finds its shim: `bin_dir` first.
+pub fn service_path() -> String {
+    let system = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+    bin_dir().map_or_else(|| system.to_string(), |dir| format!("{}:{system}", dir.display()))
+}
+
+/// The major version of the containerd the tests run (`containerd --version`: `... v2.4.2 ...`,
+/// `... 1.6.20~ds1 ...`).
+pub fn major_version() -> u32 {
+    let out = must(&format!("{} --version", program("containerd")));
+    let version = out.split_whitespace().nth(2).unwrap_or_else(|| panic!("containerd --version: {out}"));
+    let major = version.trim_start_matches('v').split('.').next().and_then(|m| m.parse().ok());
+    major.unwrap_or_else(|| panic!("containerd --version: {out}"))
+}
+
 /// Fail loudly when containerd or runc is missing: the README's test command installs them.
 pub fn require_containerd() {
-    for program in ["containerd", "containerd-shim-runc-v2", "ctr", "runc", "gcc", "unshare", "nsenter"] {
+    let containerd = ["containerd", "containerd-shim-runc-v2", "ctr"].map(program);
+    let tools = ["runc", "gcc", "unshare", "nsenter"].map(String::from);
+    for program in containerd.iter().chain(&tools) {
         let found = must(&format!("command -v {program} || true"));
         assert!(
             !found.trim().is_empty(),

@@ -176,11 +176,7 @@ impl CriNode {
         for (name, conf) in networks {
             self.write(&format!("config/networks/{name}.conflist"), &conf.to_string());
         }
-        // The shipped selector.json, plus what an admin sets for a test: a short API budget so that an
-        // ADD with the API server down fails in seconds, and the operation log in a file.
-        let selector = json!({"defaultNetwork": "yonghui", "apiTimeoutSeconds": 2,
-                              "logFile": dir("log/yh-genie.log")});
-        self.write("config/selector.json", &selector.to_string());
+        self.write_selector_config("yonghui");
         self.write("serviceaccount/token", TOKEN);
         std::fs::copy(self.api.ca(), self.path("serviceaccount/ca.crt")).unwrap();
         let subnet =
@@ -188,6 +184,41 @@ impl CriNode {
         let subnet_file = self.containerd.node_path(SUBNET_FILE);
         std::fs::create_dir_all(subnet_file.parent().unwrap()).unwrap();
         std::fs::write(subnet_file, subnet).unwrap();
+    }
+
+    /// The shipped selector.json with `default_network`, plus what an admin sets for a test: a short
+    /// API budget so that an ADD with the API server down fails in seconds, and the operation log
+    /// in a file.
+    fn write_selector_config(&self, default_network: &str) {
+        let selector = json!({"defaultNetwork": default_network, "apiTimeoutSeconds": 2,
+                              "logFile": self.path("log/yh-genie.log")});
+        self.write("config/selector.json", &selector.to_string());
+    }
+
+    /// Make `conf` (a conflist) the network `name` and the node's default network, as an admin does
+    /// by editing the two ConfigMaps; returns once the installer has put both on the node.
+    pub fn make_default_network(&self, name: &str, conf: &Value) {
+        self.write(&format!("config/networks/{name}.conflist"), &conf.to_string());
+        self.write_selector_config(name);
+        let installed = self.conf_dir().join("00-yh-genie.conflist");
+        let network = self.conf_dir().join(name).join(format!("{name}.conflist"));
+        let started = Instant::now();
+        let default_is = |text: String| {
+            serde_json::from_str::<Value>(&text).is_ok_and(|c| c["plugins"][0]["defaultNetwork"] == name)
+        };
+        while !(network.exists() && std::fs::read_to_string(&installed).is_ok_and(default_is)) {
+            assert!(
+                started.elapsed() < PATIENCE,
+                "the installer did not install {name} as the default network\n{}",
+                self.logs()
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// The fabric's subnet.env on the node, which the default network's yonghui reads.
+    pub fn subnet_file(&self) -> PathBuf {
+        self.containerd.node_path(SUBNET_FILE)
     }
 
     fn write(&self, rel: &str, contents: &str) {
@@ -230,7 +261,7 @@ impl CriNode {
 
     /// containerd's NetworkReady condition, and its reason and message, once the CRI plugin answers
     /// (it says "server is not initialized yet" while it recovers its state after a start).
-    fn network_ready(&self) -> (bool, String) {
+    pub fn network_ready(&self) -> (bool, String) {
         let started = Instant::now();
         let status = loop {
             match self.cri.status() {
