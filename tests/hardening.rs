@@ -145,11 +145,27 @@ fn interface_names_a_pod_writes_are_refused_before_anything_is_made() {
         ("value @lo", Written::Value("first,second@lo"), "interface name"),
         ("value control character", Written::Value("first,second@n\u{1b}1"), "interface name"),
         ("ConfigMap value %d", Written::ConfigMap("first,second@eth%d"), "interface name"),
-        ("annotation lo", Written::Annotation(NETWORKS, json!([{"name": "second", "interface": "lo"}])), "interface name"),
-        ("annotation %d", Written::Annotation(NETWORKS, json!([{"name": "second", "interface": "x%d"}])), "interface name"),
-        ("annotation NUL", Written::Annotation(NETWORKS, json!([{"name": "second", "interface": "n\u{0}"}])), "interface name"),
+        (
+            "annotation lo",
+            Written::Annotation(NETWORKS, json!([{"name": "second", "interface": "lo"}])),
+            "interface name",
+        ),
+        (
+            "annotation %d",
+            Written::Annotation(NETWORKS, json!([{"name": "second", "interface": "x%d"}])),
+            "interface name",
+        ),
+        (
+            "annotation NUL",
+            Written::Annotation(NETWORKS, json!([{"name": "second", "interface": "n\u{0}"}])),
+            "interface name",
+        ),
         ("Genie's cni @lo", Written::Annotation(GENIE_CNI, json!("first,second@lo")), "interface name"),
-        ("Multus default-network %d", Written::Annotation(MULTUS_DEFAULT_NETWORK, json!("second@e%d")), "interface name"),
+        (
+            "Multus default-network %d",
+            Written::Annotation(MULTUS_DEFAULT_NETWORK, json!("second@e%d")),
+            "interface name",
+        ),
         (
             "annotation multicast mac",
             Written::Annotation(NETWORKS, json!([{"name": "second", "mac": "01:00:5e:00:00:01"}])),
