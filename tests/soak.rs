@@ -5,12 +5,14 @@
 //! `host-local`, chosen by ConfigMap, so every ADD asks the API server twice; every other pod has a
 //! second such network on `net1` (and writes its network-status annotation, a third request). Each
 //! sandbox has a netns of its own, which the runtime sometimes removes before its DEL, as after a
-//! node restart.
+//! node restart. Some ADDs are killed (SIGKILL, as a runtime's timeout does) at a random moment of
+//! their run, and the runtime's DEL follows at once.
 //!
 //! What must hold: every ADD succeeds, or fails with code 11 (the API server could not be reached
-//! in time) leaving nothing of its pod; every DEL (and a repeated DEL) succeeds and leaves nothing
-//! of its pod; at no time do two live pods hold the same address; at the end nothing is left on the
-//! node. The run is bounded by a cycle count and a deadline (not a timing assertion); the counts are
+//! in time) leaving nothing of its pod; every DEL (and a repeated DEL), after a killed ADD too,
+//! succeeds and leaves nothing of its pod once the killed ADD's helpers have ended; at no time do
+//! two live pods hold the same address; at the end nothing is left on the node, and the attachments
+//! directory is empty (no record, no temp file of a killed write). The run is bounded by a cycle count and a deadline (not a timing assertion); the counts are
 //! printed. The seed of the fault schedule is printed; `YH_GENIE_TEST_SEED` replays it.
 
 mod common;
@@ -19,8 +21,13 @@ use common::apiserver::Fault;
 use common::node::{Node, Pod, addresses_on, from_config_map, link_names, pod_addresses};
 use common::report;
 use common::rng::Rng;
+use nix::errno::Errno;
+use nix::sys::signal::{Signal, kill, killpg};
+use nix::unistd::Pid;
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
+use std::io::Write;
+use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
@@ -37,6 +44,9 @@ const DEADLINE: Duration = Duration::from_secs(150);
 /// attempt, short so that hanging answers are given up on and retried.
 const API_BUDGET: f64 = 2.0;
 const API_ATTEMPT: f64 = 0.5;
+/// The share of ADDs killed, and the longest they run first (a normal ADD here takes 10-40 ms).
+const KILLED: f64 = 0.1;
+const KILL_WITHIN_MICROS: u64 = 40_000;
 
 /// What the run saw. Every cycle is one ADD and one DEL.
 #[derive(Default)]
@@ -54,6 +64,9 @@ struct Tally {
     netns_gone: usize,
     /// DELs, repeated ones included, that succeeded.
     dels_ok: usize,
+    /// ADDs killed part-way, and those that finished before their kill came.
+    adds_killed: usize,
+    adds_finished_before_kill: usize,
     /// Everything that broke a promise, described.
     broken: Vec<String>,
     leaks: Vec<String>,
@@ -109,6 +122,10 @@ impl Soak {
     /// ADD, CHECK (sometimes), DEL (sometimes after the runtime has removed the netns), and DEL
     /// again (sometimes), checking each step.
     fn cycle(&self, pod: &Pod, two_networks: bool, rng: &mut Rng) {
+        if rng.chance(KILLED) {
+            self.killed_add_then_del(pod, rng);
+            return;
+        }
         let add = self.n.call("ADD", pod, &self.conf);
         if add.code != 0 {
             self.add_failed(pod, &add.stdout);
@@ -130,6 +147,49 @@ impl Soak {
         self.del(pod, "DEL");
         if rng.chance(0.25) {
             self.del(pod, "repeated DEL");
+        }
+    }
+
+    /// An ADD killed with SIGKILL after a random part of its run (the signal to the selector alone,
+    /// as a runtime sends it), the runtime's DEL right away, and, once every helper the killed ADD
+    /// started has ended, nothing of the pod left. Its addresses are not tracked as live: the pod
+    /// is gone before anything could see them.
+    fn killed_add_then_del(&self, pod: &Pod, rng: &mut Rng) {
+        // Output to a file: the end of a pipe would wait for the helpers that share it.
+        let output = tempfile::tempfile().unwrap();
+        let mut child = self
+            .n
+            .command("ADD", pod, &[])
+            .stdout(output.try_clone().unwrap())
+            .stderr(output)
+            .process_group(0)
+            .spawn()
+            .expect("plugin starts");
+        // A plugin killed before it reads its stdin closes the pipe: not a failure.
+        let _ = child.stdin.take().unwrap().write_all(self.conf.as_bytes());
+        let group = Pid::from_raw(child.id() as i32);
+        std::thread::sleep(Duration::from_micros(rng.next_u64() % KILL_WITHIN_MICROS));
+        let _ = kill(group, Signal::SIGKILL);
+        let killed = child.wait().unwrap().signal() == Some(9);
+        let del = self.n.call("DEL", pod, &self.conf);
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while killpg(group, None) != Err(Errno::ESRCH) {
+            assert!(Instant::now() < deadline, "helpers of the killed ADD of {} still run after 60 s", pod.cid);
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        let left = self.n.leftovers_of_networks(pod, &NETWORKS);
+        let mut tally = self.tally.lock().unwrap();
+        if killed {
+            tally.adds_killed += 1;
+        } else {
+            tally.adds_finished_before_kill += 1;
+        }
+        match del.code {
+            0 => tally.dels_ok += 1,
+            _ => tally.broken.push(format!("DEL after the killed ADD of {}: {}", pod.cid, del.stdout.trim())),
+        }
+        if !left.is_empty() {
+            tally.leaks.push(format!("DEL after the killed ADD of {}: {left:?}", pod.cid));
         }
     }
 
@@ -312,8 +372,8 @@ fn hundreds_of_pods_eight_at_a_time_under_api_faults_lose_nothing() {
         "soak: {} cycles in {:.0} s, {WORKERS} at a time: {} operations ({} ADD, {} CHECK, {} DEL, {} of them repeated, \
          {} after the netns was removed); \
          faults injected: {} episodes ({}), {} requests answered with a fault; \
-         ADD ok {} / failed cleanly {failed} ({}) / failed otherwise {}; CHECK ok {}; DEL ok {}; \
-         addresses handed out twice: {}; leaks found: {}",
+         ADD ok {} / failed cleanly {failed} ({}) / failed otherwise {} / killed {} (finished before the kill {}); \
+         CHECK ok {}; DEL ok {}; addresses handed out twice: {}; leaks found: {}",
         t.cycles,
         elapsed.as_secs_f64(),
         2 * t.cycles + t.checks + t.repeated_dels,
@@ -328,6 +388,8 @@ fn hundreds_of_pods_eight_at_a_time_under_api_faults_lose_nothing() {
         t.adds_ok,
         by_code.join(", "),
         t.adds_failed_otherwise,
+        t.adds_killed,
+        t.adds_finished_before_kill,
         t.checks_ok,
         t.dels_ok,
         t.duplicates.len(),
@@ -338,5 +400,7 @@ fn hundreds_of_pods_eight_at_a_time_under_api_faults_lose_nothing() {
     assert!(t.duplicates.is_empty(), "addresses handed out twice (seed {seed}):\n{:#?}", t.duplicates);
     assert!(t.leaks.is_empty(), "left behind (seed {seed}):\n{:#?}", t.leaks);
     assert!(left.is_empty(), "left on the node at the end (seed {seed}): {left:#?}");
+    assert!(t.adds_killed > 0, "no ADD was killed part-way (seed {seed})");
+    assert_eq!(s.n.records(), Vec::<String>::new(), "the attachments directory at the end (seed {seed})");
     assert_eq!(link_names(&s.n.netns, "type bridge").len(), 2, "one bridge for each network");
 }
