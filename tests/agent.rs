@@ -220,6 +220,35 @@ fn without_a_usable_agent_add_takes_the_direct_path_and_says_why() {
     let reply = add(&n, &pod, &conf);
     assert!(selection(&reply).contains("no K8S_POD_UID"), "{reply:?}");
     n.call("DEL", &pod, &conf).ok();
+
+    // Up, but its watch does not deliver the pod (bound to another node here, as a pod the watch
+    // has not delivered in time looks to it): the direct path chooses, and the agent, which
+    // answered, still takes the status and the AddedInterface event: no PATCH by the plugin.
+    let spec = json!({"nodeName": "another-node", "containers": from_config_map("nets", "k")});
+    n.api.put_pod_spec("default", "elsewhere", spec);
+    let pod = n.pod("elsewhere");
+    let always = n.selector_conf("1.0.0", json!({"networkStatus": "always"}));
+    let before = n.api.plugin_requests();
+    let reply = add(&n, &pod, &always);
+    assert!(selection(&reply).contains("the agent does not have it"), "{reply:?}");
+    assert_eq!(n.api.plugin_requests() - before, 2, "GET pod, GET ConfigMap; the status is the agent's");
+    agent.wait_for("the agent's status and event for a pod it did not have", || {
+        let annotated = n
+            .api
+            .pod("default", "elsewhere")
+            .is_some_and(|p| p["metadata"]["annotations"][yh_genie::selector::NETWORK_STATUS].is_string());
+        annotated && n.api.events().len() == 1
+    });
+    let writes: Vec<String> = n
+        .api
+        .calls()
+        .iter()
+        .filter(|c| c.verb == "patch" || c.verb == "create")
+        .map(|c| format!("{} {} {}", c.client, c.verb, c.resource))
+        .collect();
+    assert!(writes.iter().all(|w| w.starts_with("agent ")), "{writes:?}");
+    n.call("DEL", &pod, &always).ok();
+    n.assert_nothing_left(&pod, "direct path, agent up");
     drop(agent);
 }
 

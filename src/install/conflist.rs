@@ -168,6 +168,13 @@ mod tests {
         assert_eq!(v["plugins"][0]["defaultNetwork"], "flag");
         let v: Value = serde_json::from_slice(&render(&opts(&[]), extra)).unwrap();
         assert_eq!(v["plugins"][0]["defaultNetwork"], "from-file");
+        // CNI-Genie's spelling is kept as the admin wrote it, and goes when the flag decides.
+        let mut genie = Map::new();
+        genie.insert("default_plugin".into(), "weave,canal".into());
+        let v: Value = serde_json::from_slice(&render(&opts(&[]), genie.clone())).unwrap();
+        assert_eq!(v["plugins"][0]["default_plugin"], "weave,canal");
+        let v: Value = serde_json::from_slice(&render(&opts(&["--default-network", "flag"]), genie)).unwrap();
+        assert_eq!((&v["plugins"][0]["defaultNetwork"], v["plugins"][0].get("default_plugin")), (&"flag".into(), None));
     }
 
     #[test]

@@ -28,9 +28,24 @@ pub const AGENT_WAIT: Duration = Duration::from_millis(900);
 /// Handing the network-status annotation over: the agent only queues it.
 const HAND_OVER: Duration = Duration::from_millis(250);
 
+/// Why the agent's answer was not used, and whether it answered at all: an agent that answered is
+/// up, and still takes what ADD hands over afterwards (the status, the events) for a pod its watch
+/// had not delivered in time.
+#[derive(Debug)]
+pub struct NotUsed {
+    pub why: String,
+    pub answered: bool,
+}
+
+impl std::fmt::Display for NotUsed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.why)
+    }
+}
+
 /// The networks of `pod` (namespace, name), whose sandbox is for `uid`, from the agent at `socket`,
 /// which waits up to `agent_wait` for a pod its watch has not delivered yet (ADD: `AGENT_WAIT`; DEL
-/// asks about a pod that existed, and does not wait); the reason when its answer cannot be used.
+/// asks about a pod that existed, and does not wait); why not, when its answer cannot be used.
 pub fn selection(
     config: &SelectorConfig,
     runtime_ifname: &str,
@@ -38,7 +53,7 @@ pub fn selection(
     uid: &str,
     socket: &Path,
     agent_wait: Duration,
-) -> Result<Selection, String> {
+) -> Result<Selection, NotUsed> {
     let (namespace, name) = pod;
     let ask = Ask::Selection {
         namespace: namespace.into(),
@@ -46,13 +61,16 @@ pub fn selection(
         uid: Some(uid.into()),
         wait_ms: agent_wait.as_millis() as u64,
     };
-    let objects = match exchange(socket, &Request::new(ask), Instant::now() + WAIT)? {
+    let answer =
+        exchange(socket, &Request::new(ask), Instant::now() + WAIT).map_err(|why| NotUsed { why, answered: false })?;
+    let not_used = |why: String| NotUsed { why, answered: true };
+    let objects = match answer {
         Answer::Objects(objects) => objects,
-        Answer::Unknown { why } => return Err(format!("the agent does not have it: {why}")),
-        Answer::Refused { why } => return Err(format!("the agent refused the request: {why}")),
-        Answer::Accepted => return Err("the agent answered a selection request with \"accepted\"".into()),
+        Answer::Unknown { why } => return Err(not_used(format!("the agent does not have it: {why}"))),
+        Answer::Refused { why } => return Err(not_used(format!("the agent refused the request: {why}"))),
+        Answer::Accepted => return Err(not_used("the agent answered a selection request with \"accepted\"".into())),
     };
-    resolve(config, runtime_ifname, pod, uid, &objects)
+    resolve(config, runtime_ifname, pod, uid, &objects).map_err(not_used)
 }
 
 /// `select::resolve` over the agent's answer.

@@ -215,6 +215,7 @@ struct Chosen {
 /// which (`selection="agent"`, or `"api: <why not the agent>"`). Without `K8S_POD_UID` the agent is
 /// not asked: it could not tell the sandbox's pod from another of the same name.
 fn choose(config: &SelectorConfig, inv: &Invocation) -> Result<Chosen, CniError> {
+    let mut agent = None;
     if let (Some(_), Some(pod)) = (&config.kubeconfig, inv.args.pod()) {
         let why_not = match (&config.agent_socket, inv.args.pod_uid()) {
             (None, _) => None,
@@ -225,7 +226,11 @@ fn choose(config: &SelectorConfig, inv: &Invocation) -> Result<Chosen, CniError>
                         crate::logging::note_selection("agent");
                         return Ok(Chosen { selection, via: Via::Agent(socket.clone()), api: None });
                     }
-                    Err(why) => Some(why),
+                    Err(not_used) => {
+                        // Up, but without the pod yet: it still takes the status and the events.
+                        agent = not_used.answered.then(|| socket.clone());
+                        Some(not_used.why)
+                    }
                 }
             }
         };
@@ -234,7 +239,7 @@ fn choose(config: &SelectorConfig, inv: &Invocation) -> Result<Chosen, CniError>
     let api = api_client(config, inv, config.api)?;
     let source = api.as_ref().map(|a| a as &dyn PodSource);
     let selection = select::select(config, &inv.ifname, inv.args.pod(), inv.args.pod_uid(), source)?;
-    Ok(Chosen { selection, via: Via::Direct, api })
+    Ok(Chosen { selection, via: Via::Direct { agent }, api })
 }
 
 /// A client when there is a pod to look up and a kubeconfig to do it with.
@@ -260,7 +265,7 @@ fn del_without_record(config: &SelectorConfig, inv: &Invocation, only: Option<&[
         (Some(socket), Some(pod), Some(uid)) => {
             from_agent::selection(config, &inv.ifname, pod, uid, socket, std::time::Duration::ZERO)
         }
-        _ => Err("no agent to ask".to_string()),
+        _ => Err(from_agent::NotUsed { why: "no agent to ask".to_string(), answered: false }),
     };
     let chosen = match (from_agent, only) {
         (Ok(selection), _) => Ok(selection),

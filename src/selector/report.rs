@@ -1,10 +1,11 @@
 //! What ADD reports about the pod once its networks are attached: the network-status annotation
 //! (`status`, when `networkStatus` asks for it) and, through the node agent, one `AddedInterface`
 //! Event per interface, as Multus creates them (`Add eth0 [10.1.2.3/24] from default/lan`). Both are
-//! handed to the agent when it gave the selection: it writes them on its own time, so ADD makes no
-//! API request. Without the agent (or when it does not take them) the status is written here, in one
-//! request with a budget of its own; the events are not (they would cost every ADD a request).
-//! Neither ever fails the ADD.
+//! handed to the agent when it is up (it gave the selection, or answered that its watch had not
+//! delivered the pod yet): it writes them on its own time, so ADD makes no API request for them.
+//! Without the agent (or when it does not take them) the status is written here, in one request
+//! with a budget of its own; the events are not (they would cost every ADD a request). Neither
+//! ever fails the ADD.
 
 use super::attach::Attached;
 use super::config::SelectorConfig;
@@ -18,12 +19,13 @@ use std::path::PathBuf;
 pub enum Via {
     /// The node agent listening on this socket.
     Agent(PathBuf),
-    /// The API server (or nothing at all: not a pod, no kubeconfig).
-    Direct,
+    /// The API server (or nothing at all: not a pod, no kubeconfig); `agent`: the socket of an
+    /// agent that answered but did not have the pod yet, which takes the hand-over all the same.
+    Direct { agent: Option<PathBuf> },
 }
 
 /// Report what ADD attached for `pod` (whose uid is the pod object's): the status if
-/// `status_wanted`, the events if the agent gave the selection and `addedInterfaceEvents` is on.
+/// `status_wanted`, the events if an agent is up and `addedInterfaceEvents` is on.
 pub fn report(
     config: &SelectorConfig,
     via: &Via,
@@ -32,8 +34,12 @@ pub fn report(
     attached: &[Attached],
     status_wanted: bool,
 ) {
-    let events = match via {
-        Via::Agent(_) if config.added_interface_events => event_messages(attached),
+    let agent = match via {
+        Via::Agent(socket) => Some(socket),
+        Via::Direct { agent } => agent.as_ref(),
+    };
+    let events = match agent {
+        Some(_) if config.added_interface_events => event_messages(attached),
         _ => Vec::new(),
     };
     if !status_wanted && events.is_empty() {
@@ -44,7 +50,7 @@ pub fn report(
         return;
     };
     let annotations = if status_wanted { status_annotations(attached) } else { BTreeMap::new() };
-    if let Via::Agent(socket) = via {
+    if let Some(socket) = agent {
         match from_agent::hand_over(socket, pod, uid, &annotations, &events) {
             Ok(()) => return,
             Err(why) if status_wanted => {
