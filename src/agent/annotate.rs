@@ -10,7 +10,7 @@ use super::Shared;
 use super::metrics::StatusOutcome;
 use crate::kube::agent_socket::protocol::Answer;
 use crate::kube::jittered;
-use crate::kube::watching::{Annotated, EventPod, annotate, create_event};
+use crate::kube::watching::{Annotated, EventPod, Reporter, annotate, create_event};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -92,9 +92,10 @@ async fn write(shared: &Shared, job: Job) {
         }
     }
     let about = EventPod { namespace: &job.namespace, name: &job.name, uid: &job.uid };
+    let reporter = Reporter { component: crate::selector::NAME, node: &shared.node };
     for message in &job.events {
         let outcome =
-            retried(deadline, || create_event(&shared.client, &about, &shared.node, ADDED_INTERFACE, message)).await;
+            retried(deadline, || create_event(&shared.client, &about, &reporter, ADDED_INTERFACE, message)).await;
         match outcome {
             Annotated::Written => {}
             Annotated::PodGone | Annotated::Refused(_) | Annotated::Transient(_) => {

@@ -100,9 +100,22 @@ pub struct EventPod<'a> {
     pub uid: &'a str,
 }
 
-/// Create one `Normal` core/v1 Event about `pod` with `reason` and `message`, reported by the
-/// agent of `node` (as the kubelet's and Multus's events are), in one attempt.
-pub async fn create_event(client: &Client, pod: &EventPod<'_>, node: &str, reason: &str, message: &str) -> Annotated {
+/// Who reports an Event: a component on a node (as the kubelet's and Multus's events say).
+pub struct Reporter<'a> {
+    pub component: &'a str,
+    pub node: &'a str,
+}
+
+/// Create one `Normal` core/v1 Event about `pod` with `reason` and `message`, reported by
+/// `reporter`, in one attempt.
+pub async fn create_event(
+    client: &Client,
+    pod: &EventPod<'_>,
+    reporter: &Reporter<'_>,
+    reason: &str,
+    message: &str,
+) -> Annotated {
+    let (component, node) = (reporter.component, reporter.node);
     let api: Api<Event> = Api::namespaced(client.clone(), pod.namespace);
     let now = Time(k8s_openapi::jiff::Timestamp::now());
     let event = Event {
@@ -122,8 +135,8 @@ pub async fn create_event(client: &Client, pod: &EventPod<'_>, node: &str, reaso
         reason: Some(reason.to_string()),
         message: Some(message.to_string()),
         type_: Some("Normal".into()),
-        source: Some(EventSource { component: Some(crate::selector::NAME.into()), host: Some(node.to_string()) }),
-        reporting_component: Some(crate::selector::NAME.into()),
+        source: Some(EventSource { component: Some(component.into()), host: Some(node.to_string()) }),
+        reporting_component: Some(component.into()),
         reporting_instance: Some(node.to_string()),
         first_timestamp: Some(now.clone()),
         last_timestamp: Some(now),
