@@ -43,7 +43,7 @@ fn replace(path: &Path, mode: u32, fill: impl FnOnce(&mut File) -> io::Result<()
         // same ADD wrote it with `write_atomic_all`, which cleared its debris): no listing again.
         return Ok(());
     }
-    remove_abandoned(std::slice::from_ref(&path.to_path_buf()));
+    remove_abandoned_beside(path);
     File::open(dir)?.sync_all()
 }
 
@@ -175,7 +175,7 @@ pub fn symlink_atomic(target: &Path, path: &Path) -> io::Result<()> {
     let result = (|| {
         std::os::unix::fs::symlink(target, &tmp)?;
         fs::rename(&tmp, path)?;
-        remove_abandoned(std::slice::from_ref(&path.to_path_buf()));
+        remove_abandoned_beside(path);
         File::open(dir)?.sync_all()
     })();
     if result.is_err() {

@@ -1,9 +1,9 @@
 //! yh-genie on the real runtime path: containerd's CRI plugin calls it, through go-cni and libcni,
 //! as the kubelet asks for pod sandboxes. Each test starts a node (`common::cri_node`): a private
 //! containerd (Debian's 1.6; scripts/test.sh runs the file again with containerd 2.x, built from
-//! the module proxy, in `YH_GENIE_CONTAINERD_BIN`) in a throwaway netns and mount namespace, its CNI dirs laid out by
-//! `yh-genie install` as the DaemonSet does, and the fake API server holding the pods and
-//! ConfigMaps. The tests speak CRI v1 gRPC to containerd (RunPodSandbox, PodSandboxStatus,
+//! the module proxy, in `YH_GENIE_CONTAINERD_BIN`) in a throwaway netns and mount namespace, its
+//! CNI dirs laid out by `yh-genie install` as the DaemonSet does, and the fake API server holding
+//! the pods and ConfigMaps. The tests speak CRI v1 gRPC to containerd (RunPodSandbox, PodSandboxStatus,
 //! StopPodSandbox, RemovePodSandbox, ListPodSandbox) and check what the kubelet would see (the pod
 //! IP containerd reports, errors) and what the node holds (addresses in the pod's netns, records,
 //! leases, locks, veths, NAT rules, netns, mounts, processes).

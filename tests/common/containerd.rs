@@ -405,7 +405,7 @@ fn sweep_dead_runs() {
 
 /// The directory of the `containerd`, `containerd-shim-runc-v2` and `ctr` to run:
 /// `YH_GENIE_CONTAINERD_BIN` when set (scripts/test.sh runs tests/cri.rs a second time with the
-/// containerd 2.x that scripts/cluster/build.sh builds), else none: Debian's 1.6, on `PATH`.
+/// containerd 2.x that scripts/containerd2.sh builds), else none: Debian's 1.6, on `PATH`.
 pub fn bin_dir() -> Option<PathBuf> {
     std::env::var_os("YH_GENIE_CONTAINERD_BIN").filter(|d| !d.is_empty()).map(PathBuf::from)
 }

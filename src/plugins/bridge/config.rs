@@ -167,7 +167,8 @@ fn unsupported(key: &str, value: &str) -> CniError {
 }
 
 /// The MAC for the container interface: CNI_ARGS `MAC`, then `args.cni.mac`, then
-/// `runtimeConfig.mac`, the later winning as in the reference. It must be a unicast address.
+/// `runtimeConfig.mac`, the later winning as in the reference. It must be one an interface can take
+/// (unicast, not all zeros), as the selector checks a pod author's.
 fn resolve_mac(
     args: &CniArgs,
     from_args: Option<&str>,
@@ -182,13 +183,7 @@ fn resolve_mac(
     let Some((text, err_code, source)) = chosen else {
         return Ok(None);
     };
-    let mac: MacAddr = text.parse().map_err(|e| CniError::new(err_code, format!("{source}: {e}")))?;
-    if mac.0[0] & 1 == 1 {
-        return Err(CniError::new(
-            err_code,
-            format!("{source}: {text} is a multicast address, not usable by an interface"),
-        ));
-    }
+    let mac = MacAddr::assignable(text).map_err(|why| CniError::new(err_code, format!("{source}: {why}")))?;
     Ok(Some(mac))
 }
 
@@ -288,6 +283,8 @@ mod tests {
         assert_eq!((e.code, e.msg.starts_with("CNI_ARGS MAC")), (4, true));
         let e = parse(json!({"runtimeConfig": {"mac": "01:00:5e:00:00:01"}})).unwrap_err();
         assert!(e.code == 7 && e.msg.contains("multicast"), "{e}");
+        let e = parse(json!({"args": {"cni": {"mac": "00:00:00:00:00:00"}}})).unwrap_err();
+        assert!(e.code == 7 && e.msg.starts_with("args.cni.mac") && e.msg.contains("all zeros"), "{e}");
     }
 
     #[test]
