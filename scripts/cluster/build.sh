@@ -16,7 +16,7 @@ set -euo pipefail
 version=${KUBERNETES_VERSION:-v1.32.13}
 cache=${YH_GENIE_CACHE:-/var/cache/yh-genie}
 out=$cache/kubernetes-$version
-commands=(kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy kubectl e2e.test agnhost ginkgo coredns
+commands=(kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy kubectl kubeadm e2e.test agnhost ginkgo coredns
           agnhost-localhost.crt agnhost-localhost.key)
 # The cluster DNS of the e2e suite's DNS specs: the CoreDNS kubeadm deploys with this Kubernetes.
 coredns_version=${COREDNS_VERSION:-v1.11.3}
