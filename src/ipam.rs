@@ -155,7 +155,7 @@ mod tests {
         let i = inv(d.path());
         let c = conf(r#"{"type":"fake-ipam"}"#);
         let ipam = Ipam::from_conf(&c, &i).unwrap().unwrap();
-        let e = crate::runtime::block_on(ipam.add_with_rollback(async |r: CniResult| -> Result<(), CniError> {
+        let e = crate::async_runtime::block_on(ipam.add_with_rollback(async |r: CniResult| -> Result<(), CniError> {
             assert_eq!(r.ips[0].address.to_string(), "10.0.0.2/24");
             Err(CniError::kernel("veth setup failed"))
         }))
@@ -164,7 +164,7 @@ mod tests {
         assert_eq!(std::fs::read_to_string(&log).unwrap(), "ADD\nDEL\n");
 
         std::fs::remove_file(&log).unwrap();
-        let ok = crate::runtime::block_on(ipam.add_with_rollback(async |r: CniResult| Ok(r.ips.len()))).unwrap();
+        let ok = crate::async_runtime::block_on(ipam.add_with_rollback(async |r: CniResult| Ok(r.ips.len()))).unwrap();
         assert_eq!(ok, 1);
         assert_eq!(std::fs::read_to_string(&log).unwrap(), "ADD\n");
     }
@@ -181,7 +181,7 @@ mod tests {
         let c =
             PluginConf::parse(br#"{"cniVersion":"0.2.0","name":"n","type":"yh-bridge","ipam":{"type":"fake-ipam"}}"#)
                 .unwrap();
-        let r = crate::runtime::block_on(Ipam::from_conf(&c, &i).unwrap().unwrap().add()).unwrap();
+        let r = crate::async_runtime::block_on(Ipam::from_conf(&c, &i).unwrap().unwrap().add()).unwrap();
         assert_eq!(
             (r.ips[0].address.to_string(), r.ips[0].gateway.unwrap().to_string()),
             ("10.0.0.2/24".into(), "10.0.0.1".into())
@@ -195,7 +195,7 @@ mod tests {
         let log = fake_ipam(d.path(), r#"{"cniVersion":"1.0.0"}"#);
         let i = inv(d.path());
         let c = conf(r#"{"type":"fake-ipam"}"#);
-        let e = crate::runtime::block_on(Ipam::from_conf(&c, &i).unwrap().unwrap().add()).unwrap_err();
+        let e = crate::async_runtime::block_on(Ipam::from_conf(&c, &i).unwrap().unwrap().add()).unwrap_err();
         assert_eq!(e.code, code::IPAM);
         assert_eq!(std::fs::read_to_string(&log).unwrap(), "ADD\nDEL\n");
     }
@@ -210,7 +210,7 @@ mod tests {
             let log = fake_ipam(d.path(), answer);
             let i = inv(d.path());
             let c = conf(r#"{"type":"fake-ipam"}"#);
-            let e = crate::runtime::block_on(Ipam::from_conf(&c, &i).unwrap().unwrap().add()).unwrap_err();
+            let e = crate::async_runtime::block_on(Ipam::from_conf(&c, &i).unwrap().unwrap().add()).unwrap_err();
             assert_eq!(e.code, code::IPAM);
             assert!(e.msg.contains("gateway 10.0.0.1") && e.msg.contains("another address family"), "{e}");
             assert_eq!(std::fs::read_to_string(&log).unwrap(), "ADD\nDEL\n");
@@ -222,7 +222,7 @@ mod tests {
         let d = tempfile::tempdir().unwrap();
         let i = inv(d.path());
         let c = conf(r#"{"type":"nope-ipam"}"#);
-        let e = crate::runtime::block_on(Ipam::from_conf(&c, &i).unwrap().unwrap().add()).unwrap_err();
+        let e = crate::async_runtime::block_on(Ipam::from_conf(&c, &i).unwrap().unwrap().add()).unwrap_err();
         assert!(e.msg.contains("nope-ipam"), "{e}");
     }
 }

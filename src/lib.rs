@@ -2,11 +2,12 @@
 //! it carries. One binary; what it is depends on the name it is called by (see `cli`).
 
 pub mod agent;
+pub mod async_runtime;
 pub mod cli;
 pub mod cni;
 pub mod crash_point;
+pub mod durable;
 pub mod firewall;
-pub mod fsutil;
 pub mod install;
 pub mod ipam;
 pub mod kube;
@@ -14,5 +15,5 @@ pub mod logging;
 pub mod netlink;
 pub mod netns;
 pub mod plugins;
-pub mod runtime;
 pub mod selector;
+pub mod via_node;

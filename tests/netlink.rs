@@ -14,7 +14,7 @@ use yh_genie::netlink::{IpFamily, MacAddr, Netlink, OperState, Route, Rule, Veth
 /// Run `f` with a netlink socket inside `ns`, on a thread that lives in that netns.
 fn in_ns<T: Send>(ns: &Netns, f: impl AsyncFnOnce(&Netlink) -> T + Send) -> T {
     yh_genie::netns::run_in(&ns.path(), || {
-        yh_genie::runtime::block_on(async {
+        yh_genie::async_runtime::block_on(async {
             let nl = Netlink::host().unwrap();
             f(&nl).await
         })

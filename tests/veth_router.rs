@@ -10,7 +10,7 @@ mod common;
 use common::{Netns, Sandbox, cnidrive_run, require_root};
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
-use yh_genie::plugins::hijack::plan::host_veth_name;
+use yh_genie::via_node::plan::host_veth_name;
 
 const NODE_IP: &str = "192.168.77.1";
 const SERVICE_IP: &str = "10.96.0.10";

@@ -33,11 +33,11 @@ pub(super) fn bind(path: &Path) -> std::io::Result<(UnixListener, FileId)> {
     std::fs::set_permissions(dir, Permissions::from_mode(0o700))?;
     // Bound under a temp name and renamed into place, so a client never finds a socket that is
     // not yet listening or not yet private; what an agent killed in between left goes after.
-    let temporary = crate::fsutil::temp_sibling(path)?;
+    let temporary = crate::durable::temp_sibling(path)?;
     let listener = std::os::unix::net::UnixListener::bind(&temporary)?;
     std::fs::set_permissions(&temporary, Permissions::from_mode(0o600))?;
     std::fs::rename(&temporary, path)?;
-    crate::fsutil::remove_abandoned_beside(path);
+    crate::durable::remove_abandoned_beside(path);
     let meta = std::fs::metadata(path)?;
     listener.set_nonblocking(true)?;
     Ok((UnixListener::from_std(listener)?, (meta.dev(), meta.ino())))

@@ -106,7 +106,7 @@ impl Owner {
     /// chain name (28 characters, under the iptables limit of 29).
     pub fn chain(&self) -> String {
         let digest = Sha512::digest(format!("{}{}", self.network, self.container_id));
-        let mut name = format!("CNI-{}", crate::fsutil::hex(&digest));
+        let mut name = format!("CNI-{}", crate::durable::hex(&digest));
         name.truncate(28);
         name
     }

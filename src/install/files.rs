@@ -1,9 +1,9 @@
 //! Converging files on the host: each function makes one path what it should be, and touches nothing
-//! when it already is. Writes go through `fsutil` (temp file in the same directory, fsync, rename),
+//! when it already is. Writes go through `durable` (temp file in the same directory, fsync, rename),
 //! so the CNI runtime, which may read or exec these files at any moment, sees the old or the new
 //! version, never a torn one. "Unchanged" means no write and no rename: same inode, same mtime.
 
-use crate::fsutil;
+use crate::durable;
 use std::fs::{self, File};
 use std::io::{self, Read};
 use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
@@ -25,7 +25,7 @@ pub fn ensure_file(path: &Path, content: &[u8], mode: u32) -> io::Result<Change>
     if is_regular_file_with_mode(path, mode)? && fs::read(path)? == content {
         return Ok(Change::Unchanged);
     }
-    fsutil::write_atomic(path, content, mode)?;
+    durable::write_atomic(path, content, mode)?;
     Ok(Change::Written)
 }
 
@@ -39,7 +39,7 @@ pub fn ensure_conf_file(path: &Path, staging: &Path, content: &[u8], mode: u32) 
     if is_regular_file_with_mode(path, mode)? && fs::read(path)? == content {
         return Ok(Change::Unchanged);
     }
-    fsutil::write_atomic_staged(path, staging, mode, |f| io::Write::write_all(f, content))?;
+    durable::write_atomic_staged(path, staging, mode, |f| io::Write::write_all(f, content))?;
     announce(path)?;
     Ok(Change::Written)
 }
@@ -61,7 +61,7 @@ pub fn ensure_copy(source: &Path, path: &Path, mode: u32) -> io::Result<Change> 
         return Ok(Change::Unchanged);
     }
     let mut from = File::open(source)?;
-    fsutil::write_atomic_with(path, mode, |to| io::copy(&mut from, to).map(drop))?;
+    durable::write_atomic_with(path, mode, |to| io::copy(&mut from, to).map(drop))?;
     Ok(Change::Written)
 }
 
@@ -74,7 +74,7 @@ pub fn ensure_symlink(target: &Path, path: &Path) -> io::Result<Change> {
         Err(e) if e.kind() == io::ErrorKind::NotFound || e.kind() == io::ErrorKind::InvalidInput => {}
         Err(e) => return Err(e),
     }
-    fsutil::symlink_atomic(target, path)?;
+    durable::symlink_atomic(target, path)?;
     Ok(Change::Written)
 }
 

@@ -188,7 +188,7 @@ fn converge(opts: &Options) -> anyhow::Result<Outcome> {
     let state_dir = kubeconfig.parent().expect("the kubeconfig path has a parent");
     files::ensure_dir(state_dir, 0o700).with_context(|| format!("creating {}", state_dir.display()))?;
     // The conf dir's files are staged in the state dir; a killed installer's temp files stay there.
-    for name in crate::fsutil::remove_abandoned_temps(state_dir)
+    for name in crate::durable::remove_abandoned_temps(state_dir)
         .with_context(|| format!("removing abandoned temp files in {}", state_dir.display()))?
     {
         info!("removed {}, left by a writer that was killed", state_dir.join(name).display());
@@ -230,7 +230,7 @@ fn cleanup(opts: &Options) -> anyhow::Result<()> {
     let conflist = opts.on_host(&opts.conf_dir.join(conflist::FILE_NAME));
     let kubeconfig = opts.on_host(&conflist::kubeconfig_path(opts));
     for path in [conflist, kubeconfig] {
-        crate::fsutil::remove_durably(&path).with_context(|| format!("removing {}", path.display()))?;
+        crate::durable::remove_durably(&path).with_context(|| format!("removing {}", path.display()))?;
         info!("removed {}", path.display());
     }
     Ok(())

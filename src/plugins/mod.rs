@@ -2,7 +2,6 @@
 //! process, everything else by exec from the CNI path (netavark's "drivers by name, plugins on dirs").
 
 pub mod bridge;
-pub mod hijack;
 pub mod router;
 pub mod veth;
 pub mod yonghui;
@@ -43,7 +42,7 @@ pub fn invoke(
         return skel::dispatch(plugin, &inv, &conf);
     }
     let binary = exec::find_plugin(plugin_type, &inv.path)?;
-    let out = crate::runtime::block_on(exec::exec_plugin(&binary, command, &inv, stdin, DEFAULT_TIMEOUT))?;
+    let out = crate::async_runtime::block_on(exec::exec_plugin(&binary, command, &inv, stdin, DEFAULT_TIMEOUT))?;
     if command == Command::Add {
         // A result without a version is in the config's, as libcni reads it.
         return CniResult::from_slice(&out, config::version_of(stdin))

@@ -31,7 +31,7 @@ pub fn apply(runtime: &Invocation, requests: &[(String, IpAddr)]) -> Result<(), 
         return Ok(());
     }
     let netns = crate::plugins::container_netns(runtime)?;
-    crate::runtime::block_on(async {
+    crate::async_runtime::block_on(async {
         let nl = Netlink::in_netns(netns)?;
         for (ifname, gateway) in requests {
             let link = nl.link_by_name(ifname).await?.ok_or_else(|| {

@@ -19,7 +19,7 @@
 use super::annotation::Extras;
 use super::selection::{self, Attachment, PodIdentity, Source};
 use crate::cni::{CniError, CniResult, ConfList, Invocation};
-use crate::fsutil;
+use crate::durable;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::collections::BTreeMap;
@@ -167,13 +167,13 @@ impl RecordStore {
     }
 
     /// Write a record again with what ADD learned since `write_all` made it durable (the chains'
-    /// results). The directory is not fsync'd (`fsutil::replace_atomic`): after a power loss the
+    /// results). The directory is not fsync'd (`durable::replace_atomic`): after a power loss the
     /// record may be the one without results, which DEL undoes as an ADD that did not complete (the
     /// sandboxes did not survive either), as after a crash just before this write.
     pub fn complete(&self, record: &Record) -> Result<(), CniError> {
         let path = self.path(&record.container_id, &record.ifname);
         let bytes = serialized(record)?;
-        fsutil::replace_atomic(&path, &bytes, 0o600)
+        durable::replace_atomic(&path, &bytes, 0o600)
             .map_err(|e| CniError::io(format!("cannot write attachment record {}: {e}", path.display())))
     }
 
@@ -197,7 +197,7 @@ impl RecordStore {
             .iter()
             .map(|r| Ok((self.path(&r.container_id, &r.ifname), serialized(r)?)))
             .collect::<Result<Vec<(PathBuf, Vec<u8>)>, CniError>>()?;
-        fsutil::write_atomic_all(&files, 0o600)
+        durable::write_atomic_all(&files, 0o600)
             .map_err(|e| CniError::io(format!("cannot write attachment records in {}: {e}", self.dir.display())))
     }
 
@@ -205,7 +205,7 @@ impl RecordStore {
     /// writes) together: one fsync of the directory.
     pub fn remove_all(&self, container_id: &str, ifnames: &[String]) -> Result<(), CniError> {
         let paths: Vec<PathBuf> = ifnames.iter().map(|ifname| self.path(container_id, ifname)).collect();
-        fsutil::remove_all_durably(&paths)
+        durable::remove_all_durably(&paths)
             .map_err(|e| CniError::io(format!("cannot remove attachment records in {}: {e}", self.dir.display())))
     }
 
@@ -235,7 +235,7 @@ impl RecordStore {
     /// Remove the temp files of every record write whose process died before its rename (GC: a
     /// killed ADD's temp file for a container the runtime has forgotten has no DEL to take it).
     pub fn remove_abandoned(&self) -> Result<usize, CniError> {
-        fsutil::remove_abandoned_temps(&self.dir)
+        durable::remove_abandoned_temps(&self.dir)
             .map(|removed| removed.len())
             .map_err(|e| CniError::io(format!("cannot clear abandoned temp files in {}: {e}", self.dir.display())))
     }

@@ -50,7 +50,7 @@ fn in_kernel(netns: Option<&Path>, ifname: &str) -> bool {
     let Some(netns) = netns.filter(|p| crate::netns::exists(p)) else {
         return false;
     };
-    let link = crate::runtime::block_on(async {
+    let link = crate::async_runtime::block_on(async {
         crate::netlink::Netlink::in_netns(netns)?.link_by_name(ifname).await.map(|link| link.is_some())
     });
     link.unwrap_or(true)

@@ -202,7 +202,7 @@ fn disable_accept_ra(ifname: &str) {
 fn random_veth_name() -> Result<String, CniError> {
     let mut bytes = [0u8; 4];
     getrandom::fill(&mut bytes).map_err(|e| CniError::kernel(format!("no randomness for a veth name: {e}")))?;
-    Ok(format!("veth{}", crate::fsutil::hex(&bytes)))
+    Ok(format!("veth{}", crate::durable::hex(&bytes)))
 }
 
 #[cfg(test)]

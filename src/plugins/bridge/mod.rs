@@ -24,7 +24,7 @@ use crate::firewall::{Firewall, Owner};
 use crate::ipam::Ipam;
 use crate::netlink::{IpFamily, Link, MacAddr, Netlink, OPER_UP_TIMEOUT, Route};
 use crate::plugins::container_netns;
-use crate::{crash_point, netns, runtime};
+use crate::{async_runtime, crash_point, netns};
 use config::Conf;
 use ipnetwork::IpNetwork;
 use links::Port;
@@ -46,7 +46,7 @@ impl Plugin for Bridge {
         let ipam = Ipam::from_conf(conf, inv)?;
         let netns_path = container_netns(inv)?;
         let pod_ns = netns::open(netns_path)?;
-        runtime::block_on(async {
+        async_runtime::block_on(async {
             let host = Netlink::host()?;
             let pod = Netlink::in_netns(netns_path)?;
             let bridge = links::ensure_bridge(&host, &c).await?;
@@ -82,7 +82,7 @@ impl Plugin for Bridge {
             .flatten()
             .map(|prev| prev.ips.iter().map(|ip| ip.address).collect())
             .unwrap_or_default();
-        runtime::block_on(async {
+        async_runtime::block_on(async {
             if let Some(path) = inv.netns.as_deref().filter(|p| netns::exists(p)) {
                 match Netlink::in_netns(path) {
                     Ok(pod) => {
@@ -118,7 +118,7 @@ impl Plugin for Bridge {
             .ok_or_else(|| CniError::invalid_config("CHECK needs prevResult, the result of the ADD being checked"))?;
         let ipam = Ipam::from_conf(conf, inv)?;
         let netns_path = container_netns(inv)?;
-        runtime::block_on(async {
+        async_runtime::block_on(async {
             if let Some(ipam) = &ipam {
                 ipam.check().await?;
             }

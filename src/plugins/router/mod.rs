@@ -14,11 +14,11 @@
 use crate::cni::env::validate_ifname;
 use crate::cni::{CniError, CniResult, Invocation, Plugin, PluginConf, code};
 use crate::netlink::{IpFamily, MacAddr};
-use crate::plugins::hijack::config::{HijackConfig, Keys, MAIN_TABLE};
-use crate::plugins::hijack::kernel::{self, Namespaces};
-use crate::plugins::hijack::model::{Change, Ns, Op, RouteSpec, RuleSpec, Selector};
-use crate::plugins::hijack::plan::{self, NodeAddresses, RULE_PRIORITY};
-use crate::plugins::hijack::{self as hijack};
+use crate::via_node;
+use crate::via_node::config::{HijackConfig, Keys, MAIN_TABLE};
+use crate::via_node::kernel::{self, Namespaces};
+use crate::via_node::model::{Change, Ns, Op, RouteSpec, RuleSpec, Selector};
+use crate::via_node::plan::{self, NodeAddresses, RULE_PRIORITY};
 use ipnetwork::IpNetwork;
 use std::net::IpAddr;
 
@@ -51,7 +51,7 @@ impl Plugin for Router {
     fn add(&self, inv: &Invocation, conf: &PluginConf) -> Result<CniResult, CniError> {
         let config = RouterConfig::parse(conf)?;
         config.common.log.scope(|| {
-            let result = hijack::chained_result(NAME, conf)?;
+            let result = via_node::chained_result(NAME, conf)?;
             if config.common.skip_call {
                 tracing::info!("ADD {} {}: skip_call is set, passing the result on", inv.container_id, inv.ifname);
                 return Ok(result);
@@ -63,9 +63,9 @@ impl Plugin for Router {
                 )));
             }
             let pod_path = crate::plugins::container_netns(inv)?;
-            crate::runtime::block_on(async {
+            crate::async_runtime::block_on(async {
                 let ns = Namespaces::open(pod_path)?;
-                hijack::undo_earlier(inv, &config.common.data_dir, &ns).await?;
+                via_node::undo_earlier(inv, &config.common.data_dir, &ns).await?;
                 let facts = Facts::gather(&ns, inv, &config, &result).await?;
                 if facts.host_peer.is_none() {
                     tracing::warn!(
@@ -74,18 +74,18 @@ impl Plugin for Router {
                         facts.nic
                     );
                 }
-                hijack::execute(NAME, inv, &config.common.data_dir, &ns, plan(&config, &facts)).await
+                via_node::execute(NAME, inv, &config.common.data_dir, &ns, plan(&config, &facts)).await
             })?;
             Ok(result)
         })
     }
 
     fn del(&self, inv: &Invocation, conf: &PluginConf) -> Result<(), CniError> {
-        hijack::del(NAME, inv, conf)
+        via_node::del(NAME, inv, conf)
     }
 
     fn check(&self, inv: &Invocation, conf: &PluginConf) -> Result<(), CniError> {
-        hijack::check(inv, &RouterConfig::parse(conf)?.common)
+        via_node::check(inv, &RouterConfig::parse(conf)?.common)
     }
 }
 

@@ -12,11 +12,11 @@
 
 use crate::cni::{CniError, CniResult, Invocation, Plugin, PluginConf, code, result::Interface};
 use crate::netlink::MacAddr;
-use crate::plugins::hijack::config::{HijackConfig, MAIN_TABLE};
-use crate::plugins::hijack::kernel::{self, Namespaces};
-use crate::plugins::hijack::model::{Change, Ns, Op, RouteSpec, VethSpec};
-use crate::plugins::hijack::plan::{self, NodeAddresses, POD_VETH};
-use crate::plugins::hijack::{self as hijack};
+use crate::via_node;
+use crate::via_node::config::{HijackConfig, MAIN_TABLE};
+use crate::via_node::kernel::{self, Namespaces};
+use crate::via_node::model::{Change, Ns, Op, RouteSpec, VethSpec};
+use crate::via_node::plan::{self, NodeAddresses, POD_VETH};
 use ipnetwork::IpNetwork;
 use std::net::IpAddr;
 
@@ -32,7 +32,7 @@ impl Plugin for Veth {
     fn add(&self, inv: &Invocation, conf: &PluginConf) -> Result<CniResult, CniError> {
         let config = HijackConfig::parse(NAME, &conf.raw)?;
         config.log.scope(|| {
-            let mut result = hijack::chained_result(NAME, conf)?;
+            let mut result = via_node::chained_result(NAME, conf)?;
             if config.skip_call {
                 tracing::info!("ADD {} {}: skip_call is set, passing the result on", inv.container_id, inv.ifname);
                 return Ok(result);
@@ -43,15 +43,15 @@ impl Plugin for Veth {
                 )));
             }
             let pod_path = crate::plugins::container_netns(inv)?;
-            let created = crate::runtime::block_on(async {
+            let created = crate::async_runtime::block_on(async {
                 let ns = Namespaces::open(pod_path)?;
-                hijack::undo_earlier(inv, &config.data_dir, &ns).await?;
+                via_node::undo_earlier(inv, &config.data_dir, &ns).await?;
                 let facts = Facts::gather(&ns, inv, &result).await?;
                 let plan = plan(&config, &facts, (MacAddr::random()?, MacAddr::random()?))?;
                 for subnet in &plan.skipped {
                     tracing::warn!("no node address of {subnet}'s family for the pod; not routing it by {POD_VETH}");
                 }
-                hijack::execute(NAME, inv, &config.data_dir, &ns, plan.changes).await?;
+                via_node::execute(NAME, inv, &config.data_dir, &ns, plan.changes).await?;
                 Ok::<_, CniError>(plan.created)
             })?;
             if let Some(pair) = created {
@@ -72,11 +72,11 @@ impl Plugin for Veth {
     }
 
     fn del(&self, inv: &Invocation, conf: &PluginConf) -> Result<(), CniError> {
-        hijack::del(NAME, inv, conf)
+        via_node::del(NAME, inv, conf)
     }
 
     fn check(&self, inv: &Invocation, conf: &PluginConf) -> Result<(), CniError> {
-        hijack::check(inv, &HijackConfig::parse(NAME, &conf.raw)?)
+        via_node::check(inv, &HijackConfig::parse(NAME, &conf.raw)?)
     }
 }
 
@@ -202,7 +202,7 @@ fn plan(config: &HijackConfig, f: &Facts, new_macs: (MacAddr, MacAddr)) -> Resul
 mod tests {
     use super::*;
     use crate::netlink::IpFamily;
-    use crate::plugins::hijack::config::MigrateRoute;
+    use crate::via_node::config::MigrateRoute;
     use serde_json::json;
 
     fn config(extra: serde_json::Value) -> HijackConfig {

@@ -19,7 +19,7 @@ use self::config::NetConf;
 use self::delegate::{Delegate, Platform};
 use self::subnet_env::SubnetEnv;
 use crate::cni::{CniError, CniResult, Command, Invocation, Plugin, PluginConf, code};
-use crate::fsutil;
+use crate::durable;
 use crate::plugins;
 use std::path::{Path, PathBuf};
 
@@ -209,7 +209,7 @@ impl SavedDelegate {
 
     /// Written whole or not at all, readable by root only (it may carry runtimeConfig secrets).
     fn save(&self, bytes: &[u8]) -> Result<(), CniError> {
-        fsutil::write_atomic(&self.path, bytes, 0o600).map_err(|e| {
+        durable::write_atomic(&self.path, bytes, 0o600).map_err(|e| {
             CniError::io(format!("cannot save the delegate configuration to {}: {e}", self.path.display()))
         })
     }
@@ -226,7 +226,7 @@ impl SavedDelegate {
     }
 
     fn remove(&self) -> Result<(), CniError> {
-        fsutil::remove_durably(&self.path).map_err(|e| {
+        durable::remove_durably(&self.path).map_err(|e| {
             CniError::io(format!("cannot remove saved delegate configuration {}: {e}", self.path.display()))
         })
     }

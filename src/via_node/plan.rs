@@ -39,7 +39,7 @@ const NOT_NODE_LINKS: [&str; 12] = [
 /// 15 bytes, the most a Linux interface name holds, the same on every call for the same container,
 /// and safe whatever characters the runtime's id contains.
 pub fn host_veth_name(container_id: &str) -> String {
-    let digest = crate::fsutil::hex(&Sha256::digest(container_id.as_bytes()));
+    let digest = crate::durable::hex(&Sha256::digest(container_id.as_bytes()));
     format!("veth{}", &digest[..11])
 }
 

@@ -5,7 +5,7 @@
 
 use super::model::Change;
 use crate::cni::CniError;
-use crate::fsutil;
+use crate::durable;
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 
@@ -29,7 +29,7 @@ impl Record {
     pub fn save(&self, data_dir: &Path) -> Result<(), CniError> {
         let p = path(data_dir, &self.container_id, &self.ifname);
         let bytes = serde_json::to_vec_pretty(self).expect("a record always serializes");
-        fsutil::write_atomic(&p, &bytes, 0o600).map_err(|e| CniError::io(format!("cannot write {}: {e}", p.display())))
+        durable::write_atomic(&p, &bytes, 0o600).map_err(|e| CniError::io(format!("cannot write {}: {e}", p.display())))
     }
 
     /// The record, if there is one. A record that cannot be read as one is an I/O error (code 5)
@@ -48,14 +48,14 @@ impl Record {
 
     pub fn remove(data_dir: &Path, container_id: &str, ifname: &str) -> Result<(), CniError> {
         let p = path(data_dir, container_id, ifname);
-        fsutil::remove_durably(&p).map_err(|e| CniError::io(format!("cannot remove {}: {e}", p.display())))
+        durable::remove_durably(&p).map_err(|e| CniError::io(format!("cannot remove {}: {e}", p.display())))
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::plugins::hijack::model::{Op, RouteSpec};
+    use crate::via_node::model::{Op, RouteSpec};
 
     #[test]
     fn save_load_remove() {

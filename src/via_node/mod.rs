@@ -102,7 +102,7 @@ pub fn del(plugin: &str, inv: &Invocation, conf: &PluginConf) -> Result<(), CniE
             }
         };
         let pod_path = inv.netns.clone().unwrap_or_else(|| record.netns.clone().into());
-        crate::runtime::block_on(async {
+        crate::async_runtime::block_on(async {
             let ns = Namespaces::open_if_present(&pod_path)?;
             ns.undo(&record.changes).await
         })?;
@@ -129,6 +129,6 @@ pub fn check(inv: &Invocation, config: &HijackConfig) -> Result<(), CniError> {
                 ),
             )
         })?;
-        crate::runtime::block_on(async { Namespaces::open(pod_path)?.verify(&record.changes).await })
+        crate::async_runtime::block_on(async { Namespaces::open(pod_path)?.verify(&record.changes).await })
     })
 }

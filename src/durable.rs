@@ -191,7 +191,7 @@ fn parent_dir(path: &Path) -> &Path {
 /// A fresh name beside `path` for building its replacement: hidden, and with no `.conf`/`.conflist`
 /// ending, so neither CNI runtimes scanning a conf dir nor `ls` users mistake it for the real file.
 /// `.<name>.tmp-<pid>-<nonce>`: the writer's pid tells `remove_durably` whether it is still alive.
-/// For what `fsutil` does not write itself (a socket bound there, then renamed to `path`), with
+/// For what `durable` does not write itself (a socket bound there, then renamed to `path`), with
 /// `remove_abandoned_beside` after the rename.
 pub fn temp_sibling(path: &Path) -> io::Result<PathBuf> {
     temp_in(parent_dir(path), path)
