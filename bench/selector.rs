@@ -508,7 +508,7 @@ fn capabilities(b: &Bench, o: &Options) {
     let rounds = 20_000;
     let started = Instant::now();
     for _ in 0..rounds {
-        std::hint::black_box(yh_genie::selector::capabilities::inject(std::hint::black_box(&text), &args));
+        std::hint::black_box(yh_genie::selector::netconf::capabilities::inject(std::hint::black_box(&text), &args));
     }
     let per_call = started.elapsed() / rounds;
     println!("  injecting them into the network's configuration, in process: {per_call:?} per ADD");

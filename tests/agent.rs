@@ -403,7 +403,7 @@ fn a_static_pod_gets_its_networks_through_its_mirror_pod_on_both_paths() {
     let n = node();
     // The kubelet runs a static pod under the uid it derives from the manifest; the API server's
     // mirror pod has its own uid and carries the kubelet's in kubernetes.io/config.mirror.
-    let mirror = json!({ yh_genie::selector::select::CONFIG_MIRROR: "static-hash-1" });
+    let mirror = json!({ yh_genie::selector::choose::CONFIG_MIRROR: "static-hash-1" });
     n.api.put_annotated_pod("default", "etcd-node1", mirror, literal("red"));
     let agent = n.start_agent();
     agent.wait_ready();

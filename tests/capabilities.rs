@@ -10,7 +10,7 @@ use common::node::{Node, Pod, cni_nat_lines, literal, pod_addresses};
 use common::{Reply, cnidrive, cnidrive11, libcni_run, unique};
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
-use yh_genie::selector::annotation::NETWORKS;
+use yh_genie::selector::requests::annotation::NETWORKS;
 
 /// The selector's conflist as `yh-genie install` writes it, for this node.
 fn installed_conflist(n: &Node) -> PathBuf {
@@ -18,8 +18,10 @@ fn installed_conflist(n: &Node) -> PathBuf {
     let plugin = plugin.as_object_mut().unwrap();
     plugin.remove("cniVersion");
     plugin.remove("name");
-    let capabilities: serde_json::Map<String, Value> =
-        yh_genie::selector::capabilities::DECLARED.iter().map(|c| (c.to_string(), Value::Bool(true))).collect();
+    let capabilities: serde_json::Map<String, Value> = yh_genie::selector::netconf::capabilities::DECLARED
+        .iter()
+        .map(|c| (c.to_string(), Value::Bool(true)))
+        .collect();
     plugin.insert("capabilities".into(), capabilities.into());
     n.write_conf(
         "00-yh-genie.conflist",

@@ -8,7 +8,7 @@ mod common;
 use common::node::{Node, Pod, addresses_on, literal};
 use serde_json::{Value, json};
 use yh_genie::selector::NETWORK_STATUS;
-use yh_genie::selector::annotation::{GENIE_CNI, MULTUS_DEFAULT_NETWORK, NETWORKS};
+use yh_genie::selector::requests::annotation::{GENIE_CNI, MULTUS_DEFAULT_NETWORK, NETWORKS};
 
 const BLUE: (&str, u8) = ("blue", 41);
 const RED: (&str, u8) = ("red", 42);

@@ -7,7 +7,7 @@ mod common;
 
 use common::node::{Node, from_config_map, literal};
 use serde_json::{Value, json};
-use yh_genie::selector::annotation::{GENIE_CNI, MULTUS_DEFAULT_NETWORK, NETWORKS};
+use yh_genie::selector::requests::annotation::{GENIE_CNI, MULTUS_DEFAULT_NETWORK, NETWORKS};
 
 /// A bridge network `name` (reference bridge + host-local) with `extra` plugins after the bridge.
 fn bridge_network(n: &Node, name: &str, octet: u8, extra: &[Value]) {

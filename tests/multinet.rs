@@ -12,7 +12,7 @@ use serde_json::{Value, json};
 use std::path::PathBuf;
 
 use yh_genie::selector::NETWORK_STATUS as STATUS;
-use yh_genie::selector::annotation::NETWORKS;
+use yh_genie::selector::requests::annotation::NETWORKS;
 
 /// A node with the LAN, the router pattern's networks and the selector's conflist.
 struct Cluster {

@@ -11,7 +11,7 @@ use common::node::{Node, addresses_on as addresses, link_names, list_dir, litera
 use serde_json::{Value, json};
 
 use yh_genie::selector::NETWORK_STATUS as STATUS;
-use yh_genie::selector::annotation::NETWORKS;
+use yh_genie::selector::requests::annotation::NETWORKS;
 
 /// A node with a LAN, `ptpnet` and a plain macvlan network `lan` (capabilities `ips` and `mac`).
 fn node() -> (Node, Lan) {

@@ -1,6 +1,6 @@
 //! What crosses the node agent's socket and what its watches deliver: a request line (the agent
 //! parses it), a reply line (the plugin parses it), and a pod object, of which the agent keeps
-//! `select::trimmed` and watches `select::references`. Must never panic; and a trimmed pod must
+//! `choose::trimmed` and watches `choose::references`. Must never panic; and a trimmed pod must
 //! resolve exactly as the whole pod (the plugin resolves what the agent kept), and trimming twice
 //! must change nothing.
 #![no_main]
@@ -12,8 +12,8 @@ use yh_genie::kube::agent_socket::protocol::{Reply, Request};
 use yh_genie::cni::{CniError, PluginConf};
 use yh_genie::kube::NetworkAttachmentDefinition;
 use yh_genie::selector::config::SelectorConfig;
-use yh_genie::selector::policy::AttachmentPolicy;
-use yh_genie::selector::select::{self, Objects};
+use yh_genie::selector::config::policy::AttachmentPolicy;
+use yh_genie::selector::choose::{self, Objects};
 
 /// A conf dir with networks `blue` and `red`.
 fn config() -> &'static SelectorConfig {
@@ -54,10 +54,10 @@ fuzz_target!(|data: &[u8]| {
     }
     let Ok(pod) = serde_json::from_slice::<Pod>(data) else { return };
     for policy in [AttachmentPolicy::default(), AttachmentPolicy { namespace_isolation: false, ..Default::default() }] {
-        let _ = select::references(&policy, &Default::default(), "default", &pod);
+        let _ = choose::references(&policy, &Default::default(), "default", &pod);
     }
-    let small = select::trimmed(&pod);
-    assert_eq!(select::trimmed(&small), small);
-    let resolved = |pod: &Pod| select::resolve(config(), "eth0", ("default", "web-0"), pod, &mut Held);
+    let small = choose::trimmed(&pod);
+    assert_eq!(choose::trimmed(&small), small);
+    let resolved = |pod: &Pod| choose::resolve(config(), "eth0", ("default", "web-0"), pod, &mut Held);
     assert_eq!(resolved(&small), resolved(&pod));
 });

@@ -11,9 +11,9 @@ use std::sync::OnceLock;
 use yh_genie::cni::env::validate_ifname;
 use yh_genie::cni::{CniError, PluginConf};
 use yh_genie::kube::{NetworkAttachmentDefinition, NetworkAttachmentDefinitionSpec, PodSource};
-use yh_genie::selector::annotation::{self, NETWORKS};
+use yh_genie::selector::requests::annotation::{self, NETWORKS};
 use yh_genie::selector::config::SelectorConfig;
-use yh_genie::selector::select;
+use yh_genie::selector::choose;
 
 /// A conf dir with two networks, `blue` and `lan`.
 fn conf_dir() -> &'static PathBuf {
@@ -72,5 +72,5 @@ fuzz_target!(|data: &[u8]| {
     )
     .unwrap();
     let config = SelectorConfig::from_plugin_conf(&conf).unwrap();
-    let _ = select::select(&config, "eth0", Some(("default", "web-0")), None, Some(&Fixed { pod, config: text }));
+    let _ = choose::select(&config, "eth0", Some(("default", "web-0")), None, Some(&Fixed { pod, config: text }));
 });

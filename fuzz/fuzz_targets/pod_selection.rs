@@ -10,8 +10,8 @@ use std::sync::OnceLock;
 use yh_genie::cni::{CniError, PluginConf};
 use yh_genie::kube::{NetworkAttachmentDefinition, PodSource};
 use yh_genie::selector::config::SelectorConfig;
-use yh_genie::selector::network::{self, NetworkName};
-use yh_genie::selector::select;
+use yh_genie::selector::netconf::confdir::{self, NetworkName};
+use yh_genie::selector::choose;
 
 /// A conf dir with one network, `blue`, and a link that leads outside it.
 fn conf_dir() -> &'static PathBuf {
@@ -54,7 +54,7 @@ fuzz_target!(|data: &[u8]| {
     if let Ok(value) = std::str::from_utf8(data)
         && let Ok(name) = NetworkName::parse(value)
     {
-        let _ = network::resolve(dir, &name);
+        let _ = confdir::resolve(dir, &name);
     }
     let Ok(pod) = serde_json::from_slice::<Pod>(data) else { return };
     let config_map = ConfigMap {
@@ -67,5 +67,5 @@ fuzz_target!(|data: &[u8]| {
     )
     .unwrap();
     let config = SelectorConfig::from_plugin_conf(&conf).unwrap();
-    let _ = select::select(&config, "eth0", Some(("default", "web-0")), None, Some(&Fixed { pod, config_map }));
+    let _ = choose::select(&config, "eth0", Some(("default", "web-0")), None, Some(&Fixed { pod, config_map }));
 });

@@ -9,10 +9,11 @@ use serde_json::{Value, json};
 use std::path::PathBuf;
 use std::sync::OnceLock;
 use yh_genie::cni::PluginConf;
-use yh_genie::selector::annotation::{self, NETWORKS};
+use yh_genie::selector::requests::annotation::{self, NETWORKS};
 use yh_genie::selector::config::SelectorConfig;
-use yh_genie::selector::selection::Selection;
-use yh_genie::selector::{select, value};
+use yh_genie::selector::choose::selection::Selection;
+use yh_genie::selector::choose;
+use yh_genie::selector::requests::value;
 
 /// The kernel's rule for a literal name, written out independently of the code under test.
 fn kernel_takes_literally(name: &str) -> bool {
@@ -103,7 +104,7 @@ fuzz_target!(|data: &[u8]| {
         conf_dir()
     );
     let config = SelectorConfig::from_plugin_conf(&PluginConf::parse(conf.as_bytes()).unwrap()).unwrap();
-    let Ok(selection) = select::select(&config, "eth0", Some(("default", "web-0")), None, Some(&Annotated(pod))) else {
+    let Ok(selection) = choose::select(&config, "eth0", Some(("default", "web-0")), None, Some(&Annotated(pod))) else {
         return;
     };
     let json = serde_json::to_string(&selection).unwrap();

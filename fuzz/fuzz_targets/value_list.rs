@@ -6,7 +6,8 @@ use libfuzzer_sys::fuzz_target;
 use std::path::PathBuf;
 use std::sync::OnceLock;
 use yh_genie::cni::env::validate_ifname;
-use yh_genie::selector::{network, value};
+use yh_genie::selector::netconf::confdir;
+use yh_genie::selector::requests::value;
 
 /// A conf dir with one network, `blue`, and a link that leads outside it.
 fn conf_dir() -> &'static PathBuf {
@@ -30,10 +31,10 @@ fuzz_target!(|data: &[u8]| {
             if let Some(ifname) = &element.ifname {
                 assert!(validate_ifname(ifname).is_ok(), "{ifname:?}");
             }
-            let _ = network::resolve(conf_dir(), &element.name);
+            let _ = confdir::resolve(conf_dir(), &element.name);
         }
     }
     if let Some(single) = value::legacy_single(text) {
-        let _ = network::resolve(conf_dir(), &single);
+        let _ = confdir::resolve(conf_dir(), &single);
     }
 });

@@ -171,7 +171,7 @@ impl Metrics {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::selector::policy::AttachmentPolicy;
+    use crate::selector::config::policy::AttachmentPolicy;
 
     #[test]
     fn renders_counters_and_a_cumulative_histogram() {

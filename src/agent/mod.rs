@@ -25,8 +25,8 @@ mod watch;
 
 use crate::kube::watching::{self, Access};
 use crate::kube::{ObjectKey, jittered};
-use crate::selector::defaults::PodDefaults;
-use crate::selector::policy::AttachmentPolicy;
+use crate::selector::config::defaults::PodDefaults;
+use crate::selector::config::policy::AttachmentPolicy;
 use anyhow::{Context, anyhow, bail};
 use metrics::Metrics;
 use server::FileId;

@@ -39,7 +39,7 @@ pub(super) async fn pods(shared: Arc<Shared>, node: String) -> String {
                 listing = Some(Vec::new());
             }
             Ok(Event::InitApply(pod)) => {
-                listing.get_or_insert_with(Vec::new).push(crate::selector::select::trimmed(&pod))
+                listing.get_or_insert_with(Vec::new).push(crate::selector::choose::trimmed(&pod))
             }
             Ok(Event::InitDone) => {
                 let pods = listing.take().unwrap_or_default();

@@ -4,7 +4,7 @@
 //!
 //! It is read as `--cni-version` (1.0.0 by default) by a runtime whose libcni predates version
 //! lists and as 1.1.0 (GC, STATUS) by one that reads `cniVersions` (libcni 1.2 and later take the
-//! highest they support). It declares every runtime capability (`selector::capabilities::DECLARED`),
+//! highest they support). It declares every runtime capability (`selector::netconf::capabilities::DECLARED`),
 //! so the runtime hands the selector whatever values it has: hostPorts, bandwidth annotations,
 //! DNS, addresses and so on, which go to the plugins of the pod's first network that declare them.
 
@@ -97,7 +97,7 @@ pub fn render(opts: &Options, mut extra: Map<String, Value>) -> Vec<u8> {
             data_dir: &opts.data_dir,
             bin_dir: &opts.bin_dir,
             agent_socket: opts.agent.as_ref().map_or(Path::new(""), |a| &a.socket),
-            capabilities: crate::selector::capabilities::DECLARED.into_iter().map(|c| (c, true)).collect(),
+            capabilities: crate::selector::netconf::capabilities::DECLARED.into_iter().map(|c| (c, true)).collect(),
             extra,
         }],
     };

@@ -6,7 +6,7 @@
 //! Files are never deleted: a network dropped from the source may still be in use by running pods.
 
 use super::files::{self, Change};
-use crate::selector::network::{CONF_EXTENSIONS, parse_conf};
+use crate::selector::netconf::confdir::{CONF_EXTENSIONS, parse_conf};
 use anyhow::{Context, anyhow};
 use std::path::{Path, PathBuf};
 

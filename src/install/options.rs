@@ -323,7 +323,7 @@ fn agent_settings(
             env_name("node-name")
         ))
     })?;
-    crate::selector::annotation::dns1123(&node_name, 253, true)
+    crate::selector::requests::annotation::dns1123(&node_name, 253, true)
         .map_err(|why| UsageError(format!("--node-name {node_name:?} is not a node name: {why}")))?;
     if socket.file_name().is_none() {
         return Err(UsageError(format!("--agent-socket {} names no file", socket.display())));

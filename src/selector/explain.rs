@@ -2,14 +2,14 @@
 //! code as ADD, without touching the node's networking or writing anything; and whether the node
 //! agent holds the pod, what it would answer and what ADD would do with that.
 
-use super::config::{DEFAULT_CONFIG_FILE, SelectorConfig};
-use super::from_agent;
-use super::select;
-use super::selection::Selection;
 use crate::cni::CniError;
 use crate::kube::agent_socket::client::exchange;
 use crate::kube::agent_socket::protocol::{Answer, Ask, Request};
 use crate::kube::{ApiClient, PodSource};
+use crate::selector::choose::from_agent;
+use crate::selector::choose::select;
+use crate::selector::choose::selection::Selection;
+use crate::selector::config::{DEFAULT_CONFIG_FILE, SelectorConfig};
 use std::fmt::Write;
 use std::path::PathBuf;
 

@@ -7,41 +7,28 @@
 //! runtime's repeated DELs of the same sandbox cost nothing. With a node agent (`crate::agent`) ADD asks it first
 //! and makes no API request at all (`from_agent`).
 
-pub mod annotation;
 mod attach;
-pub mod capabilities;
-mod chain;
-mod cni_args;
+pub mod choose;
+mod commands;
 pub mod config;
-mod default_route;
-pub mod defaults;
 pub mod explain;
-mod extras;
-mod from_agent;
-mod gc;
-pub mod inline;
-pub mod network;
-pub mod policy;
-mod ready;
-mod record;
+pub mod netconf;
 mod report;
-pub mod select;
-pub mod selection;
-mod settle;
-mod status;
-mod tombstone;
-pub mod value;
+pub mod requests;
 
-pub use status::NETWORK_STATUS;
+pub use report::network_status::NETWORK_STATUS;
 
 use crate::cni::{CniError, CniResult, Invocation, Plugin, PluginConf, code};
 use crate::kube::{ApiClient, ApiPolicy, PodSource};
+use attach::networks as attach_networks;
+use attach::record::{Found, RecordStore};
+use attach::tombstone::Tombstones;
+use attach::{chain, default_route, settle};
+use choose::selection::{PodIdentity, Selection};
+use choose::{from_agent, select};
 use config::{NetworkStatus, SelectorConfig};
-use record::{Found, RecordStore};
-use report::Via;
-use selection::{PodIdentity, Selection};
+use report::deliver::Via;
 use std::collections::HashSet;
-use tombstone::Tombstones;
 
 pub const NAME: &str = "yh-genie";
 
@@ -70,17 +57,17 @@ impl Plugin for Selector {
         let store = RecordStore::new(&config.data_dir);
         // A DEL of this attachment that completed before no longer holds once this ADD makes it.
         Tombstones::new(&config.data_dir).remove(&inv.container_id, &inv.ifname);
-        let mut attached = attach::add_all(inv, &config, &store, &selection.attachments, pod.clone())?;
+        let mut attached = attach_networks::add_all(inv, &config, &store, &selection.attachments, pod.clone())?;
         crate::crash_point::reached("selector.add.attached");
         let requests = default_route::requested_by(&selection.attachments);
         let finished = default_route::apply(inv, &requests).and_then(|()| {
             let mut results: Vec<(&str, &mut CniResult)> =
                 attached.iter_mut().map(|a| (a.record.ifname.as_str(), &mut a.result)).collect();
             default_route::adjust(&mut results, &requests);
-            attach::record_results(&store, &mut attached)
+            attach_networks::record_results(&store, &mut attached)
         });
         if let Err(e) = finished {
-            attach::abandon(&store, inv, &mut attached);
+            attach_networks::abandon(&store, inv, &mut attached);
             return Err(e);
         }
         if let Some(pod) = &pod {
@@ -88,7 +75,7 @@ impl Plugin for Selector {
             // uid of its own, not the sandbox's K8S_POD_UID.
             let object_uid = selection.pod.as_ref().and_then(|p| p.uid.clone());
             let object = PodIdentity { uid: object_uid.or(pod.uid.clone()), ..pod.clone() };
-            report::report(&config, &via, api, &object, &attached, status_wanted);
+            report::deliver::report(&config, &via, api, &object, &attached, status_wanted);
         }
         let primary = attached.into_iter().next().expect("a selection has at least one attachment");
         Ok(primary.result)
@@ -98,7 +85,7 @@ impl Plugin for Selector {
         let config = SelectorConfig::from_plugin_conf(conf)?;
         let store = RecordStore::new(&config.data_dir);
         let tombstones = Tombstones::new(&config.data_dir);
-        let (records, others) = attach::records_of(&store, inv)?;
+        let (records, others) = attach_networks::records_of(&store, inv)?;
         note_networks(records.iter().map(|r| r.network.as_str()));
         let unreadable: Vec<String> = others
             .iter()
@@ -128,7 +115,7 @@ impl Plugin for Selector {
             let ifnames: Vec<String> = std::iter::once(inv.ifname.clone()).chain(interrupted).collect();
             return store.remove_all(&inv.container_id, &ifnames);
         }
-        let (failed, mut unusable) = attach::del_records(inv, &config, &records);
+        let (failed, mut unusable) = attach_networks::del_records(inv, &config, &records);
         let outcome = settle::settle(&records, inv.netns.as_deref(), failed);
         unusable.extend(unreadable);
         if !unusable.is_empty() {
@@ -147,7 +134,7 @@ impl Plugin for Selector {
     fn check(&self, inv: &Invocation, conf: &PluginConf) -> Result<(), CniError> {
         let config = SelectorConfig::from_plugin_conf(conf)?;
         let store = RecordStore::new(&config.data_dir);
-        let (records, _) = attach::records_of(&store, inv)?;
+        let (records, _) = attach_networks::records_of(&store, inv)?;
         if !records.iter().any(|r| r.ifname == inv.ifname) {
             return Err(CniError::new(
                 code::UNKNOWN_CONTAINER,
@@ -155,7 +142,7 @@ impl Plugin for Selector {
             ));
         }
         note_networks(records.iter().map(|r| r.network.as_str()));
-        attach::check_records(inv, &config, &records)
+        attach_networks::check_records(inv, &config, &records)
     }
 
     /// DEL every recorded attachment that the runtime no longer lists as valid, then GC each network
@@ -163,7 +150,7 @@ impl Plugin for Selector {
     fn gc(&self, inv: &Invocation, conf: &PluginConf) -> Result<(), CniError> {
         let config = SelectorConfig::from_plugin_conf(conf)?;
         let valid: HashSet<(String, String)> = config::valid_attachments(conf)?.into_iter().collect();
-        gc::collect(inv, &config, &valid)
+        commands::gc::collect(inv, &config, &valid)
     }
 
     /// Ready when the configuration directory can be read, the kubeconfig, if any, is there, and
@@ -171,7 +158,7 @@ impl Plugin for Selector {
     fn status(&self, inv: &Invocation, conf: &PluginConf) -> Result<(), CniError> {
         let config = SelectorConfig::from_plugin_conf(conf)?;
         readiness_indicator(&config, code::PLUGIN_NOT_AVAILABLE)?;
-        ready::status(inv, &config)
+        commands::status::status(inv, &config)
     }
 }
 
@@ -293,7 +280,7 @@ fn del_without_record(config: &SelectorConfig, inv: &Invocation, only: Option<&[
         if only.is_some_and(|only| !only.contains(&attachment.ifname)) {
             continue;
         }
-        let outcome = attach::plugins_call(inv, config, position, attachment)
+        let outcome = attach_networks::plugins_call(inv, config, position, attachment)
             .and_then(|(_, list, call)| chain::del(&list, &call, None));
         if let Err(e) = outcome
             && !settle::forgettable_without_record(inv.netns.as_deref(), &attachment.ifname, &attachment.network, &e)

@@ -8,9 +8,9 @@
 
 use crate::kube::agent_socket::protocol::{Held, PodObjects};
 use crate::kube::{Kind, NetworkAttachmentDefinition, ObjectKey};
-use crate::selector::defaults::PodDefaults;
-use crate::selector::policy::AttachmentPolicy;
-use crate::selector::select::{is_sandbox_pod, references, trimmed, trimmed_meta};
+use crate::selector::choose::{is_sandbox_pod, references, trimmed, trimmed_meta};
+use crate::selector::config::defaults::PodDefaults;
+use crate::selector::config::policy::AttachmentPolicy;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use std::collections::{HashMap, VecDeque};
 use std::fmt;

@@ -1,5 +1,5 @@
 use super::*;
-use crate::selector::annotation::NETWORKS;
+use crate::selector::requests::annotation::NETWORKS;
 use serde_json::json;
 use std::collections::BTreeMap;
 
@@ -123,7 +123,7 @@ fn a_static_pod_is_answered_for_the_uid_its_mirror_pod_carries() {
     let mut store = Store::new(AttachmentPolicy::default());
     let mut mirror = pod("etcd-n1", "api-uid", "nets", None);
     mirror.metadata.annotations =
-        Some(BTreeMap::from([(crate::selector::select::CONFIG_MIRROR.to_string(), "static-hash".to_string())]));
+        Some(BTreeMap::from([(crate::selector::choose::CONFIG_MIRROR.to_string(), "static-hash".to_string())]));
     store.replace_all(vec![mirror]);
     store.set_object(&cm_key("nets"), config_map("nets", "blue"));
     let held = found(&store, "etcd-n1", Some("static-hash")).pod;

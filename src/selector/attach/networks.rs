@@ -1,0 +1,342 @@
+//! A pod's networks as one: ADD records them all, then attaches them in order and undoes the ones
+//! already made if one fails; DEL, CHECK and GC work from the records of every attachment that
+//! belongs to the runtime's interface.
+//!
+//! What is durable, and when: every network's record is on disk before the first chain runs
+//! (written together: a file fsync each, one of the directory); the results are written once every
+//! network is attached, all in the record of the runtime's interface (one durable write). A pod with
+//! one network costs two durable writes, as it always did; each further network one fsync. A crash
+//! before the results leaves records without them, which DEL handles as an ADD that did not
+//! complete (DEL without `prevResult`). DEL removes the records together, once every network's DEL
+//! has succeeded, so a DEL killed half-way starts again from all of them.
+//!
+//! Every attachment runs inside the runtime's call, under its lock (`attachment_lock` on the
+//! runtime's `<containerID>:<CNI_IFNAME>`): helpers of all of them hold it, so the runtime's next
+//! call waits for all of them.
+
+use crate::cni::{CniArgs, CniError, CniResult, ConfList, Invocation, code};
+use crate::selector::attach::record::{Found, Record, RecordStore};
+use crate::selector::attach::{chain, extras};
+use crate::selector::choose::selection::{self, Attachment, PodIdentity};
+use crate::selector::config::SelectorConfig;
+use crate::selector::netconf::capabilities;
+use crate::selector::requests::annotation::Extras;
+
+/// One network attached: its record, chain, call and result (recorded by `record_results`).
+pub struct Attached {
+    pub record: Record,
+    pub list: ConfList,
+    pub call: Invocation,
+    pub result: CniResult,
+}
+
+/// The call as an attachment's plugins get it: its interface, the runtime's args plus what the pod
+/// asked for, external plugins looked up in `binDir` first, then in the runtime's `CNI_PATH`.
+fn delegate_call(runtime: &Invocation, config: &SelectorConfig, ifname: &str, args: CniArgs) -> Invocation {
+    let mut path = vec![config.bin_dir.clone()];
+    path.extend(runtime.path.iter().filter(|dir| **dir != config.bin_dir).cloned());
+    Invocation { path, ifname: ifname.to_string(), args, ..runtime.clone() }
+}
+
+/// The call a network's plugins get for the runtime's GC or STATUS: no container, the plugins
+/// looked up as for ADD.
+pub fn gc_call(runtime: &Invocation, config: &SelectorConfig) -> Invocation {
+    delegate_call(runtime, config, &runtime.ifname, CniArgs::default())
+}
+
+fn call_of(runtime: &Invocation, config: &SelectorConfig, ifname: &str, extras: &Extras) -> Invocation {
+    delegate_call(runtime, config, ifname, extras::apply_to_args(&runtime.args, extras))
+}
+
+/// What an attachment's plugins get for `runtime`'s call: its configuration with the runtime's
+/// capability arguments when it is the pod's first network (`position` 0, the runtime's interface)
+/// and the pod's extras (as text, for the record, and parsed), and their call.
+pub fn plugins_call(
+    runtime: &Invocation,
+    config: &SelectorConfig,
+    position: usize,
+    attachment: &Attachment,
+) -> Result<(String, ConfList, Invocation), CniError> {
+    let conf = if position == 0 {
+        capabilities::inject(&attachment.config, &config.capability_args)
+    } else {
+        attachment.config.clone()
+    };
+    let conf = extras::apply_to_config(&conf, &attachment.extras);
+    let list = selection::parse_config(&attachment.network, attachment.path.as_deref(), &conf)?;
+    Ok((conf, list, call_of(runtime, config, &attachment.ifname, &attachment.extras)))
+}
+
+/// The call a record's plugins got (their args as recorded), for `runtime`'s command.
+pub fn recorded_call(runtime: &Invocation, config: &SelectorConfig, record: &Record) -> Invocation {
+    let args = CniArgs::parse(&record.cni_args).unwrap_or_else(|_| runtime.args.clone());
+    delegate_call(runtime, config, &record.ifname, args)
+}
+
+/// Record every attachment, then ADD each in order. On a failure, the ones attached are DELeted in
+/// reverse and every record is removed, and the error names the network and interface that failed.
+/// The results are not recorded yet: `record_results` does it once the pod is complete.
+pub fn add_all(
+    runtime: &Invocation,
+    config: &SelectorConfig,
+    store: &RecordStore,
+    attachments: &[Attachment],
+    pod: Option<PodIdentity>,
+) -> Result<Vec<Attached>, CniError> {
+    let mut prepared = Vec::with_capacity(attachments.len());
+    for (position, attachment) in attachments.iter().enumerate() {
+        prepared.push(
+            prepare(runtime, config, store, position, attachment, pod.clone())
+                .map_err(|e| in_context(e, position, attachments))?,
+        );
+    }
+    store.write_all(&prepared.iter().map(|(record, _, _)| record).collect::<Vec<_>>())?;
+    let mut done: Vec<Attached> = Vec::with_capacity(attachments.len());
+    for (position, (record, list, call)) in prepared.into_iter().enumerate() {
+        match chain::add(&list, &call) {
+            Ok(result) => {
+                crate::crash_point::reached("selector.add.chain-done");
+                done.push(Attached { record, list, call, result });
+            }
+            Err(failed) => {
+                // When undoing failed, the records stay so that the runtime's DEL can finish the job.
+                if undo(&mut done) && failed.undone {
+                    remove_logged(store, runtime, attachments.iter().map(|a| a.ifname.clone()).collect());
+                }
+                return Err(in_context(failed.error, position, attachments));
+            }
+        }
+    }
+    Ok(done)
+}
+
+/// Write the results of `done` (in the record of the runtime's interface).
+pub fn record_results(store: &RecordStore, done: &mut [Attached]) -> Result<(), CniError> {
+    let (first, further) = done.split_first_mut().expect("a pod has at least one network");
+    first.record.set_result(&first.result);
+    for a in further.iter() {
+        first.record.set_further_result(&a.record.ifname, &a.result);
+    }
+    store.complete(&first.record)
+}
+
+/// Undo a whole ADD after its attachments: DEL them in reverse and remove every record, unless a
+/// DEL failed (the runtime's DEL will finish the job from the records).
+pub fn abandon(store: &RecordStore, runtime: &Invocation, done: &mut Vec<Attached>) {
+    let ifnames = done.iter().map(|a| a.record.ifname.clone()).collect();
+    if undo(done) {
+        remove_logged(store, runtime, ifnames);
+    }
+}
+
+/// A pod with one network keeps the messages it always had; with several, the message says which.
+fn in_context(e: CniError, position: usize, attachments: &[Attachment]) -> CniError {
+    if attachments.len() == 1 {
+        return e;
+    }
+    let a = &attachments[position];
+    e.context(format!("network {} on interface {} ({} of {})", a.network, a.ifname, position + 1, attachments.len()))
+}
+
+/// An attachment's record, chain and call, before anything is written.
+fn prepare(
+    runtime: &Invocation,
+    config: &SelectorConfig,
+    store: &RecordStore,
+    position: usize,
+    attachment: &Attachment,
+    pod: Option<PodIdentity>,
+) -> Result<(Record, ConfList, Invocation), CniError> {
+    let (conf, list, call) = plugins_call(runtime, config, position, attachment)?;
+    plugins_exist(&list, &call, &attachment.network)?;
+    let record = Record::new(runtime, &call, position, attachment, conf, pod);
+    if let Some(existing) = store.read(&runtime.container_id, &attachment.ifname) {
+        if existing.owner() != runtime.ifname {
+            return Err(CniError::new(
+                code::ALREADY_EXISTS,
+                format!(
+                    "interface {} of container {} is already attached, for the runtime's interface {}",
+                    attachment.ifname,
+                    runtime.container_id,
+                    existing.owner()
+                ),
+            ));
+        }
+        crate::selector::warn(format!(
+            "ADD of container {} interface {} replaces an attachment record that was never DELeted",
+            runtime.container_id, attachment.ifname
+        ));
+    }
+    Ok((record, list, call))
+}
+
+/// Every plugin of the chain, and every plugin they run in turn (IPAM, a meta plugin's delegate,
+/// its defaults), is built in or found on the call's path, before anything is recorded: a network
+/// naming a plugin the node does not have is refused, not recorded and then stuck.
+fn plugins_exist(list: &ConfList, call: &Invocation, network: &str) -> Result<(), CniError> {
+    let count = list.plugins.len();
+    let own = (0..count).map(|i| (format!("plugin {} of {count}", i + 1), list.plugin_type(i).to_string()));
+    for (at, t) in own.chain(crate::selector::netconf::inline::delegated_types(list)) {
+        if crate::plugins::builtin(&t).is_none() {
+            crate::cni::exec::find_plugin(&t, &call.path)
+                .map_err(|e| e.context(format!("network {network}: {at} ({t})")))?;
+        }
+    }
+    Ok(())
+}
+
+/// DEL what was attached, in reverse. Whether every DEL succeeded.
+fn undo(done: &mut Vec<Attached>) -> bool {
+    let mut all = true;
+    while let Some(a) = done.pop() {
+        if let Err(e) = chain::del(&a.list, &a.call, Some(&a.result)) {
+            crate::selector::warn(format!("undoing interface {} of the failed ADD: {e}", a.record.ifname));
+            all = false;
+        }
+    }
+    all
+}
+
+/// The records of the runtime's attachment, in ADD order, and what else the container has under
+/// its name: record files that cannot be read, and temp files of interrupted record writes. Those
+/// cannot say whose they are, so whoever DELs the container takes them (a runtime makes one
+/// attachment per pod).
+pub fn records_of(store: &RecordStore, runtime: &Invocation) -> Result<(Vec<Record>, Vec<Found>), CniError> {
+    let mut mine = Vec::new();
+    let mut others = Vec::new();
+    for found in store.of_container(&runtime.container_id)? {
+        match found {
+            Found::Record(r) if r.owner() == runtime.ifname => mine.push(*r),
+            Found::Record(_) => {}
+            other => others.push(other),
+        }
+    }
+    in_order(&mut mine, &runtime.ifname);
+    Ok((mine, others))
+}
+
+/// The records of the runtime attachment on `owner`, in ADD order, each with its result: the
+/// further networks' results are in the record of the runtime's interface.
+pub fn in_order(records: &mut [Record], owner: &str) {
+    records.sort_by_key(|r| r.position);
+    let further = records.iter().find(|r| r.ifname == owner).map(|r| r.further_results.clone());
+    for record in records.iter_mut().filter(|r| r.result.is_none()) {
+        record.result = further.as_ref().and_then(|f| f.get(&record.ifname).cloned());
+    }
+}
+
+/// DEL every attachment of `records`, in reverse, each with its recorded configuration and result.
+/// Every attachment is tried; the errors are returned by interface, in the order they happened.
+/// Records that cannot be used (no parsable configuration or result) are returned, by interface,
+/// for the caller to DEL another way. Nothing is removed: the caller removes the records once
+/// everything is DELeted (or settled: `settle`).
+pub fn del_records(
+    runtime: &Invocation,
+    config: &SelectorConfig,
+    records: &[Record],
+) -> (Vec<(String, CniError)>, Vec<String>) {
+    let mut failed = Vec::new();
+    let mut unusable = Vec::new();
+    for record in records.iter().rev() {
+        let Some((list, result)) = usable(record) else {
+            unusable.push(record.ifname.clone());
+            continue;
+        };
+        let call = recorded_call(runtime, config, record);
+        match chain::del(&list, &call, result.as_ref()) {
+            Ok(()) => crate::crash_point::reached("selector.del.chain-done"),
+            Err(e) => {
+                let e = if records.len() > 1 { e.context(format!("interface {}", record.ifname)) } else { e };
+                failed.push((record.ifname.clone(), e));
+            }
+        }
+    }
+    (failed, unusable)
+}
+
+/// CHECK every attachment of `records` in order, with its recorded result (recorded as
+/// `default-route` left the routes).
+pub fn check_records(runtime: &Invocation, config: &SelectorConfig, records: &[Record]) -> Result<(), CniError> {
+    let unknown = |ifname: &str, why: &str| {
+        CniError::new(code::UNKNOWN_CONTAINER, format!("container {} interface {ifname}: {why}", runtime.container_id))
+    };
+    let mut results = Vec::with_capacity(records.len());
+    for record in records {
+        results.push(record.result()?.ok_or_else(|| unknown(&record.ifname, "its ADD did not complete"))?);
+    }
+    for (record, result) in records.iter().zip(&results) {
+        let list = record.conf_list()?;
+        chain::check(&list, &recorded_call(runtime, config, record), result)
+            .map_err(|e| if records.len() > 1 { e.context(format!("interface {}", record.ifname)) } else { e })?;
+    }
+    Ok(())
+}
+
+/// A record's chain and result, or `None` (logged) if the record cannot be used.
+pub fn usable(record: &Record) -> Option<(ConfList, Option<CniResult>)> {
+    match record.conf_list().and_then(|list| Ok((list, record.result()?))) {
+        Ok(parts) => Some(parts),
+        Err(e) => {
+            crate::selector::warn(format!(
+                "attachment record of container {} interface {} is unusable ({e}); treating it as absent",
+                record.container_id, record.ifname
+            ));
+            None
+        }
+    }
+}
+
+fn remove_logged(store: &RecordStore, runtime: &Invocation, ifnames: Vec<String>) {
+    if let Err(e) = store.remove_all(&runtime.container_id, &ifnames) {
+        crate::selector::warn(e);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cni::{Command, PluginConf};
+    use serde_json::{Value, json};
+
+    fn attachment(ifname: &str, extras: Value) -> Attachment {
+        let config = json!({"cniVersion": "1.0.0", "name": "blue", "plugins": [
+            {"type": "bridge"},
+            {"type": "portmap", "capabilities": {"portMappings": true}},
+            {"type": "bandwidth", "capabilities": {"bandwidth": true}}]});
+        Attachment {
+            ifname: ifname.into(),
+            network: "blue".into(),
+            path: None,
+            config: config.to_string(),
+            source: selection::Source::DefaultNetwork { element: "blue".into() },
+            extras: serde_json::from_value(extras).unwrap(),
+        }
+    }
+
+    #[test]
+    fn the_runtimes_capabilities_go_to_the_first_network_only_and_the_pods_to_their_own() {
+        let selector = PluginConf::from_value(json!({"cniVersion": "1.1.0", "name": "yh-genie", "type": "yh-genie",
+            "runtimeConfig": {"portMappings": [{"hostPort": 80, "containerPort": 8080, "protocol": "tcp"}],
+                              "bandwidth": {"egressRate": 8000, "egressBurst": 800}}}))
+        .unwrap();
+        let config = SelectorConfig::from_plugin_conf(&selector).unwrap();
+        let runtime = crate::cni::testing::invocation(Command::Add, std::path::Path::new("/nonexistent"));
+        let runtime_config = |conf: &str, i: usize| -> Value {
+            serde_json::from_str::<Value>(conf).unwrap()["plugins"][i].get("runtimeConfig").cloned().unwrap_or_default()
+        };
+        let (first, ..) = plugins_call(&runtime, &config, 0, &attachment("eth0", json!({}))).unwrap();
+        assert_eq!(runtime_config(&first, 0), Value::Null);
+        assert_eq!(
+            runtime_config(&first, 1),
+            json!({"portMappings": [{"hostPort": 80, "containerPort": 8080, "protocol": "tcp"}]})
+        );
+        assert_eq!(runtime_config(&first, 2), json!({"bandwidth": {"egressRate": 8000, "egressBurst": 800}}));
+        // A further network gets none of the runtime's: only what the pod asked for it.
+        let (further, ..) = plugins_call(&runtime, &config, 1, &attachment("net1", json!({}))).unwrap();
+        assert_eq!(further, attachment("net1", json!({})).config);
+        let asked = json!({"portMappings": [{"hostPort": 81, "containerPort": 80}]});
+        let (further, ..) = plugins_call(&runtime, &config, 1, &attachment("net1", asked.clone())).unwrap();
+        assert_eq!(runtime_config(&further, 1), asked);
+        assert_eq!(runtime_config(&further, 2), Value::Null);
+    }
+}

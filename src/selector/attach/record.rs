@@ -1,0 +1,454 @@
+//! Attachment records: what ADD chose for one (container, interface), kept under `dataDir` so that
+//! DEL, CHECK and GC never need the API server, nor the network's configuration file still being
+//! there or unchanged.
+//!
+//! A pod with several networks has one record per network, keyed by its own interface
+//! (`<containerID>:<ifname>`), each saying which of the runtime's attachments it belongs to (the
+//! runtime's `CNI_IFNAME`, whose DEL removes them all) and its position in the ADD.
+//!
+//! A record is written (atomically, durably) before any plugin of its network runs; once every
+//! network of the pod has succeeded, the record of the runtime's interface is written again with
+//! the results of them all. DEL removes the records after the networks' DELs. A record that cannot
+//! be read or parsed is logged and treated as absent: DEL then falls back to asking the API server.
+//!
+//! The format is still 1: this release added fields (`runtimeIfname`, `position`, `source`,
+//! `extras`) that a record written by the earlier release lacks, and their defaults describe it: the
+//! only attachment of its own interface. `confPath` is absent for a NetworkAttachmentDefinition's
+//! inline configuration.
+
+use crate::cni::{CniError, CniResult, ConfList, Invocation};
+use crate::durable;
+use crate::selector::choose::selection::{self, Attachment, PodIdentity, Source};
+use crate::selector::requests::annotation::Extras;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use std::collections::BTreeMap;
+use std::io;
+use std::path::{Path, PathBuf};
+
+/// Bumped when the format changes incompatibly; records of another format are treated as unreadable.
+const FORMAT: u32 = 1;
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Record {
+    pub format: u32,
+    pub container_id: String,
+    /// This attachment's interface.
+    pub ifname: String,
+    /// The runtime's `CNI_IFNAME` of the ADD that made it; absent (written by the earlier release):
+    /// `ifname`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub runtime_ifname: Option<String>,
+    /// Its place in that ADD, 0 for the runtime's own interface.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub position: usize,
+    /// The runtime's CNI_NETNS, and the CNI_ARGS this attachment's plugins got, for GC and DEL.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub netns: Option<PathBuf>,
+    pub cni_args: String,
+    pub network: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub conf_path: Option<PathBuf>,
+    /// The configuration exactly as its plugins got it.
+    pub conf: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source: Option<Source>,
+    #[serde(default, skip_serializing_if = "Extras::is_empty")]
+    pub extras: Extras,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod: Option<PodIdentity>,
+    /// The chain's final result (1.1.0 JSON), once ADD has completed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub result: Option<Value>,
+    /// On the record of the runtime's interface: the results of the pod's further networks, by
+    /// interface, written with its own in one durable write once every network is attached.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub further_results: BTreeMap<String, Value>,
+}
+
+fn is_zero(n: &usize) -> bool {
+    *n == 0
+}
+
+impl Record {
+    /// The record of `attachment`, at `position` of the runtime's call `runtime` (whose interface
+    /// is the runtime's); `delegate` is the call as the attachment's plugins get it, `conf` the
+    /// configuration they get.
+    pub fn new(
+        runtime: &Invocation,
+        delegate: &Invocation,
+        position: usize,
+        attachment: &Attachment,
+        conf: String,
+        pod: Option<PodIdentity>,
+    ) -> Self {
+        Record {
+            format: FORMAT,
+            container_id: runtime.container_id.clone(),
+            ifname: attachment.ifname.clone(),
+            runtime_ifname: Some(runtime.ifname.clone()),
+            position,
+            netns: runtime.netns.clone(),
+            cni_args: delegate.args.to_env_string(),
+            network: attachment.network.clone(),
+            conf_path: attachment.path.clone(),
+            conf,
+            source: Some(attachment.source.clone()),
+            extras: attachment.extras.clone(),
+            pod,
+            result: None,
+            further_results: BTreeMap::new(),
+        }
+    }
+
+    /// The runtime's interface this attachment belongs to.
+    pub fn owner(&self) -> &str {
+        self.runtime_ifname.as_deref().unwrap_or(&self.ifname)
+    }
+
+    /// The recorded configuration, parsed as it was at ADD.
+    pub fn conf_list(&self) -> Result<ConfList, CniError> {
+        selection::parse_config(&self.network, self.conf_path.as_deref(), &self.conf)
+    }
+
+    pub fn result(&self) -> Result<Option<CniResult>, CniError> {
+        self.result.as_ref().map(|r| CniResult::from_json(r, crate::cni::CniVersion::LATEST)).transpose()
+    }
+
+    pub fn set_result(&mut self, result: &CniResult) {
+        self.result = Some(result.to_latest_json());
+    }
+
+    /// Keep `result` as the result of the pod's further network on `ifname`.
+    pub fn set_further_result(&mut self, ifname: &str, result: &CniResult) {
+        self.further_results.insert(ifname.to_string(), result.to_latest_json());
+    }
+}
+
+/// What `RecordStore::of_container` finds under one container's name.
+#[derive(Debug)]
+pub enum Found {
+    Record(Box<Record>),
+    /// A file that cannot be read or parsed (logged), by the interface in its name.
+    Unreadable(String),
+    /// No record, but a temp file of a write that was interrupted (its process killed), by
+    /// interface: `remove` clears it.
+    Interrupted(String),
+}
+
+/// A record as its file holds it. JSON has no way to say a path that is not UTF-8 (a network file's
+/// or the runtime's netns): such an attachment cannot be recorded, so it is refused before anything
+/// is made rather than made without a record.
+fn serialized(record: &Record) -> Result<Vec<u8>, CniError> {
+    serde_json::to_vec_pretty(record).map_err(|e| {
+        CniError::invalid_config(format!(
+            "cannot record the attachment of container {} interface {}: {e}",
+            record.container_id, record.ifname
+        ))
+    })
+}
+
+/// The records of one `dataDir`.
+pub struct RecordStore {
+    dir: PathBuf,
+}
+
+impl RecordStore {
+    pub fn new(data_dir: &Path) -> Self {
+        RecordStore { dir: data_dir.join("attachments") }
+    }
+
+    /// `<dataDir>/attachments/<containerID>:<ifname>`. Neither part may contain `:` (the runtime's
+    /// values are validated, and so are the interface names of further networks), so no two
+    /// attachments share a file.
+    fn path(&self, container_id: &str, ifname: &str) -> PathBuf {
+        self.dir.join(format!("{container_id}:{ifname}"))
+    }
+
+    /// Write a record again with what ADD learned since `write_all` made it durable (the chains'
+    /// results). The directory is not fsync'd (`durable::replace_atomic`): after a power loss the
+    /// record may be the one without results, which DEL undoes as an ADD that did not complete (the
+    /// sandboxes did not survive either), as after a crash just before this write.
+    pub fn complete(&self, record: &Record) -> Result<(), CniError> {
+        let path = self.path(&record.container_id, &record.ifname);
+        let bytes = serialized(record)?;
+        durable::replace_atomic(&path, &bytes, 0o600)
+            .map_err(|e| CniError::io(format!("cannot write attachment record {}: {e}", path.display())))
+    }
+
+    /// The record of (container, interface); `None` if there is none or it is unreadable (logged).
+    pub fn read(&self, container_id: &str, ifname: &str) -> Option<Record> {
+        let path = self.path(container_id, ifname);
+        match std::fs::read(&path) {
+            Ok(bytes) => parse(&path, &bytes),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => None,
+            Err(e) => {
+                crate::selector::warn(format!(
+                    "cannot read attachment record {}: {e}; treating it as absent",
+                    path.display()
+                ));
+                None
+            }
+        }
+    }
+
+    /// Write `records` (of one container) together: each whole or absent after a crash, one fsync
+    /// each and one for the directory.
+    pub fn write_all(&self, records: &[&Record]) -> Result<(), CniError> {
+        let files = records
+            .iter()
+            .map(|r| Ok((self.path(&r.container_id, &r.ifname), serialized(r)?)))
+            .collect::<Result<Vec<(PathBuf, Vec<u8>)>, CniError>>()?;
+        durable::write_atomic_all(&files, 0o600)
+            .map_err(|e| CniError::io(format!("cannot write attachment records in {}: {e}", self.dir.display())))
+    }
+
+    /// Remove the records of these interfaces of a container (and temp files of their interrupted
+    /// writes) together: one fsync of the directory.
+    pub fn remove_all(&self, container_id: &str, ifnames: &[String]) -> Result<(), CniError> {
+        let paths: Vec<PathBuf> = ifnames.iter().map(|ifname| self.path(container_id, ifname)).collect();
+        durable::remove_all_durably(&paths)
+            .map_err(|e| CniError::io(format!("cannot remove attachment records in {}: {e}", self.dir.display())))
+    }
+
+    /// Every record file of `container_id`, and every interface of it that has only the temp file
+    /// of an interrupted write, in no order. A missing directory is none.
+    pub fn of_container(&self, container_id: &str) -> Result<Vec<Found>, CniError> {
+        let prefix = format!("{container_id}:");
+        let temp_prefix = format!(".{prefix}");
+        let names = self.names()?;
+        let mut found = Vec::new();
+        for name in &names {
+            if let Some(ifname) = name.strip_prefix(&prefix) {
+                found.push(match self.read(container_id, ifname) {
+                    Some(record) => Found::Record(Box::new(record)),
+                    None => Found::Unreadable(ifname.to_string()),
+                });
+            } else if let Some((ifname, _)) = name.strip_prefix(&temp_prefix).and_then(|rest| rest.rsplit_once(".tmp-"))
+                && !names.contains(&format!("{prefix}{ifname}"))
+                && !found.iter().any(|f| matches!(f, Found::Interrupted(i) if i == ifname))
+            {
+                found.push(Found::Interrupted(ifname.to_string()));
+            }
+        }
+        Ok(found)
+    }
+
+    /// Remove the temp files of every record write whose process died before its rename (GC: a
+    /// killed ADD's temp file for a container the runtime has forgotten has no DEL to take it).
+    pub fn remove_abandoned(&self) -> Result<usize, CniError> {
+        durable::remove_abandoned_temps(&self.dir)
+            .map(|removed| removed.len())
+            .map_err(|e| CniError::io(format!("cannot clear abandoned temp files in {}: {e}", self.dir.display())))
+    }
+
+    /// Every readable record (for GC).
+    pub fn list(&self) -> Result<Vec<Record>, CniError> {
+        let names = self.names()?;
+        let records_only = names.iter().filter(|name| !name.starts_with('.'));
+        let mut records: Vec<Record> =
+            records_only.filter_map(|name| name.split_once(':')).filter_map(|(c, i)| self.read(c, i)).collect();
+        records.sort_by(|a, b| (&a.container_id, &a.ifname).cmp(&(&b.container_id, &b.ifname)));
+        Ok(records)
+    }
+
+    /// The names in the directory: record files, and the temp files of `write_atomic` (which start
+    /// with a dot).
+    fn names(&self) -> Result<Vec<String>, CniError> {
+        let entries = match std::fs::read_dir(&self.dir) {
+            Ok(entries) => entries,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) => return Err(CniError::io(format!("cannot list {}: {e}", self.dir.display()))),
+        };
+        Ok(entries.filter_map(Result::ok).map(|e| e.file_name().to_string_lossy().into_owned()).collect())
+    }
+}
+
+fn parse(path: &Path, bytes: &[u8]) -> Option<Record> {
+    match serde_json::from_slice::<Record>(bytes) {
+        Ok(r) if r.format == FORMAT => Some(r),
+        Ok(r) => {
+            crate::selector::warn(format!(
+                "attachment record {} has format {}, not {FORMAT}; ignoring it",
+                path.display(),
+                r.format
+            ));
+            None
+        }
+        Err(e) => {
+            crate::selector::warn(format!(
+                "attachment record {} does not parse ({e}); treating it as absent",
+                path.display()
+            ));
+            None
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cni::CniArgs;
+
+    fn inv(cid: &str, ifname: &str) -> Invocation {
+        let mut inv = crate::cni::testing::invocation(crate::cni::Command::Add, Path::new("/nonexistent"));
+        inv.container_id = cid.into();
+        inv.ifname = ifname.into();
+        inv.args = CniArgs::parse("K8S_POD_NAMESPACE=ns;K8S_POD_NAME=p").unwrap();
+        inv
+    }
+
+    const CONF: &str = r#"{"cniVersion":"1.0.0","name":"blue","plugins":[{"type":"bridge"}]}"#;
+
+    fn attachment(ifname: &str) -> Attachment {
+        Attachment {
+            ifname: ifname.into(),
+            network: "blue".into(),
+            path: Some("/n/blue/b.conflist".into()),
+            config: CONF.into(),
+            source: Source::Value { element: "blue".into(), form: "network name".into() },
+            extras: Extras::default(),
+        }
+    }
+
+    fn record(cid: &str, runtime_ifname: &str, position: usize, ifname: &str) -> Record {
+        let runtime = inv(cid, runtime_ifname);
+        Record::new(&runtime, &runtime, position, &attachment(ifname), CONF.into(), None)
+    }
+
+    #[test]
+    fn an_attachment_with_a_path_json_cannot_hold_is_refused_and_nothing_written() {
+        use std::os::unix::ffi::OsStrExt;
+        let d = tempfile::tempdir().unwrap();
+        let store = RecordStore::new(d.path());
+        let mut r = record("c1", "eth0", 0, "eth0");
+        r.conf_path = Some(PathBuf::from(std::ffi::OsStr::from_bytes(b"/etc/cni/net.d/a/\xff.conf")));
+        let e = store.write_all(&[&r]).unwrap_err();
+        assert!(e.code == 7 && e.msg.contains("container c1 interface eth0"), "{e}");
+        assert!(store.read("c1", "eth0").is_none());
+        assert_eq!(store.complete(&r).unwrap_err().code, 7);
+    }
+
+    #[test]
+    fn round_trip_with_result_and_exact_conf_bytes() {
+        let d = tempfile::tempdir().unwrap();
+        let store = RecordStore::new(d.path());
+        let pod = PodIdentity { namespace: "ns".into(), name: "p".into(), uid: Some("u".into()) };
+        let runtime = inv("c1", "eth0");
+        let mut r = Record::new(&runtime, &runtime, 0, &attachment("eth0"), CONF.into(), Some(pod));
+        store.write_all(&[&r]).unwrap();
+        assert_eq!(store.read("c1", "eth0").unwrap(), r);
+        let result = CniResult::from_json(
+            &serde_json::json!({"ips": [{"address": "10.0.0.2/24"}]}),
+            crate::cni::CniVersion::LATEST,
+        )
+        .unwrap();
+        r.set_result(&result);
+        store.write_all(&[&r]).unwrap();
+        let back = store.read("c1", "eth0").unwrap();
+        assert_eq!(back.conf, CONF);
+        assert_eq!(back.result().unwrap(), Some(result));
+        assert_eq!(back.conf_list().unwrap().name, "blue");
+        assert_eq!(back.cni_args, "K8S_POD_NAMESPACE=ns;K8S_POD_NAME=p");
+        assert_eq!((back.owner(), back.position), ("eth0", 0));
+        let mode = std::os::unix::fs::PermissionsExt::mode(
+            &std::fs::metadata(d.path().join("attachments/c1:eth0")).unwrap().permissions(),
+        );
+        assert_eq!(mode & 0o777, 0o600);
+    }
+
+    /// A record exactly as the release before several networks wrote it.
+    #[test]
+    fn a_record_of_the_earlier_release_reads_as_the_only_attachment_of_its_interface() {
+        let d = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(d.path().join("attachments")).unwrap();
+        std::fs::write(
+            d.path().join("attachments/c1:eth0"),
+            r#"{
+  "format": 1,
+  "containerId": "c1",
+  "ifname": "eth0",
+  "netns": "/run/netns/p",
+  "cniArgs": "K8S_POD_NAMESPACE=ns;K8S_POD_NAME=p",
+  "network": "blue",
+  "confPath": "/n/blue/b.conflist",
+  "conf": "{\"cniVersion\":\"1.0.0\",\"name\":\"blue\",\"plugins\":[{\"type\":\"bridge\"}]}",
+  "pod": {"namespace": "ns", "name": "p", "uid": "u"},
+  "result": {"cniVersion": "1.1.0", "ips": [{"address": "10.0.0.2/24"}]}
+}"#,
+        )
+        .unwrap();
+        let store = RecordStore::new(d.path());
+        let r = store.read("c1", "eth0").unwrap();
+        assert_eq!((r.owner(), r.position, r.source.as_ref()), ("eth0", 0, None));
+        assert_eq!(r.conf_list().unwrap().plugin_type(0), "bridge");
+        assert!(r.result().unwrap().is_some());
+        assert!(matches!(&store.of_container("c1").unwrap()[..], [Found::Record(_)]));
+    }
+
+    #[test]
+    fn keyed_by_container_and_interface_and_found_by_container() {
+        let d = tempfile::tempdir().unwrap();
+        let store = RecordStore::new(d.path());
+        for (cid, ifname) in [("a_b", "c"), ("a", "b_c"), ("a", "eth1")] {
+            store.write_all(&[&record(cid, ifname, 0, ifname)]).unwrap();
+        }
+        store.write_all(&[&record("a", "eth1", 1, "net1")]).unwrap();
+        let all: Vec<_> = store.list().unwrap().into_iter().map(|r| (r.container_id, r.ifname)).collect();
+        assert_eq!(all.len(), 4);
+        let mut of_a: Vec<_> = store
+            .of_container("a")
+            .unwrap()
+            .into_iter()
+            .map(|f| match f {
+                Found::Record(r) => (r.ifname.clone(), r.owner().to_string(), r.position),
+                other => panic!("{other:?}"),
+            })
+            .collect();
+        of_a.sort();
+        assert_eq!(
+            of_a,
+            [("b_c".into(), "b_c".into(), 0), ("eth1".into(), "eth1".into(), 0), ("net1".into(), "eth1".into(), 1)]
+        );
+        assert_eq!(store.of_container("a_b").unwrap().len(), 1, "a_b is not a");
+        store.remove_all("a", &["b_c".into()]).unwrap();
+        store.remove_all("a", &["b_c".into()]).unwrap();
+        assert!(store.read("a", "b_c").is_none());
+        assert!(store.read("a_b", "c").is_some());
+    }
+
+    #[test]
+    fn gc_sweeps_the_temp_files_of_killed_writers_of_any_record() {
+        let d = tempfile::tempdir().unwrap();
+        let store = RecordStore::new(d.path());
+        store.write_all(&[&record("c1", "eth0", 0, "eth0")]).unwrap();
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        child.wait().unwrap();
+        let killed = d.path().join(format!("attachments/.gone:eth0.tmp-{}-0123456789ab", child.id()));
+        let live = d.path().join(format!("attachments/.c2:eth0.tmp-{}-0123456789ab", std::process::id()));
+        std::fs::write(&killed, "{").unwrap();
+        std::fs::write(&live, "{").unwrap();
+        assert_eq!(store.remove_abandoned().unwrap(), 1);
+        assert!(!killed.exists() && live.exists());
+        assert!(store.read("c1", "eth0").is_some());
+    }
+
+    #[test]
+    fn unparsable_records_count_as_absent() {
+        let d = tempfile::tempdir().unwrap();
+        let store = RecordStore::new(d.path());
+        std::fs::create_dir_all(d.path().join("attachments")).unwrap();
+        std::fs::write(d.path().join("attachments/c1:eth0"), "{torn").unwrap();
+        std::fs::write(d.path().join("attachments/c2:eth0"), r#"{"format": 99}"#).unwrap();
+        assert!(store.read("c1", "eth0").is_none());
+        assert!(store.read("c2", "eth0").is_none());
+        assert!(store.list().unwrap().is_empty());
+        assert!(matches!(&store.of_container("c1").unwrap()[..], [Found::Unreadable(i)] if i == "eth0"));
+        std::fs::write(d.path().join("attachments/.c3:net1.tmp-1-abc"), "{").unwrap();
+        std::fs::write(d.path().join("attachments/.c1:eth0.tmp-1-abc"), "{").unwrap();
+        assert!(matches!(&store.of_container("c3").unwrap()[..], [Found::Interrupted(i)] if i == "net1"));
+        assert!(matches!(&store.of_container("c1").unwrap()[..], [Found::Unreadable(_)]), "a record is there");
+        assert!(RecordStore::new(&d.path().join("nothing")).list().unwrap().is_empty());
+    }
+}

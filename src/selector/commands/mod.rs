@@ -1,0 +1,4 @@
+//! The CNI verbs.
+
+pub mod gc;
+pub mod status;
