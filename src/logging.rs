@@ -16,12 +16,16 @@ use tracing::Level;
 use tracing_subscriber::fmt::writer::BoxMakeWriter;
 use tracing_subscriber::util::SubscriberInitExt;
 
-/// The network this process's operation concerns, when the plugin knows better than its config's
-/// `name` (the selector learns it by selecting). Read by the operation line.
+/// The networks this process's operation concerns, comma-separated, when the plugin knows better
+/// than its config's `name` (the selector learns them by selecting). Read by the operation line.
 static OPERATION_NETWORK: Mutex<String> = Mutex::new(String::new());
 
-pub fn note_network(name: &str) {
-    *OPERATION_NETWORK.lock().unwrap_or_else(|e| e.into_inner()) = name.to_string();
+/// Note the operation's networks (none: the config's `name` stays).
+pub fn note_networks<'a>(names: impl Iterator<Item = &'a str>) {
+    let names: Vec<&str> = names.collect();
+    if !names.is_empty() {
+        *OPERATION_NETWORK.lock().unwrap_or_else(|e| e.into_inner()) = names.join(",");
+    }
 }
 
 pub fn noted_network() -> Option<String> {

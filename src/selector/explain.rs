@@ -6,9 +6,7 @@ use crate::cni::CniError;
 use crate::kube::agent_socket::client::exchange;
 use crate::kube::agent_socket::protocol::{Answer, Ask, Request};
 use crate::kube::{ApiClient, PodSource};
-use crate::selector::choose::from_agent;
-use crate::selector::choose::select;
-use crate::selector::choose::selection::Selection;
+use crate::selector::choose::{self, Selection, from_agent};
 use crate::selector::config::{DEFAULT_CONFIG_FILE, SelectorConfig};
 use std::fmt::Write;
 use std::path::PathBuf;
@@ -95,7 +93,7 @@ fn explain(options: &Options, config: &SelectorConfig) -> Result<(Selection, Str
         None => None,
     };
     // The runtimes the selector serves name the pod's first interface eth0.
-    let selection = select::select(config, "eth0", pod, None, api.as_ref().map(|a| a as &dyn PodSource))?;
+    let selection = choose::select(config, "eth0", pod, None, api.as_ref().map(|a| a as &dyn PodSource))?;
     let text = render(options, &selection)?;
     Ok((selection, text))
 }

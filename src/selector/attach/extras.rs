@@ -15,19 +15,10 @@
 //!   them on a network whose plugins do not declare them is refused at selection, as for `ips`.
 //! - `cni-args`: merged into every plugin's `args.cni`, as Multus gives it.
 
-use crate::cni::{CniArgs, ConfList};
+use crate::cni::CniArgs;
 use crate::selector::netconf::capabilities;
 use crate::selector::requests::annotation::Extras;
 use serde_json::{Map, Value};
-
-/// Whether some plugin of `list` declares capability `name` (`"capabilities": {"<name>": true}`).
-pub fn declares(list: &ConfList, name: &str) -> bool {
-    list.plugins.iter().any(|p| declares_one(p, name))
-}
-
-fn declares_one(plugin: &Map<String, Value>, name: &str) -> bool {
-    capabilities::declared_by(plugin, name)
-}
 
 /// The configuration `config` with `extras` given to its plugins. Unchanged (the same text) when
 /// there is nothing to give. `config` has been parsed before, so it is a JSON object.
@@ -57,7 +48,8 @@ pub fn apply_to_config(config: &str, extras: &Extras) -> String {
 fn apply_to_plugin(plugin: &mut Map<String, Value>, extras: &Extras) {
     let asked =
         capabilities::asked(&extras.ips, extras.mac.as_deref(), &extras.port_mappings, extras.bandwidth.as_ref());
-    let runtime: Map<String, Value> = asked.into_iter().filter(|(name, _)| declares_one(plugin, name)).collect();
+    let runtime: Map<String, Value> =
+        asked.into_iter().filter(|(name, _)| capabilities::declared_by(plugin, name)).collect();
     if !runtime.is_empty() {
         let entry = plugin.entry("runtimeConfig").or_insert_with(|| Value::Object(Map::new()));
         if let Value::Object(existing) = entry {
@@ -143,17 +135,5 @@ mod tests {
         assert_eq!(args.to_env_string(), "K8S_POD_NAME=a;IgnoreUnknown=1;MAC=02:00:00:00:00:01");
         let args = apply_to_args(&CniArgs::parse("IgnoreUnknown=1;MAC=x").unwrap(), &e);
         assert_eq!(args.to_env_string(), "IgnoreUnknown=1;MAC=02:00:00:00:00:01");
-    }
-
-    #[test]
-    fn capabilities_are_found_in_any_plugin() {
-        let list = ConfList::parse(
-            br#"{"cniVersion":"1.0.0","name":"n","plugins":[{"type":"a"},{"type":"b","capabilities":{"ips":true}}]}"#,
-            true,
-            "n",
-        )
-        .unwrap();
-        assert!(declares(&list, "ips"));
-        assert!(!declares(&list, "mac"));
     }
 }

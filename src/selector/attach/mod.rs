@@ -1,9 +1,18 @@
-//! Attaching the chosen networks to the pod.
+//! Attaching the chosen networks to the pod, and undoing them: every network's record first
+//! (`record`), then its chain of plugins (`chain`) with the call it gets (`call`), all of them as
+//! one (`networks`); the default route a pod asked for (`default_route`); what a DEL may let go of
+//! (`settle`), and the tombstone a completed DEL leaves (`tombstone`).
 
+mod call;
 pub mod chain;
 pub mod default_route;
-pub mod extras;
-pub mod networks;
-pub mod record;
+mod extras;
+mod networks;
+mod record;
 pub mod settle;
-pub mod tombstone;
+mod tombstone;
+
+pub use call::{gc_call, plugins_call};
+pub use networks::{Attached, abandon, add_all, check_records, del_records, in_order, record_results, records_of};
+pub use record::{Found, Record, RecordStore};
+pub use tombstone::Tombstones;

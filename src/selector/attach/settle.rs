@@ -6,8 +6,8 @@
 //! failure fails the DEL, which the runtime retries: a record whose ADD completed, or whose
 //! interface is still there, may hold what only its DEL releases.
 
+use super::record::Record;
 use crate::cni::CniError;
-use crate::selector::attach::record::Record;
 use std::path::Path;
 
 /// The outcome of the DEL of `records` in the netns `netns` (`None`: there is none) whose DELs

@@ -4,13 +4,15 @@
 //! admin's `multusNamespace`, the inline rule for all), then resolves to its inline configuration
 //! or to the `confDir` network of its name.
 
+use super::interfaces::Planned;
+use super::objects::Objects;
+use super::selection::{Attachment, Source};
 use crate::cni::{CniError, code};
 use crate::kube::ObjectRef;
-use crate::selector::choose::select::Objects;
-use crate::selector::choose::selection::{Attachment, Planned, Source};
 use crate::selector::config::SelectorConfig;
 use crate::selector::config::defaults::PodDefaults;
 use crate::selector::config::policy::AttachmentPolicy;
+use crate::selector::netconf::capabilities;
 use crate::selector::netconf::confdir::{self, NetworkName};
 use crate::selector::requests::annotation::Request;
 
@@ -112,9 +114,7 @@ pub fn nad_plan(
         ("portMappings", !request.extras.port_mappings.is_empty()),
         ("bandwidth", request.extras.bandwidth.is_some()),
     ];
-    if let Some((key, _)) =
-        asked.iter().find(|(key, asked)| *asked && !crate::selector::attach::extras::declares(&list, key))
-    {
+    if let Some((key, _)) = asked.iter().find(|(key, asked)| *asked && !capabilities::declared_in(&list, key)) {
         return Err(CniError::invalid_config(format!(
             "it asks for {key}, but no plugin of network {} declares the \"{key}\" capability \
              (\"capabilities\": {{\"{key}\": true}}), so none would see them",

@@ -9,15 +9,16 @@
 //! not parse, "unknown", the pod of another uid, an answer that lacks an object `resolve` asks for,
 //! and objects that make `resolve` fail (the API server has the last word on an error).
 
+use super::objects::Objects;
+use super::resolve::resolve as resolve_pod;
+use super::sandbox::check_uid;
+use super::selection::Selection;
 use crate::cni::{CniError, code};
 use crate::kube::agent_socket::client::exchange;
 use crate::kube::agent_socket::protocol::{Answer, Ask, PodObjects, Request};
 use crate::kube::{NetworkAttachmentDefinition, ObjectRef};
-use crate::selector::choose::select::{self, Objects};
-use crate::selector::choose::selection::{PodIdentity, Selection};
 use crate::selector::config::SelectorConfig;
 use k8s_openapi::api::core::v1::ConfigMap;
-use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -25,8 +26,6 @@ use std::time::{Duration, Instant};
 /// the agent waits `AGENT_WAIT`, and the exchange must be over by `WAIT`.
 pub const WAIT: Duration = Duration::from_millis(1000);
 pub const AGENT_WAIT: Duration = Duration::from_millis(900);
-/// Handing the network-status annotation over: the agent only queues it.
-const HAND_OVER: Duration = Duration::from_millis(250);
 
 /// Why the agent's answer was not used, and whether it answered at all: an agent that answered is
 /// up, and still takes what ADD hands over afterwards (the status, the events) for a pod its watch
@@ -73,7 +72,7 @@ pub fn selection(
     resolve(config, runtime_ifname, pod, uid, &objects).map_err(not_used)
 }
 
-/// `select::resolve` over the agent's answer.
+/// `resolve` over the agent's answer.
 pub fn resolve(
     config: &SelectorConfig,
     runtime_ifname: &str,
@@ -87,35 +86,12 @@ pub fn resolve(
     if !named {
         return Err(format!("the agent answered with another pod than {pod_ref}"));
     }
-    select::check_uid(pod_ref, &objects.pod, Some(uid)).map_err(|e| format!("the agent's answer: {}", e.msg))?;
+    check_uid(pod_ref, &objects.pod, Some(uid)).map_err(|e| format!("the agent's answer: {}", e.msg))?;
     let mut answered = Answered { objects, missing: None };
-    select::resolve(config, runtime_ifname, pod, &objects.pod, &mut answered).map_err(|e| match answered.missing {
+    resolve_pod(config, runtime_ifname, pod, &objects.pod, &mut answered).map_err(|e| match answered.missing {
         Some(object) => format!("the agent's answer lacks {object}"),
         None => format!("the agent's objects give an error, which the API server is asked to confirm: {e}"),
     })
-}
-
-/// Hand the pod's annotations (none: no status to write) and the messages of its `AddedInterface`
-/// events to the agent, which writes them (with the uid guard) on its own time.
-pub fn hand_over(
-    socket: &Path,
-    pod: &PodIdentity,
-    uid: &str,
-    annotations: &BTreeMap<String, String>,
-    events: &[String],
-) -> Result<(), String> {
-    let ask = Ask::Annotate {
-        namespace: pod.namespace.clone(),
-        name: pod.name.clone(),
-        uid: uid.into(),
-        annotations: annotations.clone(),
-        events: events.to_vec(),
-    };
-    match exchange(socket, &Request::new(ask), Instant::now() + HAND_OVER)? {
-        Answer::Accepted => Ok(()),
-        Answer::Refused { why } => Err(why),
-        other => Err(format!("unexpected answer {other:?}")),
-    }
 }
 
 /// `Objects` from the agent's answer. An object the answer does not hold is not "absent" (the

@@ -1,14 +1,15 @@
 //! The objects `resolve` reads, and where they come from: `Objects` asks for the ConfigMaps and
 //! NetworkAttachmentDefinitions a pod refers to; `Fetching` asks the API server. For something
 //! that holds objects ahead of time (the node agent), `references` says which objects a pod needs
-//! and `trimmed` keeps of a pod only what `resolve` reads. Both follow `resolve`'s own parsing (the
-//! same helpers of `select`), so what the agent holds is what `resolve` asks for.
+//! and `trimmed` keeps of a pod only what `resolve` reads. Both read the pod as `resolve` does
+//! (`pod`), so what the agent holds is what `resolve` asks for.
 
+use super::by_nad::NadUse;
+use super::interfaces::MAX_ATTACHMENTS;
+use super::pod::{annotation_requests, config_map_source, containers, env_entry};
+use super::sandbox::CONFIG_MIRROR;
 use crate::cni::CniError;
 use crate::kube::{Kind, NetworkAttachmentDefinition, ObjectKey, PodSource};
-use crate::selector::choose::by_nad::NadUse;
-use crate::selector::choose::select::{CONFIG_MIRROR, annotation_requests, config_map_source, containers, env_entry};
-use crate::selector::choose::selection::MAX_ATTACHMENTS;
 use crate::selector::config::defaults::PodDefaults;
 use crate::selector::config::policy::AttachmentPolicy;
 use crate::selector::requests::annotation::{self, GENIE_CNI, MULTUS_DEFAULT_NETWORK, NETWORKS};

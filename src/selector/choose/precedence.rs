@@ -14,12 +14,15 @@
 //! it). After the first network and the further ones of the same way come the admin's
 //! `defaultNetworks`, then the networks annotation's (see `resolve`).
 
+use super::by_nad::{NadUse, nad_plan};
+use super::by_value::{default_plans, value_plans};
+use super::containers::containers_choice;
+use super::interfaces::Planned;
+use super::objects::Objects;
+use super::pod::{containers, env_entry};
+use super::selection::{ENV_VAR, Reason, Source};
 use crate::cni::CniError;
 use crate::kube::ObjectRef;
-use crate::selector::choose::by_nad::{NadUse, nad_plan};
-use crate::selector::choose::select::{Objects, containers, containers_choice, default_plans, env_entry, value_plans};
-use crate::selector::choose::selection::ENV_VAR;
-use crate::selector::choose::selection::{Planned, Reason, Source};
 use crate::selector::config::SelectorConfig;
 use crate::selector::requests::annotation::{self, GENIE_CNI, MULTUS_DEFAULT_NETWORK};
 use k8s_openapi::api::core::v1::Pod;
@@ -120,8 +123,8 @@ pub fn genie_names(plans: &mut [Planned]) {
 
 #[cfg(test)]
 mod tests {
+    use super::super::selection::Attachment;
     use super::*;
-    use crate::selector::choose::selection::Attachment;
 
     fn plan(ifname: Option<&str>) -> Planned {
         Planned {

@@ -12,20 +12,44 @@
 //! directories whose chains share a name each hear of all the attachments of that name.
 
 use crate::cni::attachment_lock;
-use crate::cni::{CniArgs, CniError, Command, ConfList, Invocation};
-use crate::selector::attach::networks;
-use crate::selector::attach::record::{Record, RecordStore};
-use crate::selector::attach::tombstone::Tombstones;
-use crate::selector::attach::{chain, settle};
+use crate::cni::{CniArgs, CniError, Command, ConfList, Invocation, PluginConf};
+use crate::selector::attach::{self, Record, RecordStore, Tombstones, chain, settle};
 use crate::selector::config::SelectorConfig;
 use crate::selector::netconf::confdir::{self, NetworkName};
 use crate::selector::warn;
+use serde::Deserialize;
 use serde_json::{Value, json};
 use std::collections::{BTreeMap, HashSet};
 
+/// DEL every recorded attachment that the runtime no longer lists as valid, then GC each network
+/// with its own live attachments.
+pub fn gc(inv: &Invocation, conf: &PluginConf) -> Result<(), CniError> {
+    let config = SelectorConfig::from_plugin_conf(conf)?;
+    let valid: HashSet<(String, String)> = valid_attachments(conf)?.into_iter().collect();
+    collect(inv, &config, &valid)
+}
+
+/// The list of valid attachments a GC call carries, as (container id, interface) pairs.
+pub fn valid_attachments(conf: &PluginConf) -> Result<Vec<(String, String)>, CniError> {
+    const KEY: &str = "cni.dev/valid-attachments";
+    #[derive(Deserialize)]
+    struct Attachment {
+        #[serde(rename = "containerID")]
+        container_id: String,
+        ifname: String,
+    }
+    // Without the list every record would look stale; refuse rather than delete them all.
+    let value = conf.raw.get(KEY).filter(|v| !v.is_null()).ok_or_else(|| {
+        CniError::invalid_config(format!("GC needs '{KEY}' in the configuration; nothing was collected"))
+    })?;
+    let list = Vec::<Attachment>::deserialize(value)
+        .map_err(|e| CniError::invalid_config(format!("'{KEY}' is not a list of {{containerID, ifname}}: {e}")))?;
+    Ok(list.into_iter().map(|a| (a.container_id, a.ifname)).collect())
+}
+
 /// DEL the stale attachments, then GC every network with its live ones. Every step is tried; the
 /// first error is returned.
-pub fn collect(inv: &Invocation, config: &SelectorConfig, valid: &HashSet<(String, String)>) -> Result<(), CniError> {
+fn collect(inv: &Invocation, config: &SelectorConfig, valid: &HashSet<(String, String)>) -> Result<(), CniError> {
     let store = RecordStore::new(&config.data_dir);
     let (stale, live): (Vec<Record>, Vec<Record>) =
         store.list()?.into_iter().partition(|r| !valid.contains(&(r.container_id.clone(), r.owner().to_string())));
@@ -39,7 +63,7 @@ pub fn collect(inv: &Invocation, config: &SelectorConfig, valid: &HashSet<(Strin
     if let Err(e) = store.remove_abandoned() {
         warn(format!("GC: {e}"));
     }
-    let call = networks::gc_call(inv, config);
+    let call = attach::gc_call(inv, config);
     for (list, attachments) in networks(config, &live) {
         if let Err(e) = chain::gc(&list, &call, &attachments) {
             first_error.get_or_insert(e);
@@ -62,7 +86,7 @@ fn del_stale(
     }
     let mut first_error = None;
     for ((container_id, owner), mut records) in by_owner {
-        networks::in_order(&mut records, &owner);
+        attach::in_order(&mut records, &owner);
         // A DEL like the runtime's: after the remains of any killed call on the attachment.
         let lock = attachment_lock::acquire(&locks, &container_id, &owner, attachment_lock::WAIT);
         let own = records.iter().find(|r| r.ifname == owner).unwrap_or(&records[0]);
@@ -75,7 +99,7 @@ fn del_stale(
             args: CniArgs::parse(&own.cni_args).unwrap_or_default(),
             path: inv.path.clone(),
         };
-        let (failed, _) = networks::del_records(&runtime, config, &records);
+        let (failed, _) = attach::del_records(&runtime, config, &records);
         let outcome = settle::settle(&records, runtime.netns.as_deref(), failed);
         // What cannot be used cannot be undone any more: the runtime has forgotten the pod.
         let ifnames: Vec<String> = records.iter().map(|r| r.ifname.clone()).collect();
@@ -140,7 +164,6 @@ fn without_runtime_config(mut list: ConfList) -> ConfList {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cni::PluginConf;
     use crate::selector::choose::selection::{Attachment, Source};
     use crate::selector::requests::annotation::Extras;
 
@@ -191,5 +214,16 @@ mod tests {
         assert_eq!(found["pc"], (json!([]), false));
         assert_eq!(found["px"], (json!([{"containerID": "c2", "ifname": "eth0"}]), false));
         assert_eq!(found.len(), 4);
+    }
+
+    #[test]
+    fn gc_attachments() {
+        let conf = PluginConf::parse(
+            br#"{"cniVersion":"1.1.0","type":"yh-genie","cni.dev/valid-attachments":[{"containerID":"c1","ifname":"eth0"}]}"#,
+        )
+        .unwrap();
+        assert_eq!(valid_attachments(&conf).unwrap(), vec![("c1".to_string(), "eth0".to_string())]);
+        let none = PluginConf::parse(br#"{"cniVersion":"1.1.0","type":"yh-genie"}"#).unwrap();
+        assert_eq!(valid_attachments(&none).unwrap_err().code, 7);
     }
 }

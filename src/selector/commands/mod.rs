@@ -1,4 +1,13 @@
-//! The CNI verbs.
+//! The CNI verbs of the selector, one file each.
 
-pub mod gc;
-pub mod status;
+mod add;
+mod check;
+mod del;
+mod gc;
+mod status;
+
+pub use add::add;
+pub use check::check;
+pub use del::del;
+pub use gc::gc;
+pub use status::status;

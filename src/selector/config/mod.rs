@@ -161,24 +161,6 @@ fn seconds_key(map: &Map<String, Value>, name: &str, default: Duration) -> Resul
     }
 }
 
-/// The list of valid attachments a GC call carries, as (container id, interface) pairs.
-pub fn valid_attachments(conf: &PluginConf) -> Result<Vec<(String, String)>, CniError> {
-    const KEY: &str = "cni.dev/valid-attachments";
-    #[derive(Deserialize)]
-    struct Attachment {
-        #[serde(rename = "containerID")]
-        container_id: String,
-        ifname: String,
-    }
-    // Without the list every record would look stale; refuse rather than delete them all.
-    let value = conf.raw.get(KEY).filter(|v| !v.is_null()).ok_or_else(|| {
-        CniError::invalid_config(format!("GC needs '{KEY}' in the configuration; nothing was collected"))
-    })?;
-    let list = Vec::<Attachment>::deserialize(value)
-        .map_err(|e| CniError::invalid_config(format!("'{KEY}' is not a list of {{containerID, ifname}}: {e}")))?;
-    Ok(list.into_iter().map(|a| (a.container_id, a.ifname)).collect())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -276,16 +258,5 @@ mod tests {
             assert_eq!(e.code, 7, "{json}");
             assert!(e.msg.contains(key), "{json}: {e}");
         }
-    }
-
-    #[test]
-    fn gc_attachments() {
-        let conf = PluginConf::parse(
-            br#"{"cniVersion":"1.1.0","type":"yh-genie","cni.dev/valid-attachments":[{"containerID":"c1","ifname":"eth0"}]}"#,
-        )
-        .unwrap();
-        assert_eq!(valid_attachments(&conf).unwrap(), vec![("c1".to_string(), "eth0".to_string())]);
-        let none = PluginConf::parse(br#"{"cniVersion":"1.1.0","type":"yh-genie"}"#).unwrap();
-        assert_eq!(valid_attachments(&none).unwrap_err().code, 7);
     }
 }

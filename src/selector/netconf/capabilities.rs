@@ -12,7 +12,7 @@
 //! configuration so made is what the attachment record keeps, so DEL, CHECK and GC hand the
 //! plugins the same values (portmap removes its rules by them).
 
-use crate::cni::{CniError, PluginConf};
+use crate::cni::{CniError, ConfList, PluginConf};
 use ipnetwork::IpNetwork;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
@@ -44,6 +44,11 @@ pub fn runtime_args(conf: &PluginConf) -> Result<Map<String, Value>, CniError> {
             Err(CniError::invalid_config(format!("yh-genie: 'runtimeConfig' must be an object, not {other}")))
         }
     }
+}
+
+/// Whether some plugin of `list` declares capability `name`.
+pub fn declared_in(list: &ConfList, name: &str) -> bool {
+    list.plugins.iter().any(|p| declared_by(p, name))
 }
 
 /// Whether `plugin` declares capability `name` (`"capabilities": {"<name>": true}`).
@@ -259,5 +264,17 @@ mod tests {
             let e = bandwidth(&bad).unwrap_err();
             assert!(e.contains(why), "{bad}: {e}");
         }
+    }
+
+    #[test]
+    fn capabilities_are_found_in_any_plugin() {
+        let list = ConfList::parse(
+            br#"{"cniVersion":"1.0.0","name":"n","plugins":[{"type":"a"},{"type":"b","capabilities":{"ips":true}}]}"#,
+            true,
+            "n",
+        )
+        .unwrap();
+        assert!(declared_in(&list, "ips"));
+        assert!(!declared_in(&list, "mac"));
     }
 }

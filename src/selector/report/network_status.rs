@@ -8,7 +8,8 @@
 use crate::cni::CniResult;
 use crate::cni::result::Dns;
 use crate::kube::PodSource;
-use crate::selector::choose::selection::{PodIdentity, Source};
+use crate::selector::attach::Attached;
+use crate::selector::choose::{PodIdentity, Source};
 use serde::Serialize;
 use std::collections::BTreeMap;
 
@@ -77,6 +78,16 @@ pub fn entries(network: &str, source: Option<&Source>, ifname: &str, result: &Cn
 pub fn annotations(entries: &[Entry]) -> BTreeMap<String, String> {
     let value = serde_json::to_string_pretty(entries).expect("status entries always serialize");
     BTreeMap::from([(NETWORK_STATUS.to_string(), value)])
+}
+
+/// The annotations that say what `attached` got, the first network the pod's default.
+pub fn of_attached(attached: &[Attached]) -> BTreeMap<String, String> {
+    let all: Vec<Entry> = attached
+        .iter()
+        .enumerate()
+        .flat_map(|(i, a)| entries(&a.record.network, a.record.source.as_ref(), &a.record.ifname, &a.result, i == 0))
+        .collect();
+    annotations(&all)
 }
 
 /// Write `annotations` on `pod` (whose uid must still be `uid`). Logs what happened; never fails.

@@ -12,7 +12,7 @@
 
 use crate::cni::{CniError, ConfList, code};
 use crate::netlink::MacAddr;
-use crate::selector::attach::extras;
+use crate::selector::netconf::capabilities;
 use crate::selector::netconf::inline::go_fold;
 use ipnetwork::IpNetwork;
 use serde_json::{Map, Value};
@@ -43,7 +43,7 @@ pub fn check(cni_args: &Map<String, Value>, list: &ConfList, network: &str) -> R
         match plain.as_str() {
             "IPS" => {
                 ips(value).map_err(bad)?;
-                if !extras::declares(list, "ips") {
+                if !capabilities::declared_in(list, "ips") {
                     return Err(bad(format!(
                         "plugins read it as \"ips\", and no plugin of network {network} declares the \"ips\" capability \
                          (\"capabilities\": {{\"ips\": true}}), so \"ips\" is refused on it"

@@ -1,0 +1,34 @@
+//! What choosing reads of the pod object: its containers, the `CNI_NETWORK_CONFIG` entry that
+//! counts, and the networks annotation. `resolve`, the agent's `references` and `trimmed` read the
+//! pod through these alone, so what the agent holds is what `resolve` asks for.
+
+use super::selection::ENV_VAR;
+use crate::cni::CniError;
+use crate::selector::requests::annotation::{self, Request};
+use k8s_openapi::api::core::v1::{ConfigMapKeySelector, Container, EnvVar, Pod};
+
+/// The pod's containers and init containers.
+pub fn containers(pod: &Pod) -> (&[Container], &[Container]) {
+    match &pod.spec {
+        Some(spec) => (spec.containers.as_slice(), spec.init_containers.as_deref().unwrap_or_default()),
+        None => (&[], &[]),
+    }
+}
+
+/// The container's `CNI_NETWORK_CONFIG` entry; the last one wins, as in Kubernetes.
+pub fn env_entry(container: &Container) -> Option<&EnvVar> {
+    container.env.as_deref().unwrap_or_default().iter().rev().find(|e| e.name == ENV_VAR)
+}
+
+/// The ConfigMap key an env entry takes its value from, if that is where it takes it from.
+pub fn config_map_source(entry: &EnvVar) -> Option<&ConfigMapKeySelector> {
+    entry.value_from.as_ref()?.config_map_key_ref.as_ref()
+}
+
+/// The elements of the pod's networks annotation; none without it.
+pub fn annotation_requests(pod: &Pod) -> Result<Vec<Request>, CniError> {
+    match pod.metadata.annotations.as_ref().and_then(|a| a.get(annotation::NETWORKS)) {
+        Some(value) => annotation::parse(value),
+        None => Ok(Vec::new()),
+    }
+}

@@ -1,0 +1,103 @@
+//! CNI ADD for the selector: choose the pod's networks (from the node agent when it knows the pod,
+//! else from the API server), record and attach them all, give the pod the default route it asked
+//! for, record the results, and report what was attached (the network-status annotation, the
+//! `AddedInterface` events). The runtime gets the result of the first network, on its interface.
+
+use super::status::readiness_indicator;
+use crate::cni::{CniError, CniResult, Invocation, PluginConf, code};
+use crate::kube::{ApiClient, PodSource};
+use crate::selector::attach::{self, RecordStore, Tombstones, default_route};
+use crate::selector::choose::{self, PodIdentity, Selection, from_agent};
+use crate::selector::config::{NetworkStatus, SelectorConfig};
+use crate::selector::report::{self, Via};
+
+pub fn add(inv: &Invocation, conf: &PluginConf) -> Result<CniResult, CniError> {
+    let config = SelectorConfig::from_plugin_conf(conf)?;
+    readiness_indicator(&config, code::TRY_AGAIN_LATER)?;
+    let Chosen { selection, via, mut api } = choose(&config, inv)?;
+    crate::logging::note_networks(selection.attachments.iter().map(|a| a.network.as_str()));
+    let status_wanted = wants_status(&config, &selection);
+    if !status_wanted {
+        // A pod that gets no status write keeps no client while its plugins run.
+        api = None;
+    }
+    let pod = inv.args.pod().map(|(namespace, name)| PodIdentity {
+        namespace: namespace.to_string(),
+        name: name.to_string(),
+        uid: inv.args.pod_uid().map(String::from).or(selection.pod.as_ref().and_then(|p| p.uid.clone())),
+    });
+    let store = RecordStore::new(&config.data_dir);
+    // A DEL of this attachment that completed before no longer holds once this ADD makes it.
+    Tombstones::new(&config.data_dir).remove(&inv.container_id, &inv.ifname);
+    let mut attached = attach::add_all(inv, &config, &store, &selection.attachments, pod.clone())?;
+    crate::crash_point::reached("selector.add.attached");
+    let requests = default_route::requested_by(&selection.attachments);
+    let finished = default_route::apply(inv, &requests).and_then(|()| {
+        let mut results: Vec<(&str, &mut CniResult)> =
+            attached.iter_mut().map(|a| (a.record.ifname.as_str(), &mut a.result)).collect();
+        default_route::adjust(&mut results, &requests);
+        attach::record_results(&store, &mut attached)
+    });
+    if let Err(e) = finished {
+        attach::abandon(&store, inv, &mut attached);
+        return Err(e);
+    }
+    if let Some(pod) = &pod {
+        // The status goes on the pod object the API server holds: a static pod's mirror has a
+        // uid of its own, not the sandbox's K8S_POD_UID.
+        let object_uid = selection.pod.as_ref().and_then(|p| p.uid.clone());
+        let object = PodIdentity { uid: object_uid.or(pod.uid.clone()), ..pod.clone() };
+        report::report(&config, &via, api, &object, &attached, status_wanted);
+    }
+    let primary = attached.into_iter().next().expect("a selection has at least one attachment");
+    Ok(primary.result)
+}
+
+/// Whether ADD writes the pod's network-status annotation (`networkStatus`).
+fn wants_status(config: &SelectorConfig, selection: &Selection) -> bool {
+    let looked_up = selection.pod.is_some();
+    match config.network_status {
+        NetworkStatus::Never => false,
+        NetworkStatus::Always => looked_up,
+        NetworkStatus::Auto => looked_up && selection.attachments.len() > 1,
+    }
+}
+
+/// A selection, where it came from, and the API client that got it, if any.
+struct Chosen {
+    selection: Selection,
+    via: Via,
+    api: Option<ApiClient>,
+}
+
+/// The pod's selection: from the node agent when there is one that knows the pod (no API request
+/// at all), else from the API server exactly as without an agent. The operation's log line says
+/// which (`selection="agent"`, or `"api: <why not the agent>"`). Without `K8S_POD_UID` the agent is
+/// not asked: it could not tell the sandbox's pod from another of the same name.
+fn choose(config: &SelectorConfig, inv: &Invocation) -> Result<Chosen, CniError> {
+    let mut agent = None;
+    if let (Some(_), Some(pod)) = (&config.kubeconfig, inv.args.pod()) {
+        let why_not = match (&config.agent_socket, inv.args.pod_uid()) {
+            (None, _) => None,
+            (Some(_), None) => Some("no K8S_POD_UID in CNI_ARGS to ask the agent with".to_string()),
+            (Some(socket), Some(uid)) => {
+                match from_agent::selection(config, &inv.ifname, pod, uid, socket, from_agent::AGENT_WAIT) {
+                    Ok(selection) => {
+                        crate::logging::note_selection("agent");
+                        return Ok(Chosen { selection, via: Via::Agent(socket.clone()), api: None });
+                    }
+                    Err(not_used) => {
+                        // Up, but without the pod yet: it still takes the status and the events.
+                        agent = not_used.answered.then(|| socket.clone());
+                        Some(not_used.why)
+                    }
+                }
+            }
+        };
+        crate::logging::note_selection(&why_not.map_or_else(|| "api".to_string(), |why| format!("api: {why}")));
+    }
+    let api = choose::api_client(config, inv, config.api)?;
+    let source = api.as_ref().map(|a| a as &dyn PodSource);
+    let selection = choose::select(config, &inv.ifname, inv.args.pod(), inv.args.pod_uid(), source)?;
+    Ok(Chosen { selection, via: Via::Direct { agent }, api })
+}
