@@ -2,7 +2,7 @@
 
 use super::args::CniArgs;
 use super::error::CniError;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Command {
@@ -107,6 +107,12 @@ impl Invocation {
     /// The same invocation with another command (for rollback DELs and for chains).
     pub fn with_command(&self, command: Command) -> Self {
         Invocation { command, ..self.clone() }
+    }
+
+    /// `CNI_NETNS`, which every built-in plugin's ADD and CHECK need. The runtime's environment is
+    /// validated to have it for those commands; this is the same error for a caller that bypassed that.
+    pub fn container_netns(&self) -> Result<&Path, CniError> {
+        self.netns.as_deref().ok_or_else(|| CniError::invalid_env("required env variables [CNI_NETNS] missing"))
     }
 }
 

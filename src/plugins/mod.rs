@@ -9,7 +9,6 @@ pub mod yonghui;
 use crate::cni::exec::{self, DEFAULT_TIMEOUT};
 use crate::cni::skel::{self, Plugin};
 use crate::cni::{CniError, CniResult, Command, Invocation, PluginConf, config};
-use std::path::Path;
 
 /// Plugins that are part of this binary. The selector is not here: it is never a delegate.
 pub fn builtin(plugin_type: &str) -> Option<&'static dyn Plugin> {
@@ -20,12 +19,6 @@ pub fn builtin(plugin_type: &str) -> Option<&'static dyn Plugin> {
         router::NAME => Some(&router::Router),
         _ => None,
     }
-}
-
-/// `CNI_NETNS`, which every built-in plugin's ADD and CHECK need. The runtime's environment is
-/// validated to have it for those commands; this is the same error for a caller that bypassed that.
-pub fn container_netns(inv: &Invocation) -> Result<&Path, CniError> {
-    inv.netns.as_deref().ok_or_else(|| CniError::invalid_env("required env variables [CNI_NETNS] missing"))
 }
 
 /// Run `command` of plugin `plugin_type` with config `stdin` for the call `inv`.

@@ -12,15 +12,15 @@ pub mod choose;
 mod commands;
 pub mod config;
 pub mod explain;
+mod name;
 pub mod netconf;
 mod report;
 pub mod requests;
 
+pub use name::NAME;
 pub use report::network_status::NETWORK_STATUS;
 
 use crate::cni::{CniError, CniResult, Invocation, Plugin, PluginConf};
-
-pub const NAME: &str = "yh-genie";
 
 /// The selector as a CNI plugin: each verb in its own file of `commands`.
 pub struct Selector;
@@ -44,9 +44,4 @@ impl Plugin for Selector {
     fn status(&self, inv: &Invocation, conf: &PluginConf) -> Result<(), CniError> {
         commands::status(inv, conf)
     }
-}
-
-/// A warning in the plugin's log (stderr or `logFile`); stdout is the CNI protocol's.
-fn warn(msg: impl std::fmt::Display) {
-    tracing::warn!("{msg}");
 }

@@ -117,7 +117,7 @@ pub fn check(inv: &Invocation, config: &HijackConfig) -> Result<(), CniError> {
         if config.skip_call {
             return Ok(());
         }
-        let pod_path = crate::plugins::container_netns(inv)?;
+        let pod_path = inv.container_netns()?;
         let record = Record::load(&config.data_dir, &inv.container_id, &inv.ifname)?.ok_or_else(|| {
             CniError::new(
                 code::UNKNOWN_CONTAINER,

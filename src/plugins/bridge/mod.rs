@@ -23,7 +23,6 @@ use crate::cni::{CniError, CniResult, Invocation, Plugin, PluginConf, code};
 use crate::firewall::{Firewall, Owner};
 use crate::ipam::Ipam;
 use crate::netlink::{IpFamily, Link, MacAddr, Netlink, OPER_UP_TIMEOUT, Route};
-use crate::plugins::container_netns;
 use crate::{async_runtime, crash_point, netns};
 use config::Conf;
 use ipnetwork::IpNetwork;
@@ -44,7 +43,7 @@ impl Plugin for Bridge {
     fn add(&self, inv: &Invocation, conf: &PluginConf) -> Result<CniResult, CniError> {
         let c = Conf::parse(conf, &inv.args)?;
         let ipam = Ipam::from_conf(conf, inv)?;
-        let netns_path = container_netns(inv)?;
+        let netns_path = inv.container_netns()?;
         let pod_ns = netns::open(netns_path)?;
         async_runtime::block_on(async {
             let host = Netlink::host()?;
@@ -117,7 +116,7 @@ impl Plugin for Bridge {
             .prev_result()?
             .ok_or_else(|| CniError::invalid_config("CHECK needs prevResult, the result of the ADD being checked"))?;
         let ipam = Ipam::from_conf(conf, inv)?;
-        let netns_path = container_netns(inv)?;
+        let netns_path = inv.container_netns()?;
         async_runtime::block_on(async {
             if let Some(ipam) = &ipam {
                 ipam.check().await?;

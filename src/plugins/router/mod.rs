@@ -62,7 +62,7 @@ impl Plugin for Router {
                     inv.ifname
                 )));
             }
-            let pod_path = crate::plugins::container_netns(inv)?;
+            let pod_path = inv.container_netns()?;
             crate::async_runtime::block_on(async {
                 let ns = Namespaces::open(pod_path)?;
                 via_node::undo_earlier(inv, &config.common.data_dir, &ns).await?;

@@ -42,7 +42,7 @@ impl Plugin for Veth {
                     "veth cannot be chained on {POD_VETH}, the interface it makes"
                 )));
             }
-            let pod_path = crate::plugins::container_netns(inv)?;
+            let pod_path = inv.container_netns()?;
             let created = crate::async_runtime::block_on(async {
                 let ns = Namespaces::open(pod_path)?;
                 via_node::undo_earlier(inv, &config.data_dir, &ns).await?;

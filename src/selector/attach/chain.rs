@@ -26,7 +26,7 @@ pub fn add(list: &ConfList, inv: &Invocation) -> Result<CniResult, AddFailed> {
             Ok(result) => prev = Some(result),
             Err(e) => {
                 let undone = del_plugins(list, inv, i + 1, prev.as_ref())
-                    .inspect_err(|undo| crate::selector::warn(format!("undoing the failed ADD: {undo}")))
+                    .inspect_err(|undo| tracing::warn!("undoing the failed ADD: {undo}"))
                     .is_ok();
                 return Err(AddFailed { error: e.context(step(list, i, Command::Add)), undone });
             }
@@ -90,7 +90,7 @@ pub fn gc(list: &ConfList, inv: &Invocation, valid: &serde_json::Value) -> Resul
         });
         if let Err(e) = outcome {
             let e = e.context(step(list, i, Command::Gc));
-            crate::selector::warn(e.to_string());
+            tracing::warn!("{e}");
             first_error.get_or_insert(e);
         }
     }
@@ -110,7 +110,7 @@ fn del_plugins(list: &ConfList, inv: &Invocation, count: usize, prev: Option<&Cn
             .and_then(|stdin| plugins::invoke(list.plugin_type(i), Command::Del, inv, &stdin));
         if let Err(e) = outcome {
             let e = e.context(step(list, i, Command::Del));
-            crate::selector::warn(e.to_string());
+            tracing::warn!("{e}");
             first_error.get_or_insert(e);
         }
     }

@@ -30,7 +30,7 @@ pub fn apply(runtime: &Invocation, requests: &[(String, IpAddr)]) -> Result<(), 
     if requests.is_empty() {
         return Ok(());
     }
-    let netns = crate::plugins::container_netns(runtime)?;
+    let netns = runtime.container_netns()?;
     crate::async_runtime::block_on(async {
         let nl = Netlink::in_netns(netns)?;
         for (ifname, gateway) in requests {

@@ -118,10 +118,11 @@ fn prepare(
                 ),
             ));
         }
-        crate::selector::warn(format!(
+        tracing::warn!(
             "ADD of container {} interface {} replaces an attachment record that was never DELeted",
-            runtime.container_id, attachment.ifname
-        ));
+            runtime.container_id,
+            attachment.ifname
+        );
     }
     Ok((record, list, call))
 }
@@ -146,7 +147,7 @@ fn undo(done: &mut Vec<Attached>) -> bool {
     let mut all = true;
     while let Some(a) = done.pop() {
         if let Err(e) = chain::del(&a.list, &a.call, Some(&a.result)) {
-            crate::selector::warn(format!("undoing interface {} of the failed ADD: {e}", a.record.ifname));
+            tracing::warn!("undoing interface {} of the failed ADD: {e}", a.record.ifname);
             all = false;
         }
     }
@@ -233,10 +234,11 @@ pub fn usable(record: &Record) -> Option<(ConfList, Option<CniResult>)> {
     match record.conf_list().and_then(|list| Ok((list, record.result()?))) {
         Ok(parts) => Some(parts),
         Err(e) => {
-            crate::selector::warn(format!(
+            tracing::warn!(
                 "attachment record of container {} interface {} is unusable ({e}); treating it as absent",
-                record.container_id, record.ifname
-            ));
+                record.container_id,
+                record.ifname
+            );
             None
         }
     }
@@ -244,6 +246,6 @@ pub fn usable(record: &Record) -> Option<(ConfList, Option<CniResult>)> {
 
 fn remove_logged(store: &RecordStore, runtime: &Invocation, ifnames: Vec<String>) {
     if let Err(e) = store.remove_all(&runtime.container_id, &ifnames) {
-        crate::selector::warn(e);
+        tracing::warn!("{e}");
     }
 }

@@ -184,10 +184,7 @@ impl RecordStore {
             Ok(bytes) => parse(&path, &bytes),
             Err(e) if e.kind() == io::ErrorKind::NotFound => None,
             Err(e) => {
-                crate::selector::warn(format!(
-                    "cannot read attachment record {}: {e}; treating it as absent",
-                    path.display()
-                ));
+                tracing::warn!("cannot read attachment record {}: {e}; treating it as absent", path.display());
                 None
             }
         }
@@ -269,18 +266,11 @@ fn parse(path: &Path, bytes: &[u8]) -> Option<Record> {
     match serde_json::from_slice::<Record>(bytes) {
         Ok(r) if r.format == FORMAT => Some(r),
         Ok(r) => {
-            crate::selector::warn(format!(
-                "attachment record {} has format {}, not {FORMAT}; ignoring it",
-                path.display(),
-                r.format
-            ));
+            tracing::warn!("attachment record {} has format {}, not {FORMAT}; ignoring it", path.display(), r.format);
             None
         }
         Err(e) => {
-            crate::selector::warn(format!(
-                "attachment record {} does not parse ({e}); treating it as absent",
-                path.display()
-            ));
+            tracing::warn!("attachment record {} does not parse ({e}); treating it as absent", path.display());
             None
         }
     }

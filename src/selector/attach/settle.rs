@@ -18,11 +18,13 @@ pub fn settle(records: &[Record], netns: Option<&Path>, failed: Vec<(String, Cni
     for (ifname, error) in failed {
         let record = records.iter().find(|r| r.ifname == ifname);
         match record.filter(|r| r.result.is_none() && !in_kernel(netns, &r.ifname)) {
-            Some(r) => crate::selector::warn(format!(
+            Some(r) => tracing::warn!(
                 "attachment record of container {} interface {} (network {}) is forgotten: its ADD never completed, \
                  its DEL fails ({error}), and nothing of it is in the pod's netns",
-                r.container_id, r.ifname, r.network
-            )),
+                r.container_id,
+                r.ifname,
+                r.network
+            ),
             None => {
                 first_error.get_or_insert(error);
             }
@@ -37,10 +39,10 @@ pub fn forgettable_without_record(netns: Option<&Path>, ifname: &str, network: &
     if in_kernel(netns, ifname) {
         return false;
     }
-    crate::selector::warn(format!(
+    tracing::warn!(
         "the DEL of network {network} on interface {ifname}, which has no record, fails ({error}), and nothing of it \
          is in the pod's netns; nothing to delete"
-    ));
+    );
     true
 }
 

@@ -19,12 +19,13 @@
 //! networks (from the containers' value, `containers`, or an annotation), `by_value` and `by_nad`
 //! turn what was named into planned attachments (a `confDir` network, or one through a
 //! NetworkAttachmentDefinition, within the admin's policy), and `interfaces` gives each its
-//! interface. `pod` is what the pass reads of the pod object; `references` and `trimmed` (in
-//! `objects`) tell the node agent which objects to hold and what of a pod, by the same reading.
+//! interface. `pod` is what the pass reads of the pod object; `for_agent` tells the node agent
+//! which objects to hold and what of a pod, by the same reading.
 
 mod by_nad;
 mod by_value;
 mod containers;
+mod for_agent;
 pub mod from_agent;
 mod interfaces;
 mod objects;
@@ -35,7 +36,8 @@ mod sandbox;
 mod select;
 pub mod selection;
 
-pub use objects::{Fetching, Objects, references, trimmed, trimmed_meta};
+pub use for_agent::{references, trimmed, trimmed_meta};
+pub use objects::{Fetching, Objects};
 pub use resolve::resolve;
 pub use sandbox::{CONFIG_MIRROR, check_uid, is_sandbox_pod};
 pub use select::{api_client, select};

@@ -116,9 +116,6 @@ fn del_without_record(config: &SelectorConfig, inv: &Invocation, only: Option<&[
 /// The tombstone of a completed DEL; one that cannot be written costs the next DEL a look, no more.
 fn leave_tombstone(tombstones: &Tombstones, inv: &Invocation) {
     if let Err(e) = tombstones.write(&inv.container_id, &inv.ifname) {
-        crate::selector::warn(format!(
-            "cannot leave the tombstone of container {} interface {}: {e}",
-            inv.container_id, inv.ifname
-        ));
+        tracing::warn!("cannot leave the tombstone of container {} interface {}: {e}", inv.container_id, inv.ifname);
     }
 }

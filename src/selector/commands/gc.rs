@@ -16,7 +16,6 @@ use crate::cni::{CniArgs, CniError, Command, ConfList, Invocation, PluginConf};
 use crate::selector::attach::{self, Record, RecordStore, Tombstones, chain, settle};
 use crate::selector::config::SelectorConfig;
 use crate::selector::netconf::confdir::{self, NetworkName};
-use crate::selector::warn;
 use serde::Deserialize;
 use serde_json::{Value, json};
 use std::collections::{BTreeMap, HashSet};
@@ -57,11 +56,11 @@ fn collect(inv: &Invocation, config: &SelectorConfig, valid: &HashSet<(String, S
     // The runtime has forgotten these attachments: their DELs will not come again.
     let tombstones = Tombstones::new(&config.data_dir);
     if let Err(e) = tombstones.retain(|cid, ifname| valid.contains(&(cid.to_string(), ifname.to_string()))) {
-        warn(format!("GC of the tombstones of completed DELs: {e}"));
+        tracing::warn!("GC of the tombstones of completed DELs: {e}");
     }
     // The temp files of record writes whose process was killed go too, whoever they were for.
     if let Err(e) = store.remove_abandoned() {
-        warn(format!("GC: {e}"));
+        tracing::warn!("GC: {e}");
     }
     let call = attach::gc_call(inv, config);
     for (list, attachments) in networks(config, &live) {
@@ -110,7 +109,7 @@ fn del_stale(
                 }
             }
             Err(e) => {
-                warn(format!("GC of container {container_id} interface {owner}: {e}"));
+                tracing::warn!("GC of container {container_id} interface {owner}: {e}");
                 first_error.get_or_insert(e);
             }
         }

@@ -5,6 +5,7 @@ pub mod policy;
 
 use crate::cni::{CniError, ConfList, PluginConf};
 use crate::kube::ApiPolicy;
+use crate::selector::name::NAME;
 use defaults::PodDefaults;
 use policy::AttachmentPolicy;
 use serde::Deserialize;
@@ -132,10 +133,9 @@ impl SelectorConfig {
     /// would hand it over: the first plugin of type `yh-genie`.
     pub fn load_file(path: &Path) -> Result<Self, CniError> {
         let list = ConfList::load(path)?;
-        let index =
-            (0..list.plugins.len()).find(|&i| list.plugin_type(i) == crate::selector::NAME).ok_or_else(|| {
-                CniError::invalid_config(format!("{}: no plugin of type {}", path.display(), crate::selector::NAME))
-            })?;
+        let index = (0..list.plugins.len())
+            .find(|&i| list.plugin_type(i) == NAME)
+            .ok_or_else(|| CniError::invalid_config(format!("{}: no plugin of type {}", path.display(), NAME)))?;
         let conf = PluginConf::parse(&list.plugin_stdin(index, None)?)?;
         Self::from_plugin_conf(&conf).map_err(|e| e.context(path.display()))
     }

@@ -7,6 +7,7 @@
 //! directory under `confDir`, checked on the path as written and again after resolving symlinks.
 
 use crate::cni::{CniError, ConfList};
+use crate::selector::name::NAME;
 use serde_json::Value;
 use std::fmt;
 use std::path::{Component, Path, PathBuf};
@@ -155,10 +156,10 @@ pub fn parse_inline(bytes: &[u8], origin: &str) -> Result<ConfList, CniError> {
 /// selection, before anything is recorded.
 fn refuse_recursion(list: ConfList, origin: &str) -> Result<ConfList, CniError> {
     let types = plugin_types(&list);
-    if let Some((at, _)) = types.iter().find(|(_, t)| t == crate::selector::NAME) {
+    if let Some((at, _)) = types.iter().find(|(_, t)| t == NAME) {
         return Err(CniError::invalid_config(format!(
             "{origin}: {at} is {}, which would run the selector inside itself",
-            crate::selector::NAME
+            NAME
         )));
     }
     for (at, t) in &types {

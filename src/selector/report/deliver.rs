@@ -14,7 +14,6 @@ use crate::kube::{ApiClient, ApiPolicy};
 use crate::selector::attach::Attached;
 use crate::selector::choose::PodIdentity;
 use crate::selector::config::SelectorConfig;
-use crate::selector::warn;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -50,7 +49,7 @@ pub fn report(
         return;
     }
     let Some(uid) = pod.uid.as_deref() else {
-        warn(format!("{pod} has no uid to make sure of; its {NETWORK_STATUS} annotation was not written"));
+        tracing::warn!("{pod} has no uid to make sure of; its {NETWORK_STATUS} annotation was not written");
         return;
     };
     let annotations = if status_wanted { network_status::of_attached(attached) } else { BTreeMap::new() };
@@ -71,7 +70,7 @@ pub fn report(
         }
         (None, Some(kubeconfig)) => match ApiClient::connect(kubeconfig, budget) {
             Ok(api) => api,
-            Err(e) => return warn(format!("the {NETWORK_STATUS} annotation of {pod} was not written: {e}")),
+            Err(e) => return tracing::warn!("the {NETWORK_STATUS} annotation of {pod} was not written: {e}"),
         },
         (None, None) => return,
     };

@@ -94,11 +94,11 @@ pub fn of_attached(attached: &[Attached]) -> BTreeMap<String, String> {
 pub fn write(api: &dyn PodSource, pod: &PodIdentity, uid: &str, annotations: &BTreeMap<String, String>) {
     match api.annotate_pod(&pod.namespace, &pod.name, uid, annotations) {
         Ok(true) => {}
-        Ok(false) => crate::selector::warn(format!(
+        Ok(false) => tracing::warn!(
             "{pod} (uid {uid}) is gone or was replaced by another pod of its name; its {NETWORK_STATUS} annotation was not written"
-        )),
+        ),
         Err(e) => {
-            crate::selector::warn(format!("the {NETWORK_STATUS} annotation of {pod} (uid {uid}) was not written: {e}"))
+            tracing::warn!("the {NETWORK_STATUS} annotation of {pod} (uid {uid}) was not written: {e}")
         }
     }
 }
