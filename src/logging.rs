@@ -3,9 +3,10 @@
 //! file. Never to stdout: stdout carries the CNI result.
 //!
 //! Keys, in any plugin's config: `logLevel` (error|warn|info|debug|trace, default info), `logFile`
-//! (default: stderr), `logMaxSizeMB` (10), `logMaxFiles` (3). `veth` and `router` use seed 004's
-//! `log_options` {`log_level`, `log_file`, `log_max_size`, `log_max_age`, `log_max_count`} with the
-//! seed's defaults (debug, `/var/log/meta-plugins/<plugin>.log`, 100 MB, 5 days, 5 files).
+//! (default: stderr), `logMaxSizeMB` (10), `logMaxFiles` (3). A plugin whose logging has keys of its
+//! own says so (`Plugin::log_config`): `veth` and `router` read the original plugins' `log_options`
+//! {`log_level`, `log_file`, `log_max_size`, `log_max_age`, `log_max_count`} with their defaults
+//! (debug, `/var/log/meta-plugins/<plugin>.log`, 100 MB, 5 days, 5 files).
 
 use serde_json::{Map, Value};
 use std::fs::{self, File, OpenOptions};
@@ -62,12 +63,9 @@ impl Default for LogConfig {
     }
 }
 
-/// Plugins whose logging follows seed 004's `log_options`.
-const SEED_LOG_OPTIONS_PLUGINS: [&str; 2] = ["veth", "router"];
-
 impl LogConfig {
-    /// Seed 004's defaults for `plugin`.
-    pub fn seed_defaults(plugin: &str) -> Self {
+    /// The defaults of a plugin that reads `log_options` (`from_log_options`).
+    pub fn log_options_defaults(plugin: &str) -> Self {
         LogConfig {
             level: Level::DEBUG,
             file: Some(PathBuf::from(format!("/var/log/meta-plugins/{plugin}.log"))),
@@ -77,14 +75,9 @@ impl LogConfig {
         }
     }
 
-    /// The logging of `plugin` as its config sets it. Lenient: a bad value means the default, because a
-    /// typo in a log setting must never cost a pod its network (plugins that want to refuse bad log
-    /// settings on ADD validate with [`LogConfig::from_log_options`]).
-    pub fn for_plugin(plugin: &str, raw: &Map<String, Value>) -> Self {
-        if SEED_LOG_OPTIONS_PLUGINS.contains(&plugin) {
-            return Self::from_log_options(plugin, raw.get("log_options"))
-                .unwrap_or_else(|_| Self::seed_defaults(plugin));
-        }
+    /// The logging a plugin's config sets in the keys every plugin reads. Lenient: a bad value means
+    /// the default, because a typo in a log setting must never cost a pod its network.
+    pub fn from_keys(raw: &Map<String, Value>) -> Self {
         let mut cfg = LogConfig::default();
         if let Some(l) = raw.get("logLevel").and_then(Value::as_str).and_then(parse_level) {
             cfg.level = l;
@@ -99,9 +92,15 @@ impl LogConfig {
         cfg
     }
 
-    /// Seed 004's `log_options` object, strictly: every key optional, every value checked.
+    /// The logging of a plugin that reads `log_options`, leniently as `from_keys` (plugins that
+    /// refuse bad log settings on ADD validate with [`LogConfig::from_log_options`]).
+    pub fn from_log_options_or_defaults(plugin: &str, raw: &Map<String, Value>) -> Self {
+        Self::from_log_options(plugin, raw.get("log_options")).unwrap_or_else(|_| Self::log_options_defaults(plugin))
+    }
+
+    /// A `log_options` object, strictly: every key optional, every value checked.
     pub fn from_log_options(plugin: &str, v: Option<&Value>) -> Result<Self, String> {
-        let mut o = Self::seed_defaults(plugin);
+        let mut o = Self::log_options_defaults(plugin);
         let m = match v {
             None | Some(Value::Null) => return Ok(o),
             Some(Value::Object(m)) => m,
@@ -241,21 +240,18 @@ mod tests {
 
     #[test]
     fn camel_case_keys_and_bad_values_fall_back() {
-        let c = LogConfig::for_plugin(
-            "yh-genie",
-            &conf(json!({"logLevel": "debug", "logFile": "/tmp/x.log", "logMaxSizeMB": 2})),
-        );
+        let c = LogConfig::from_keys(&conf(json!({"logLevel": "debug", "logFile": "/tmp/x.log", "logMaxSizeMB": 2})));
         assert_eq!(
             (c.level, c.file.as_deref(), c.max_size_bytes),
             (Level::DEBUG, Some(Path::new("/tmp/x.log")), 2 << 20)
         );
-        let c = LogConfig::for_plugin("yonghui", &conf(json!({"logLevel": 5, "logMaxSizeMB": -1, "logFile": ""})));
+        let c = LogConfig::from_keys(&conf(json!({"logLevel": 5, "logMaxSizeMB": -1, "logFile": ""})));
         assert_eq!(c, LogConfig::default());
     }
 
     #[test]
-    fn seed_log_options_defaults_overrides_and_strictness() {
-        let d = LogConfig::for_plugin("router", &Map::new());
+    fn log_options_defaults_overrides_and_strictness() {
+        let d = LogConfig::from_log_options_or_defaults("router", &Map::new());
         assert_eq!(d.file.as_deref(), Some(Path::new("/var/log/meta-plugins/router.log")));
         assert_eq!(d.level, Level::DEBUG);
         let o = LogConfig::from_log_options(
@@ -276,10 +272,10 @@ mod tests {
         ] {
             assert!(LogConfig::from_log_options("veth", Some(&bad)).is_err(), "{bad}");
         }
-        // Lenient for the operation log: a bad value is the seed's default, not an error.
+        // Lenient for the operation log: a bad value is the default, not an error.
         assert_eq!(
-            LogConfig::for_plugin("veth", &conf(json!({"log_options": {"log_level": "loud"}}))),
-            LogConfig::seed_defaults("veth")
+            LogConfig::from_log_options_or_defaults("veth", &conf(json!({"log_options": {"log_level": "loud"}}))),
+            LogConfig::log_options_defaults("veth")
         );
     }
 
@@ -301,7 +297,7 @@ mod tests {
     fn scope_writes_to_the_file() {
         let d = tempfile::tempdir().unwrap();
         let file = d.path().join("veth.log");
-        let o = LogConfig { file: Some(file.clone()), ..LogConfig::seed_defaults("veth") };
+        let o = LogConfig { file: Some(file.clone()), ..LogConfig::log_options_defaults("veth") };
         o.scope(|| tracing::debug!("first line"));
         assert!(fs::read_to_string(&file).unwrap().contains("first line"));
     }
@@ -311,7 +307,7 @@ mod tests {
         let d = tempfile::tempdir().unwrap();
         let not_a_dir = d.path().join("file");
         fs::write(&not_a_dir, b"").unwrap();
-        let o = LogConfig { file: Some(not_a_dir.join("veth.log")), ..LogConfig::seed_defaults("veth") };
+        let o = LogConfig { file: Some(not_a_dir.join("veth.log")), ..LogConfig::log_options_defaults("veth") };
         assert_eq!(o.scope(|| 42), 42);
     }
 }

@@ -24,7 +24,7 @@ fn run_as(name: &str, args: &[&str], env: &[(&str, &str)]) -> (i32, String, Stri
 
 #[test]
 fn every_name_answers_version_and_help_as_its_plugin() {
-    for name in ["yh-genie", "yonghui", "yh-bridge", "veth", "router"] {
+    for name in std::iter::once(yh_genie::selector::NAME).chain(yh_genie::plugins::NAMES) {
         let (code, out, _) = run_as(name, &["--version"], &[]);
         assert_eq!(code, 0);
         assert!(out.starts_with(&format!("{name} {}", env!("CARGO_PKG_VERSION"))), "{out}");

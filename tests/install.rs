@@ -12,9 +12,9 @@ use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Output, Stdio};
 use std::time::{Duration, Instant};
+use yh_genie::plugins::NAMES as PLUGIN_NAMES;
 
 const BIN: &str = env!("CARGO_BIN_EXE_yh-genie");
-const PLUGIN_NAMES: [&str; 4] = ["yonghui", "yh-bridge", "veth", "router"];
 const CA: &str = "-----BEGIN CERTIFICATE-----\nMIIBfakeCAforTests\n-----END CERTIFICATE-----\n";
 const YONGHUI: &str = r#"{"cniVersion": "1.0.0", "name": "yonghui", "plugins": [{"type": "yonghui", "subnetFile": "/run/flannel/subnet.env"}]}"#;
 /// How long a test waits for the installer to react before failing (a guard, not a speed check).

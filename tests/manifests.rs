@@ -20,11 +20,11 @@ use std::process::Command;
 use yh_genie::cni::ConfList;
 use yh_genie::install::{Options, Request};
 use yh_genie::kube::{AGENT_API_CALLS, API_CALLS, NetworkAttachmentDefinition};
+// Plugin types that are part of the binary.
+use yh_genie::plugins::NAMES as BUILTIN_TYPES;
 use yh_genie::selector::netconf::confdir::{NetworkName, parse_conf, parse_inline};
 use yh_genie::selector::requests::annotation::{self, NETWORKS};
 use yh_genie::selector::requests::value;
-/// Plugin types that are part of the binary.
-const BUILTIN_TYPES: [&str; 4] = ["yonghui", "yh-bridge", "veth", "router"];
 /// What kind's node image has in /opt/cni/bin: all the e2e may use besides the built-ins.
 const KIND_NODE_PLUGINS: [&str; 4] = ["host-local", "loopback", "ptp", "portmap"];
 /// Reference plugins (containernetworking/plugins) the examples may use.

@@ -28,6 +28,11 @@ pub trait Plugin: Sync {
     fn status(&self, _inv: &Invocation, _conf: &PluginConf) -> Result<(), CniError> {
         Ok(())
     }
+    /// Where and how much it logs, as its configuration says: the keys every plugin reads, unless
+    /// its logging has keys of its own.
+    fn log_config(&self, conf: &PluginConf) -> LogConfig {
+        LogConfig::from_keys(&conf.raw)
+    }
 }
 
 /// Run one command on a plugin whose config is already parsed, with the spec's version gates.
@@ -104,7 +109,7 @@ pub fn run_with(plugin: &dyn Plugin, get_env: impl Fn(&str) -> Option<String>, s
             }
         })?;
         version_for_errors = conf.cni_version.as_str().to_string();
-        LogConfig::for_plugin(plugin.name(), &conf.raw).init();
+        plugin.log_config(&conf).init();
         op.network = conf.name.clone();
         // Held until this call returns; its helpers hold it until they end (see attachment_lock).
         let lock = match inv.command {

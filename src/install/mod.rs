@@ -20,7 +20,6 @@ mod options;
 
 pub use options::{AgentSettings, Options, Request, UsageError, help};
 
-use crate::plugins::{bridge, router, veth, yonghui};
 use anyhow::{Context, bail};
 use files::Change;
 use kubeconfig::ServiceAccount;
@@ -29,9 +28,6 @@ use std::path::{Path, PathBuf};
 use std::sync::mpsc;
 use std::time::Duration;
 use tracing::{error, info, warn};
-
-/// The names under which the runtime (or anyone) can call the built-in plugins directly.
-pub const PLUGIN_NAMES: [&str; 4] = [yonghui::NAME, bridge::NAME, veth::NAME, router::NAME];
 
 /// Where the kernel keeps the running binary; still readable if the file it came from was replaced.
 const SELF_EXE: &str = "/proc/self/exe";
@@ -167,7 +163,7 @@ fn install_binaries(opts: &Options) -> anyhow::Result<()> {
     let change = files::ensure_copy(Path::new(SELF_EXE), &binary, 0o755)
         .with_context(|| format!("installing {}", binary.display()))?;
     log_change(change, &binary);
-    for name in PLUGIN_NAMES {
+    for name in crate::plugins::NAMES {
         let link = bin_dir.join(name);
         let change = files::ensure_symlink(Path::new(crate::selector::NAME), &link)
             .with_context(|| format!("linking {}", link.display()))?;

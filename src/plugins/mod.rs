@@ -10,15 +10,30 @@ use crate::cni::exec::{self, DEFAULT_TIMEOUT};
 use crate::cni::skel::{self, Plugin};
 use crate::cni::{CniError, CniResult, Command, Invocation, PluginConf, config};
 
-/// Plugins that are part of this binary. The selector is not here: it is never a delegate.
-pub fn builtin(plugin_type: &str) -> Option<&'static dyn Plugin> {
-    match plugin_type {
-        yonghui::NAME => Some(&yonghui::Yonghui),
-        bridge::NAME => Some(&bridge::Bridge),
-        veth::NAME => Some(&veth::Veth),
-        router::NAME => Some(&router::Router),
-        _ => None,
+/// The plugins that are part of this binary, each by the name it is installed and chosen under
+/// (`type` in a configuration, argv[0], its link in `binDir`): the one list of them. The selector is
+/// not here: it is never a delegate.
+const BUILTIN: [(&str, &dyn Plugin); 4] = [
+    (yonghui::NAME, &yonghui::Yonghui),
+    (bridge::NAME, &bridge::Bridge),
+    (veth::NAME, &veth::Veth),
+    (router::NAME, &router::Router),
+];
+
+/// The built-in plugins' names, in `BUILTIN`'s order.
+pub const NAMES: [&str; BUILTIN.len()] = {
+    let mut names = [""; BUILTIN.len()];
+    let mut i = 0;
+    while i < BUILTIN.len() {
+        names[i] = BUILTIN[i].0;
+        i += 1;
     }
+    names
+};
+
+/// The built-in plugin of this type, if it is one.
+pub fn builtin(plugin_type: &str) -> Option<&'static dyn Plugin> {
+    BUILTIN.iter().find(|(name, _)| *name == plugin_type).map(|&(_, plugin)| plugin)
 }
 
 /// Run `command` of plugin `plugin_type` with config `stdin` for the call `inv`.

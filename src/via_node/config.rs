@@ -104,7 +104,7 @@ impl HijackConfig {
     pub fn for_del(plugin: &str, raw: &Map<String, Value>) -> (PathBuf, LogConfig) {
         let keys = Keys { plugin, raw };
         let data_dir = keys.data_dir().unwrap_or_else(|_| default_data_dir(plugin));
-        let log = LogConfig::for_plugin(plugin, raw);
+        let log = LogConfig::from_log_options_or_defaults(plugin, raw);
         (data_dir, log)
     }
 }

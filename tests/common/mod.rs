@@ -154,7 +154,7 @@ impl Sandbox {
         std::fs::create_dir_all(&bin).unwrap();
         let exe = PathBuf::from(env!("CARGO_BIN_EXE_yh-genie"));
         // Laid out as the installer lays them out: the binary under its own name and every plugin's.
-        for name in std::iter::once("yh-genie").chain(yh_genie::install::PLUGIN_NAMES) {
+        for name in std::iter::once(yh_genie::selector::NAME).chain(yh_genie::plugins::NAMES) {
             std::os::unix::fs::symlink(&exe, bin.join(name)).unwrap();
         }
         if let Ok(entries) = std::fs::read_dir(REFERENCE_PLUGINS) {

@@ -13,6 +13,7 @@
 
 use crate::cni::env::validate_ifname;
 use crate::cni::{CniError, CniResult, Invocation, Plugin, PluginConf, code};
+use crate::logging::LogConfig;
 use crate::netlink::{IpFamily, MacAddr};
 use crate::via_node;
 use crate::via_node::config::{HijackConfig, Keys, MAIN_TABLE};
@@ -86,6 +87,10 @@ impl Plugin for Router {
 
     fn check(&self, inv: &Invocation, conf: &PluginConf) -> Result<(), CniError> {
         via_node::check(inv, &RouterConfig::parse(conf)?.common)
+    }
+    /// The original plugin's `log_options`, not the keys the other plugins read.
+    fn log_config(&self, conf: &PluginConf) -> LogConfig {
+        LogConfig::from_log_options_or_defaults(NAME, &conf.raw)
     }
 }
 

@@ -11,6 +11,7 @@
 //! to it, and by `migrate_route` moves its routes to a table of its own.
 
 use crate::cni::{CniError, CniResult, Invocation, Plugin, PluginConf, code, result::Interface};
+use crate::logging::LogConfig;
 use crate::netlink::MacAddr;
 use crate::via_node;
 use crate::via_node::config::{HijackConfig, MAIN_TABLE};
@@ -77,6 +78,10 @@ impl Plugin for Veth {
 
     fn check(&self, inv: &Invocation, conf: &PluginConf) -> Result<(), CniError> {
         via_node::check(inv, &HijackConfig::parse(NAME, &conf.raw)?)
+    }
+    /// The original plugin's `log_options`, not the keys the other plugins read.
+    fn log_config(&self, conf: &PluginConf) -> LogConfig {
+        LogConfig::from_log_options_or_defaults(NAME, &conf.raw)
     }
 }
 
