@@ -204,9 +204,9 @@ pub fn remove_abandoned_beside(path: &Path) {
 
 /// A fresh temp name for `path` in `dir`, named as `temp_sibling`.
 fn temp_in(dir: &Path, path: &Path) -> io::Result<PathBuf> {
-    let mut nonce = [0u8; 6];
-    getrandom::fill(&mut nonce).map_err(io::Error::other)?;
-    Ok(dir.join(format!("{}{}-{}", temp_prefix(path)?, std::process::id(), hex(&nonce))))
+    // 48 random bits, as 12 hex digits.
+    let nonce = getrandom::u64().map_err(io::Error::other)? >> 16;
+    Ok(dir.join(format!("{}{}-{nonce:012x}", temp_prefix(path)?, std::process::id())))
 }
 
 /// `.<name>.tmp-`, how the temp files of `path` begin.
@@ -283,10 +283,6 @@ fn gone(pid: i32) -> bool {
         .ok()
         .and_then(|stat| stat.rsplit_once(')').map(|(_, rest)| rest.trim_start().starts_with('Z')))
         .unwrap_or(false)
-}
-
-pub fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 #[cfg(test)]

@@ -105,10 +105,8 @@ impl Owner {
     /// `CNI-` and the first 24 hex digits of sha512(network + container id): the reference plugins'
     /// chain name (28 characters, under the iptables limit of 29).
     pub fn chain(&self) -> String {
-        let digest = Sha512::digest(format!("{}{}", self.network, self.container_id));
-        let mut name = format!("CNI-{}", crate::durable::hex(&digest));
-        name.truncate(28);
-        name
+        // The digest's first 24 hex digits (its `LowerHex` with a precision).
+        format!("CNI-{:.24x}", Sha512::digest(format!("{}{}", self.network, self.container_id)))
     }
 
     /// `name: "<network>" id: "<container id>"`, the reference's comment. Quotes and backslashes in

@@ -39,11 +39,10 @@ const NOT_NODE_LINKS: [&str; 12] = [
 /// 15 bytes, the most a Linux interface name holds, the same on every call for the same container,
 /// and safe whatever characters the runtime's id contains.
 pub fn host_veth_name(container_id: &str) -> String {
-    let digest = crate::durable::hex(&Sha256::digest(container_id.as_bytes()));
-    format!("veth{}", &digest[..11])
+    format!("veth{:.11x}", Sha256::digest(container_id.as_bytes()))
 }
 
-/// NIC name order as seed 004 means it, `eth0 < net1 < net2 < net10`: by the name's text without
+/// NIC name order as the original plugins mean it, `eth0 < net1 < net2 < net10`: by the name's text without
 /// its trailing number, then by that number.
 pub fn nic_order(a: &str, b: &str) -> Ordering {
     fn split(name: &str) -> (&str, Option<u64>) {

@@ -200,9 +200,8 @@ fn disable_accept_ra(ifname: &str) {
 }
 
 fn random_veth_name() -> Result<String, CniError> {
-    let mut bytes = [0u8; 4];
-    getrandom::fill(&mut bytes).map_err(|e| CniError::kernel(format!("no randomness for a veth name: {e}")))?;
-    Ok(format!("veth{}", crate::durable::hex(&bytes)))
+    let n = getrandom::u32().map_err(|e| CniError::kernel(format!("no randomness for a veth name: {e}")))?;
+    Ok(format!("veth{n:08x}"))
 }
 
 #[cfg(test)]
