@@ -1,5 +1,6 @@
-//! The async runtime: one current-thread tokio runtime per blocking call. A CNI plugin does a few
-//! round trips per exec, so a multi-threaded runtime would only cost start-up time.
+//! The async runtime (tokio's, not the container runtime): one current-thread tokio runtime per
+//! blocking call. A CNI plugin does a few round trips per exec, so a multi-threaded runtime would
+//! only cost start-up time.
 
 use std::future::Future;
 

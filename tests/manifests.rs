@@ -439,7 +439,7 @@ fn chosen(value: &str) -> Vec<(String, Option<String>)> {
         .map(|element| {
             let path = match element.name {
                 NetworkName::Bare(name) => return (name, None),
-                NetworkName::SeedJson(full) => {
+                NetworkName::KubeconfigJson(full) => {
                     let rel = full
                         .strip_prefix(CONF_DIR)
                         .unwrap_or_else(|_| panic!("{} is not under {CONF_DIR}", full.display()));

@@ -1,5 +1,5 @@
 //! The node agent: a node-local cache of what pods chose, so that the plugin's ADD needs no API
-//! request (SPEC §3 item 9). It runs in the DaemonSet's container beside the installer
+//! request (docs/agent.md). It runs in the DaemonSet's container beside the installer
 //! (`yh-genie install --agent`), on a thread of its own:
 //!
 //! - it watches only its node's pods and, for each, the ConfigMaps and NetworkAttachmentDefinitions

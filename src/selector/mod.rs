@@ -1,11 +1,20 @@
-//! The selector, `yh-genie`: the one plugin the kubelet's runtime calls. For each pod it asks the
-//! Kubernetes API which networks the pod chose (`select`: a value list in `CNI_NETWORK_CONFIG`, the
-//! networks annotation through NetworkAttachmentDefinitions, within the admin's `policy`), loads
-//! their configurations from the node (`network`), records each choice durably (`record`) and runs
-//! each network's chain on its interface (`attach`, `chain`). DEL, CHECK and GC work from the
-//! records alone, never from the API server; a completed DEL leaves a `tombstone` so that the
-//! runtime's repeated DELs of the same sandbox cost nothing. With a node agent (`crate::agent`) ADD asks it first
-//! and makes no API request at all (`from_agent`).
+//! The selector, `yh-genie`: the one plugin the kubelet's runtime calls. For each pod it learns which
+//! networks the pod chose and runs each network's chain on its own interface. Its folders, from the
+//! ground up:
+//!
+//! - `netconf`: a network's configuration, found by name under `confDir` or inline in a
+//!   NetworkAttachmentDefinition, and the capabilities its plugins declare;
+//! - `requests`: how networks are asked for (a value list in `CNI_NETWORK_CONFIG` or
+//!   `defaultNetwork`, the networks annotation and its `cni-args`);
+//! - `config`: the selector's own configuration, with the admin's policy and default networks;
+//! - `choose`: which networks a pod gets, and why, from the node agent (no API request) or the API
+//!   server, in one pass to a `Selection`;
+//! - `attach`: every choice recorded durably, then each network's chain run on its interface; DEL,
+//!   CHECK and GC work from the records alone, and a completed DEL leaves a tombstone;
+//! - `report`: the network-status annotation and the `AddedInterface` events, after ADD;
+//! - `commands`: the CNI verbs, one file each; `explain`: `yh-genie explain`.
+//!
+//! The rules for users: docs/selector.md; the layout: docs/layout.md.
 
 mod attach;
 pub mod choose;

@@ -1,4 +1,4 @@
-//! The configuration keys `veth` and `router` share (seed 004), parsed strictly for ADD and CHECK and
+//! The configuration keys `veth` and `router` share (docs/veth-router.md), parsed strictly for ADD and CHECK and
 //! leniently for DEL: a DEL must be able to clean up even after the configuration was broken.
 
 use crate::cni::CniError;
@@ -9,7 +9,7 @@ use std::path::PathBuf;
 
 /// Route table 254 (`main`), where the kernel and every plain `ip route add` put routes.
 pub const MAIN_TABLE: u32 = 254;
-/// The table migrated routes move into when the configuration does not say (seed 004).
+/// The table migrated routes move into when the configuration does not say, as in the original plugins.
 pub const DEFAULT_ROUTE_TABLE: u32 = 200;
 /// Tables the kernel gives a meaning of its own: unspec, compat (252), default, main, local.
 const RESERVED_TABLES: [u32; 5] = [0, 252, 253, 254, 255];

@@ -1,7 +1,8 @@
-//! What `veth` and `router` share (seed 004). Both "hijack" some of a pod's traffic away from the NIC
-//! that macvlan or SR-IOV gave it: traffic to the node and to the overlay and service subnets goes by
-//! a path through the node's own network stack (a veth pair for `veth`, the overlay NIC for `router`),
-//! because a macvlan child can never talk to its parent.
+//! Via the node: what the `veth` and `router` plugins share (docs/veth-router.md). Both take some of
+//! a pod's traffic away from the NIC that macvlan or SR-IOV gave it (the "hijacked" subnets of their
+//! configuration): traffic to the node and to the overlay and service subnets goes by a path through
+//! the node's own network stack (a veth pair for `veth`, the overlay NIC for `router`), because a
+//! macvlan child can never talk to its parent.
 //!
 //! Both work the same way: look at the host and the pod, compute a plan ([`model::Change`]s, in
 //! [`plan`]), record it ([`record`]), carry it out ([`kernel`]). DEL and CHECK are the same for both:

@@ -11,7 +11,7 @@ use sha2::{Digest, Sha256};
 use std::cmp::Ordering;
 use std::net::IpAddr;
 
-/// The pod end of the `veth` plugin's pair (seed 004).
+/// The pod end of the `veth` plugin's pair, the name the original plugin gives it.
 pub const POD_VETH: &str = "veth0";
 
 /// Priority of every policy rule these plugins add: ahead of `main` (32766), after `local` (0).
@@ -165,7 +165,7 @@ pub fn hijack_routes<'a>(
 }
 
 /// Move NIC `nic`'s routes out of `main` into `table`, with `from <nic ip> lookup <table>` so that
-/// replies from its addresses leave by it (seed 004's MigrateRoute):
+/// replies from its addresses leave by it (the original plugins' `MigrateRoute`):
 /// - every route of the NIC in `main` is copied into `table`, on-link ones first so that the
 ///   gateways of the others resolve there;
 /// - a family with a gateway (from the plugin chain's result) but no default route of its own gets
@@ -214,7 +214,7 @@ pub fn gateways_of(prev: &CniResult, nic_ips: &[IpNetwork]) -> Vec<IpAddr> {
 }
 
 /// Permanent neighbour entries on `dev` (in `ns`) resolving each of `ips` to `mac`: the two ends
-/// of a path whose link layer the kernel could not resolve by itself (seed 004's setupNeighborhood).
+/// of a path whose link layer the kernel could not resolve by itself (the original plugins' `setupNeighborhood`).
 pub fn neighbours(ns: Ns, ips: impl IntoIterator<Item = IpAddr>, dev: &str, mac: MacAddr) -> Vec<Change> {
     ips.into_iter().map(|ip| Change { ns, op: Op::AddNeighbour(NeighSpec { ip, dev: dev.into(), mac }) }).collect()
 }

@@ -1,4 +1,4 @@
-//! The `router` plugin (seed 004): for a pod whose first NIC (`overlay_interface`, `eth0`) comes from
+//! The `router` plugin (docs/veth-router.md): for a pod whose first NIC (`overlay_interface`, `eth0`) comes from
 //! the overlay CNI and whose second NIC (`CNI_IFNAME`, e.g. `net1`) from macvlan or SR-IOV. North-south
 //! traffic leaves by the new NIC; east-west traffic (overlay and service subnets, the node) and
 //! replies from the overlay address stay on the overlay NIC, by policy routing:

@@ -1,4 +1,4 @@
-//! The `veth` plugin (seed 004): for a pod whose NIC comes from macvlan or SR-IOV, a veth pair
+//! The `veth` plugin (docs/veth-router.md): for a pod whose NIC comes from macvlan or SR-IOV, a veth pair
 //! (`veth0` in the pod, `veth<hash>` on the node) through which the pod reaches its node and the
 //! overlay and service subnets, which the macvlan NIC cannot: a macvlan child never talks to its parent.
 //!

@@ -101,7 +101,7 @@ fn complete_for_linux(
 /// node's subnet(s) as the only range(s), and routes = the base's routes, then one per yonghui
 /// network that the base does not already route (a duplicate route would fail the delegate).
 ///
-/// One subnet is written as `"subnet"`, as the seeds show and flannel's README documents; two
+/// One subnet is written as `"subnet"`, as flannel's README documents; two
 /// (dual stack) need `"ranges"`, one range set each, so the pod gets one address per family.
 /// host-local reads both forms the same way.
 pub fn linux_ipam(base: Option<&Map<String, Value>>, env: &SubnetEnv) -> Result<Map<String, Value>, CniError> {
@@ -155,11 +155,11 @@ mod tests {
     use crate::cni::PluginConf;
     use crate::cni::version::SUPPORTED;
 
-    /// The subnet.env of seeds 000 and 003.
-    const SEED_000_ENV: &str =
+    /// A flannel node's subnet.env, masquerading on.
+    const NODE_ENV: &str =
         "FLANNEL_NETWORK=10.1.0.0/16\nFLANNEL_SUBNET=10.1.17.1/24\nFLANNEL_MTU=1472\nFLANNEL_IPMASQ=true\n";
-    /// The subnet.env of seed 002.
-    const SEED_002_ENV: &str =
+    /// Another node's subnet.env: other networks, MTU 1450, masquerading off.
+    const OTHER_NODE_ENV: &str =
         "FLANNEL_NETWORK=192.169.0.0/16\nFLANNEL_SUBNET=192.169.1.1/24\nFLANNEL_MTU=1450\nFLANNEL_IPMASQ=false\n";
     const DUAL_STACK_ENV: &str = "FLANNEL_NETWORK=10.1.0.0/16\nFLANNEL_SUBNET=10.1.17.1/24\n\
         FLANNEL_IPV6_NETWORK=fd00:1::/56\nFLANNEL_IPV6_SUBNET=fd00:1:0:11::/64\nFLANNEL_MTU=1450\nFLANNEL_IPMASQ=true\n";
@@ -168,7 +168,7 @@ mod tests {
         SubnetEnv::parse(text, "subnet.env").unwrap()
     }
 
-    /// `conf` (a seed's netconf, which has no cniVersion) as the runtime passes it: with `version`.
+    /// `conf` (a netconf written without cniVersion) as the runtime passes it: with `version`.
     fn netconf(conf: &str, version: &str) -> NetConf {
         let mut v: Value = serde_json::from_str(conf).unwrap();
         v["cniVersion"] = version.into();
@@ -190,10 +190,10 @@ mod tests {
     }
 
     #[test]
-    fn seed_000_and_003_default_config_in_every_version() {
+    fn default_config_in_every_version() {
         for version in SUPPORTED {
-            for seed_conf in [r#"{"name": "mynet", "type": "yonghui"}"#, r#"{"name": "mynet", "type": "flannel"}"#] {
-                let d = linux(seed_conf, version, SEED_000_ENV).unwrap();
+            for conf in [r#"{"name": "mynet", "type": "yonghui"}"#, r#"{"name": "mynet", "type": "flannel"}"#] {
+                let d = linux(conf, version, NODE_ENV).unwrap();
                 assert_eq!(d.plugin_type, "yh-bridge");
                 let want = json!({
                     "name": "mynet",
@@ -209,12 +209,12 @@ mod tests {
     }
 
     #[test]
-    fn seed_000_delegate_with_bridge_name_and_mtu_keeps_the_mtu() {
+    fn delegate_with_bridge_name_and_mtu_keeps_the_mtu() {
         for version in SUPPORTED {
             let d = linux(
                 r#"{"name": "mynet", "type": "yonghui", "delegate": {"bridge": "mynet0", "mtu": 1400}}"#,
                 version,
-                SEED_000_ENV,
+                NODE_ENV,
             )
             .unwrap();
             let want = json!({
@@ -231,12 +231,12 @@ mod tests {
     }
 
     #[test]
-    fn seed_000_ipvlan_delegate_gets_no_is_gateway() {
+    fn ipvlan_delegate_gets_no_is_gateway() {
         for version in SUPPORTED {
             let d = linux(
                 r#"{"name": "mynet", "type": "yonghui", "delegate": {"type": "ipvlan", "master": "eth0"}}"#,
                 version,
-                SEED_000_ENV,
+                NODE_ENV,
             )
             .unwrap();
             assert_eq!(d.plugin_type, "ipvlan");
@@ -253,17 +253,17 @@ mod tests {
     }
 
     #[test]
-    fn seed_002_configs_in_every_version() {
+    fn masquerading_off_configs_in_every_version() {
         let ipam = json!({"type": "host-local", "subnet": "192.169.1.0/24", "routes": [{"dst": "192.169.0.0/16"}]});
         for version in SUPPORTED {
-            let d = linux(r#"{"name": "mynet", "type": "flannel"}"#, version, SEED_002_ENV).unwrap();
+            let d = linux(r#"{"name": "mynet", "type": "flannel"}"#, version, OTHER_NODE_ENV).unwrap();
             let want = json!({"name": "mynet", "type": "yh-bridge", "ipMasq": true, "mtu": 1450, "isGateway": true, "ipam": ipam});
             assert_eq!(Value::Object(d.config), with_version(want, version));
 
             let d = linux(
                 r#"{"name": "mynet", "type": "flannel", "delegate": {"bridge": "mynet0"}}"#,
                 version,
-                SEED_002_ENV,
+                OTHER_NODE_ENV,
             )
             .unwrap();
             let want = json!({"name": "mynet", "type": "yh-bridge", "bridge": "mynet0", "ipMasq": true, "mtu": 1450, "isGateway": true, "ipam": ipam});
@@ -342,7 +342,7 @@ mod tests {
                 "rangeEnd": "192.168.0.20",
                 "gateway": "192.168.0.1"
             }}"#,
-            SEED_000_ENV,
+            NODE_ENV,
         );
         assert_eq!(
             c["ipam"],
@@ -359,10 +359,9 @@ mod tests {
 
     #[test]
     fn ipam_base_type_and_missing_type() {
-        let c = config(r#"{"name": "n", "type": "yonghui", "ipam": {"type": "static-ish", "x": 1}}"#, SEED_000_ENV);
+        let c = config(r#"{"name": "n", "type": "yonghui", "ipam": {"type": "static-ish", "x": 1}}"#, NODE_ENV);
         assert_eq!((c["ipam"]["type"].as_str(), c["ipam"]["x"].as_i64()), (Some("static-ish"), Some(1)));
-        let c =
-            config(r#"{"name": "n", "type": "yonghui", "ipam": {"routes": [{"dst": "10.96.0.0/12"}]}}"#, SEED_000_ENV);
+        let c = config(r#"{"name": "n", "type": "yonghui", "ipam": {"routes": [{"dst": "10.96.0.0/12"}]}}"#, NODE_ENV);
         assert_eq!(c["ipam"]["type"], "host-local");
         assert_eq!(c["ipam"]["routes"], json!([{"dst": "10.96.0.0/12"}, {"dst": "10.1.0.0/16"}]));
     }
@@ -378,7 +377,7 @@ mod tests {
             let e = linux(
                 &format!(r#"{{"name": "n", "type": "yonghui", "ipam": {{"routes": {routes}}}}}"#),
                 "1.0.0",
-                SEED_000_ENV,
+                NODE_ENV,
             )
             .unwrap_err();
             assert_eq!(e.code, 7);
@@ -391,24 +390,24 @@ mod tests {
         let c = config(
             r#"{"name": "n", "type": "yonghui", "runtimeConfig": {"portMappings": [{"hostPort": 8080, "containerPort": 80, "protocol": "tcp"}]},
                 "delegate": {"runtimeConfig": {"stale": true}}}"#,
-            SEED_000_ENV,
+            NODE_ENV,
         );
         assert_eq!(
             c["runtimeConfig"],
             json!({"portMappings": [{"hostPort": 8080, "containerPort": 80, "protocol": "tcp"}]})
         );
-        let c = config(r#"{"name": "n", "type": "yonghui"}"#, SEED_000_ENV);
+        let c = config(r#"{"name": "n", "type": "yonghui"}"#, NODE_ENV);
         assert!(c.get("runtimeConfig").is_none());
     }
 
-    /// `conf` exactly as given: a seed's netconf, no cniVersion added.
+    /// `conf` exactly as given: no cniVersion added.
     fn linux_as_given(conf: Value) -> Delegate {
         let conf = NetConf::from_plugin_conf(&PluginConf::from_value(conf).unwrap()).unwrap();
-        generate(&conf, &env(SEED_000_ENV), Platform::Linux).unwrap()
+        generate(&conf, &env(NODE_ENV), Platform::Linux).unwrap()
     }
 
     #[test]
-    fn seed_003_without_a_version_hands_the_delegate_none_as_flannel_does() {
+    fn without_a_version_hands_the_delegate_none_as_flannel_does() {
         // Missing, or empty as libcni injects it for a list without one: the same to flannel.
         for conf in
             [json!({"name": "mynet", "type": "yonghui"}), json!({"name": "mynet", "type": "yonghui", "cniVersion": ""})]
@@ -432,14 +431,14 @@ mod tests {
     fn explicit_delegate_flags_win_over_defaults() {
         let c = config(
             r#"{"name": "n", "type": "yonghui", "delegate": {"type": "bridge", "mtu": 9000, "ipMasq": true, "isGateway": false}}"#,
-            SEED_000_ENV,
+            NODE_ENV,
         );
         assert_eq!(
             (c["mtu"].as_u64(), c["ipMasq"].as_bool(), c["isGateway"].as_bool()),
             (Some(9000), Some(true), Some(false))
         );
         // The reference bridge is a bridge too: it gets isGateway by default.
-        let c = config(r#"{"name": "n", "type": "yonghui", "delegate": {"type": "bridge"}}"#, SEED_000_ENV);
+        let c = config(r#"{"name": "n", "type": "yonghui", "delegate": {"type": "bridge"}}"#, NODE_ENV);
         assert_eq!(c["isGateway"], true);
     }
 
@@ -447,7 +446,7 @@ mod tests {
     fn unknown_keys_pass_through_and_yonghui_owns_name_type_and_version() {
         let c = config(
             r#"{"name": "n", "type": "yonghui", "delegate": {"futureKey": {"deep": [1, 2]}, "hairpinMode": true, "cniVersion": "0.3.0"}}"#,
-            SEED_000_ENV,
+            NODE_ENV,
         );
         assert_eq!(c["futureKey"], json!({"deep": [1, 2]}));
         assert_eq!(c["hairpinMode"], true);

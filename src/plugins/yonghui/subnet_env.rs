@@ -265,7 +265,7 @@ mod tests {
     }
 
     #[test]
-    fn seed_file_masks_the_subnet() {
+    fn node_file_masks_the_subnet() {
         let env =
             parse("FLANNEL_NETWORK=10.1.0.0/16\nFLANNEL_SUBNET=10.1.17.1/24\nFLANNEL_MTU=1472\nFLANNEL_IPMASQ=true\n")
                 .unwrap();

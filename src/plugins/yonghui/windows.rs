@@ -1,10 +1,11 @@
 //! The delegate shape for Windows' HNS plugins (`win-l2bridge`, the default there, and
-//! `win-overlay`), after seed 000. Pure and tested on Linux; the binary is Linux-only today.
+//! `win-overlay`), as flannel's CNI plugin shapes them (docs/yonghui.md, "Windows"). Pure and
+//! tested on Linux; the binary is Linux-only today.
 //!
 //! Windows differs from Linux in three ways:
 //! - NAT: the yonghui daemon does no masquerading on Windows, the delegate does it through an HNS
-//!   `OutBoundNAT` endpoint policy. So `ipMasq` defaults to `FLANNEL_IPMASQ` itself (seed 000's
-//!   worked example, which SPEC §4 says wins over its rule list), and when it is on, the node's
+//!   `OutBoundNAT` endpoint policy. So `ipMasq` defaults to `FLANNEL_IPMASQ` itself, not its
+//!   inverse as on Linux (the daemon masquerades there), and when it is on, the node's
 //!   subnet and the cluster networks are added to the policy's `ExceptionList`: traffic between
 //!   pods keeps its source address, traffic leaving the cluster is NATed.
 //! - Gateway: the pod's gateway is an address of the node's HNS network, `.2` for L2Bridge (the
@@ -60,8 +61,8 @@ pub fn complete(config: &mut Map<String, Value>, plugin_type: &str, env: &Subnet
 
 /// The pod gateway for the HNS network types yonghui knows; other Windows plugins choose their own.
 ///
-/// Seed 000 words it as "the .2 (or .1) address in $FLANNEL_NETWORK". Read literally that is an
-/// address of another node's subnet (10.244.0.2 for a node with 10.244.1.0/24), off-link for the
+/// flannel's Windows setup is often worded as "the .2 (or .1) address in $FLANNEL_NETWORK". Read
+/// literally that is an address of another node's subnet (10.244.0.2 for a node with 10.244.1.0/24), off-link for the
 /// pod. The HNS network yonghui's daemon makes on this node is FLANNEL_SUBNET, with the host's
 /// endpoint at .2 (L2Bridge) or the network gateway at .1 (Overlay), so that is what is used.
 fn gateway(plugin_type: &str, subnet: Ipv4Network) -> Result<Option<Ipv4Addr>, CniError> {
@@ -134,8 +135,8 @@ mod tests {
     use crate::cni::PluginConf;
     use crate::cni::version::SUPPORTED;
 
-    /// Seed 000's Windows example environment (the seed omits the MTU a subnet file always has).
-    const SEED_ENV: &str =
+    /// A Windows node's subnet.env (with the MTU a subnet file always has).
+    const WINDOWS_ENV: &str =
         "FLANNEL_NETWORK=10.244.0.0/16\nFLANNEL_SUBNET=10.244.1.0/24\nFLANNEL_MTU=1450\nFLANNEL_IPMASQ=true\n";
 
     fn windows(conf: &str, version: &str, env_text: &str) -> Result<Delegate, CniError> {
@@ -154,16 +155,16 @@ mod tests {
     }
 
     #[test]
-    fn seed_000_overlay_example_in_every_version() {
+    fn overlay_delegate_in_every_version() {
         for version in SUPPORTED {
             let d = windows(
                 r#"{"name": "mynet", "type": "yonghui", "delegate": {"type": "win-overlay", "endpointMacPrefix": "0E-2A"}}"#,
                 version,
-                SEED_ENV,
+                WINDOWS_ENV,
             )
             .unwrap();
             assert_eq!(d.plugin_type, "win-overlay");
-            // The seed's example, with what it abbreviates: the gateway and the NAT policy.
+            // The whole delegate: the gateway and the NAT policy included.
             assert_eq!(
                 Value::Object(d.config),
                 json!({
@@ -181,7 +182,7 @@ mod tests {
 
     #[test]
     fn l2bridge_is_the_default_with_gateway_dot_2_and_cluster_prefix() {
-        let c = config(r#"{"name": "mynet", "type": "yonghui"}"#, SEED_ENV);
+        let c = config(r#"{"name": "mynet", "type": "yonghui"}"#, WINDOWS_ENV);
         assert_eq!(
             c,
             json!({
@@ -198,14 +199,14 @@ mod tests {
 
     #[test]
     fn ip_masq_is_flannel_ipmasq_not_its_inverse_and_off_means_no_nat_policy() {
-        let env = SEED_ENV.replace("IPMASQ=true", "IPMASQ=false");
+        let env = WINDOWS_ENV.replace("IPMASQ=true", "IPMASQ=false");
         let c = config(r#"{"name": "n", "type": "yonghui", "delegate": {"type": "win-overlay"}}"#, &env);
         assert_eq!(c["ipMasq"], false);
         assert!(c.get("AdditionalArgs").is_none());
         // An explicit choice in the delegate is kept and decides the NAT policy.
         let c = config(r#"{"name": "n", "type": "yonghui", "delegate": {"ipMasq": true}}"#, &env);
         assert_eq!(c["AdditionalArgs"], json!([outbound_nat(&["10.244.1.0/24", "10.244.0.0/16"])]));
-        let c = config(r#"{"name": "n", "type": "yonghui", "delegate": {"ipMasq": false}}"#, SEED_ENV);
+        let c = config(r#"{"name": "n", "type": "yonghui", "delegate": {"ipMasq": false}}"#, WINDOWS_ENV);
         assert!(c.get("AdditionalArgs").is_none());
     }
 
@@ -216,7 +217,7 @@ mod tests {
                 {"Name": "EndpointPolicy", "Value": {"Type": "ROUTE", "DestinationPrefix": "10.96.0.0/12", "NeedEncap": true}},
                 {"name": "endpointpolicy", "value": {"type": "outboundnat", "exceptionList": ["10.96.0.0/12", "10.244.0.0/16"]}}
             ]}}"#,
-            SEED_ENV,
+            WINDOWS_ENV,
         );
         assert_eq!(
             c["AdditionalArgs"],
@@ -231,13 +232,13 @@ mod tests {
     fn nat_policy_without_list_gets_one_and_missing_policy_is_appended() {
         let c = config(
             r#"{"name": "n", "type": "yonghui", "delegate": {"additionalArgs": [{"Name": "EndpointPolicy", "Value": {"Type": "OutBoundNAT"}}]}}"#,
-            SEED_ENV,
+            WINDOWS_ENV,
         );
         assert_eq!(c["additionalArgs"], json!([outbound_nat(&["10.244.1.0/24", "10.244.0.0/16"])]));
         assert!(c.get("AdditionalArgs").is_none());
         let c = config(
             r#"{"name": "n", "type": "yonghui", "delegate": {"AdditionalArgs": [{"Name": "EndpointPolicy", "Value": {"Type": "ROUTE"}}]}}"#,
-            SEED_ENV,
+            WINDOWS_ENV,
         );
         assert_eq!(
             c["AdditionalArgs"],
@@ -247,7 +248,7 @@ mod tests {
 
     #[test]
     fn several_networks_are_all_excepted_and_custom_types_get_no_gateway() {
-        let env = SEED_ENV.replace("10.244.0.0/16", "10.244.0.0/16,10.245.0.0/16");
+        let env = WINDOWS_ENV.replace("10.244.0.0/16", "10.244.0.0/16,10.245.0.0/16");
         let c = config(r#"{"name": "n", "type": "yonghui", "delegate": {"type": "sdnbridge"}}"#, &env);
         assert_eq!(c["ipam"], json!({"type": "host-local", "subnet": "10.244.1.0/24"}));
         assert!(c.get("clusterNetworkPrefix").is_none());
@@ -259,7 +260,7 @@ mod tests {
         let c = config(
             r#"{"name": "n", "type": "yonghui", "runtimeConfig": {"dns": {"servers": ["10.96.0.10"]}},
                 "delegate": {"clusterNetworkPrefix": "10.0.0.0/8"}}"#,
-            SEED_ENV,
+            WINDOWS_ENV,
         );
         assert_eq!(c["clusterNetworkPrefix"], "10.0.0.0/8");
         assert_eq!(c["runtimeConfig"], json!({"dns": {"servers": ["10.96.0.10"]}}));
@@ -269,23 +270,23 @@ mod tests {
     fn errors_are_code_7_and_say_what() {
         let ipv6_only =
             "FLANNEL_IPV6_NETWORK=fd00::/48\nFLANNEL_IPV6_SUBNET=fd00::/64\nFLANNEL_MTU=1450\nFLANNEL_IPMASQ=true\n";
-        let tiny = SEED_ENV.replace("10.244.1.0/24", "10.244.1.0/31");
+        let tiny = WINDOWS_ENV.replace("10.244.1.0/24", "10.244.1.0/31");
         for (conf, env, want) in [
             (r#"{"name": "n", "type": "yonghui"}"#, ipv6_only, "needs IPv4"),
             (r#"{"name": "n", "type": "yonghui"}"#, tiny.as_str(), "too small for a win-l2bridge gateway at .2"),
             (
                 r#"{"name": "n", "type": "yonghui", "delegate": {"ipMasq": "yes"}}"#,
-                SEED_ENV,
+                WINDOWS_ENV,
                 "'delegate.ipMasq' must be true or false",
             ),
             (
                 r#"{"name": "n", "type": "yonghui", "delegate": {"AdditionalArgs": {}}}"#,
-                SEED_ENV,
+                WINDOWS_ENV,
                 "'delegate.AdditionalArgs' must be a list",
             ),
             (
                 r#"{"name": "n", "type": "yonghui", "delegate": {"AdditionalArgs": [{"Name": "EndpointPolicy", "Value": {"Type": "OutBoundNAT", "ExceptionList": "10.0.0.0/8"}}]}}"#,
-                SEED_ENV,
+                WINDOWS_ENV,
                 "OutBoundNAT 'ExceptionList' must be a list",
             ),
         ] {

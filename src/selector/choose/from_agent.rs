@@ -1,5 +1,5 @@
 //! ADD with the node agent (`crate::agent`): the plugin asks it for the pod's objects and resolves
-//! them itself, with the same `select::resolve` as the direct path and its own view of `confDir`
+//! them itself, with the same `resolve` as the direct path and its own view of `confDir`
 //! (the agent's container may see the host's files elsewhere, and the files are the plugin's to
 //! read). So the record carries the pod's uid, the files and where each choice came from exactly
 //! as on the direct path, and the only thing the agent decides is which objects it holds.

@@ -1,7 +1,7 @@
 //! What a pod gets: the ordered attachments of a `Selection`, each with its interface, its network's
 //! configuration (the exact bytes), where the choice came from, and what the pod asked for beyond
-//! the network. A `Selection` is plain data (serializable): `select` makes it from the API server's
-//! objects, and a node agent could make it ahead of time from cached ones and hand it over.
+//! the network. A `Selection` is plain data (serializable): `resolve` makes it from the pod's
+//! objects, the API server's or the node agent's, and it is what `attach` records and runs.
 //!
 //! Each attachment gets its interface in `interfaces`.
 
@@ -13,7 +13,7 @@ use serde::{Deserialize, Serialize};
 use std::fmt;
 use std::path::PathBuf;
 
-/// The env var through which a pod's container names its networks (the seed's name).
+/// The env var through which a pod's containers name their networks.
 pub const ENV_VAR: &str = "CNI_NETWORK_CONFIG";
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

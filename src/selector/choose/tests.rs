@@ -156,9 +156,9 @@ pub(super) fn pairs(list: &[(&str, &str)]) -> Vec<(String, String)> {
 #[test]
 fn configmap_in_each_form_literal_and_no_choice() {
     let node = Node::new();
-    let seed = json!({"kubernetes": {"kubeconfig": node.path("blue/10-blue.conflist")}}).to_string();
+    let by_json = json!({"kubernetes": {"kubeconfig": node.path("blue/10-blue.conflist")}}).to_string();
     let api = FakeApi::default()
-        .config_map("default", "by-json", json!({"cni_network_config": seed}))
+        .config_map("default", "by-json", json!({"cni_network_config": by_json}))
         .config_map("default", "by-name", json!({"net": "blue"}))
         .config_map("default", "by-path", json!({"net": "green/green.conf"}))
         .pod("default", "p-json", json!([{"name": "c", "env": env_cm("by-json", "cni_network_config")}]))

@@ -1,7 +1,7 @@
 //! Naming a network and finding its configuration file under `confDir`.
 //!
 //! A value (from a pod's `CNI_NETWORK_CONFIG`, or `defaultNetwork`) names a logical network in one
-//! of three forms: the seed's JSON `{"kubernetes": {"kubeconfig": "<path of the conf file>"}}`, a
+//! of three forms: JSON naming the file, `{"kubernetes": {"kubeconfig": "<path of the conf file>"}}`, a
 //! bare network name (`canal`: the first configuration file in `<confDir>/canal/`), or a path
 //! relative to `confDir` (`canal/canal.conf`). Whatever the form, the file must lie inside a network
 //! directory under `confDir`, checked on the path as written and again after resolving symlinks.
@@ -19,7 +19,7 @@ pub const CONF_EXTENSIONS: [&str; 3] = ["conflist", "conf", "json"];
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum NetworkName {
     /// `{"kubernetes": {"kubeconfig": "/etc/cni/net.d/canal/canal.conf"}}`: the file, by path.
-    SeedJson(PathBuf),
+    KubeconfigJson(PathBuf),
     /// `canal`: the network directory.
     Bare(String),
     /// `canal/canal.conf`: a path under `confDir` (an absolute path inside it is accepted too).
@@ -37,7 +37,9 @@ impl NetworkName {
             let json: Value = serde_json::from_str(value)
                 .map_err(|e| format!("the value looks like JSON but does not parse: {e}"))?;
             return match json.pointer("/kubernetes/kubeconfig") {
-                Some(Value::String(p)) if !p.trim().is_empty() => Ok(NetworkName::SeedJson(PathBuf::from(p.trim()))),
+                Some(Value::String(p)) if !p.trim().is_empty() => {
+                    Ok(NetworkName::KubeconfigJson(PathBuf::from(p.trim())))
+                }
                 _ => Err(
                     r#"JSON values must be {"kubernetes": {"kubeconfig": "<path of a network configuration file>"}}"#
                         .into(),
@@ -59,7 +61,7 @@ impl NetworkName {
     /// Which form it is, for `explain`.
     pub fn form(&self) -> &'static str {
         match self {
-            NetworkName::SeedJson(_) => "JSON naming a configuration file",
+            NetworkName::KubeconfigJson(_) => "JSON naming a configuration file",
             NetworkName::Bare(_) => "network name",
             NetworkName::Path(_) => "path under confDir",
         }
@@ -69,7 +71,7 @@ impl NetworkName {
 impl fmt::Display for NetworkName {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            NetworkName::SeedJson(p) | NetworkName::Path(p) => write!(f, "{}", p.display()),
+            NetworkName::KubeconfigJson(p) | NetworkName::Path(p) => write!(f, "{}", p.display()),
             NetworkName::Bare(n) => f.write_str(n),
         }
     }
@@ -90,7 +92,7 @@ pub fn resolve(conf_dir: &Path, name: &NetworkName) -> Result<NetworkFile, CniEr
     let bad = |msg: String| CniError::invalid_config(format!("network {name}: {msg}"));
     let target = match name {
         NetworkName::Bare(n) => conf_dir.join(n),
-        NetworkName::SeedJson(p) | NetworkName::Path(p) => conf_dir.join(p),
+        NetworkName::KubeconfigJson(p) | NetworkName::Path(p) => conf_dir.join(p),
     };
     // As written: `..` must not climb out, an absolute path must be inside.
     let relative = normalize(&target)
@@ -217,7 +219,7 @@ mod tests {
     fn the_three_forms() {
         assert_eq!(
             NetworkName::parse(r#" {"kubernetes": {"kubeconfig": "/etc/cni/net.d/canal/canal.conf"}} "#).unwrap(),
-            NetworkName::SeedJson("/etc/cni/net.d/canal/canal.conf".into())
+            NetworkName::KubeconfigJson("/etc/cni/net.d/canal/canal.conf".into())
         );
         assert_eq!(NetworkName::parse("canal\n").unwrap(), NetworkName::Bare("canal".into()));
         assert_eq!(NetworkName::parse("canal/canal.conf").unwrap(), NetworkName::Path("canal/canal.conf".into()));
@@ -272,7 +274,7 @@ mod tests {
     }
 
     #[test]
-    fn paths_and_seed_json_name_the_file_and_its_directory() {
+    fn paths_and_kubeconfig_json_name_the_file_and_its_directory() {
         let d = Dir::new();
         let f = d.file("canal/canal.conf");
         let want = NetworkFile { network: "canal".into(), path: f.clone() };

@@ -1,8 +1,9 @@
 //! A `CNI_NETWORK_CONFIG` value (or `defaultNetwork`) read as the list of networks it names.
 //!
-//! Every value that named one network before keeps its meaning: the seed's JSON form, a bare name,
-//! a path under `confDir`. Two list forms name several, in order, the first on the runtime's
-//! interface (`CNI_IFNAME`) and each later one on `net<position>` unless it names its interface:
+//! Every value that named one network before keeps its meaning: the JSON form naming a file, a
+//! bare name, a path under `confDir`. Two list forms name several, in order, the first on the
+//! runtime's interface (`CNI_IFNAME`) and each later one on `net<position>` unless it names its
+//! interface:
 //!
 //! - comma-separated elements, each in a single-network form but JSON, optionally followed by
 //!   `@<interface>`: `yonghui,lan-macvlan@net1`;
@@ -104,7 +105,7 @@ fn parse_json_array(value: &str) -> Result<Vec<Element>, String> {
         .collect()
 }
 
-/// A bare name or a path: the seed's JSON form names one network, not an element of a list.
+/// A bare name or a path: the JSON form names one network, not an element of a list.
 fn plain_name(name: &str) -> Result<NetworkName, String> {
     if name.starts_with(['{', '[', '"']) {
         return Err("a list element must be a network name or a path under confDir, not JSON".into());
@@ -147,9 +148,9 @@ mod tests {
             assert_eq!(elements[0].name, NetworkName::parse(value).unwrap(), "{value}");
             assert_eq!(elements[0].ifname, None);
         }
-        // The seed's JSON may contain commas: it is one value, not a list.
-        let seed = r#"{"kubernetes": {"kubeconfig": "/n/canal/a.conf", "x": 1}}"#;
-        assert!(matches!(parse(seed).unwrap()[..], [Element { name: NetworkName::SeedJson(_), .. }]));
+        // The JSON form may contain commas: it is one value, not a list.
+        let json = r#"{"kubernetes": {"kubeconfig": "/n/canal/a.conf", "x": 1}}"#;
+        assert!(matches!(parse(json).unwrap()[..], [Element { name: NetworkName::KubeconfigJson(_), .. }]));
     }
 
     #[test]
