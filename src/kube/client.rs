@@ -8,7 +8,7 @@
 //! parse, a server certificate that is not trusted) are final. The client has no retry layer of its
 //! own, so this is the only retry loop and the budget is the only clock.
 
-use super::{NetworkAttachmentDefinition, ObjectRef, PodSource, tls};
+use super::{Annotations, NetworkAttachmentDefinition, ObjectRef, PodSource, tls};
 use crate::cni::{CniError, code};
 use ::kube::api::{Patch, PatchParams};
 use ::kube::config::{KubeConfigOptions, Kubeconfig};
@@ -16,7 +16,6 @@ use ::kube::{Api, Client, Config, Resource};
 use k8s_openapi::NamespaceResourceScope;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use serde::de::DeserializeOwned;
-use std::collections::BTreeMap;
 use std::fmt::Debug;
 use std::future::Future;
 use std::path::{Path, PathBuf};
@@ -209,7 +208,7 @@ impl PodSource for ApiClient {
         namespace: &str,
         name: &str,
         uid: &str,
-        annotations: &BTreeMap<String, String>,
+        annotations: &Annotations,
     ) -> Result<bool, CniError> {
         let obj = ObjectRef::pod(namespace, name);
         let api: Api<Pod> = Api::namespaced(self.client.clone(), namespace);
@@ -230,7 +229,7 @@ pub(super) const POD_REPLACED: [u16; 3] = [404, 409, 422];
 /// A JSON merge patch of a pod's `metadata` that writes `annotations` and carries the `uid` the
 /// pod must still have: the uid is immutable, so the API server refuses the patch (422) when the
 /// pod under that name is another one.
-pub fn annotations_patch(uid: &str, annotations: &BTreeMap<String, String>) -> Patch<serde_json::Value> {
+pub fn annotations_patch(uid: &str, annotations: &Annotations) -> Patch<serde_json::Value> {
     Patch::Merge(serde_json::json!({"metadata": {"uid": uid, "annotations": annotations}}))
 }
 

@@ -48,6 +48,9 @@ pub const AGENT_API_CALLS: [(&str, &str, &str); 8] = [
     ("k8s.cni.cncf.io", "network-attachment-definitions", "watch"),
 ];
 
+/// An object's annotations, by key.
+pub type Annotations = BTreeMap<String, String>;
+
 /// The reads and the one write the selector makes. `Ok(None)`: the object does not exist (the
 /// caller knows what that means for it). Errors are CNI errors ready to print, naming the object:
 /// code 11 when the API server could not be reached in time, 103 when it refused (unauthorized,
@@ -59,13 +62,8 @@ pub trait PodSource {
     /// Merge `annotations` into the pod's, in one request, only if the pod under that name is still
     /// the one with `uid` (a pod recreated under the same name is another pod). `Ok(false)`: the
     /// pod is gone or is another one, and nothing was written.
-    fn annotate_pod(
-        &self,
-        namespace: &str,
-        name: &str,
-        uid: &str,
-        annotations: &BTreeMap<String, String>,
-    ) -> Result<bool, CniError>;
+    fn annotate_pod(&self, namespace: &str, name: &str, uid: &str, annotations: &Annotations)
+    -> Result<bool, CniError>;
 }
 
 /// A namespaced object as messages name it: `pod default/web-0`, `ConfigMap default/net`.

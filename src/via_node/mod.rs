@@ -15,11 +15,18 @@ pub mod plan;
 pub mod record;
 
 use crate::cni::{CniError, CniResult, Invocation, PluginConf, code};
+use crate::logging::LogConfig;
 use config::HijackConfig;
 use kernel::Namespaces;
 use model::Change;
 use record::Record;
 use std::path::Path;
+
+/// Where and how much these plugins log: the original plugins' `log_options`, not the keys the
+/// other plugins read, leniently (a bad value is the default; ADD checks them in `HijackConfig`).
+pub fn log_config(plugin: &str, conf: &PluginConf) -> LogConfig {
+    LogConfig::from_log_options_or_defaults(plugin, &conf.raw)
+}
 
 /// `prevResult`, which these plugins require: they only ever run chained after the plugin that
 /// made the pod's NIC, and pass its result on.

@@ -88,9 +88,8 @@ impl Plugin for Router {
     fn check(&self, inv: &Invocation, conf: &PluginConf) -> Result<(), CniError> {
         via_node::check(inv, &RouterConfig::parse(conf)?.common)
     }
-    /// The original plugin's `log_options`, not the keys the other plugins read.
     fn log_config(&self, conf: &PluginConf) -> LogConfig {
-        LogConfig::from_log_options_or_defaults(NAME, &conf.raw)
+        via_node::log_config(NAME, conf)
     }
 }
 

@@ -30,6 +30,10 @@ impl Plugin for Veth {
         NAME
     }
 
+    fn log_config(&self, conf: &PluginConf) -> LogConfig {
+        via_node::log_config(NAME, conf)
+    }
+
     fn add(&self, inv: &Invocation, conf: &PluginConf) -> Result<CniResult, CniError> {
         let config = HijackConfig::parse(NAME, &conf.raw)?;
         config.log.scope(|| {
@@ -78,10 +82,6 @@ impl Plugin for Veth {
 
     fn check(&self, inv: &Invocation, conf: &PluginConf) -> Result<(), CniError> {
         via_node::check(inv, &HijackConfig::parse(NAME, &conf.raw)?)
-    }
-    /// The original plugin's `log_options`, not the keys the other plugins read.
-    fn log_config(&self, conf: &PluginConf) -> LogConfig {
-        LogConfig::from_log_options_or_defaults(NAME, &conf.raw)
     }
 }
 
