@@ -6,16 +6,16 @@
 # builds the project's own libcni driver (tools/cnidrive) into target/tools/cnidrive; and, with the
 # Go on PATH in module mode, the same driver against the current libcni (go.mod: CNI 1.1.0 with
 # version lists, GC and STATUS) into target/tools/cnidrive11. For the local Kubernetes cluster
-# (tests/cluster.rs): etcd, busybox-static (the workloads' image), conntrack (kube-proxy) and umoci
+# (tests/cluster.rs): busybox-static (the workloads' image), conntrack (kube-proxy) and umoci
 # (which packs the nodes' images, and tests/cri.rs's pause image); for the agnhost image of
 # Kubernetes' e2e suite (tests/conformance.rs): curl, OpenBSD netcat and dig; scripts/cluster/build.sh
-# builds Kubernetes itself.
+# builds Kubernetes itself, and the etcd it runs with (Debian's is older than Kubernetes supports).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 packages=(containernetworking-plugins iproute2 iptables nftables iputils-ping shellcheck jq time
           containerd runc gcc libc6-dev golang-go golang-github-appc-cni-dev
-          etcd-server busybox-static conntrack curl netcat-openbsd bind9-dnsutils umoci)
+          busybox-static conntrack curl netcat-openbsd bind9-dnsutils umoci)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

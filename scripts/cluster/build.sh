@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Builds the Kubernetes binaries the local test cluster runs (tests/cluster.rs), and Kubernetes'
-# own e2e suite with what it needs (tests/conformance.rs: e2e.test, the agnhost of its test images,
-# the ginkgo CLI that runs specs in parallel), from the Go module proxy, once per version: they are
+# Builds the Kubernetes binaries the local test cluster runs (tests/cluster.rs) with the etcd
+# kubeadm pairs with that Kubernetes, and Kubernetes' own e2e suite with what it needs
+# (tests/conformance.rs: e2e.test, the agnhost of its test images, the ginkgo CLI that runs specs in
+# parallel, CoreDNS), from the Go module proxy, once per version: they are
 # cached outside the checkout, in ${YH_GENIE_CACHE:-/var/cache/yh-genie}/kubernetes-<version>/, so
 # later runs and fresh clones on the same machine reuse them. Prints what it built and how long it
 # took. Usage:
@@ -13,13 +14,17 @@
 # version's go.mod asks (the Debian one is too old): /usr/local/go/bin/go or GO=...
 set -euo pipefail
 
-version=${KUBERNETES_VERSION:-v1.32.13}
+version=${KUBERNETES_VERSION:-v1.34.4}
 cache=${YH_GENIE_CACHE:-/var/cache/yh-genie}
 out=$cache/kubernetes-$version
-commands=(kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy kubectl kubeadm e2e.test agnhost ginkgo coredns
-          agnhost-localhost.crt agnhost-localhost.key)
-# The cluster DNS of the e2e suite's DNS specs: the CoreDNS kubeadm deploys with this Kubernetes.
-coredns_version=${COREDNS_VERSION:-v1.11.3}
+commands=(kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy kubectl kubeadm etcd
+          e2e.test agnhost ginkgo coredns agnhost-localhost.crt agnhost-localhost.key)
+# Two commands are modules of their own, at the versions kubeadm deploys with this Kubernetes
+# (`kubeadm config images list`): etcd, the cluster's store (kubeadm 1.34 refuses an external etcd
+# older than 3.5.24; Debian 12's is 3.4.23), and CoreDNS, the cluster DNS of the e2e suite's DNS
+# specs.
+etcd_version=${ETCD_VERSION:-v3.6.5}
+coredns_version=${COREDNS_VERSION:-v1.12.1}
 
 go=${GO:-}
 if [ -z "$go" ]; then
@@ -28,10 +33,13 @@ fi
 
 missing=()
 for c in "${commands[@]}"; do [ -e "$out/bin/$c" ] || missing+=("$c"); done
-# CoreDNS has a version of its own: the one built is recorded beside it.
-if [ -e "$out/bin/coredns" ] && [ "$(cat "$out/bin/coredns.version" 2>/dev/null)" != "$coredns_version" ]; then
-  missing+=(coredns)
-fi
+# Each of those two is recorded beside it with its version: another version rebuilds it.
+own_version() { case $1 in etcd) echo "$etcd_version" ;; coredns) echo "$coredns_version" ;; esac; }
+for c in etcd coredns; do
+  if [ -e "$out/bin/$c" ] && [ "$(cat "$out/bin/$c.version" 2>/dev/null)" != "$(own_version "$c")" ]; then
+    missing+=("$c")
+  fi
+done
 if [ ${#missing[@]} -eq 0 ]; then
   echo "kubernetes $version: cached in $out/bin"
   echo "$out/bin"
@@ -95,6 +103,21 @@ for c in "${missing[@]}"; do
     rmdir "$out/coredns.new"
     echo "$coredns_version" >"$out/bin/coredns.version"
     echo "built coredns $coredns_version in $(( $(date +%s) - t )) s"
+    continue
+  fi
+  if [ "$c" = etcd ]; then
+    # The server module's go.mod replaces etcd's sibling modules with paths of its tree, which
+    # `go install pkg@version` refuses: a scratch module of its own requires it (the siblings at
+    # the same version, as it requires them) and builds its main package, the etcd command.
+    etcd_work=$out/etcd-module
+    mkdir -p "$etcd_work"
+    printf 'module yh-genie.test/etcd-build\ngo 1.24\nrequire go.etcd.io/etcd/server/v3 %s\n' \
+      "$etcd_version" >"$etcd_work/go.mod"
+    (cd "$etcd_work" && CGO_ENABLED=0 "$go" build -mod=mod -p "${BUILD_JOBS:-2}" -trimpath -ldflags "-s -w" \
+      -o "$out/bin/etcd.new" go.etcd.io/etcd/server/v3)
+    mv -f "$out/bin/etcd.new" "$out/bin/etcd"
+    echo "$etcd_version" >"$out/bin/etcd.version"
+    echo "built etcd $etcd_version in $(( $(date +%s) - t )) s"
     continue
   fi
   case $c in
