@@ -316,6 +316,9 @@ fn a_uid_guarded_patch_of_a_replaced_pod_gets_422(cluster: &mut Cluster) {
     assert!(ok, "the patch with the pod's own uid is refused: {err}{out}");
     let (ok, out, err) = patch("00000000-0000-0000-0000-000000000000");
     assert!(!ok, "a patch with another uid was accepted: {out}");
-    assert!(err.contains("PATCH https://") && err.contains(" 422 Unprocessable Entity"), "want 422: {err}");
+    // kubectl -v=6 logs each response: `"Response" verb="PATCH" url="https://..." status="422 ..."`.
+    let answered_422 =
+        err.lines().any(|l| l.contains("PATCH") && l.contains("https://") && l.contains("422 Unprocessable Entity"));
+    assert!(answered_422, "want 422: {err}");
     assert!(err.contains("metadata.uid: Invalid value") && err.contains("field is immutable"), "{err}");
 }

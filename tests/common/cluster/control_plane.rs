@@ -1,4 +1,5 @@
-//! The control plane, in a network namespace of its own on the underlay: etcd, kube-apiserver
+//! The control plane, in a network namespace of its own on the underlay: etcd (the version kubeadm
+//! runs with this Kubernetes, built by scripts/cluster/build.sh beside it), kube-apiserver
 //! (TLS, RBAC and Node authorization, ServiceAccount tokens, an audit log of every request at the
 //! Metadata level), kube-controller-manager (service-account tokens, node CIDRs) and
 //! kube-scheduler. The test reaches the API server with kubectl run in this namespace.
@@ -31,7 +32,7 @@ impl ControlPlane {
     pub fn start(run: &Run, pki: &Pki, netns: Netns, bin: &Path) -> Self {
         let mut cp = ControlPlane { netns, bin: bin.to_path_buf(), etcd: None, apiserver: None, others: Vec::new() };
         let started = Instant::now();
-        cp.etcd = Some(run.spawn("etcd", cp.command("etcd").args(etcd_args(run))));
+        cp.etcd = Some(run.spawn("etcd", cp.command(&bin.join("etcd").display().to_string()).args(etcd_args(run))));
         cp.start_apiserver(run, pki);
         cp.wait_ready(run);
         crate::common::report(&format!("cluster: API server ready {:.1?} after etcd's start", started.elapsed()));

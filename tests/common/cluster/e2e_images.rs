@@ -12,9 +12,9 @@ use std::path::{Path, PathBuf};
 /// Where the e2e framework finds its test images here: its `promoterE2eRegistry`, named in the
 /// `KUBE_TEST_REPO_LIST` file, so that no spec's image names a registry that would be pulled from.
 pub const E2E_REGISTRY: &str = "yh-genie.test/e2e-test-images";
-/// The tags Kubernetes v1.32's test/utils/image/manifest.go gives these images.
-const AGNHOST_TAG: &str = "2.53";
-const E2E_BUSYBOX_TAG: &str = "1.36.1-1";
+/// The tags Kubernetes v1.34's test/utils/image/manifest.go gives these images.
+const AGNHOST_TAG: &str = "2.56";
+const E2E_BUSYBOX_TAG: &str = "1.37.0-1";
 const JESSIE_DNSUTILS_TAG: &str = "1.7";
 /// What agnhost's Dockerfile installs on its Alpine base (bind-tools, curl, netcat-openbsd,
 /// iproute2, bash) and jessie-dnsutils' on its Debian, from this machine's Debian packages, each at the path the image's PATH finds

@@ -11,7 +11,7 @@ use serde_json::json;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-pub const PAUSE: &str = "registry.k8s.io/pause:3.10";
+pub const PAUSE: &str = "registry.k8s.io/pause:3.10.1";
 pub const BUSYBOX: &str = "docker.io/library/busybox:1.36";
 const BUSYBOX_BINARY: &str = "/bin/busybox";
 

@@ -309,8 +309,12 @@ authentication:
   webhook: {{enabled: false}}
   x509: {{clientCAFile: {ca}}}
 authorization: {{mode: AlwaysAllow}}
+# containerd 1.6 does not tell the kubelet its cgroup driver (CRI RuntimeConfig): this one is used.
 cgroupDriver: cgroupfs
 cgroupRoot: {cgroup_root}
+# The machines run cgroup v1, which kubelets before 1.35 accept with a warning; from 1.35 on
+# they refuse it unless told not to. Said here rather than left to the default.
+failCgroupV1: false
 containerRuntimeEndpoint: unix://{CONTAINERD_SOCKET}
 failSwapOn: false
 # The nodes' images are imported, never pulled: collecting them would lose them.
