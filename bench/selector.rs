@@ -17,7 +17,7 @@
 mod common;
 mod multinet;
 
-use common::agent::Agent;
+use common::agent::{Agent, Answers};
 use common::apiserver::ApiServer;
 use common::{Netns, Sandbox, unique};
 use serde_json::{Value, json};
@@ -105,7 +105,7 @@ impl Bench {
     fn new() -> Self {
         common::require_root();
         let node = Netns::new("ybn");
-        let sb = Sandbox::new();
+        let sb = Sandbox::new(&common::PLUGINS);
         let api = ApiServer::start_in(&node);
         let agent = Agent::start(&node, &api, sb.path(), &sb.path().join("run/agent.sock"), 9745, &[]);
         agent.wait_ready();

@@ -7,6 +7,7 @@
 
 mod common;
 
+use common::agent::Answers;
 use common::node::{Node, Pod, addresses_on, from_config_map, literal, pod_addresses};
 use common::{Reply, cnidrive_run};
 use serde_json::json;

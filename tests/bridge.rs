@@ -9,7 +9,7 @@
 
 mod common;
 
-use common::{Call, Netns, Reply, Sandbox, cni, cnidrive_run, require_root, unique};
+use common::{Call, Netns, PLUGINS, Reply, Sandbox, cni, cnidrive_run, require_root, unique};
 use serde_json::{Value, json};
 use std::net::IpAddr;
 use std::path::PathBuf;
@@ -26,7 +26,7 @@ struct Node {
 impl Node {
     fn new() -> Self {
         let ns = Netns::new("brn");
-        let sb = Sandbox::on_node(&ns);
+        let sb = Sandbox::on_node(&ns, &PLUGINS);
         Node { ns, sb }
     }
 

@@ -12,7 +12,7 @@ fn read_log(sb: &Sandbox) -> String {
 
 #[test]
 fn failed_call_logs_its_code_and_container_and_keeps_stdout_for_the_error() {
-    let sb = Sandbox::new();
+    let sb = Sandbox::new(&PLUGINS);
     let log = sb.path().join("log/ops.log");
     let config = json!({"cniVersion": "1.0.0", "name": "n", "type": "yh-bridge", "mtu": "abc",
                         "logFile": log, "logLevel": "info"})
@@ -51,7 +51,7 @@ fn selector_logs_the_network_it_chose_and_the_addresses() {
     require_root();
     let node = Netns::new("lgn");
     let pod = Netns::new("lgp");
-    let sb = Sandbox::on_node(&node);
+    let sb = Sandbox::on_node(&node, &PLUGINS);
     let bridge = unique("lgb");
     sb.write(
         "net.d/blue/blue.conflist",

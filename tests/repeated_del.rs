@@ -7,6 +7,7 @@
 mod common;
 
 use common::Reply;
+use common::agent::Answers;
 use common::apiserver::Fault;
 use common::node::{Node, Pod, from_config_map, pod_addresses};
 use serde_json::json;

@@ -7,7 +7,7 @@
 
 mod common;
 
-use common::{Netns, Sandbox, cnidrive_run, require_root};
+use common::{Netns, PLUGINS, Sandbox, cnidrive_run, require_root};
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
 use yh_genie::via_node::plan::host_veth_name;
@@ -43,7 +43,7 @@ impl Node {
             up
         });
         assert!(up, "par0 never came up");
-        let sb = Sandbox::on_node(&node);
+        let sb = Sandbox::on_node(&node, &PLUGINS);
         Node { node, wire, sb }
     }
 

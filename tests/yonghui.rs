@@ -41,7 +41,7 @@ impl Node {
     fn with_base_routes(base_routes: Value) -> Self {
         require_root();
         let netns = Netns::new("yhnode");
-        let sb = Sandbox::on_node(&netns);
+        let sb = Sandbox::on_node(&netns, &PLUGINS);
         sb.write("subnet.env", SUBNET_ENV);
         Node { netns, sb, name: unique("yhnet"), bridge: unique("yhbr"), base_routes }
     }

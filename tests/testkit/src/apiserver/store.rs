@@ -77,7 +77,7 @@ impl Selector {
     }
 }
 
-pub struct Db {
+pub struct Store {
     objects: BTreeMap<(Resource, String, String), Value>,
     revision: u64,
     history: VecDeque<Arc<Change>>,
@@ -86,9 +86,9 @@ pub struct Db {
     pub changes: broadcast::Sender<Arc<Change>>,
 }
 
-impl Default for Db {
+impl Default for Store {
     fn default() -> Self {
-        Db {
+        Store {
             objects: BTreeMap::new(),
             revision: 1,
             history: VecDeque::new(),
@@ -98,7 +98,7 @@ impl Default for Db {
     }
 }
 
-impl Db {
+impl Store {
     pub fn get(&self, resource: Resource, namespace: &str, name: &str) -> Option<&Value> {
         self.objects.get(&(resource, namespace.to_string(), name.to_string()))
     }

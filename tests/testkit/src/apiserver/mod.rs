@@ -4,7 +4,7 @@
 //! `GET` of one (`/api/v1/namespaces/{ns}/pods/{name}`, `.../configmaps/{name}`,
 //! `/apis/k8s.cni.cncf.io/v1/namespaces/{ns}/network-attachment-definitions/{name}`), list and
 //! watch of a namespace's or all of them, with the field selectors `spec.nodeName` and
-//! `metadata.name`, resourceVersions (every change is a new revision, `db`), chunked watch streams
+//! `metadata.name`, resourceVersions (every change is a new revision, `store`), chunked watch streams
 //! replaying from a revision (`watch`) and 410 Gone for a revision compacted away (`compact`); and
 //! `PATCH` of a pod as a JSON merge patch, which it applies and records, refusing (422, as
 //! Kubernetes does) one that would change the pod's uid; and `POST` of an Event, which it keeps. It answers errors as Kubernetes `Status`
@@ -16,11 +16,10 @@
 //! watch stream, `restart` does what an API server restart does to its clients. `start_serving`
 //! gives it a certificate with something wrong ([`Serving`]).
 
-mod db;
+mod store;
 mod watch;
 
-use super::Netns;
-use db::{Db, Resource, Selector};
+use crate::netns::Netns;
 use http_body_util::BodyExt;
 use hyper::body::{Bytes, Incoming};
 use hyper::{Method, Request, Response, StatusCode};
@@ -31,6 +30,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+use store::{Resource, Selector, Store};
 use tokio::task::{JoinHandle, JoinSet};
 
 pub const TOKEN: &str = "yh-genie-test-token";
@@ -87,7 +87,7 @@ struct Faults {
 }
 
 struct State {
-    db: Mutex<Db>,
+    db: Mutex<Store>,
     /// Bumped by `drop_watches`: every watch stream ends.
     drops: tokio::sync::watch::Sender<u64>,
     /// Pod patches applied: (namespace, name, body).
@@ -131,11 +131,6 @@ pub struct ApiServer {
 }
 
 impl ApiServer {
-    /// A server on this machine's 127.0.0.1.
-    pub fn start() -> Self {
-        Self::start_at(None, Serving::Valid)
-    }
-
     /// A server on 127.0.0.1 of `node`, where the plugins of a `Sandbox::on_node` run.
     pub fn start_in(node: &Netns) -> Self {
         Self::start_serving(node, Serving::Valid)
@@ -301,10 +296,6 @@ impl ApiServer {
 
     pub fn remove_pod(&self, namespace: &str, name: &str) {
         self.state.db.lock().unwrap().remove(Resource::Pods, namespace, name);
-    }
-
-    pub fn remove_config_map(&self, namespace: &str, name: &str) {
-        self.state.db.lock().unwrap().remove(Resource::ConfigMaps, namespace, name);
     }
 
     /// Requests received so far (each one counts, whatever the answer).

@@ -5,7 +5,7 @@
 //! an `ERROR` event carrying a 410 `Status` ("too old resource version"), then the end.
 
 use super::Reply;
-use super::db::{Change, Db, Resource, Selector};
+use super::store::{Change, Resource, Selector, Store};
 use http_body_util::{BodyExt, StreamBody};
 use hyper::Response;
 use hyper::body::{Bytes, Frame};
@@ -24,7 +24,7 @@ pub struct Watch {
 }
 
 /// Start streaming `w`; the events are produced by a task of the server's runtime.
-pub fn respond(db: &Mutex<Db>, drops: &watch::Sender<u64>, w: Watch) -> Reply {
+pub fn respond(db: &Mutex<Store>, drops: &watch::Sender<u64>, w: Watch) -> Reply {
     let (events, body) = mpsc::channel::<Bytes>(256);
     let (backlog, mut changes) = {
         let db = db.lock().unwrap();
