@@ -13,10 +13,8 @@ use serde_json::{Value, json};
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::Command;
+pub use testkit::apiserver::{ENV_VAR, from_config_map, literal};
 pub use testkit::inspect::{cni_nat_lines, host_local_leases, link_names, list_dir, walk};
-
-/// The container environment variable through which a pod chooses its network.
-pub const ENV_VAR: &str = "CNI_NETWORK_CONFIG";
 
 pub struct Node {
     pub sb: Sandbox,
@@ -297,17 +295,6 @@ impl Node {
         let left: Vec<String> = self.leftovers().into_iter().filter(|l| *l != own_lock).collect();
         assert!(left.is_empty(), "{case}: left on the node: {left:#?}");
     }
-}
-
-/// A pod spec whose container takes `CNI_NETWORK_CONFIG` from ConfigMap `name`, key `key`.
-pub fn from_config_map(name: &str, key: &str) -> Value {
-    json!([{"name": "app", "image": "nginx", "env": [
-        {"name": ENV_VAR, "valueFrom": {"configMapKeyRef": {"name": name, "key": key}}}]}])
-}
-
-/// A pod spec whose container sets `CNI_NETWORK_CONFIG` to `value`.
-pub fn literal(value: &str) -> Value {
-    json!([{"name": "app", "image": "nginx", "env": [{"name": "OTHER", "value": "1"}, {"name": ENV_VAR, "value": value}]}])
 }
 
 /// IPv4 addresses (`a.b.c.d/len`) on the pod's eth0.

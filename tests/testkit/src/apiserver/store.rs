@@ -1,8 +1,7 @@
-//! The fake API server's objects, as etcd and the watch cache would hold them: every change gets
-//! the next revision (the objects' `resourceVersion`), is kept in a history that watches replay
-//! from a revision, and is broadcast to the watches running. `compact` forgets the history, as etcd
-//! compaction (or an API server restart losing its watch cache) does: a watch from before it gets
-//! 410 Gone.
+//! The server's objects, as etcd and the watch cache hold them: every change gets the next revision
+//! (the objects' `resourceVersion`), is kept in a history that watches replay from a revision, and
+//! is broadcast to the watches running. `compact` forgets the history, as etcd compaction (or an
+//! API server restart losing its watch cache) does: a watch from before it gets 410 Gone.
 
 use serde_json::{Value, json};
 use std::collections::{BTreeMap, VecDeque};

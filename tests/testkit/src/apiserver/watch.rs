@@ -1,36 +1,46 @@
 //! A watch, as the API server streams it: a `200` whose chunked body is one JSON event per line
-//! (`{"type": "ADDED", "object": ...}`), first the changes after the asked revision, then each new
-//! one as it happens, until `timeoutSeconds`, until the test drops the watches (`drop_watches`) or
-//! the connection goes. A revision older than the history kept is answered as the API server does:
-//! an `ERROR` event carrying a 410 `Status` ("too old resource version"), then the end.
+//! (`{"type": "ADDED", "object": ...}`), first the changes after the asked revision
+//! (`resourceVersion`), then each new one as it happens, until `timeoutSeconds`, until the test
+//! drops the watches (`drop_watches`) or the connection goes. A revision older than the history
+//! kept is answered as the API server does: an `ERROR` event carrying a 410 `Status` ("too old
+//! resource version"), then the end.
 
-use super::Reply;
-use super::store::{Change, Resource, Selector, Store};
+use super::State;
+use super::reply::Reply;
+use super::router::Target;
+use super::store::{Change, Resource, Selector};
 use http_body_util::{BodyExt, StreamBody};
 use hyper::Response;
 use hyper::body::{Bytes, Frame};
 use serde_json::{Value, json};
-use std::sync::Mutex;
 use std::time::Duration;
 use tokio::sync::broadcast::error::RecvError;
-use tokio::sync::{mpsc, watch};
+use tokio::sync::mpsc;
 
-pub struct Watch {
-    pub resource: Resource,
-    pub namespace: Option<String>,
-    pub selector: Selector,
-    pub revision: u64,
-    pub timeout: Duration,
+struct Watch {
+    resource: Resource,
+    namespace: Option<String>,
+    selector: Selector,
+    revision: u64,
+    timeout: Duration,
 }
 
-/// Start streaming `w`; the events are produced by a task of the server's runtime.
-pub fn respond(db: &Mutex<Store>, drops: &watch::Sender<u64>, w: Watch) -> Reply {
+/// Start streaming the watch `target` asks for; the events are produced by a task of the server's
+/// runtime.
+pub(super) fn respond(state: &State, target: &Target, selector: Selector) -> Reply {
+    let w = Watch {
+        resource: target.resource,
+        namespace: target.namespace.clone(),
+        selector,
+        revision: target.query.get("resourceVersion").and_then(|r| r.parse().ok()).unwrap_or(0),
+        timeout: Duration::from_secs(target.query.get("timeoutSeconds").and_then(|t| t.parse().ok()).unwrap_or(1800)),
+    };
     let (events, body) = mpsc::channel::<Bytes>(256);
     let (backlog, mut changes) = {
-        let db = db.lock().unwrap();
-        (db.since(w.resource, w.namespace.as_deref(), &w.selector, w.revision), db.changes.subscribe())
+        let store = state.objects.store.lock().unwrap();
+        (store.since(w.resource, w.namespace.as_deref(), &w.selector, w.revision), store.changes.subscribe())
     };
-    let mut dropped = drops.subscribe();
+    let mut dropped = state.faults.watch_ends.subscribe();
     tokio::spawn(async move {
         let backlog = match backlog {
             Ok(backlog) => backlog,

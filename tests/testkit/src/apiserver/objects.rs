@@ -1,0 +1,131 @@
+//! The test's hand on the server's objects: pods (with the containers that choose their networks),
+//! ConfigMaps and NetworkAttachmentDefinitions put in, changed and removed as a cluster would change
+//! them; and what the clients wrote: the pod patches applied and the Events created.
+
+use super::store::{Resource, Store};
+use super::{ApiServer, NODE_NAME};
+use serde_json::{Value, json};
+use std::sync::Mutex;
+
+/// The container environment variable through which a pod chooses its network.
+pub const ENV_VAR: &str = "CNI_NETWORK_CONFIG";
+
+/// A pod's containers (as in a manifest) of which one takes `CNI_NETWORK_CONFIG` from ConfigMap
+/// `name`, key `key`.
+pub fn from_config_map(name: &str, key: &str) -> Value {
+    json!([{"name": "app", "image": "nginx", "env": [
+        {"name": ENV_VAR, "valueFrom": {"configMapKeyRef": {"name": name, "key": key}}}]}])
+}
+
+/// A pod's containers (as in a manifest) of which one sets `CNI_NETWORK_CONFIG` to `value`.
+pub fn literal(value: &str) -> Value {
+    json!([{"name": "app", "image": "nginx", "env": [{"name": "OTHER", "value": "1"}, {"name": ENV_VAR, "value": value}]}])
+}
+
+#[derive(Default)]
+pub(super) struct Objects {
+    pub store: Mutex<Store>,
+    /// Pod patches applied: (namespace, name, body).
+    pub patches: Mutex<Vec<(String, String, Value)>>,
+    /// Events created, as posted (with their generated names).
+    pub events: Mutex<Vec<Value>>,
+}
+
+impl ApiServer {
+    /// Put a pod whose spec has these `containers` (JSON as in a manifest). Returns its uid.
+    pub fn put_pod(&self, namespace: &str, name: &str, containers: Value) -> String {
+        self.put_pod_spec(namespace, name, json!({ "containers": containers }))
+    }
+
+    /// Put a pod with a whole `spec`. Returns its uid.
+    pub fn put_pod_spec(&self, namespace: &str, name: &str, spec: Value) -> String {
+        self.put_pod_with(namespace, name, json!({}), spec)
+    }
+
+    /// Put a pod with these `annotations` and `containers`. Returns its uid.
+    pub fn put_annotated_pod(&self, namespace: &str, name: &str, annotations: Value, containers: Value) -> String {
+        self.put_pod_with(namespace, name, annotations, json!({ "containers": containers }))
+    }
+
+    fn put_pod_with(&self, namespace: &str, name: &str, annotations: Value, mut spec: Value) -> String {
+        let uid = format!("uid-{namespace}-{name}");
+        if spec.get("nodeName").is_none() {
+            spec["nodeName"] = NODE_NAME.into();
+        }
+        let pod = json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"namespace": namespace, "name": name, "uid": uid, "annotations": annotations},
+            "spec": spec,
+        });
+        self.put(Resource::Pods, namespace, name, pod);
+        uid
+    }
+
+    /// Put an object as the API server would return it for a pod, even if it is not a valid pod.
+    pub fn put_raw_pod(&self, namespace: &str, name: &str, object: Value) {
+        self.put(Resource::Pods, namespace, name, object);
+    }
+
+    /// Delete a pod and create it again under its name with `uid`, as a StatefulSet does: watches
+    /// see it deleted, then added.
+    pub fn recreate_pod(&self, namespace: &str, name: &str, uid: &str) {
+        self.recreate(namespace, name, uid, None);
+    }
+
+    /// Delete a pod and create it again under its name with `uid` and these `containers`.
+    pub fn recreate_pod_choosing(&self, namespace: &str, name: &str, uid: &str, containers: Value) {
+        self.recreate(namespace, name, uid, Some(containers));
+    }
+
+    fn recreate(&self, namespace: &str, name: &str, uid: &str, containers: Option<Value>) {
+        let mut store = self.state.objects.store.lock().unwrap();
+        let mut pod = store.remove(Resource::Pods, namespace, name).expect("the pod exists");
+        pod["metadata"]["uid"] = uid.into();
+        if let Some(containers) = containers {
+            pod["spec"]["containers"] = containers;
+        }
+        store.put(Resource::Pods, namespace, name, pod);
+    }
+
+    /// The pod as the server holds it now (patches applied).
+    pub fn pod(&self, namespace: &str, name: &str) -> Option<Value> {
+        self.state.objects.store.lock().unwrap().get(Resource::Pods, namespace, name).cloned()
+    }
+
+    pub fn remove_pod(&self, namespace: &str, name: &str) {
+        self.state.objects.store.lock().unwrap().remove(Resource::Pods, namespace, name);
+    }
+
+    pub fn put_config_map(&self, namespace: &str, name: &str, data: Value) {
+        let cm = json!({
+            "apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"namespace": namespace, "name": name},
+            "data": data,
+        });
+        self.put(Resource::ConfigMaps, namespace, name, cm);
+    }
+
+    /// Put a NetworkAttachmentDefinition; `config` is its `spec.config` (none: no config).
+    pub fn put_nad(&self, namespace: &str, name: &str, config: Option<&str>) {
+        let nad = json!({
+            "apiVersion": "k8s.cni.cncf.io/v1", "kind": "NetworkAttachmentDefinition",
+            "metadata": {"namespace": namespace, "name": name},
+            "spec": config.map(|c| json!({"config": c})).unwrap_or(json!({})),
+        });
+        self.put(Resource::Nads, namespace, name, nad);
+    }
+
+    fn put(&self, resource: Resource, namespace: &str, name: &str, object: Value) {
+        self.state.objects.store.lock().unwrap().put(resource, namespace, name, object);
+    }
+
+    /// The pod patches applied so far: (namespace, name, body).
+    pub fn patches(&self) -> Vec<(String, String, Value)> {
+        self.state.objects.patches.lock().unwrap().clone()
+    }
+
+    /// The Events created so far, as posted.
+    pub fn events(&self) -> Vec<Value> {
+        self.state.objects.events.lock().unwrap().clone()
+    }
+}

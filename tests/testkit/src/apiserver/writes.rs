@@ -1,0 +1,95 @@
+//! What clients write: a pod's `PATCH` as a JSON merge patch (RFC 7386), applied and kept, refused
+//! with 422 (as Kubernetes does) when it would change the pod's uid; and the `POST` of a core/v1
+//! Event, as kube's `Api::create` sends it, kept with a name made from its `generateName`.
+
+use super::State;
+use super::reply::{Reply, json_reply, status};
+use super::requests::Call;
+use super::router::Target;
+use super::store::Resource;
+use http_body_util::BodyExt;
+use hyper::body::Incoming;
+use hyper::{Method, Request, StatusCode};
+use serde_json::{Value, json};
+
+pub(super) async fn patch(
+    req: Request<Incoming>,
+    state: &State,
+    target: &Target,
+    name: &str,
+) -> Result<Reply, std::io::Error> {
+    if target.resource != Resource::Pods {
+        return Ok(status(405, "method not allowed"));
+    }
+    let namespace = target.namespace.as_deref().unwrap_or_default();
+    let merge = req.headers().get("content-type").and_then(|v| v.to_str().ok()) == Some("application/merge-patch+json");
+    let body = req.into_body().collect().await.map_err(std::io::Error::other)?.to_bytes();
+    let Ok(patch) = serde_json::from_slice::<Value>(&body) else {
+        return Ok(status(400, "the patch is not JSON"));
+    };
+    if !merge {
+        return Ok(status(415, "only application/merge-patch+json is served here"));
+    }
+    let mut store = state.objects.store.lock().unwrap();
+    let Some(mut pod) = store.get(Resource::Pods, namespace, name).cloned() else {
+        return Ok(status(404, &format!("pods \"{name}\" not found")));
+    };
+    if let Some(uid) = patch.pointer("/metadata/uid")
+        && Some(uid) != pod.pointer("/metadata/uid")
+    {
+        return Ok(status(
+            422,
+            &format!("Pod \"{name}\" is invalid: metadata.uid: Invalid value: {uid}: field is immutable"),
+        ));
+    }
+    merge_patch(&mut pod, &patch);
+    let pod = store.put(Resource::Pods, namespace, name, pod);
+    state.objects.patches.lock().unwrap().push((namespace.to_string(), name.to_string(), patch));
+    Ok(json_reply(StatusCode::OK, &pod))
+}
+
+pub(super) async fn create_event(
+    req: Request<Incoming>,
+    state: &State,
+    client: &'static str,
+    namespace: &str,
+) -> Result<Reply, std::io::Error> {
+    if req.method() != Method::POST {
+        return Ok(status(405, "method not allowed"));
+    }
+    state.requests.record(Call { client, verb: "create", resource: "events", resource_version: None });
+    let body = req.into_body().collect().await.map_err(std::io::Error::other)?.to_bytes();
+    let Ok(mut event) = serde_json::from_slice::<Value>(&body) else {
+        return Ok(status(400, "the event is not JSON"));
+    };
+    if event.pointer("/metadata/namespace").and_then(Value::as_str).is_some_and(|ns| ns != namespace) {
+        return Ok(status(400, "the event's namespace does not match the request's"));
+    }
+    let mut events = state.objects.events.lock().unwrap();
+    let generated =
+        event.pointer("/metadata/generateName").and_then(Value::as_str).map(|g| format!("{g}{}", events.len()));
+    if let Some(name) = generated {
+        event["metadata"]["name"] = name.into();
+    }
+    events.push(event.clone());
+    Ok(json_reply(StatusCode::CREATED, &event))
+}
+
+/// RFC 7386: objects merge key by key, `null` removes, anything else replaces.
+fn merge_patch(target: &mut Value, patch: &Value) {
+    let Value::Object(patch) = patch else {
+        *target = patch.clone();
+        return;
+    };
+    if !target.is_object() {
+        *target = json!({});
+    }
+    let object = target.as_object_mut().unwrap();
+    for (key, value) in patch {
+        if value.is_null() {
+            object.remove(key);
+        } else {
+            merge_patch(object.entry(key.clone()).or_insert(Value::Null), value);
+        }
+    }
+}
