@@ -20,22 +20,22 @@ const YONGHUI: &str = r#"{"cniVersion": "1.0.0", "name": "yonghui", "plugins": [
 /// How long a test waits for the installer to react before failing (a guard, not a speed check).
 const PATIENCE: Duration = Duration::from_secs(60);
 
-/// A fake node: `root/` is the host's `/`, `sa/` the pod's service-account mount, `networks/` the
-/// mounted network ConfigMap.
-struct Node {
+/// The DaemonSet's installer pod, faked in a temp dir: its mounts (`root/` the host's `/`, `sa/`
+/// its service account, `networks/` the network ConfigMap) and its container's command.
+struct InstallerPod {
     dir: tempfile::TempDir,
 }
 
-impl Node {
+impl InstallerPod {
     fn new() -> Self {
-        let node = Node { dir: tempfile::tempdir().unwrap() };
-        fs::create_dir_all(node.root()).unwrap();
-        fs::create_dir_all(node.path("sa")).unwrap();
-        fs::create_dir_all(node.path("networks")).unwrap();
-        node.set_token("token-1");
-        fs::write(node.path("sa/ca.crt"), CA).unwrap();
-        fs::write(node.path("networks/yonghui.conflist"), YONGHUI).unwrap();
-        node
+        let pod = InstallerPod { dir: tempfile::tempdir().unwrap() };
+        fs::create_dir_all(pod.root()).unwrap();
+        fs::create_dir_all(pod.path("sa")).unwrap();
+        fs::create_dir_all(pod.path("networks")).unwrap();
+        pod.set_token("token-1");
+        fs::write(pod.path("sa/ca.crt"), CA).unwrap();
+        fs::write(pod.path("networks/yonghui.conflist"), YONGHUI).unwrap();
+        pod
     }
     fn path(&self, rel: &str) -> PathBuf {
         self.dir.path().join(rel)
@@ -152,23 +152,23 @@ fn read_json(p: &Path) -> Value {
     serde_json::from_slice(&fs::read(p).unwrap()).unwrap()
 }
 
-/// What a complete install looks like, checked as an operator would on the node.
-fn assert_installed(node: &Node, token: &str) {
-    let binary = node.bin("yh-genie");
+/// What a complete install looks like, checked as an operator would on the pod.
+fn assert_installed(pod: &InstallerPod, token: &str) {
+    let binary = pod.bin("yh-genie");
     assert!(fs::symlink_metadata(&binary).unwrap().is_file());
     assert_eq!(mode(&binary), 0o755);
     assert!(fs::read(&binary).unwrap() == fs::read(BIN).unwrap(), "installed binary differs from the build");
     for name in PLUGIN_NAMES {
-        let link = node.bin(name);
+        let link = pod.bin(name);
         assert_eq!(fs::read_link(&link).unwrap(), Path::new("yh-genie"), "{name}");
         // The link works, and the binary is that plugin when called by that name.
         let out = Command::new(&link).arg("--version").env_clear().output().unwrap();
         assert!(String::from_utf8_lossy(&out.stdout).starts_with(&format!("{name} ")), "{name}: {out:?}");
     }
 
-    assert_eq!(mode(&node.host("/etc/cni/net.d/yh-genie.d")), 0o700);
-    assert_eq!(mode(&node.kubeconfig()), 0o600);
-    let kc = kube::config::Kubeconfig::read_from(node.kubeconfig()).unwrap();
+    assert_eq!(mode(&pod.host("/etc/cni/net.d/yh-genie.d")), 0o700);
+    assert_eq!(mode(&pod.kubeconfig()), 0o600);
+    let kc = kube::config::Kubeconfig::read_from(pod.kubeconfig()).unwrap();
     let context = kc.contexts.iter().find(|c| Some(&c.name) == kc.current_context.as_ref()).unwrap();
     let context = context.context.as_ref().unwrap();
     let cluster = kc.clusters.iter().find(|c| c.name == context.cluster).unwrap().cluster.as_ref().unwrap();
@@ -178,9 +178,9 @@ fn assert_installed(node: &Node, token: &str) {
     let user = kc.auth_infos.iter().find(|u| Some(&u.name) == context.user.as_ref()).unwrap();
     assert_eq!(user.auth_info.as_ref().unwrap().token.as_ref().unwrap().expose_secret(), token);
 
-    assert_eq!(mode(&node.conflist()), 0o644);
+    assert_eq!(mode(&pod.conflist()), 0o644);
     assert_eq!(
-        read_json(&node.conflist()),
+        read_json(&pod.conflist()),
         json!({
             "cniVersion": "1.0.0", "cniVersions": ["1.0.0", "1.1.0"], "name": "yh-genie",
             "plugins": [{
@@ -197,40 +197,40 @@ fn assert_installed(node: &Node, token: &str) {
             }]
         })
     );
-    let network = node.host("/etc/cni/net.d/yonghui/yonghui.conflist");
+    let network = pod.host("/etc/cni/net.d/yonghui/yonghui.conflist");
     assert_eq!(fs::read_to_string(&network).unwrap(), YONGHUI);
     assert_eq!(mode(&network), 0o644);
 
-    let leftovers: Vec<_> = node.snapshot().into_keys().filter(|p| p.to_string_lossy().contains(".tmp-")).collect();
+    let leftovers: Vec<_> = pod.snapshot().into_keys().filter(|p| p.to_string_lossy().contains(".tmp-")).collect();
     assert!(leftovers.is_empty(), "temp files left behind: {leftovers:?}");
 }
 
 #[test]
 fn installs_binary_links_kubeconfig_networks_and_conflist_whatever_the_umask() {
-    let node = Node::new();
+    let pod = InstallerPod::new();
     // A restrictive umask must not narrow the modes the runtime depends on (0755 binary, 0644 confs).
-    let mut c = node.command(&["--once"]);
+    let mut c = pod.command(&["--once"]);
     let program = c.get_program().to_owned();
     let args: Vec<_> = c.get_args().map(ToOwned::to_owned).collect();
     c = Command::new("sh");
     c.arg("-c").arg("umask 077 && exec \"$0\" \"$@\"").arg(program).args(args);
     c.env_clear().env("KUBERNETES_SERVICE_HOST", "fd00:10:96::1").env("KUBERNETES_SERVICE_PORT", "443");
     assert_ok(&c.output().unwrap());
-    assert_installed(&node, "token-1");
+    assert_installed(&pod, "token-1");
 }
 
 #[test]
 fn a_second_run_changes_nothing() {
-    let node = Node::new();
-    assert_ok(&node.install_once(&[]));
-    let conflist = node.host("/etc/cni/net.d/00-yh-genie.conflist");
-    let (before, text) = (node.snapshot(), fs::read_to_string(&conflist).unwrap());
-    assert_ok(&node.install_once(&[]));
+    let pod = InstallerPod::new();
+    assert_ok(&pod.install_once(&[]));
+    let conflist = pod.host("/etc/cni/net.d/00-yh-genie.conflist");
+    let (before, text) = (pod.snapshot(), fs::read_to_string(&conflist).unwrap());
+    assert_ok(&pod.install_once(&[]));
     // Each start announces the conflist in place (a truncate to its own length: a write event for
     // containerd, in case a killed installer renamed it without announcing it), which moves its
     // mtime and nothing else: the same file, the same bytes.
     let key = std::path::PathBuf::from("etc/cni/net.d/00-yh-genie.conflist");
-    let (mut after, mut before) = (node.snapshot(), before);
+    let (mut after, mut before) = (pod.snapshot(), before);
     assert_eq!(after.remove(&key).map(|(inode, _)| inode), before.remove(&key).map(|(inode, _)| inode));
     assert_eq!(fs::read_to_string(&conflist).unwrap(), text);
     assert_eq!(after, before, "a second run rewrote or renamed something");
@@ -238,147 +238,147 @@ fn a_second_run_changes_nothing() {
 
 #[test]
 fn concurrent_runs_leave_one_consistent_install() {
-    let node = Node::new();
-    let runs: Vec<Child> = (0..4).map(|_| node.command(&["--once"]).stderr(Stdio::piped()).spawn().unwrap()).collect();
+    let pod = InstallerPod::new();
+    let runs: Vec<Child> = (0..4).map(|_| pod.command(&["--once"]).stderr(Stdio::piped()).spawn().unwrap()).collect();
     for run in runs {
         assert_ok(&run.wait_with_output().unwrap());
     }
-    assert_installed(&node, "token-1");
+    assert_installed(&pod, "token-1");
 }
 
 #[test]
 fn replaces_a_running_binary_without_text_file_busy() {
-    let node = Node::new();
-    let binary = node.bin("yh-genie");
+    let pod = InstallerPod::new();
+    let binary = pod.bin("yh-genie");
     fs::create_dir_all(binary.parent().unwrap()).unwrap();
     // An "old version" that is executing while the new one is installed, as on an upgrade.
     // Copied by `cp`, not by this process: a test thread forking while this one held the file open
     // for writing would pass the descriptor to its child, and the exec below could see ETXTBSY.
     assert!(Command::new("cp").arg("/bin/sleep").arg(&binary).status().unwrap().success());
     let mut old = Command::new(&binary).arg("600").spawn().unwrap();
-    let out = node.install_once(&[]);
+    let out = pod.install_once(&[]);
     let still_running = old.try_wait().unwrap().is_none();
     let _ = old.kill();
     let _ = old.wait();
     assert_ok(&out);
     assert!(still_running, "the running old binary was disturbed");
-    assert_installed(&node, "token-1");
+    assert_installed(&pod, "token-1");
 }
 
 #[test]
 fn a_rotated_token_is_written_to_the_kubeconfig_and_nothing_else_changes() {
-    let node = Node::new();
-    let _installer = node.spawn(&["--interval", "0.05"]);
-    wait_for("the conflist", || node.conflist().exists().then_some(()));
-    let conflist_inode = fs::metadata(node.conflist()).unwrap().ino();
-    node.set_token("token-2");
+    let pod = InstallerPod::new();
+    let _installer = pod.spawn(&["--interval", "0.05"]);
+    wait_for("the conflist", || pod.conflist().exists().then_some(()));
+    let conflist_inode = fs::metadata(pod.conflist()).unwrap().ino();
+    pod.set_token("token-2");
     wait_for("the new token in the kubeconfig", || {
-        fs::read_to_string(node.kubeconfig()).ok().filter(|k| k.contains("token-2")).map(drop)
+        fs::read_to_string(pod.kubeconfig()).ok().filter(|k| k.contains("token-2")).map(drop)
     });
-    assert_eq!(mode(&node.kubeconfig()), 0o600);
-    assert_eq!(fs::metadata(node.conflist()).unwrap().ino(), conflist_inode, "the conflist was rewritten");
-    assert_installed(&node, "token-2");
+    assert_eq!(mode(&pod.kubeconfig()), 0o600);
+    assert_eq!(fs::metadata(pod.conflist()).unwrap().ino(), conflist_inode, "the conflist was rewritten");
+    assert_installed(&pod, "token-2");
 }
 
 #[test]
 fn a_network_added_to_the_source_is_installed_while_running() {
-    let node = Node::new();
-    let _installer = node.spawn(&["--interval", "0.05"]);
-    wait_for("the conflist", || node.conflist().exists().then_some(()));
+    let pod = InstallerPod::new();
+    let _installer = pod.spawn(&["--interval", "0.05"]);
+    wait_for("the conflist", || pod.conflist().exists().then_some(()));
     let ptp = r#"{"cniVersion": "1.0.0", "name": "ptpnet", "type": "ptp", "ipam": {"type": "host-local"}}"#;
-    fs::write(node.path("networks/ptpnet.conf"), ptp).unwrap();
-    let installed = node.host("/etc/cni/net.d/ptpnet/ptpnet.conf");
+    fs::write(pod.path("networks/ptpnet.conf"), ptp).unwrap();
+    let installed = pod.host("/etc/cni/net.d/ptpnet/ptpnet.conf");
     let content = wait_for("ptpnet on the host", || fs::read_to_string(&installed).ok());
     assert_eq!(content, ptp);
 }
 
 #[test]
 fn sigterm_with_cleanup_on_exit_removes_conflist_and_kubeconfig_but_keeps_binaries() {
-    let node = Node::new();
-    let mut installer = node.spawn(&["--cleanup-on-exit"]);
-    wait_for("the conflist", || node.conflist().exists().then_some(()));
+    let pod = InstallerPod::new();
+    let mut installer = pod.spawn(&["--cleanup-on-exit"]);
+    wait_for("the conflist", || pod.conflist().exists().then_some(()));
     installer.signal(nix::sys::signal::Signal::SIGTERM);
     assert!(installer.wait_exit().success());
-    assert!(!node.conflist().exists());
-    assert!(!node.kubeconfig().exists());
-    assert!(node.bin("yh-genie").exists() && node.bin("yonghui").exists(), "pods on the node still need them for DEL");
+    assert!(!pod.conflist().exists());
+    assert!(!pod.kubeconfig().exists());
+    assert!(pod.bin("yh-genie").exists() && pod.bin("yonghui").exists(), "pods on the pod still need them for DEL");
 }
 
 #[test]
 fn sigterm_without_cleanup_exits_and_leaves_the_install() {
-    let node = Node::new();
-    let mut installer = node.spawn(&[]);
-    wait_for("the conflist", || node.conflist().exists().then_some(()));
+    let pod = InstallerPod::new();
+    let mut installer = pod.spawn(&[]);
+    wait_for("the conflist", || pod.conflist().exists().then_some(()));
     installer.signal(nix::sys::signal::Signal::SIGINT);
     assert!(installer.wait_exit().success());
-    assert_installed(&node, "token-1");
+    assert_installed(&pod, "token-1");
 }
 
 #[test]
 fn the_conflist_waits_for_the_fabric_but_the_kubeconfig_does_not() {
-    let node = Node::new();
+    let pod = InstallerPod::new();
     let wait = ["--wait-for", "/run/flannel/subnet.env"];
-    let out = node.install_once(&wait);
+    let out = pod.install_once(&wait);
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("/run/flannel/subnet.env does not exist yet"));
-    assert!(node.kubeconfig().exists() && !node.conflist().exists());
+    assert!(pod.kubeconfig().exists() && !pod.conflist().exists());
 
     let mut args = wait.to_vec();
     args.extend(["--interval", "0.05"]);
-    let _installer = node.spawn(&args);
-    let subnet_env = node.host("/run/flannel/subnet.env");
+    let _installer = pod.spawn(&args);
+    let subnet_env = pod.host("/run/flannel/subnet.env");
     fs::create_dir_all(subnet_env.parent().unwrap()).unwrap();
     fs::write(&subnet_env, "FLANNEL_NETWORK=10.244.0.0/16\n").unwrap();
-    wait_for("the conflist", || node.conflist().exists().then_some(()));
-    assert_installed(&node, "token-1");
+    wait_for("the conflist", || pod.conflist().exists().then_some(()));
+    assert_installed(&pod, "token-1");
 }
 
 #[test]
 fn without_credentials_nothing_points_the_runtime_at_yh_genie() {
-    let node = Node::new();
-    fs::remove_file(node.path("sa/token")).unwrap();
-    let out = node.install_once(&[]);
+    let pod = InstallerPod::new();
+    fs::remove_file(pod.path("sa/token")).unwrap();
+    let out = pod.install_once(&[]);
     assert_eq!(out.status.code(), Some(1));
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("service-account token") && stderr.contains("sa/token"), "{stderr}");
-    assert!(!node.conflist().exists(), "a conflist without its kubeconfig");
+    assert!(!pod.conflist().exists(), "a conflist without its kubeconfig");
 }
 
 #[test]
 fn a_bad_network_file_is_named_but_the_rest_is_installed() {
-    let node = Node::new();
-    fs::write(node.path("networks/broken.conflist"), "{ not json").unwrap();
-    let out = node.install_once(&[]);
+    let pod = InstallerPod::new();
+    fs::write(pod.path("networks/broken.conflist"), "{ not json").unwrap();
+    let out = pod.install_once(&[]);
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("broken.conflist: not valid JSON"));
-    assert!(!node.host("/etc/cni/net.d/broken").exists());
-    assert_installed(&node, "token-1");
+    assert!(!pod.host("/etc/cni/net.d/broken").exists());
+    assert_installed(&pod, "token-1");
 }
 
 #[test]
 fn a_running_installer_outlives_a_bad_network_and_installs_it_once_fixed() {
-    let node = Node::new();
-    let broken = node.path("networks/late.conflist");
+    let pod = InstallerPod::new();
+    let broken = pod.path("networks/late.conflist");
     fs::write(&broken, "{ not json").unwrap();
-    let _installer = node.spawn(&["--interval", "0.05"]);
-    wait_for("the conflist", || node.conflist().exists().then_some(()));
+    let _installer = pod.spawn(&["--interval", "0.05"]);
+    wait_for("the conflist", || pod.conflist().exists().then_some(()));
     let fixed = r#"{"cniVersion": "1.0.0", "name": "late", "plugins": [{"type": "ptp"}]}"#;
     fs::write(&broken, fixed).unwrap();
     // Only a running installer can pick the fix up.
-    let installed = node.host("/etc/cni/net.d/late/late.conflist");
+    let installed = pod.host("/etc/cni/net.d/late/late.conflist");
     assert_eq!(wait_for("the fixed network", || fs::read_to_string(&installed).ok()), fixed);
 }
 
 #[test]
 fn usage_errors_exit_2_naming_the_problem() {
-    let node = Node::new();
-    let out = node.install_once(&["--frobnicate"]);
+    let pod = InstallerPod::new();
+    let out = pod.install_once(&["--frobnicate"]);
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("unknown flag --frobnicate"));
-    let out = node.command(&["--once"]).env_remove("KUBERNETES_SERVICE_HOST").output().unwrap();
+    let out = pod.command(&["--once"]).env_remove("KUBERNETES_SERVICE_HOST").output().unwrap();
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("KUBERNETES_SERVICE_HOST is not set"));
-    assert!(node.snapshot().len() == 1, "nothing but the empty root");
+    assert!(pod.snapshot().len() == 1, "nothing but the empty root");
 }
 
 /// What the conf dir shows a runtime that watches it (containerd's fsnotify watch, not recursive,
@@ -401,11 +401,11 @@ fn names_seen(inotify: &nix::sys::inotify::Inotify) -> BTreeMap<String, usize> {
 
 /// Whether, during an install, the conflist sees a write (IN_MODIFY) after it is in place
 /// (IN_MOVED_TO), as containerd needs to reload.
-fn wrote_after_in_place(conf_dir: &Path, node: &Node) -> bool {
+fn wrote_after_in_place(conf_dir: &Path, pod: &InstallerPod) -> bool {
     use nix::sys::inotify::AddWatchFlags;
     let inotify = watch(conf_dir);
-    fs::remove_file(node.conflist()).unwrap();
-    assert_ok(&node.install_once(&[]));
+    fs::remove_file(pod.conflist()).unwrap();
+    assert_ok(&pod.install_once(&[]));
     let mut in_place = false;
     while let Ok(events) = inotify.read_events() {
         for e in events.iter().filter(|e| e.name.as_deref() == Some(std::ffi::OsStr::new("00-yh-genie.conflist"))) {
@@ -427,28 +427,28 @@ fn watch(dir: &Path) -> nix::sys::inotify::Inotify {
 
 #[test]
 fn the_watched_conf_dir_sees_only_complete_files_appear_and_killed_writers_temp_files_are_swept() {
-    let node = Node::new();
-    let conf_dir = node.host("/etc/cni/net.d");
+    let pod = InstallerPod::new();
+    let conf_dir = pod.host("/etc/cni/net.d");
     fs::create_dir_all(&conf_dir).unwrap();
     let inotify = watch(&conf_dir);
-    assert_ok(&node.install_once(&[]));
+    assert_ok(&pod.install_once(&[]));
     let seen = names_seen(&inotify);
     let finals = ["00-yh-genie.conflist", "yh-genie.d", "yonghui"];
     assert!(seen.keys().all(|name| finals.contains(&name.as_str())), "events in the conf dir: {seen:?}");
     assert!(seen.contains_key("00-yh-genie.conflist"), "the watch works: {seen:?}");
     // containerd reloads on a write, rename or removal in its conf dir, not on a create (which a
     // rename into it is): the complete conflist is written to (its bytes untouched) once in place.
-    assert!(wrote_after_in_place(&conf_dir, &node), "a write event of the complete conflist");
+    assert!(wrote_after_in_place(&conf_dir, &pod), "a write event of the complete conflist");
 
     // A rewrite of the conflist (a selector key more) and of a network file (its own dir, too).
     let network_dir = conf_dir.join("yonghui");
     let in_network_dir = watch(&network_dir);
-    fs::write(node.path("networks/yonghui.conflist"), YONGHUI.replace("1.0.0", "0.4.0")).unwrap();
-    let before = fs::read(node.conflist()).unwrap();
-    fs::write(node.path("selector.json"), r#"{"networkStatus": "never"}"#).unwrap();
-    let selector_config = node.path("selector.json").display().to_string();
-    assert_ok(&node.install_once(&["--selector-config", &selector_config]));
-    assert_ne!(fs::read(node.conflist()).unwrap(), before, "the conflist was rewritten");
+    fs::write(pod.path("networks/yonghui.conflist"), YONGHUI.replace("1.0.0", "0.4.0")).unwrap();
+    let before = fs::read(pod.conflist()).unwrap();
+    fs::write(pod.path("selector.json"), r#"{"networkStatus": "never"}"#).unwrap();
+    let selector_config = pod.path("selector.json").display().to_string();
+    assert_ok(&pod.install_once(&["--selector-config", &selector_config]));
+    assert_ne!(fs::read(pod.conflist()).unwrap(), before, "the conflist was rewritten");
     let seen = names_seen(&inotify);
     assert!(seen.keys().all(|name| finals.contains(&name.as_str())), "events in the conf dir: {seen:?}");
     assert!(seen.contains_key("00-yh-genie.conflist"), "{seen:?}");
@@ -464,7 +464,7 @@ fn the_watched_conf_dir_sees_only_complete_files_appear_and_killed_writers_temp_
     let live = staging.join(format!(".yonghui.conflist.tmp-{}-0123456789ab", std::process::id()));
     fs::write(&dead, "{").unwrap();
     fs::write(&live, "{").unwrap();
-    assert_ok(&node.install_once(&[]));
+    assert_ok(&pod.install_once(&[]));
     assert!(!dead.exists(), "a killed writer's temp file is swept");
     assert!(live.exists(), "a live writer's stays");
 }

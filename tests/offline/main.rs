@@ -1,0 +1,8 @@
+//! The offline suite: what runs without root and touches nothing outside temp dirs. The binary as
+//! people meet it (`cli`), the installer against a fake host root (`install`), and everything the
+//! project ships for Kubernetes checked without a cluster (`manifests`). `scripts/test.sh --quick`
+//! runs it with the unit tests (docs/testing.md).
+
+mod cli;
+mod install;
+mod manifests;
