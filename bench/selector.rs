@@ -13,19 +13,30 @@
 //! `ip netns exec` wrapper skews the timings), with the tests' fake API server on its 127.0.0.1,
 //! the agent running as the DaemonSet runs it (`yh-genie install --agent`), and one netns per pod.
 
-#[path = "../tests/common/mod.rs"]
-mod common;
+/// The node agent's answers, as the netns suite asks them.
+#[path = "../tests/netns/support/agent.rs"]
+mod agent_answers;
 mod multinet;
 
-use common::agent::{Agent, Answers};
-use common::apiserver::ApiServer;
-use common::{Netns, Sandbox, unique};
+use agent_answers::AgentAnswers;
 use serde_json::{Value, json};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
+use testkit::agent::Agent;
+use testkit::apiserver::ApiServer;
+use testkit::netns::Netns;
+use testkit::process::unique;
+use testkit::sandbox::{Plugins, Sandbox};
+
+/// yh-genie as the benchmark's sandbox installs it.
+const PLUGINS: Plugins = Plugins {
+    selector: yh_genie::selector::NAME,
+    plugins: &yh_genie::plugins::NAMES,
+    lock_dir_var: yh_genie::cni::attachment_lock::DIR_VAR,
+};
 
 struct Options {
     pods: usize,
@@ -103,9 +114,9 @@ struct Bench {
 
 impl Bench {
     fn new() -> Self {
-        common::require_root();
+        testkit::require_root();
         let node = Netns::new("ybn");
-        let sb = Sandbox::new(&common::PLUGINS);
+        let sb = Sandbox::new(&PLUGINS);
         let api = ApiServer::start_in(&node);
         let agent = Agent::start(&node, &api, sb.path(), &sb.path().join("run/agent.sock"), 9745, &[]);
         agent.wait_ready();

@@ -11,10 +11,10 @@
 mod common;
 
 use common::cri_node::{BRIDGE, CriNode, MACVLAN_ROUTER, MACVLAN_VETH, NODE_IP, Network, Sandbox, YONGHUI};
-use common::node::{from_config_map, literal};
 use serde_json::json;
 use std::collections::BTreeSet;
 use std::time::Instant;
+use testkit::apiserver::{from_config_map, literal};
 use yh_genie::selector::NETWORK_STATUS;
 
 /// How long a node's state may take to follow a change.
@@ -199,7 +199,7 @@ fn route_dev(node: &CriNode, sandbox: &Sandbox, to: &str) -> String {
     route[0]["dev"].as_str().unwrap_or_default().to_string()
 }
 
-/// Seed 004's router pattern under containerd: the overlay on eth0 and a macvlan on net1 with
+/// The `router` pattern of docs/veth-router.md under containerd: the overlay on eth0 and a macvlan on net1 with
 /// `router`. containerd takes the pod IP from the interface it named (eth0), so the selector hands it
 /// the first network's result alone; the second network is the pod's all the same.
 #[test]
@@ -217,7 +217,7 @@ fn a_pod_with_two_networks_gets_both_and_containerd_reports_the_first() {
     let net1 = node.sandbox_addresses_on(&two, "net1");
     assert!(net1.len() == 1 && MACVLAN_ROUTER.contains(&net1[0]), "net1 on the LAN: {net1:?}");
     assert_ne!(two.ip, net1[0], "containerd reports eth0's address, not net1's");
-    let records = common::node::list_dir(&node.path("var/lib/cni/yh-genie/attachments"));
+    let records = testkit::inspect::list_dir(&node.path("var/lib/cni/yh-genie/attachments"));
     assert!(
         records.contains(&format!("{}:eth0", two.id)) && records.contains(&format!("{}:net1", two.id)),
         "a record per network: {records:?}"
@@ -282,7 +282,7 @@ fn a_host_port_answers_on_the_nodes_address_and_a_bandwidth_annotation_shapes_th
     let _ = server.wait();
     assert!(answer.contains("from-the-pod"), "{NODE_IP}:18090: {answer:?}\n{}", node.logs());
     let dnat = || -> Vec<String> {
-        common::node::cni_nat_lines(&node.netns).into_iter().filter(|l| l.contains("--dport 18090")).collect()
+        testkit::inspect::cni_nat_lines(&node.netns).into_iter().filter(|l| l.contains("--dport 18090")).collect()
     };
     assert!(dnat().iter().any(|l| l.contains(&format!("{}:80", sandbox.ip))), "{:#?}", dnat());
     // The egress limit: a tbf on the ifb device the bandwidth plugin made for the pod.

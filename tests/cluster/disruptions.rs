@@ -4,7 +4,7 @@
 use super::{NS, YH_GENIE_USER, condition};
 use crate::common::cluster::Cluster;
 use crate::common::cluster::pods::{Network, in_cidr, sleeper};
-use crate::common::{self, report};
+use crate::common::report;
 use serde_json::Value;
 use std::path::Path;
 
@@ -30,7 +30,7 @@ pub fn uninstall_leaves_the_nodes_as_the_docs_say(cluster: &mut Cluster) {
             assert!(worker.node_path(file).exists(), "{}: {file} is gone, the docs say it stays", worker.name);
         }
         let mut leases = Vec::new();
-        common::node::walk(&worker.node_path("/var/lib/cni/networks"), &mut |p| {
+        testkit::inspect::walk(&worker.node_path("/var/lib/cni/networks"), &mut |p| {
             let name = p.file_name().unwrap().to_string_lossy().into_owned();
             if name.parse::<std::net::Ipv4Addr>().is_ok() {
                 leases.push(p.display().to_string());

@@ -5,7 +5,7 @@
 use super::{NS, YH_BRIDGENET, condition};
 use crate::common::cluster::pods::{Network, in_cidr, sleeper};
 use crate::common::cluster::{Cluster, NODES, PATIENCE};
-use crate::common::{self, report};
+use crate::common::report;
 use std::collections::BTreeSet;
 
 const HOST_PORT: u16 = 18080;
@@ -211,7 +211,7 @@ fn running_sandbox_ids(worker: &crate::common::cluster::worker::Worker) -> BTree
 fn lease_owners(cluster: &Cluster) -> BTreeSet<(String, String)> {
     let worker = cluster.worker("node-a");
     let mut leases = BTreeSet::new();
-    common::node::walk(&worker.node_path("/var/lib/cni/networks"), &mut |p| {
+    testkit::inspect::walk(&worker.node_path("/var/lib/cni/networks"), &mut |p| {
         let name = p.file_name().unwrap().to_string_lossy().into_owned();
         if name.parse::<std::net::Ipv4Addr>().is_ok() {
             let text = std::fs::read_to_string(p).unwrap_or_default();

@@ -110,7 +110,7 @@ impl Containerd {
     /// Files the node's processes wrote under `/var/lib`.
     pub fn var_lib_files(&self) -> Vec<PathBuf> {
         let mut files = Vec::new();
-        super::node::walk(&self.dir.join("var-lib/upper"), &mut |p| files.push(p.to_path_buf()));
+        testkit::inspect::walk(&self.dir.join("var-lib/upper"), &mut |p| files.push(p.to_path_buf()));
         files
     }
 

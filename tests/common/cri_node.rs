@@ -9,21 +9,22 @@
 //!   yh-bridge does (NAT rules per pod). The default network.
 //! - `bridge`: Debian's reference `bridge` + `host-local`, with ipMasq.
 //! - `macvlan-veth`: the reference `macvlan` on the node's NIC `par0` (one end of a veth pair in
-//!   the node netns), chained with the built-in `veth` so that the pod reaches its node (seed 004).
+//!   the node netns), chained with the built-in `veth` so that the pod reaches its node (docs/veth-router.md).
 //! - `macvlan-router`: a macvlan on `par0` chained with the built-in `router`, for a pod's second
-//!   interface beside an overlay `eth0` (seed 004's router pattern).
+//!   interface beside an overlay `eth0` (the `router` pattern of docs/veth-router.md).
 
 use super::apiserver::{ApiServer, NODE_NAME, TOKEN};
 use super::containerd::{Containerd, RunDir, require_containerd, terminate};
 use super::cri::{self, PodSandboxConfig, RuntimeService};
-use super::node::{cni_nat_lines, host_local_leases, link_names, list_dir, walk};
-use super::{Netns, agent, pause_image, require_root};
+use super::{Netns, pause_image, require_root};
 use serde_json::{Value, json};
 use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
-use yh_genie::kube::agent_socket::protocol::Answer;
+use testkit::inspect::{cni_nat_lines, host_local_leases, link_names, list_dir, walk};
+use yh_genie::kube::agent_socket::client::exchange;
+use yh_genie::kube::agent_socket::protocol::{Answer, Ask, Request};
 
 const SANDBOX_IMAGE: &str = "yh-genie.test/pause:cri";
 /// Where the fabric writes the node's subnet, as in the shipped yonghui network and the DaemonSet's
@@ -305,7 +306,9 @@ impl CriNode {
         let uid = format!("uid-default-{name}");
         let started = Instant::now();
         loop {
-            let answer = agent::answer(&socket, "default", name, Some(&uid));
+            let ask =
+                Ask::Selection { namespace: "default".into(), name: name.into(), uid: Some(uid.clone()), wait_ms: 0 };
+            let answer = exchange(&socket, &Request::new(ask), Instant::now() + Duration::from_secs(5));
             if matches!(answer, Ok(Answer::Objects(_))) {
                 return;
             }

@@ -1,22 +1,26 @@
-//! A Kubernetes node for end-to-end tests of the selector: a netns that holds the plugins, the
-//! bridges and the NAT rules, a sandbox (conf dir, data dirs, bin dir), and the fake API server on
-//! the node's 127.0.0.1. Each pod gets a netns of its own.
+//! The netns node: a Kubernetes node for end-to-end tests of the selector, a netns that holds the
+//! plugins, the bridges and the NAT rules, a sandbox (conf dir, data dirs, bin dir), and the fake
+//! API server on the node's 127.0.0.1. Each pod gets a netns of its own.
 //!
 //! `leftovers` and `leftovers_of` list what the node still holds of pods, over every kind of state a
 //! CNI plugin can leak: addresses leased by host-local, host veths, NAT chains and jumps, attachment
 //! records and yonghui's saved delegate configurations (temp files of interrupted writes included),
 //! interfaces in the pod's netns. Tests assert those lists are empty.
 
-use super::apiserver::{ApiServer, Serving};
-use super::{Call, Netns, PLUGINS, Reply, Sandbox, cni_command, require_root, unique};
+use super::driver::{Call, PLUGINS, Reply, cni_command};
 use serde_json::{Value, json};
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::Command;
-pub use testkit::apiserver::{ENV_VAR, from_config_map, literal};
-pub use testkit::inspect::{cni_nat_lines, host_local_leases, link_names, list_dir, walk};
+use testkit::agent::{Agent, METRICS_PORT};
+use testkit::apiserver::{ApiServer, Serving};
+use testkit::inspect::{cni_nat_lines, host_local_leases, link_names, list_dir, walk};
+use testkit::netns::Netns;
+use testkit::process::unique;
+use testkit::require_root;
+use testkit::sandbox::Sandbox;
 
-pub struct Node {
+pub struct NetnsNode {
     pub sb: Sandbox,
     pub api: ApiServer,
     pub netns: Netns,
@@ -54,7 +58,7 @@ pub fn pod_args(name: &str, cid: &str) -> String {
     )
 }
 
-impl Node {
+impl NetnsNode {
     pub fn new() -> Self {
         Self::serving(Serving::Valid)
     }
@@ -66,7 +70,7 @@ impl Node {
         let sb = Sandbox::on_node(&netns, &PLUGINS);
         let api = ApiServer::start_serving(&netns, serving);
         std::fs::create_dir_all(sb.path().join("empty-path")).unwrap();
-        Node { sb, api, netns, default_network: None, fixtures: Default::default() }
+        NetnsNode { sb, api, netns, default_network: None, fixtures: Default::default() }
     }
 
     pub fn conf_dir(&self) -> PathBuf {
@@ -113,6 +117,11 @@ impl Node {
     /// Where the node's agent listens (`start_agent`), as the plugin is told by `agentSocket`.
     pub fn agent_socket(&self) -> PathBuf {
         self.sb.path().join("run/yh-genie/agent.sock")
+    }
+
+    /// Start the node's agent, as `yh-genie install --agent` with the DaemonSet's flags.
+    pub fn start_agent(&self) -> Agent {
+        Agent::start(&self.netns, &self.api, self.sb.path(), &self.agent_socket(), METRICS_PORT, &[])
     }
 
     /// The selector's stdin, as the runtime passes it, with `extra` keys merged in. Its
@@ -291,7 +300,7 @@ impl Node {
     /// that a runtime sends after a failed ADD removes, and nothing of any other pod.
     pub fn assert_failed_add_left_nothing(&self, pod: &Pod, case: &str) {
         assert_eq!(link_names(&pod.netns, ""), ["lo"], "{case}: pod netns interfaces");
-        let own_lock = Node::own_lock(pod);
+        let own_lock = NetnsNode::own_lock(pod);
         let left: Vec<String> = self.leftovers().into_iter().filter(|l| *l != own_lock).collect();
         assert!(left.is_empty(), "{case}: left on the node: {left:#?}");
     }

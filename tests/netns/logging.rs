@@ -1,10 +1,12 @@
 //! The operation log: every call leaves one line with the pod, container id, network, result or
 //! error code, and duration, in the file the config names (or on stderr); never on stdout.
 
-mod common;
-
-use common::*;
+use crate::support::driver::{Call, PLUGINS, cni};
 use serde_json::json;
+use testkit::netns::Netns;
+use testkit::process::unique;
+use testkit::require_root;
+use testkit::sandbox::Sandbox;
 
 fn read_log(sb: &Sandbox) -> String {
     std::fs::read_to_string(sb.path().join("log/ops.log")).unwrap_or_default()

@@ -7,27 +7,29 @@
 //! One known, deliberate difference is normalised away: the reference creates veths with
 //! `txqueuelen 0` (Go's zero value); yh-bridge leaves the kernel's default.
 
-mod common;
-
-use common::{Call, Netns, PLUGINS, Reply, Sandbox, cni, cnidrive_run, require_root, unique};
+use crate::support::driver::{Call, PLUGINS, Reply, cni, cnidrive_run};
 use serde_json::{Value, json};
 use std::net::IpAddr;
 use std::path::PathBuf;
+use testkit::netns::Netns;
+use testkit::process::unique;
+use testkit::require_root;
+use testkit::sandbox::Sandbox;
 
 const OURS: &str = "yh-bridge";
 const REFERENCE: &str = "bridge";
 
 /// A node netns with a sandbox whose plugins run inside it.
-struct Node {
+struct BridgeNode {
     ns: Netns,
     sb: Sandbox,
 }
 
-impl Node {
+impl BridgeNode {
     fn new() -> Self {
         let ns = Netns::new("brn");
         let sb = Sandbox::on_node(&ns, &PLUGINS);
-        Node { ns, sb }
+        BridgeNode { ns, sb }
     }
 
     fn ipam_dir(&self) -> PathBuf {
@@ -107,7 +109,7 @@ enum Via {
 
 const IFNAME: &str = "eth0";
 
-fn driver(node: &Node, command: &str, cid: &str, netns: &str, conf: &Value, args: &str) -> Reply {
+fn driver(node: &BridgeNode, command: &str, cid: &str, netns: &str, conf: &Value, args: &str) -> Reply {
     let plugin = conf["type"].as_str().unwrap().to_string();
     cni(
         &node.sb,
@@ -122,7 +124,7 @@ fn with_prev(conf: &Value, prev: &Value) -> Value {
 }
 
 /// ADD, then CHECK if `check`, through `via`; returns the ADD result.
-fn add_and_check(node: &Node, via: Via, cid: &str, pod: &Netns, conf: &Value, check: bool) -> Value {
+fn add_and_check(node: &BridgeNode, via: Via, cid: &str, pod: &Netns, conf: &Value, check: bool) -> Value {
     let netns = pod.path().display().to_string();
     match via {
         Via::Cnidrive => {
@@ -143,7 +145,7 @@ fn add_and_check(node: &Node, via: Via, cid: &str, pod: &Netns, conf: &Value, ch
     }
 }
 
-fn del(node: &Node, via: Via, cid: &str, pod: &Netns, conf: &Value, prev: &Value) {
+fn del(node: &BridgeNode, via: Via, cid: &str, pod: &Netns, conf: &Value, prev: &Value) {
     let netns = pod.path().display().to_string();
     match via {
         Via::Cnidrive => cnidrive_run(&node.sb, "del", &node.conflist(conf), &netns, cid, IFNAME, "").ok(),
@@ -219,7 +221,7 @@ fn pod_view(pod: &Netns) -> Value {
 
 /// What the node holds for the pod: the bridge (link, global addresses), the host veth as its port,
 /// forwarding, accept_ra on both, the NAT tables.
-fn node_view(node: &Node, result: &Value) -> Value {
+fn node_view(node: &BridgeNode, result: &Value) -> Value {
     let bridge = result["interfaces"][0]["name"].as_str().unwrap();
     let port = result["interfaces"][1]["name"].as_str().unwrap();
     let bridge_link = &json_of(&node.ns, &format!("ip -j -d link show dev {bridge}"))[0];
@@ -249,7 +251,7 @@ fn assert_same(what: &str, ours: &Value, reference: &Value) {
 
 /// The kernel destroys a deleted netns's veths in the background; wait (boundedly) until the node
 /// has none left, so the checks after it see the plugin's doing, not the kernel's pace.
-fn wait_for_netns_teardown(node: &Node) {
+fn wait_for_netns_teardown(node: &BridgeNode) {
     for _ in 0..200 {
         if node.links_of_kind("veth").is_empty() {
             return;
@@ -259,7 +261,7 @@ fn wait_for_netns_teardown(node: &Node) {
 }
 
 /// After DEL: no veth on the node, no lease, no NAT rule, no interface in the pod.
-fn assert_clean(node: &Node, name: &str, pod: Option<&Netns>) {
+fn assert_clean(node: &BridgeNode, name: &str, pod: Option<&Netns>) {
     assert_eq!(node.links_of_kind("veth"), Vec::<String>::new(), "veths left on the node");
     assert_eq!(node.leases(name), Vec::<String>::new(), "leases left in host-local");
     assert!(!node.nat().contains("CNI-"), "NAT rules left:\n{}", node.nat());
@@ -271,13 +273,13 @@ fn assert_clean(node: &Node, name: &str, pod: Option<&Netns>) {
 /// Run the configuration `make` gives for each plugin through yh-bridge and the reference on
 /// identical nodes; compare the result, the pod and the node. Then CHECK (inside `add_and_check`),
 /// DEL, DEL again on yh-bridge.
-fn compare(make: impl Fn(&Node, &str, &str) -> Value, via: Via) {
+fn compare(make: impl Fn(&BridgeNode, &str, &str) -> Value, via: Via) {
     require_root();
     let name = unique("net");
     let cid = unique("cid");
     let mut seen = Vec::new();
     for plugin in [OURS, REFERENCE] {
-        let node = Node::new();
+        let node = BridgeNode::new();
         let pod = Netns::new("brp");
         let conf = make(&node, plugin, &name);
         let result = add_and_check(&node, via, &cid, &pod, &conf, plugin == OURS);
@@ -294,7 +296,7 @@ fn compare(make: impl Fn(&Node, &str, &str) -> Value, via: Via) {
     assert_same("the node", &ours.2, &reference.2);
 }
 
-/// `compare` for a bridge configuration: the defaults of `Node::conf` plus `extra`.
+/// `compare` for a bridge configuration: the defaults of `BridgeNode::conf` plus `extra`.
 fn compare_with_reference(extra: Value, via: Via) {
     compare(|node, plugin, name| node.conf(plugin, name, &extra), via);
 }
@@ -353,7 +355,7 @@ fn same_as_reference_l2_only() {
 /// (FLANNEL_IPMASQ=false makes the delegate masquerade).
 #[test]
 fn yonghui_through_yh_bridge_same_as_through_reference() {
-    let yonghui = |node: &Node, plugin: &str, name: &str| {
+    let yonghui = |node: &BridgeNode, plugin: &str, name: &str| {
         let subnet_env = node.sb.write(
             "subnet.env",
             "FLANNEL_NETWORK=10.66.0.0/16\nFLANNEL_SUBNET=10.66.3.1/24\nFLANNEL_MTU=1450\nFLANNEL_IPMASQ=false\n",
@@ -370,7 +372,7 @@ fn yonghui_through_yh_bridge_same_as_through_reference() {
 #[test]
 fn nftables_backend_adds_one_chain_per_pod_and_del_removes_it() {
     require_root();
-    let node = Node::new();
+    let node = BridgeNode::new();
     let pod = Netns::new("brp");
     let name = unique("net");
     let cid = unique("cid");
@@ -401,7 +403,7 @@ fn nftables_backend_adds_one_chain_per_pod_and_del_removes_it() {
 fn masquerade_lets_the_pod_reach_beyond_the_node() {
     require_root();
     for (masq, backend) in [(false, "iptables"), (true, "iptables"), (true, "nftables")] {
-        let node = Node::new();
+        let node = BridgeNode::new();
         let outside = Netns::new("bro");
         node.ns.must(&format!("ip link add up0 type veth peer name up1 netns {}", outside.name));
         node.ns.must("ip addr add 192.168.200.1/24 dev up0 && ip link set up0 up");
@@ -421,7 +423,7 @@ fn masquerade_lets_the_pod_reach_beyond_the_node() {
 #[test]
 fn forty_pods_eight_at_a_time_get_distinct_addresses_and_leave_nothing() {
     require_root();
-    let node = Node::new();
+    let node = BridgeNode::new();
     let name = unique("net");
     let conf = node.conf(
         OURS,
@@ -477,9 +479,9 @@ fn link_names(ns: &Netns) -> Vec<String> {
 /// ADD with `extra` in a fresh node and pod (after `prepare`) must fail with `code` and a message
 /// containing `needle`, and leave no new link in the pod, no new veth on the node, no lease.
 /// Returns the node for further checks.
-fn add_fails(extra: Value, prepare: impl FnOnce(&Node, &Netns), code: u64, needle: &str) -> Node {
+fn add_fails(extra: Value, prepare: impl FnOnce(&BridgeNode, &Netns), code: u64, needle: &str) -> BridgeNode {
     require_root();
-    let node = Node::new();
+    let node = BridgeNode::new();
     let pod = Netns::new("brp");
     prepare(&node, &pod);
     let (pod_before, veths_before) = (link_names(&pod), node.links_of_kind("veth"));
@@ -534,7 +536,7 @@ fn ipam_failure_leaves_nothing() {
 fn failure_after_ipam_releases_the_lease_and_removes_the_veth() {
     // The bridge already carries another IPv4 address: the gateway step (after IPAM) must fail.
     let br = unique("br");
-    let prepare = |node: &Node, _: &Netns| {
+    let prepare = |node: &BridgeNode, _: &Netns| {
         node.ns.must(&format!("ip link add {br} type bridge && ip addr add 192.168.99.1/24 dev {br}"));
     };
     let node =
@@ -551,7 +553,7 @@ fn failure_after_ipam_releases_the_lease_and_removes_the_veth() {
 #[test]
 fn missing_netns_makes_nothing() {
     require_root();
-    let node = Node::new();
+    let node = BridgeNode::new();
     let br = unique("br");
     let conf = node.conf(OURS, &unique("net"), &json!({"bridge": br}));
     let e = driver(&node, "ADD", "c1", "/run/netns/does-not-exist", &conf, "").err();
@@ -579,7 +581,7 @@ fn invalid_configuration_makes_nothing() {
 #[test]
 fn mac_from_cni_args() {
     require_root();
-    let node = Node::new();
+    let node = BridgeNode::new();
     let pod = Netns::new("brp");
     let conf = node.conf(OURS, &unique("net"), &json!({}));
     let r =
@@ -592,7 +594,7 @@ fn mac_from_cni_args() {
 #[test]
 fn del_is_idempotent_and_works_without_the_netns() {
     require_root();
-    let node = Node::new();
+    let node = BridgeNode::new();
     let name = unique("net");
     let conf = node.conf(OURS, &name, &json!({"isGateway": true, "ipMasq": true, "ipMasqBackend": "iptables"}));
 
@@ -621,7 +623,7 @@ fn del_is_idempotent_and_works_without_the_netns() {
 #[test]
 fn del_survives_a_configuration_broken_since_add() {
     require_root();
-    let node = Node::new();
+    let node = BridgeNode::new();
     let pod = Netns::new("brp");
     let name = unique("net");
     let conf = node.conf(OURS, &name, &json!({"ipMasq": true, "ipMasqBackend": "iptables", "isGateway": true}));
@@ -636,7 +638,7 @@ fn del_survives_a_configuration_broken_since_add() {
 #[test]
 fn check_notices_what_changed() {
     require_root();
-    let node = Node::new();
+    let node = BridgeNode::new();
     let pod = Netns::new("brp");
     let conf = node.conf(
         OURS,
@@ -676,7 +678,7 @@ fn check_notices_what_changed() {
 fn the_bridge_keeps_the_mac_its_pods_recorded_as_ports_come_and_go() {
     require_root();
     for gateway in [false, true] {
-        let node = Node::new();
+        let node = BridgeNode::new();
         let pod = Netns::new("brp");
         let bridge = unique("br");
         let conf = node.conf(OURS, &unique("net"), &json!({"bridge": bridge, "isGateway": gateway}));
@@ -693,7 +695,7 @@ fn the_bridge_keeps_the_mac_its_pods_recorded_as_ports_come_and_go() {
 #[test]
 fn unsupported_keys_are_refused() {
     require_root();
-    let node = Node::new();
+    let node = BridgeNode::new();
     let conf = node.conf(OURS, &unique("net"), &json!({"macspoofchk": true}));
     let e = driver(&node, "ADD", "c1", "/run/netns/whatever", &conf, "").err();
     assert_eq!(e["code"], 2);

@@ -1,13 +1,12 @@
 //! The netlink layer against a real kernel, inside throwaway network namespaces: every operation is
 //! checked with `ip`/`bridge` JSON output, the way an operator would look.
 
-mod common;
-
-use common::{Netns, require_root};
 use serde_json::Value;
 use std::fs::File;
 use std::os::fd::AsFd;
 use std::time::Duration;
+use testkit::netns::Netns;
+use testkit::require_root;
 use yh_genie::cni::code;
 use yh_genie::netlink::{IpFamily, MacAddr, Netlink, OperState, Route, Rule, VethPair};
 

@@ -1,14 +1,14 @@
 //! The selector end to end, as root: a node netns holds the plugins, the bridges and a fake API
-//! server (`common::node`, `common::apiserver`); each pod gets its own netns. Networks are reference
+//! server (`support::node`, `testkit::apiserver`); each pod gets its own netns. Networks are reference
 //! `bridge` + `host-local` chains, one directory each under the sandbox's conf dir, on different
 //! subnets, so an address tells which network a pod got, and a `yonghui` -> `yh-bridge` network.
 
-mod common;
-
-use common::apiserver::Fault;
-use common::node::{ENV_VAR, Node, Pod, from_config_map, link_names, list_dir, literal, pod_addresses};
-use common::{cnidrive_run, unique};
+use crate::support::driver::cnidrive_run;
+use crate::support::node::{NetnsNode, Pod, pod_addresses};
 use serde_json::{Value, json};
+use testkit::apiserver::{ENV_VAR, Fault, from_config_map, literal};
+use testkit::inspect::{link_names, list_dir};
+use testkit::process::unique;
 
 /// A reference network in `<confDir>/<name>/<file>`: bridge + host-local on `10.77.<n>.0/24`.
 #[derive(Clone, Copy)]
@@ -35,8 +35,8 @@ impl Net {
 }
 
 /// A node with every network above, GREY the default.
-fn node() -> Node {
-    let mut node = Node::new();
+fn node() -> NetnsNode {
+    let mut node = NetnsNode::new();
     node.default_network = Some(GREY.name.to_string());
     for net in [BLUE, GREEN, RED, GREY] {
         node.add_network(net);
@@ -45,7 +45,7 @@ fn node() -> Node {
     node
 }
 
-/// This file's reference networks on a `Node`.
+/// This file's reference networks on a `NetnsNode`.
 trait Networks {
     /// The bridge + host-local plugin object of `net`.
     fn bridge_plugin(&self, net: Net) -> Value;
@@ -54,7 +54,7 @@ trait Networks {
     fn add_expecting(&self, pod: &Pod, conf: &str, net: Net) -> Value;
 }
 
-impl Networks for Node {
+impl Networks for NetnsNode {
     fn bridge_plugin(&self, net: Net) -> Value {
         json!({
             "type": "bridge", "bridge": unique("yb"), "isGateway": true,
@@ -381,7 +381,7 @@ fn a_yonghui_network_runs_in_process_through_yh_bridge() {
 fn a_yh_genie_plugin_exec_d_further_down_the_same_operation_does_not_wait_for_the_lock() {
     let n = node();
     let relay = n.sb.bin().join("relay");
-    common::write_executable(&relay, "#!/bin/sh\nexec \"$(dirname \"$0\")/yh-bridge\"\n");
+    testkit::process::write_executable(&relay, "#!/bin/sh\nexec \"$(dirname \"$0\")/yh-bridge\"\n");
     let mut plugin = n.bridge_plugin(BLUE);
     plugin["type"] = "relay".into();
     n.write_conf(

@@ -4,18 +4,18 @@
 //! networks annotation asks beyond a network (ips, mac, default-route), the status write's
 //! safeguards, and `explain`.
 
-mod common;
-
-use common::lan::{LAN_GATEWAY, Lan, RouterNetworks};
-use common::node::{Node, addresses_on as addresses, link_names, list_dir, literal};
+use crate::support::lan::{LAN_GATEWAY, Lan, RouterNetworks};
+use crate::support::node::{NetnsNode, addresses_on as addresses};
 use serde_json::{Value, json};
+use testkit::apiserver::literal;
+use testkit::inspect::{link_names, list_dir};
 
 use yh_genie::selector::NETWORK_STATUS as STATUS;
 use yh_genie::selector::requests::annotation::NETWORKS;
 
 /// A node with a LAN, `ptpnet` and a plain macvlan network `lan` (capabilities `ips` and `mac`).
-fn node() -> (Node, Lan) {
-    let n = Node::new();
+fn node() -> (NetnsNode, Lan) {
+    let n = NetnsNode::new();
     let lan = Lan::beside(&n);
     n.add_ptpnet();
     n.add_macvlan("lan", json!({"capabilities": {"ips": true, "mac": true}}));
@@ -53,15 +53,15 @@ fn del_takes_every_attachment_with_the_api_server_down_or_the_pod_gone() {
 /// bridge. The upgraded selector's DEL must undo it from that record alone.
 #[test]
 fn a_record_written_by_the_earlier_release_is_deleted_after_the_upgrade() {
-    let n = Node::new();
-    let list = json!({"cniVersion": "1.0.0", "name": "old", "plugins": [{"type": "bridge", "bridge": common::unique("yb"),
+    let n = NetnsNode::new();
+    let list = json!({"cniVersion": "1.0.0", "name": "old", "plugins": [{"type": "bridge", "bridge": testkit::process::unique("yb"),
         "isGateway": true, "ipam": {"type": "host-local", "subnet": "10.79.0.0/24", "dataDir": n.ipam_dir()}}]});
     let path = n.write_conf("old/old.conflist", &list);
     let pod = n.pod("p");
     let mut plugin = list["plugins"][0].clone();
     plugin["cniVersion"] = "1.0.0".into();
     plugin["name"] = "old".into();
-    let call = common::Call {
+    let call = crate::support::driver::Call {
         plugin: "bridge",
         command: "ADD",
         container_id: &pod.cid,
@@ -70,7 +70,7 @@ fn a_record_written_by_the_earlier_release_is_deleted_after_the_upgrade() {
         args: &pod.args,
         config: &plugin.to_string(),
     };
-    let result = common::cni(&n.sb, &call).ok();
+    let result = crate::support::driver::cni(&n.sb, &call).ok();
     assert_eq!(addresses(&pod, "eth0").len(), 1);
     let record = format!(
         r#"{{
@@ -106,7 +106,7 @@ fn a_record_written_by_the_earlier_release_is_deleted_after_the_upgrade() {
 
 #[test]
 fn two_yonghui_networks_in_one_pod_keep_their_state_apart_and_old_state_is_deleted_by_its_network() {
-    let n = Node::new();
+    let n = NetnsNode::new();
     n.add_yonghui_network("fabric", 61, json!({}));
     n.add_yonghui_network("storage", 62, json!({}));
     n.api.put_pod("default", "p", literal("fabric,storage@stor0"));
@@ -215,7 +215,7 @@ fn the_status_is_written_only_on_the_pod_whose_networks_they_are_and_when_asked(
         g = gate.display()
     );
     let plugin = n.sb.bin().join("gate");
-    common::write_executable(&plugin, script);
+    testkit::process::write_executable(&plugin, script);
     n.write_conf("gate/gate.conflist", &json!({"cniVersion": "1.0.0", "name": "gate", "plugins": [{"type": "gate"}]}));
     n.api.put_pod("default", "q", literal("ptpnet,gate"));
     let pod = n.pod("q");
@@ -258,7 +258,7 @@ fn explain_shows_every_attachment_and_where_it_came_from() {
         "default",
         "p",
         json!({NETWORKS: r#"[{"name": "lan", "interface": "lan0", "ips": ["192.168.77.70/24"]}]"#}),
-        common::node::from_config_map("nets", "k"),
+        testkit::apiserver::from_config_map("nets", "k"),
     );
     let config = n.selector_conflist("1.0.0");
     let out =

@@ -5,11 +5,12 @@
 //! `par0` from the reference macvlan plugin, so they cannot reach the node until `veth` or `router`
 //! gives them a way. Everything is checked with `ip -j` as an operator would.
 
-mod common;
-
-use common::{Netns, PLUGINS, Sandbox, cnidrive_run, require_root};
+use crate::support::driver::{PLUGINS, cnidrive_run};
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
+use testkit::netns::Netns;
+use testkit::require_root;
+use testkit::sandbox::Sandbox;
 use yh_genie::via_node::plan::host_veth_name;
 
 const NODE_IP: &str = "192.168.77.1";
@@ -17,13 +18,13 @@ const SERVICE_IP: &str = "10.96.0.10";
 const OVERLAY_IP: &str = "10.244.3.4";
 
 /// The node, its wire, and a sandbox whose plugins run on the node.
-struct Node {
+struct VethRouterNode {
     node: Netns,
     wire: Netns,
     sb: Sandbox,
 }
 
-impl Node {
+impl VethRouterNode {
     fn new() -> Self {
         require_root();
         let node = Netns::new("vrn");
@@ -44,7 +45,7 @@ impl Node {
         });
         assert!(up, "par0 never came up");
         let sb = Sandbox::on_node(&node, &PLUGINS);
-        Node { node, wire, sb }
+        VethRouterNode { node, wire, sb }
     }
 
     /// (The parents make no IPv6 link-local address: one appearing late would look like a change.)
@@ -95,7 +96,7 @@ impl Node {
         v
     }
 
-    fn drive(&self, cmd: &str, list: &Path, pod: &Netns, cid: &str, ifname: &str) -> common::Reply {
+    fn drive(&self, cmd: &str, list: &Path, pod: &Netns, cid: &str, ifname: &str) -> crate::support::driver::Reply {
         cnidrive_run(&self.sb, cmd, list, &pod.path().display().to_string(), cid, ifname, "")
     }
 
@@ -143,18 +144,18 @@ fn mac_of(ns: &Netns, dev: &str) -> String {
 }
 
 /// The error a plugin returned through cnidrive (a plugin's own error: exit status 1).
-fn cnidrive_error(r: &common::Reply) -> Value {
+fn cnidrive_error(r: &crate::support::driver::Reply) -> Value {
     assert_eq!(r.code, 1, "expected a plugin's error: {r:?}");
     r.err()
 }
 
 #[test]
 fn veth_lets_a_macvlan_pod_reach_its_node_and_services_and_del_restores_the_node() {
-    let n = Node::new();
+    let n = VethRouterNode::new();
     let pod = Netns::new("vrp");
     let before = n.snapshot();
 
-    // Without veth, the macvlan pod cannot reach its node: that is the problem seed 004 solves.
+    // Without veth, the macvlan pod cannot reach its node: that is the problem `veth` solves.
     let plain = n.conflist("plain", json!([n.macvlan("par0", "192.168.77.0/24", "192.168.77.254", true)]));
     n.must_drive("add", &plain, &pod, "plain1", "eth0");
     assert!(!pings(&pod, NODE_IP), "a macvlan child must not reach its parent");
@@ -214,7 +215,7 @@ fn veth_lets_a_macvlan_pod_reach_its_node_and_services_and_del_restores_the_node
 
 #[test]
 fn veth_on_a_second_nic_migrates_its_routes_by_migrate_route() {
-    let n = Node::new();
+    let n = VethRouterNode::new();
     n.node.must(&format!(
         "ip link add par1 type veth peer name wire1 && ip link set wire1 netns {} && \
          ip link set par1 addrgenmode none && ip addr add 192.168.88.1/24 dev par1 && ip link set par1 up",
@@ -276,7 +277,7 @@ fn veth_on_a_second_nic_migrates_its_routes_by_migrate_route() {
 
 #[test]
 fn bad_configuration_is_refused_with_nothing_made_and_del_still_cleans_up() {
-    let n = Node::new();
+    let n = VethRouterNode::new();
     let pod = Netns::new("vrp");
     let before = n.snapshot();
     for (bad, want) in [
@@ -307,7 +308,7 @@ fn bad_configuration_is_refused_with_nothing_made_and_del_still_cleans_up() {
 
 #[test]
 fn skip_call_passes_the_result_on_and_changes_nothing() {
-    let n = Node::new();
+    let n = VethRouterNode::new();
     let pod = Netns::new("vrp");
     let before = n.snapshot();
     let list = n.conflist(
@@ -328,7 +329,7 @@ fn skip_call_passes_the_result_on_and_changes_nothing() {
 
 #[test]
 fn router_sends_the_default_by_the_new_nic_and_the_cluster_by_the_overlay() {
-    let n = Node::new();
+    let n = VethRouterNode::new();
     let pod = Netns::new("vrp");
     let before = n.snapshot();
     let overlay = n.conflist(
@@ -397,7 +398,7 @@ fn router_sends_the_default_by_the_new_nic_and_the_cluster_by_the_overlay() {
 
 #[test]
 fn router_refuses_its_own_overlay_nic_and_a_missing_one() {
-    let n = Node::new();
+    let n = VethRouterNode::new();
     let pod = Netns::new("vrp");
     let list = n.conflist(
         "self",
@@ -416,7 +417,7 @@ fn router_refuses_its_own_overlay_nic_and_a_missing_one() {
 
 #[test]
 fn repeated_add_replaces_the_first_and_a_taken_name_fails_with_nothing_made() {
-    let n = Node::new();
+    let n = VethRouterNode::new();
     let pod = Netns::new("vrp");
     let plain = n.conflist("plain", json!([n.macvlan("par0", "192.168.77.0/24", "192.168.77.254", true)]));
     let prev = n.must_drive("add", &plain, &pod, "rep1", "eth0");
@@ -425,7 +426,7 @@ fn repeated_add_replaces_the_first_and_a_taken_name_fails_with_nothing_made() {
     conf["name"] = "rep".into();
     conf["prevResult"] = prev;
     let (netns, config) = (pod.path().display().to_string(), conf.to_string());
-    let call = |command, container_id| common::Call {
+    let call = |command, container_id| crate::support::driver::Call {
         plugin: "veth",
         command,
         container_id,
@@ -439,7 +440,7 @@ fn repeated_add_replaces_the_first_and_a_taken_name_fails_with_nothing_made() {
     // The host end's name is taken: refused with code 106, nothing made, nothing recorded.
     let taken = host_veth_name("rep2");
     n.node.must(&format!("ip link add {taken} type veth peer name other0"));
-    let e = common::cni(&n.sb, &call("ADD", "rep2")).err();
+    let e = crate::support::driver::cni(&n.sb, &call("ADD", "rep2")).err();
     assert_eq!(e["code"], 106, "{e}");
     assert!(!pod.exec("ip link show veth0").0);
     assert!(n.records("veth").is_empty());
@@ -447,19 +448,19 @@ fn repeated_add_replaces_the_first_and_a_taken_name_fails_with_nothing_made() {
     assert_eq!(n.snapshot(), before);
 
     // ADD twice without DEL: the second replaces the first, and one DEL undoes it all.
-    let first = common::cni(&n.sb, &call("ADD", "rep1")).ok();
-    let second = common::cni(&n.sb, &call("ADD", "rep1")).ok();
+    let first = crate::support::driver::cni(&n.sb, &call("ADD", "rep1")).ok();
+    let second = crate::support::driver::cni(&n.sb, &call("ADD", "rep1")).ok();
     assert_eq!(first["interfaces"][1]["name"], second["interfaces"][1]["name"]);
     assert!(pings(&pod, NODE_IP));
-    common::cni(&n.sb, &call("CHECK", "rep1")).ok();
-    common::cni(&n.sb, &call("DEL", "rep1")).ok();
+    crate::support::driver::cni(&n.sb, &call("CHECK", "rep1")).ok();
+    crate::support::driver::cni(&n.sb, &call("DEL", "rep1")).ok();
     assert_eq!(n.snapshot(), before);
     assert!(!pod.exec("ip link show veth0").0);
 }
 
 #[test]
 fn veth_dual_stack_routes_and_neighbours_for_both_families() {
-    let n = Node::new();
+    let n = VethRouterNode::new();
     n.node.must("ip addr add fd00:77::1/64 dev par0 nodad");
     let pod = Netns::new("vrp");
     let before = n.snapshot();
@@ -495,7 +496,7 @@ fn veth_dual_stack_routes_and_neighbours_for_both_families() {
 
 #[test]
 fn del_without_a_record_forgets_a_record_write_that_was_interrupted() {
-    let n = Node::new();
+    let n = VethRouterNode::new();
     let pod = Netns::new("vrp");
     let list = n.conflist(
         "net",

@@ -4,16 +4,17 @@
 //! declared, `cniVersion` 1.0.0 and `cniVersions` [1.0.0, 1.1.0]). As root, on a node netns with
 //! the reference `bridge`, `host-local`, `portmap` and `bandwidth` plugins.
 
-mod common;
-
-use common::node::{Node, Pod, cni_nat_lines, literal, pod_addresses};
-use common::{Reply, cnidrive, cnidrive11, libcni_run, unique};
+use crate::support::driver::{Reply, cnidrive, cnidrive11, libcni_run};
+use crate::support::node::{NetnsNode, Pod, pod_addresses};
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
+use testkit::apiserver::literal;
+use testkit::inspect::cni_nat_lines;
+use testkit::process::unique;
 use yh_genie::selector::requests::annotation::NETWORKS;
 
 /// The selector's conflist as `yh-genie install` writes it, for this node.
-fn installed_conflist(n: &Node) -> PathBuf {
+fn installed_conflist(n: &NetnsNode) -> PathBuf {
     let mut plugin: Value = serde_json::from_str(&n.selector_conf("1.0.0", json!({}))).unwrap();
     let plugin = plugin.as_object_mut().unwrap();
     plugin.remove("cniVersion");
@@ -31,7 +32,7 @@ fn installed_conflist(n: &Node) -> PathBuf {
 
 /// `web`: bridge + host-local on 10.78.<octet>.0/24, then portmap and bandwidth, as the shipped
 /// example networks chain them.
-fn add_web_network(n: &Node, name: &str, octet: u8) {
+fn add_web_network(n: &NetnsNode, name: &str, octet: u8) {
     let list = json!({"cniVersion": "1.0.0", "name": name, "plugins": [
         {"type": "bridge", "bridge": unique("yc"), "isGateway": true,
          "ipam": {"type": "host-local", "dataDir": n.ipam_dir(), "ranges": [[{"subnet": format!("10.78.{octet}.0/24")}]]}},
@@ -42,13 +43,13 @@ fn add_web_network(n: &Node, name: &str, octet: u8) {
 
 /// `assert_nothing_left`, but for the chains portmap shares between all pods and never removes
 /// (`CNI-HOSTPORT-*` and the jumps to them): every pod's own chain and rule must be gone.
-fn assert_nothing_left_but_portmaps_chains(n: &Node, pod: &Pod, case: &str) {
-    assert_eq!(common::node::link_names(&pod.netns, ""), ["lo"], "{case}: pod netns interfaces");
+fn assert_nothing_left_but_portmaps_chains(n: &NetnsNode, pod: &Pod, case: &str) {
+    assert_eq!(testkit::inspect::link_names(&pod.netns, ""), ["lo"], "{case}: pod netns interfaces");
     let left: Vec<String> = n.leftovers().into_iter().filter(|l| !l.contains("CNI-HOSTPORT-")).collect();
     assert!(left.is_empty(), "{case}: left on the node: {left:#?}");
 }
 
-fn drive(n: &Node, driver: &Path, cmd: &str, list: &Path, pod: &Pod, cap_args: Option<&Value>) -> Reply {
+fn drive(n: &NetnsNode, driver: &Path, cmd: &str, list: &Path, pod: &Pod, cap_args: Option<&Value>) -> Reply {
     let args = [cmd, &list.display().to_string(), &pod.netns_path(), &pod.cid, "eth0", &pod.args];
     libcni_run(&n.sb, driver, &args.iter().map(|s| s.as_ref()).collect::<Vec<&str>>(), cap_args)
 }
@@ -72,7 +73,7 @@ fn serve_once(pod: &Pod, port: u16, answer: &str) -> std::process::Child {
 
 #[test]
 fn host_ports_and_bandwidth_from_the_runtime_reach_the_first_networks_plugins_and_go_with_the_pod() {
-    let mut n = Node::new();
+    let mut n = NetnsNode::new();
     n.default_network = Some("web".into());
     add_web_network(&n, "web", 1);
     let list = installed_conflist(&n);
@@ -89,7 +90,7 @@ fn host_ports_and_bandwidth_from_the_runtime_reach_the_first_networks_plugins_an
     // portmap got the mappings: the DNAT rule to the pod is there, and the host port answers on the
     // node's address (the bridge's gateway) with the pod's server.
     let dnat =
-        |n: &Node| cni_nat_lines(&n.netns).into_iter().filter(|l| l.contains("--dport 18080")).collect::<Vec<_>>();
+        |n: &NetnsNode| cni_nat_lines(&n.netns).into_iter().filter(|l| l.contains("--dport 18080")).collect::<Vec<_>>();
     assert!(dnat(&n).iter().any(|l| l.contains(&format!("{pod_ip}:80"))), "{:#?}", cni_nat_lines(&n.netns));
     let mut server = serve_once(&pod, 80, "from-the-pod");
     let gateway = "10.78.1.1";
@@ -118,7 +119,7 @@ fn host_ports_and_bandwidth_from_the_runtime_reach_the_first_networks_plugins_an
 
 #[test]
 fn a_further_networks_port_mappings_come_from_the_annotation() {
-    let mut n = Node::new();
+    let mut n = NetnsNode::new();
     n.default_network = Some("web".into());
     add_web_network(&n, "web", 2);
     add_web_network(&n, "side", 3);
@@ -130,7 +131,7 @@ fn a_further_networks_port_mappings_come_from_the_annotation() {
     // The runtime's port goes to eth0's network only; the annotation's to net1's.
     let cap_args = json!({"portMappings": [{"hostPort": 18082, "containerPort": 82, "protocol": "tcp"}]});
     drive(&n, &cnidrive(), "add", &list, &pod, Some(&cap_args)).ok();
-    let ip_of = |dev: &str| common::node::addresses_on(&pod, dev)[0].split('/').next().unwrap().to_string();
+    let ip_of = |dev: &str| crate::support::node::addresses_on(&pod, dev)[0].split('/').next().unwrap().to_string();
     let nat = cni_nat_lines(&n.netns);
     let rule = |port: u16| {
         let dnat = |l: &&String| l.contains(&format!("--dport {port}")) && l.contains("--to-destination");
@@ -146,7 +147,7 @@ fn a_further_networks_port_mappings_come_from_the_annotation() {
 /// A 1.1.0 network of one script plugin that answers ADD with an address and writes what each
 /// command got on stdin to `<sandbox>/watch/<command>.<network>.<container id>`; its plugin
 /// declares `capabilities`.
-fn add_watched_network(n: &Node, name: &str, octet: u8, capabilities: Value) {
+fn add_watched_network(n: &NetnsNode, name: &str, octet: u8, capabilities: Value) {
     let log = n.sb.path().join("watch");
     std::fs::create_dir_all(&log).unwrap();
     let script = format!(
@@ -155,14 +156,14 @@ fn add_watched_network(n: &Node, name: &str, octet: u8, capabilities: Value) {
         log = log.display()
     );
     let plugin = n.sb.bin().join(format!("watch-{name}"));
-    common::write_executable(&plugin, script);
+    testkit::process::write_executable(&plugin, script);
     let plugin = json!({"type": format!("watch-{name}"), "capabilities": capabilities});
     let list = json!({"cniVersion": "1.1.0", "name": name, "plugins": [plugin]});
     n.write_conf(&format!("{name}/10-{name}.conflist"), &list);
 }
 
 /// What `command` of `network`'s plugin got, for `container` (none: GC and STATUS).
-fn watched(n: &Node, command: &str, network: &str, container: &str) -> Value {
+fn watched(n: &NetnsNode, command: &str, network: &str, container: &str) -> Value {
     let path = n.sb.path().join("watch").join(format!("{command}.{network}.{container}"));
     serde_json::from_str(&std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))).unwrap()
 }
@@ -173,7 +174,7 @@ fn watched(n: &Node, command: &str, network: &str, container: &str) -> Value {
 /// must to check or remove what they made by them.
 #[test]
 fn check_and_del_give_the_plugins_the_capability_arguments_of_the_add() {
-    let mut n = Node::new();
+    let mut n = NetnsNode::new();
     n.default_network = Some("blue".into());
     add_watched_network(&n, "blue", 3, json!({"portMappings": true, "bandwidth": true}));
     let list = installed_conflist(&n);
@@ -194,7 +195,7 @@ fn check_and_del_give_the_plugins_the_capability_arguments_of_the_add() {
 
 #[test]
 fn cni_1_1_through_libcni_status_of_the_default_network_and_gc_per_network() {
-    let mut n = Node::new();
+    let mut n = NetnsNode::new();
     n.default_network = Some("overlay".into());
     // yonghui at 1.1.0, whose subnet.env the daemon has not written yet.
     let subnet_file = n.sb.path().join("overlay.subnet.env");
@@ -230,7 +231,7 @@ fn cni_1_1_through_libcni_status_of_the_default_network_and_gc_per_network() {
     // GC with only a: b is DELeted, and each network's plugins hear exactly their live attachments.
     let valid = format!("{}:eth0", a.cid);
     libcni_run(&n.sb, &cnidrive11(), &["gc", &list_arg, &valid], None).ok();
-    let records = common::node::list_dir(&n.data_dir().join("attachments"));
+    let records = testkit::inspect::list_dir(&n.data_dir().join("attachments"));
     assert_eq!(records, [format!("{}:eth0", a.cid)]);
     assert!(n.sb.path().join("watch").join(format!("DEL.blue.{}", b.cid)).exists(), "b was DELeted on blue");
     let blue = watched(&n, "GC", "blue", "");

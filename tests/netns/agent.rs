@@ -1,24 +1,23 @@
 //! The node agent end to end, as root: the agent runs as the DaemonSet runs it (`yh-genie install
-//! --agent`, a real process in the node netns, `common::agent`), watching the fake HTTPS API server
-//! (list + watch with resourceVersions, `common::apiserver`); the runtime calls the selector as
+//! --agent`, a real process in the node netns, `testkit::agent`), watching the fake HTTPS API server
+//! (list + watch with resourceVersions, `testkit::apiserver`); the runtime calls the selector as
 //! always, on real netns, and through libcni. Networks are `yonghui` -> `yh-bridge` on two subnets,
 //! so an address tells which network a pod got. The API requests of the plugin (its token) and of
 //! the agent (its own) are counted apart.
 
-mod common;
-
-use common::agent::Answers;
-use common::node::{Node, Pod, addresses_on, from_config_map, literal, pod_addresses};
-use common::{Reply, cnidrive_run};
+use crate::support::agent::{AgentAnswers, answer};
+use crate::support::driver::{Reply, cnidrive_run};
+use crate::support::node::{NetnsNode, Pod, addresses_on, pod_addresses};
 use serde_json::json;
 use std::time::{Duration, Instant};
+use testkit::apiserver::{from_config_map, literal};
 use yh_genie::kube::agent_socket::protocol::{Answer, PodObjects};
 
 const BLUE: (&str, u8) = ("blue", 31);
 const RED: (&str, u8) = ("red", 32);
 
-fn node() -> Node {
-    let n = Node::new();
+fn node() -> NetnsNode {
+    let n = NetnsNode::new();
     for (name, octet) in [BLUE, RED] {
         n.add_yonghui_network(name, octet, json!({}));
     }
@@ -35,7 +34,7 @@ fn uid(name: &str) -> String {
 }
 
 /// ADD `pod`, which must succeed; returns the reply (stderr holds the operation's log line).
-fn add(n: &Node, pod: &Pod, conf: &str) -> Reply {
+fn add(n: &NetnsNode, pod: &Pod, conf: &str) -> Reply {
     let reply = n.call("ADD", pod, conf);
     assert_eq!(reply.code, 0, "ADD failed: {reply:?}");
     reply
@@ -50,7 +49,7 @@ fn selection(reply: &Reply) -> String {
 }
 
 /// Nothing of `pod` is left on the node (other pods may be).
-fn assert_gone(n: &Node, pod: &Pod, case: &str) {
+fn assert_gone(n: &NetnsNode, pod: &Pod, case: &str) {
     let left = n.leftovers_of_networks(pod, &[BLUE.0, RED.0]);
     assert!(left.is_empty(), "{case}: left of pod {}: {left:#?}", pod.cid);
 }
@@ -71,7 +70,7 @@ fn with_the_agent_add_makes_no_api_request_and_records_what_the_direct_path_reco
     agent.wait_ready();
     let socket = n.agent_socket();
     agent.wait_holds(&socket, "web-0", &uid("web-0"), |_| true);
-    assert!(matches!(agent.answer(&socket, "default", "elsewhere", None), Ok(Answer::Unknown { .. })));
+    assert!(matches!(answer(&socket, "default", "elsewhere", None), Ok(Answer::Unknown { .. })));
     let conf = n.selector_conf("1.0.0", json!({}));
 
     let pod = n.pod("web-0");
@@ -283,8 +282,11 @@ fn a_pod_recreated_under_its_name_gets_its_own_networks_and_the_old_sandbox_neve
     let msg = e["msg"].as_str().unwrap();
     assert!(msg.contains("uid-new") && msg.contains(&uid("web-0")), "{msg}");
     assert!(selection(&reply).contains("deleted"), "{reply:?}");
-    let left: Vec<String> =
-        n.leftovers_of_networks(&old, &[BLUE.0, RED.0]).into_iter().filter(|l| *l != Node::own_lock(&old)).collect();
+    let left: Vec<String> = n
+        .leftovers_of_networks(&old, &[BLUE.0, RED.0])
+        .into_iter()
+        .filter(|l| *l != NetnsNode::own_lock(&old))
+        .collect();
     assert!(left.is_empty(), "the failed ADD left {left:#?}");
     n.call("DEL", &old, &conf).ok();
     n.call("DEL", &new, &conf).ok();

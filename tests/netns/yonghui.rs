@@ -2,12 +2,14 @@
 //! this suite's own driver) inside a throwaway node netns, delegating to Debian's reference
 //! `bridge` and `host-local`, with the pod in its own netns. Everything on disk lives in the sandbox.
 
-mod common;
-
-use common::*;
+use crate::support::driver::{Call, PLUGINS, Reply, cni, cnidrive_run};
 use serde_json::{Value, json};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
+use testkit::netns::Netns;
+use testkit::process::unique;
+use testkit::require_root;
+use testkit::sandbox::Sandbox;
 
 const NETWORK: &str = "10.1.0.0/16";
 const SUBNET_ENV: &str =
@@ -24,7 +26,7 @@ fn route_via_bridge() -> Value {
 
 /// A node netns with a sandbox whose plugins run in it, a subnet.env, and a yonghui network that
 /// delegates to the reference bridge (on a bridge named for this test).
-struct Node {
+struct YonghuiNode {
     netns: Netns,
     sb: Sandbox,
     name: String,
@@ -33,7 +35,7 @@ struct Node {
     base_routes: Value,
 }
 
-impl Node {
+impl YonghuiNode {
     fn new() -> Self {
         Self::with_base_routes(json!([]))
     }
@@ -43,7 +45,7 @@ impl Node {
         let netns = Netns::new("yhnode");
         let sb = Sandbox::on_node(&netns, &PLUGINS);
         sb.write("subnet.env", SUBNET_ENV);
-        Node { netns, sb, name: unique("yhnet"), bridge: unique("yhbr"), base_routes }
+        YonghuiNode { netns, sb, name: unique("yhnet"), bridge: unique("yhbr"), base_routes }
     }
 
     fn data_dir(&self) -> PathBuf {
@@ -152,7 +154,7 @@ fn assert_no_panic(reply: &Reply) {
 
 #[test]
 fn pod_lifecycle_through_the_suite_driver() {
-    let node = Node::with_base_routes(route_via_bridge());
+    let node = YonghuiNode::with_base_routes(route_via_bridge());
     let pod = Netns::new("yhpod");
     let cid = unique("cid");
     let version = "0.4.0";
@@ -190,7 +192,7 @@ fn pod_lifecycle_through_the_suite_driver() {
 
 #[test]
 fn pod_lifecycle_through_libcni() {
-    let node = Node::with_base_routes(route_via_bridge());
+    let node = YonghuiNode::with_base_routes(route_via_bridge());
     let list = node.conflist("1.0.0");
     let pod = Netns::new("yhpod");
     let pod_path = pod.path().display().to_string();
@@ -227,7 +229,7 @@ fn pod_lifecycle_through_libcni() {
 
 #[test]
 fn the_generated_delegate_routes_the_pod_to_the_network() {
-    let node = Node::new();
+    let node = YonghuiNode::new();
     let pod = Netns::new("yhpod");
     let cid = unique("cid");
     let result = node.call("ADD", &cid, &pod.path(), &node.stdin("1.0.0", None)).ok();
@@ -254,7 +256,7 @@ fn the_generated_delegate_routes_the_pod_to_the_network() {
 
 #[test]
 fn a_failing_delegate_add_is_rolled_back() {
-    let node = Node::new();
+    let node = YonghuiNode::new();
     // A /32 passes yonghui's checks but host-local cannot allocate from it, so the reference bridge
     // fails after it has made the veth pair: yonghui's rollback DEL must remove it.
     node.sb.write("subnet.env", &SUBNET_ENV.replace("10.1.17.1/24", "10.1.17.1/32"));
@@ -271,7 +273,7 @@ fn a_failing_delegate_add_is_rolled_back() {
 
 #[test]
 fn bad_input_is_a_cni_error_that_says_what_and_where_and_leaves_nothing() {
-    let node = Node::new();
+    let node = YonghuiNode::new();
     let pod = Netns::new("yhpod");
     let subnet_file = node.sb.path().join("subnet.env").display().to_string();
     let good = node.plugin();

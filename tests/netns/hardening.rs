@@ -3,32 +3,31 @@
 //! values are refused before anything is written or made; a record whose configuration cannot run
 //! does not make every DEL of the pod fail for ever, nor pile up one per sandbox retry.
 
-mod common;
-
-use common::node::{Node, from_config_map, literal};
+use crate::support::node::NetnsNode;
 use serde_json::{Value, json};
+use testkit::apiserver::{from_config_map, literal};
 use yh_genie::selector::requests::annotation::{GENIE_CNI, MULTUS_DEFAULT_NETWORK, NETWORKS};
 
 /// A bridge network `name` (reference bridge + host-local) with `extra` plugins after the bridge.
-fn bridge_network(n: &Node, name: &str, octet: u8, extra: &[Value]) {
-    let mut plugins = vec![json!({"type": "bridge", "bridge": common::unique("yb"), "isGateway": true,
+fn bridge_network(n: &NetnsNode, name: &str, octet: u8, extra: &[Value]) {
+    let mut plugins = vec![json!({"type": "bridge", "bridge": testkit::process::unique("yb"), "isGateway": true,
         "ipam": {"type": "host-local", "subnet": format!("10.81.{octet}.0/24"), "dataDir": n.ipam_dir()}})];
     plugins.extend_from_slice(extra);
     n.write_conf(&format!("{name}/{name}.conflist"), &json!({"cniVersion": "1.0.0", "name": name, "plugins": plugins}));
 }
 
 /// A plugin in the node's binDir made of `script` (after a shebang and reading its stdin).
-fn shell_plugin(n: &Node, name: &str, script: &str) {
+fn shell_plugin(n: &NetnsNode, name: &str, script: &str) {
     let path = n.sb.bin().join(name);
-    common::write_executable(&path, format!("#!/bin/sh\ncat >/dev/null\n{script}\n"));
+    testkit::process::write_executable(&path, format!("#!/bin/sh\ncat >/dev/null\n{script}\n"));
 }
 
 const REFUSE: &str = r#"echo '{"cniVersion":"1.0.0","code":7,"msg":"this configuration is refused"}'; exit 1"#;
 
 #[test]
 fn a_record_whose_configuration_cannot_run_is_forgotten_once_nothing_of_it_is_left() {
-    common::require_root();
-    let n = Node::new();
+    testkit::require_root();
+    let n = NetnsNode::new();
     // The bridge attaches, then a plugin refuses ADD and DEL alike: undoing the ADD fails, so its
     // records stay for the runtime's DEL, which must not fail for ever.
     shell_plugin(&n, "refuser", REFUSE);
@@ -53,8 +52,8 @@ fn a_record_whose_configuration_cannot_run_is_forgotten_once_nothing_of_it_is_le
 
 #[test]
 fn a_network_naming_a_plugin_the_node_lacks_is_refused_before_any_record() {
-    common::require_root();
-    let n = Node::new();
+    testkit::require_root();
+    let n = NetnsNode::new();
     bridge_network(&n, "missing", 9, &[json!({"type": "no-such-plugin"})]);
     n.api.put_pod("default", "m", literal("missing"));
     let conf = n.selector_conf("1.0.0", json!({}));
@@ -72,8 +71,8 @@ fn a_network_naming_a_plugin_the_node_lacks_is_refused_before_any_record() {
 
 #[test]
 fn a_record_is_kept_while_its_interface_is_in_the_netns_or_its_add_completed() {
-    common::require_root();
-    let n = Node::new();
+    testkit::require_root();
+    let n = NetnsNode::new();
     // Makes the interface, then refuses; its DEL refuses too and never removes it.
     shell_plugin(
         &n,
@@ -132,8 +131,8 @@ enum Written {
 
 #[test]
 fn interface_names_a_pod_writes_are_refused_before_anything_is_made() {
-    common::require_root();
-    let n = Node::new();
+    testkit::require_root();
+    let n = NetnsNode::new();
     bridge_network(&n, "first", 3, &[]);
     bridge_network(&n, "second", 4, &[]);
     n.api.put_nad("default", "second", None);
@@ -178,7 +177,7 @@ fn interface_names_a_pod_writes_are_refused_before_anything_is_made() {
         ),
     ];
     for (case, written, why) in cases {
-        let name = common::unique("p");
+        let name = testkit::process::unique("p");
         match written {
             Written::Value(value) => n.api.put_pod("default", &name, literal(value)),
             Written::ConfigMap(value) => {
@@ -204,8 +203,8 @@ fn interface_names_a_pod_writes_are_refused_before_anything_is_made() {
 
 #[test]
 fn a_huge_value_comes_back_cut_and_cni_args_cannot_stand_in_for_ips() {
-    common::require_root();
-    let n = Node::new();
+    testkit::require_root();
+    let n = NetnsNode::new();
     bridge_network(&n, "first", 5, &[]);
     bridge_network(&n, "second", 6, &[]);
     n.api.put_nad("default", "second", None);
@@ -231,8 +230,8 @@ fn a_huge_value_comes_back_cut_and_cni_args_cannot_stand_in_for_ips() {
 
 #[test]
 fn an_inline_type_a_go_plugin_reads_must_be_listed() {
-    common::require_root();
-    let n = Node::new();
+    testkit::require_root();
+    let n = NetnsNode::new();
     bridge_network(&n, "first", 7, &[]);
     let sneaky = json!({"cniVersion": "1.0.0", "name": "sneaky", "type": "bridge",
         "ipam": {"type": "host-local", "Type": "dhcp", "subnet": "10.81.8.0/24"}});
@@ -268,7 +267,7 @@ fn an_inline_type_a_go_plugin_reads_must_be_listed() {
         ),
     ];
     for (case, config, policy, named) in cases {
-        let name = common::unique("f");
+        let name = testkit::process::unique("f");
         n.api.put_nad("default", &name, Some(&config.to_string()));
         n.api.put_annotated_pod("default", &name, json!({NETWORKS: name.clone()}), literal("first"));
         let conf = n.selector_conf("1.0.0", policy);

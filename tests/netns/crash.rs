@@ -11,11 +11,8 @@
 //! replays it); at every crash point (src/crash_point.rs), so that each window between two steps is
 //! hit for sure; and while a slow IPAM plugin runs, which the DEL must wait for.
 
-mod common;
-
-use common::node::{Node, Pod, from_config_map};
-use common::report;
-use common::rng::Rng;
+use crate::support::node::{NetnsNode, Pod};
+use crate::support::rng::Rng;
 use nix::errno::Errno;
 use nix::sys::signal::{Signal, kill, killpg};
 use nix::unistd::Pid;
@@ -24,6 +21,8 @@ use std::io::Write;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::Path;
 use std::time::{Duration, Instant};
+use testkit::apiserver::from_config_map;
+use testkit::process::report;
 
 const NETWORK: &str = "fabric";
 /// The second network of the two-network pod, on `net1`.
@@ -34,8 +33,8 @@ const KILLS: usize = 30;
 
 /// A node whose pods choose `networks` (a CNI_NETWORK_CONFIG value of yonghui networks) by
 /// ConfigMap, and the selector's configuration.
-fn node(networks: &[&str]) -> (Node, String) {
-    let n = Node::new();
+fn node(networks: &[&str]) -> (NetnsNode, String) {
+    let n = NetnsNode::new();
     for (i, network) in networks.iter().enumerate() {
         n.add_yonghui_network(network, 30 + i as u8, json!({}));
     }
@@ -68,7 +67,7 @@ enum Ending {
 /// alone, as a runtime sends it; the plugins it was running (the IPAM plugin, iptables-restore)
 /// finish their work, and the runtime's DEL waits for them. It runs in a process group of its own,
 /// returned, which they share, so that the test can tell when the last of them has ended.
-fn run_and_kill(n: &Node, command: &str, pod: &Pod, conf: &str, how: Kill) -> (Ending, Pid) {
+fn run_and_kill(n: &NetnsNode, command: &str, pod: &Pod, conf: &str, how: Kill) -> (Ending, Pid) {
     let crash_point = match how {
         Kill::AtCrashPoint(point) => vec![(yh_genie::crash_point::VAR, point)],
         _ => vec![],
@@ -123,7 +122,7 @@ fn wait_for_orphans(pgid: Pid) {
 /// ended too, nothing of the pod may be left. The second DEL, a runtime's retry, must succeed and
 /// change nothing. Returns how the call ended and what was left after each DEL.
 fn crash_then_del(
-    n: &Node,
+    n: &NetnsNode,
     networks: &[&str],
     conf: &str,
     pod: &Pod,
@@ -163,7 +162,7 @@ fn killed_at_random_times_in_the_add_or_del_of_two_networks_the_runtimes_del_lea
 
 fn killed_at_random_times(networks: &[&str], kills: usize) {
     let (mut rng, seed) = Rng::from_env();
-    report(&format!("crash: seed {seed} (set {} to replay)", common::rng::SEED_VAR));
+    report(&format!("crash: seed {seed} (set {} to replay)", crate::support::rng::SEED_VAR));
     let (n, conf) = node(networks);
     let mut pod = n.pod(POD);
 
@@ -295,12 +294,12 @@ fn killed_at_every_crash_point(networks: &[&str], points: &[(&str, &str)]) {
 /// holding the attachment's lock it inherited, and then release that address.
 #[test]
 fn a_del_after_a_killed_add_waits_for_its_ipam_plugin_and_releases_what_it_allocated() {
-    let n = Node::new();
+    let n = NetnsNode::new();
     let started = n.sb.path().join("ipam-started");
     let finished = n.sb.path().join("ipam-finished");
     // host-local, after a pause on ADD; it says when it has started and when it has finished.
     let slow = n.sb.bin().join("slow-ipam");
-    common::write_executable(
+    testkit::process::write_executable(
         &slow,
         format!(
             "#!/bin/sh\nif [ \"$CNI_COMMAND\" != ADD ]; then exec \"$(dirname \"$0\")/host-local\"; fi\n\
@@ -310,7 +309,7 @@ fn a_del_after_a_killed_add_waits_for_its_ipam_plugin_and_releases_what_it_alloc
         ),
     );
     n.add_yonghui_network(NETWORK, 31, json!({"ipam": {"type": "slow-ipam", "dataDir": n.ipam_dir()}}));
-    n.api.put_pod("default", POD, common::node::literal(NETWORK));
+    n.api.put_pod("default", POD, testkit::apiserver::literal(NETWORK));
     let conf = n.selector_conf("1.0.0", json!({}));
     let pod = n.pod(POD);
 
@@ -320,7 +319,7 @@ fn a_del_after_a_killed_add_waits_for_its_ipam_plugin_and_releases_what_it_alloc
     let reply = n.call("DEL", &pod, &conf);
     assert_eq!(reply.code, 0, "{reply:?}");
     assert!(finished.exists(), "the DEL returned while the killed ADD's IPAM plugin was still at work");
-    let reserved = common::node::list_dir(&n.ipam_dir())
+    let reserved = testkit::inspect::list_dir(&n.ipam_dir())
         .iter()
         .any(|net| n.ipam_dir().join(net).join("last_reserved_ip.0").exists());
     assert!(reserved, "the IPAM plugin, left to finish, allocated an address");

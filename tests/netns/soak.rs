@@ -15,12 +15,8 @@
 //! directory is empty (no record, no temp file of a killed write). The run is bounded by a cycle count and a deadline (not a timing assertion); the counts are
 //! printed. The seed of the fault schedule is printed; `YH_GENIE_TEST_SEED` replays it.
 
-mod common;
-
-use common::apiserver::Fault;
-use common::node::{Node, Pod, addresses_on, from_config_map, link_names, pod_addresses};
-use common::report;
-use common::rng::Rng;
+use crate::support::node::{NetnsNode, Pod, addresses_on, pod_addresses};
+use crate::support::rng::Rng;
 use nix::errno::Errno;
 use nix::sys::signal::{Signal, kill, killpg};
 use nix::unistd::Pid;
@@ -31,6 +27,9 @@ use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
+use testkit::apiserver::{Fault, from_config_map};
+use testkit::inspect::link_names;
+use testkit::process::report;
 
 const NETWORK: &str = "fabric";
 /// The second network of every other pod, on `net1`.
@@ -74,7 +73,7 @@ struct Tally {
 }
 
 struct Soak {
-    n: Node,
+    n: NetnsNode,
     conf: String,
     tally: Mutex<Tally>,
     /// The address of every pod between its ADD and its DEL, and the container holding it.
@@ -85,7 +84,7 @@ struct Soak {
 
 impl Soak {
     fn new() -> Self {
-        let n = Node::new();
+        let n = NetnsNode::new();
         n.add_yonghui_network(NETWORK, 40, json!({}));
         n.add_yonghui_network(SECOND, 41, json!({}));
         n.api.put_config_map("default", "net", json!({"net": NETWORK}));
@@ -243,7 +242,7 @@ impl Soak {
     fn add_failed(&self, pod: &Pod, stdout: &str) {
         let error: Value = serde_json::from_str(stdout).unwrap_or_default();
         let code = error["code"].as_u64();
-        let own_lock = Node::own_lock(pod);
+        let own_lock = NetnsNode::own_lock(pod);
         let left: Vec<String> =
             self.n.leftovers_of_networks(pod, &NETWORKS).into_iter().filter(|l| *l != own_lock).collect();
         let mut tally = self.tally.lock().unwrap();
@@ -338,7 +337,7 @@ impl Faults {
 #[test]
 fn hundreds_of_pods_eight_at_a_time_under_api_faults_lose_nothing() {
     let (mut rng, seed) = Rng::from_env();
-    report(&format!("soak: seed {seed} (set {} to replay)", common::rng::SEED_VAR));
+    report(&format!("soak: seed {seed} (set {} to replay)", crate::support::rng::SEED_VAR));
     let s = Soak::new();
     let started = Instant::now();
     let stop = AtomicBool::new(false);

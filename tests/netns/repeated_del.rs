@@ -4,26 +4,24 @@
 //! waits on the API server. The network is `yonghui` -> `yh-bridge`, through the selector; the fake
 //! API server counts the plugin's requests (its token) apart from the agent's.
 
-mod common;
-
-use common::Reply;
-use common::agent::Answers;
-use common::apiserver::Fault;
-use common::node::{Node, Pod, from_config_map, pod_addresses};
+use crate::support::agent::AgentAnswers;
+use crate::support::driver::Reply;
+use crate::support::node::{NetnsNode, Pod, pod_addresses};
 use serde_json::json;
 use std::io::Write;
+use testkit::apiserver::{Fault, from_config_map};
 
 const RED: (&str, u8) = ("red", 41);
 
-fn node() -> Node {
-    let n = Node::new();
+fn node() -> NetnsNode {
+    let n = NetnsNode::new();
     n.add_yonghui_network(RED.0, RED.1, json!({}));
     n.api.put_config_map("default", "net", json!({"k": RED.0}));
     n.api.put_pod("default", "web-0", from_config_map("net", "k"));
     n
 }
 
-fn add(n: &Node, pod: &Pod, conf: &str) {
+fn add(n: &NetnsNode, pod: &Pod, conf: &str) {
     let reply = n.call("ADD", pod, conf);
     assert_eq!(reply.code, 0, "ADD failed: {reply:?}");
     let addresses = pod_addresses(pod);
@@ -31,17 +29,17 @@ fn add(n: &Node, pod: &Pod, conf: &str) {
 }
 
 /// A DEL with `extra` environment; `CNI_NETNS` empty as containerd's repeated DELs have it.
-fn del_with(n: &Node, pod: &Pod, conf: &str, extra: &[(&str, &str)]) -> Reply {
+fn del_with(n: &NetnsNode, pod: &Pod, conf: &str, extra: &[(&str, &str)]) -> Reply {
     let mut child = n.command("DEL", pod, extra).spawn().expect("plugin starts");
     child.stdin.take().unwrap().write_all(conf.as_bytes()).unwrap();
     Reply::from(child.wait_with_output().unwrap())
 }
 
-fn del_without_netns(n: &Node, pod: &Pod, conf: &str) {
+fn del_without_netns(n: &NetnsNode, pod: &Pod, conf: &str) {
     del_with(n, pod, conf, &[("CNI_NETNS", "")]).ok();
 }
 
-fn record_path(n: &Node, pod: &Pod) -> std::path::PathBuf {
+fn record_path(n: &NetnsNode, pod: &Pod) -> std::path::PathBuf {
     n.data_dir().join("attachments").join(format!("{}:eth0", pod.cid))
 }
 
@@ -114,7 +112,7 @@ fn del_without_a_record_never_waits_on_the_api_server() {
     let took = started.elapsed();
     assert_eq!(n.api.plugin_requests(), before, "no request for a DEL without a record");
     assert_eq!(n.tombstones(), [format!("{}:eth0", pod.cid)]);
-    common::report(&format!("repeated_del: DEL without a record, API server hanging: {took:?}"));
+    testkit::process::report(&format!("repeated_del: DEL without a record, API server hanging: {took:?}"));
     // The record back: a record counts before any tombstone, and its DEL frees the address.
     std::fs::write(&record, kept).unwrap();
     n.call("DEL", &pod, &conf).ok();

@@ -4,13 +4,12 @@
 //! shape (`ip4`/`ip6`), the pod's address, libcni's refusal of CHECK below 0.4.0, and a DEL (given
 //! no prevResult at these versions) that leaves nothing on the node.
 
-mod common;
-
-use common::cnidrive_run;
-use common::node::{Node, Pod, literal, pod_addresses};
-use common::unique;
+use crate::support::driver::cnidrive_run;
+use crate::support::node::{NetnsNode, Pod, pod_addresses};
 use serde_json::{Value, json};
 use std::path::PathBuf;
+use testkit::apiserver::literal;
+use testkit::process::unique;
 
 /// The three ways a configuration can be legacy: no `cniVersion`, 0.1.0, 0.2.0.
 const LEGACY: [Option<&str>; 3] = [None, Some("0.1.0"), Some("0.2.0")];
@@ -30,7 +29,7 @@ fn conflist(name: &str, version: Option<&str>, plugins: Value) -> Value {
 }
 
 /// The reference `bridge` with `host-local` on `10.77.<octet>.0/24`.
-fn reference_bridge(n: &Node, octet: u8) -> Value {
+fn reference_bridge(n: &NetnsNode, octet: u8) -> Value {
     json!({
         "type": "bridge", "bridge": unique("lb"), "isGateway": true,
         "ipam": {"type": "host-local", "subnet": format!("10.77.{octet}.0/24"), "dataDir": n.ipam_dir()}
@@ -39,7 +38,7 @@ fn reference_bridge(n: &Node, octet: u8) -> Value {
 
 /// `yonghui` on this node's subnet `10.77.<octet>.0/24` of the fabric 10.77.0.0/16, delegating to
 /// `delegate` (a type) on a bridge of its own.
-fn yonghui(n: &Node, octet: u8, delegate: &str) -> Value {
+fn yonghui(n: &NetnsNode, octet: u8, delegate: &str) -> Value {
     let env = format!(
         "FLANNEL_NETWORK=10.77.0.0/16\nFLANNEL_SUBNET=10.77.{octet}.1/24\nFLANNEL_MTU=1450\nFLANNEL_IPMASQ=true\n"
     );
@@ -70,7 +69,7 @@ fn assert_result_is(result: &Value, version: &str, pod: &Pod, octet: u8, case: &
 }
 
 /// libcni's own answer to CHECK below 0.4.0: no plugin is called (cnidrive's exit status 2).
-fn assert_libcni_refuses_check(reply: &common::Reply, case: &str) {
+fn assert_libcni_refuses_check(reply: &crate::support::driver::Reply, case: &str) {
     assert_eq!(reply.code, 2, "{case}: {reply:?}");
     let msg = reply.err()["msg"].as_str().unwrap().to_string();
     assert!(msg.contains("does not support the CHECK command"), "{case}: {msg}");
@@ -78,7 +77,7 @@ fn assert_libcni_refuses_check(reply: &common::Reply, case: &str) {
 
 #[test]
 fn yonghui_without_a_version_and_at_0_1_0_and_0_2_0_through_libcni() {
-    let n = Node::new();
+    let n = NetnsNode::new();
     let mut octet = 10;
     // yh-bridge runs in process; the reference bridge is exec'd and answers in the legacy shape.
     for delegate in ["yh-bridge", "bridge"] {
@@ -114,7 +113,7 @@ fn yonghui_without_a_version_and_at_0_1_0_and_0_2_0_through_libcni() {
 /// exec'd by libcni, which must read it and hand it on in the same shape.
 #[test]
 fn our_chained_plugin_reads_a_reference_plugins_0_2_0_result() {
-    let n = Node::new();
+    let n = NetnsNode::new();
     let veth = json!({"type": "veth", "skip_call": true, "data_dir": n.sb.path().join("veth"),
                       "log_options": {"log_file": n.sb.path().join("veth.log")},
                       "overlay_hijack_subnet": ["10.244.0.0/16"], "service_hijack_subnet": ["10.96.0.0/12"]});
@@ -139,7 +138,7 @@ fn our_chained_plugin_reads_a_reference_plugins_0_2_0_result() {
 /// `.conf` (yonghui exec'ing the reference bridge), a 0.2.0 chain run in process (yh-bridge, whose
 /// host-local answers in 0.2.0, then the reference `tuning`, which gets prevResult in 0.2.0), and
 /// a 1.0.0 network, whose result a legacy selector must write in the 0.2.0 shape.
-fn networks(n: &Node) -> [(&'static str, u8); 4] {
+fn networks(n: &NetnsNode) -> [(&'static str, u8); 4] {
     n.write_conf("old-none/10-old-none.conflist", &conflist("old-none", None, json!([reference_bridge(n, 31)])));
     let mut conf = yonghui(n, 32, "bridge");
     conf["cniVersion"] = "0.1.0".into();
@@ -154,7 +153,7 @@ fn networks(n: &Node) -> [(&'static str, u8); 4] {
 }
 
 /// `00-yh-genie.conflist` at `version`, or without one.
-fn selector_conflist(n: &Node, version: Option<&str>) -> PathBuf {
+fn selector_conflist(n: &NetnsNode, version: Option<&str>) -> PathBuf {
     let mut plugin: Value = serde_json::from_str(&n.selector_conf("", json!({}))).unwrap();
     let plugin = plugin.as_object_mut().unwrap();
     plugin.remove("cniVersion");
@@ -164,7 +163,7 @@ fn selector_conflist(n: &Node, version: Option<&str>) -> PathBuf {
 
 #[test]
 fn the_selector_at_every_legacy_version_gives_pods_legacy_and_current_networks_through_libcni() {
-    let n = Node::new();
+    let n = NetnsNode::new();
     let networks = networks(&n);
     for (network, _) in networks {
         n.api.put_pod("default", &format!("p-{network}"), literal(network));
@@ -200,7 +199,7 @@ fn the_selector_at_every_legacy_version_gives_pods_legacy_and_current_networks_t
 /// it over as is, and the answer is a 0.1.0 result; CHECK is refused as libcni's skel refuses it.
 #[test]
 fn the_selector_called_without_a_version_answers_in_0_1_0() {
-    let n = Node::new();
+    let n = NetnsNode::new();
     let [(network, octet), ..] = networks(&n);
     n.api.put_pod("default", "web", literal(network));
     let mut conf: Value = serde_json::from_str(&n.selector_conf("", json!({}))).unwrap();

@@ -1,29 +1,30 @@
 //! Several networks per pod, end to end, as root: a node netns with the plugins and the HTTPS fake
-//! API server, a LAN beside it (`common::lan`), pods in netns of their own, driven through libcni
-//! (cnidrive) with the selector's conflist, as containerd does. Seed 004's router pattern: an
-//! overlay `eth0` (ptp) and a macvlan `net1` on the LAN with `router` policy-routing between them.
+//! API server, a LAN beside it (`support::lan`), pods in netns of their own, driven through libcni
+//! (cnidrive) with the selector's conflist, as containerd does. The `router` pattern of
+//! docs/veth-router.md: an overlay `eth0` (ptp) and a macvlan `net1` on the LAN with `router`
+//! policy-routing between them.
 
-mod common;
-
-use common::lan::{LAN_GATEWAY, LAN_PEER, Lan, OVERLAY, RouterNetworks, SERVICES};
-use common::node::{Node, Pod, addresses_on, from_config_map, link_names, literal};
-use common::{Reply, cnidrive_run};
+use crate::support::driver::{Reply, cnidrive_run};
+use crate::support::lan::{LAN_GATEWAY, LAN_PEER, Lan, OVERLAY, RouterNetworks, SERVICES};
+use crate::support::node::{NetnsNode, Pod, addresses_on};
 use serde_json::{Value, json};
 use std::path::PathBuf;
+use testkit::apiserver::{from_config_map, literal};
+use testkit::inspect::link_names;
 
 use yh_genie::selector::NETWORK_STATUS as STATUS;
 use yh_genie::selector::requests::annotation::NETWORKS;
 
 /// A node with the LAN, the router pattern's networks and the selector's conflist.
 struct Cluster {
-    n: Node,
+    n: NetnsNode,
     _lan: Lan,
     conflist: PathBuf,
 }
 
 impl Cluster {
     fn new(selector_keys: Value) -> Self {
-        let n = Node::new();
+        let n = NetnsNode::new();
         let lan = Lan::beside(&n);
         n.add_ptpnet();
         n.add_macvlan_router();
@@ -92,7 +93,7 @@ fn pings(pod: &Pod, ip: &str) -> bool {
 }
 
 /// The network-status annotation the pod was given, parsed.
-fn network_status(n: &Node, pod: &str) -> Value {
+fn network_status(n: &NetnsNode, pod: &str) -> Value {
     let annotations = &n.api.pod("default", pod).unwrap()["metadata"]["annotations"];
     let text = annotations[STATUS].as_str().unwrap_or_else(|| panic!("no {STATUS} on {pod}: {annotations}"));
     serde_json::from_str(text).unwrap()
@@ -116,7 +117,7 @@ fn the_router_pattern_works_and_del_leaves_nothing(c: &Cluster, pod: &Pod, peer:
     let records: Vec<String> = n.records().into_iter().filter(|r| r.starts_with(&format!("{}:", pod.cid))).collect();
     assert_eq!(records, [format!("{}:eth0", pod.cid), format!("{}:net1", pod.cid)]);
 
-    // Seed 004's routing: policy rules into table 200, the overlay's routes there, the default by net1.
+    // `router`'s routing: policy rules into table 200, the overlay's routes there, the default by net1.
     let rules = pod.netns.must("ip rule");
     for want in [
         format!("from {} lookup 200", eth0[0]),
@@ -271,9 +272,9 @@ fn an_inline_nad_configuration_runs_only_where_the_policy_allows_it() {
 /// address: what the first two made is undone, and the error says which network and interface.
 #[test]
 fn a_failure_in_the_third_network_leaves_nothing_of_the_first_two() {
-    let n = Node::new();
+    let n = NetnsNode::new();
     let bridge = |name: &str, subnet: u8, extra: Value| {
-        let mut plugins = vec![json!({"type": "bridge", "bridge": common::unique("yb"), "isGateway": true,
+        let mut plugins = vec![json!({"type": "bridge", "bridge": testkit::process::unique("yb"), "isGateway": true,
             "ipam": {"type": "host-local", "subnet": format!("10.78.{subnet}.0/24"), "dataDir": n.ipam_dir()}})];
         if !extra.is_null() {
             plugins.push(extra);

@@ -1,12 +1,13 @@
-//! A LAN beside a test node, for pods with a second NIC on it (seed 004's router pattern): the node
-//! netns gets a "parent NIC" `par0`, one end of a veth pair whose other end, `wire0`, sits in the
-//! LAN's own netns, which holds the LAN's gateway and a peer. Pods get macvlan children of `par0`.
+//! A LAN beside a netns node, for pods with a second NIC on it (the `router` pattern of
+//! docs/veth-router.md): the node netns gets a "parent NIC" `par0`, one end of a veth pair whose
+//! other end, `wire0`, sits in the LAN's own netns, which holds the LAN's gateway and a peer. Pods
+//! get macvlan children of `par0`.
 //! The overlay networks here are reference `ptp` + `host-local` chains (pod to node by a veth, node
 //! to pod by a /32 route), so two pods on the overlay reach each other through the node.
 
-use super::Netns;
-use super::node::Node;
+use super::node::NetnsNode;
 use serde_json::{Value, json};
+use testkit::netns::Netns;
 
 /// The LAN: `192.168.77.0/24`, its gateway and a peer host on it.
 pub const LAN_SUBNET: &str = "192.168.77.0/24";
@@ -17,13 +18,14 @@ pub const OVERLAY: &str = "10.244.0.0/16";
 pub const OVERLAY_NODE_SUBNET: &str = "10.244.5.0/24";
 pub const SERVICES: &str = "10.96.0.0/12";
 
+/// The LAN's netns, held while the test needs the LAN: deleted (and `par0` with it) on drop.
 pub struct Lan {
-    pub netns: Netns,
+    _netns: Netns,
 }
 
 impl Lan {
     /// Make `par0` in the node's netns and the LAN behind it.
-    pub fn beside(node: &Node) -> Self {
+    pub fn beside(node: &NetnsNode) -> Self {
         let lan = Netns::new("lan");
         node.fixtures.lock().unwrap().push("par0".into());
         node.netns.must(&format!(
@@ -34,7 +36,7 @@ impl Lan {
         lan.must(&format!(
             "ip link set wire0 up && ip addr add {LAN_GATEWAY}/24 dev wire0 && ip addr add {LAN_PEER}/24 dev wire0"
         ));
-        Lan { netns: lan }
+        Lan { _netns: lan }
     }
 }
 
@@ -49,7 +51,7 @@ pub trait RouterNetworks {
     fn add_macvlan(&self, name: &str, extra: Value) -> Value;
 }
 
-impl RouterNetworks for Node {
+impl RouterNetworks for NetnsNode {
     fn add_ptpnet(&self) -> Value {
         let list = json!({"cniVersion": "1.0.0", "name": "ptpnet", "plugins": [{
             "type": "ptp", "ipam": {"type": "host-local", "dataDir": self.ipam_dir(),
@@ -78,7 +80,7 @@ impl RouterNetworks for Node {
 }
 
 /// A macvlan child of `par0` with an address from host-local on the LAN (from .10, no routes).
-fn macvlan_plugin(node: &Node, extra: Value) -> Value {
+fn macvlan_plugin(node: &NetnsNode, extra: Value) -> Value {
     let mut plugin = json!({"type": "macvlan", "master": "par0", "mode": "bridge",
         "ipam": {"type": "host-local", "dataDir": node.ipam_dir(),
             "ranges": [[{"subnet": LAN_SUBNET, "gateway": LAN_GATEWAY, "rangeStart": "192.168.77.10", "rangeEnd": "192.168.77.99"}]]}});

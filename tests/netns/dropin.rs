@@ -3,10 +3,9 @@
 //! real plugins. Networks are `yonghui` -> `yh-bridge` on subnets of their own, so an address tells
 //! which network an interface got.
 
-mod common;
-
-use common::node::{Node, Pod, addresses_on, literal};
+use crate::support::node::{NetnsNode, Pod, addresses_on};
 use serde_json::{Value, json};
+use testkit::apiserver::literal;
 use yh_genie::selector::NETWORK_STATUS;
 use yh_genie::selector::requests::annotation::{GENIE_CNI, MULTUS_DEFAULT_NETWORK, NETWORKS};
 
@@ -14,8 +13,8 @@ const BLUE: (&str, u8) = ("blue", 41);
 const RED: (&str, u8) = ("red", 42);
 const GREEN: (&str, u8) = ("green", 43);
 
-fn node() -> Node {
-    let n = Node::new();
+fn node() -> NetnsNode {
+    let n = NetnsNode::new();
     for (name, octet) in [BLUE, RED, GREEN] {
         n.add_yonghui_network(name, octet, json!({}));
     }
@@ -30,7 +29,7 @@ fn network_on(pod: &Pod, dev: &str) -> Option<u8> {
 }
 
 /// A sandbox of the pod `namespace/name`.
-fn pod_in(n: &Node, namespace: &str, name: &str) -> Pod {
+fn pod_in(n: &NetnsNode, namespace: &str, name: &str) -> Pod {
     let mut pod = n.pod(name);
     pod.args = pod
         .args
@@ -39,7 +38,7 @@ fn pod_in(n: &Node, namespace: &str, name: &str) -> Pod {
     pod
 }
 
-fn status_of(n: &Node, namespace: &str, name: &str) -> Option<Value> {
+fn status_of(n: &NetnsNode, namespace: &str, name: &str) -> Option<Value> {
     let pod = n.api.pod(namespace, name).unwrap();
     let text = pod["metadata"]["annotations"].get(NETWORK_STATUS)?.as_str()?.to_string();
     Some(serde_json::from_str(&text).unwrap())
@@ -51,7 +50,7 @@ fn keys() -> Value {
 }
 
 /// Put the pods of `expectations` and their NADs.
-fn put_pods(n: &Node) {
+fn put_pods(n: &NetnsNode) {
     // defaultNetworks' NAD lives in multusNamespace (kube-system), naming the confDir network green.
     n.api.put_nad("kube-system", "green", None);
     // Multus's default-network annotation overrides the env (its bare name is in multusNamespace,
@@ -76,7 +75,7 @@ fn expectations() -> Vec<Expected> {
     ]
 }
 
-fn add_and_check(n: &Node, conf: &str, path: &str) {
+fn add_and_check(n: &NetnsNode, conf: &str, path: &str) {
     for (namespace, name, want) in expectations() {
         let pod = pod_in(n, namespace, name);
         let reply = n.call("ADD", &pod, conf);
@@ -150,12 +149,12 @@ fn multus_and_genie_ways_of_choosing_give_the_same_networks_directly_and_through
 
     // The agent watches the NADs of defaultNetworks and the default-network annotation.
     let selector_config = n.sb.write("selector-config.json", &direct.to_string());
-    let agent = common::agent::Agent::start(
+    let agent = testkit::agent::Agent::start(
         &n.netns,
         &n.api,
         n.sb.path(),
         &n.agent_socket(),
-        common::agent::METRICS_PORT,
+        testkit::agent::METRICS_PORT,
         &[&format!("--selector-config={}", selector_config.display())],
     );
     agent.wait_ready();
@@ -163,7 +162,7 @@ fn multus_and_genie_ways_of_choosing_give_the_same_networks_directly_and_through
         let uid = format!("uid-{namespace}-{name}");
         agent.wait_for("the agent to hold the pod and its NADs", || {
             matches!(
-                common::agent::answer(&n.agent_socket(), namespace, name, Some(&uid)),
+                crate::support::agent::answer(&n.agent_socket(), namespace, name, Some(&uid)),
                 Ok(yh_genie::kube::agent_socket::protocol::Answer::Objects(_))
             )
         });
@@ -197,7 +196,7 @@ fn multus_and_genie_ways_of_choosing_give_the_same_networks_directly_and_through
         let namespace = e["involvedObject"]["namespace"].as_str().unwrap();
         assert_eq!(e["involvedObject"]["uid"], format!("uid-{namespace}-{pod}"), "{e}");
         assert_eq!(e["metadata"]["namespace"], namespace, "{e}");
-        assert_eq!(e["source"]["host"], common::apiserver::NODE_NAME, "{e}");
+        assert_eq!(e["source"]["host"], testkit::apiserver::NODE_NAME, "{e}");
     }
     assert!(n.api.calls().iter().filter(|c| c.resource == "events").all(|c| c.client == "agent" && c.verb == "create"));
     drop(agent);

@@ -5,13 +5,13 @@
 //! that does not exist yet; its pods are ADDed at once (released together by a barrier), CHECKed at
 //! once, then DELeted at once.
 
-mod common;
-
-use common::node::{Node, Pod, from_config_map, link_names, pod_addresses};
-use common::unique;
+use crate::support::node::{NetnsNode, Pod, pod_addresses};
 use serde_json::{Value, json};
 use std::collections::BTreeSet;
 use std::sync::Barrier;
+use testkit::apiserver::from_config_map;
+use testkit::inspect::link_names;
+use testkit::process::unique;
 
 /// Pods per round: more than the machine has cores, so the processes really interleave.
 const PODS: usize = 8;
@@ -37,7 +37,7 @@ fn at_once<T: Send>(pods: &[Pod], f: impl Fn(&Pod) -> T + Sync) -> Vec<T> {
 
 #[test]
 fn pods_added_at_once_share_a_new_bridge_get_distinct_addresses_and_are_deleted_at_once() {
-    let n = Node::new();
+    let n = NetnsNode::new();
     let conf = n.selector_conf("1.0.0", json!({}));
     for round in 0..ROUNDS {
         let network = format!("round{round}");

@@ -4,12 +4,10 @@
 //! The self-signed CA:TRUE serving certificate kubectl accepts is accepted too (src/kube/tls/).
 //! A node netns with the HTTPS fake API server presenting each kind of certificate; as root.
 
-mod common;
-
-use common::apiserver::Serving;
-use common::node::{Node, literal, pod_addresses};
+use crate::support::node::{NetnsNode, pod_addresses};
 use serde_json::json;
 use std::time::{Duration, Instant};
+use testkit::apiserver::{Serving, literal};
 
 /// The API budget of these ADDs: a retried failure would take all of it.
 const BUDGET_SECONDS: u64 = 30;
@@ -18,8 +16,8 @@ const BUDGET_SECONDS: u64 = 30;
 const AT_ONCE: Duration = Duration::from_secs(2);
 
 /// A node whose API server serves `serving`, with a pod choosing a bridge network by literal value.
-fn node(serving: Serving) -> Node {
-    let n = Node::serving(serving);
+fn node(serving: Serving) -> NetnsNode {
+    let n = NetnsNode::serving(serving);
     n.add_yonghui_network("fabric", 9, json!({}));
     n.api.put_pod("default", "web-0", literal("fabric"));
     n
