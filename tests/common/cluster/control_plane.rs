@@ -5,12 +5,12 @@
 //! kube-scheduler. The test reaches the API server with kubectl run in this namespace.
 
 use super::pki::Pki;
-use super::run::Run;
 use super::{CLUSTER_CIDR, CONTROL_PLANE_IP, NODE_CIDR_BITS, PATIENCE, SERVICE_CIDR, SERVICE_IP, kubectl_command};
 use crate::common::Netns;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
 use std::time::Instant;
+use testkit::run_dir::RunDir;
 
 /// Every request the API server answers, with who made it and on what, but no bodies.
 const AUDIT_POLICY: &str = "apiVersion: audit.k8s.io/v1
@@ -29,7 +29,7 @@ pub struct ControlPlane {
 }
 
 impl ControlPlane {
-    pub fn start(run: &Run, pki: &Pki, netns: Netns, bin: &Path) -> Self {
+    pub fn start(run: &RunDir, pki: &Pki, netns: Netns, bin: &Path) -> Self {
         let mut cp = ControlPlane { netns, bin: bin.to_path_buf(), etcd: None, apiserver: None, others: Vec::new() };
         let started = Instant::now();
         cp.etcd = Some(run.spawn("etcd", cp.command(&bin.join("etcd").display().to_string()).args(etcd_args(run))));
@@ -71,7 +71,7 @@ impl ControlPlane {
         c
     }
 
-    fn start_apiserver(&mut self, run: &Run, pki: &Pki) {
+    fn start_apiserver(&mut self, run: &RunDir, pki: &Pki) {
         let audit_policy = run.path().join("audit-policy.yaml");
         std::fs::write(&audit_policy, AUDIT_POLICY).unwrap();
         let p = |f: &str| pki.path(f).display().to_string();
@@ -104,7 +104,7 @@ impl ControlPlane {
 
     /// Wait until the API server answers /readyz (all its post-start hooks done: RBAC roles,
     /// priority classes, the kubernetes Service).
-    fn wait_ready(&mut self, run: &Run) {
+    fn wait_ready(&mut self, run: &RunDir) {
         let started = Instant::now();
         loop {
             let out = kubectl_command(&self.netns, &self.bin, run).args(["get", "--raw", "/readyz"]).output().unwrap();
@@ -127,12 +127,12 @@ impl ControlPlane {
     /// Stop the API server (SIGTERM, as a restart or an outage would); the rest keeps running.
     pub fn stop_apiserver(&mut self) {
         if let Some(mut apiserver) = self.apiserver.take() {
-            super::super::containerd::terminate(&mut apiserver);
+            testkit::process::terminate(&mut apiserver);
         }
     }
 
     /// Start the API server again after `stop_apiserver`, and wait until it is ready.
-    pub fn restart_apiserver(&mut self, run: &Run, pki: &Pki) {
+    pub fn restart_apiserver(&mut self, run: &RunDir, pki: &Pki) {
         assert!(self.apiserver.is_none(), "the API server is running");
         self.start_apiserver(run, pki);
         self.wait_ready(run);
@@ -143,11 +143,11 @@ pub fn api_url() -> String {
     format!("https://{CONTROL_PLANE_IP}:6443")
 }
 
-pub fn audit_log(run: &Run) -> PathBuf {
+pub fn audit_log(run: &RunDir) -> PathBuf {
     run.path().join("log/audit.log")
 }
 
-fn etcd_args(run: &Run) -> Vec<String> {
+fn etcd_args(run: &RunDir) -> Vec<String> {
     [
         format!("--data-dir={}", run.path().join("etcd").display()),
         "--name=default".into(),

@@ -4,10 +4,11 @@
 //! source) with the tools its specs run inside it, jessie-dnsutils and busybox; and CoreDNS, the
 //! cluster's DNS.
 
-use super::super::{must, pause_image};
+use super::super::must;
 use super::images::{busybox_named, busybox_rootfs};
 use serde_json::json;
 use std::path::{Path, PathBuf};
+use testkit::oci_image;
 
 /// Where the e2e framework finds its test images here: its `promoterE2eRegistry`, named in the
 /// `KUBE_TEST_REPO_LIST` file, so that no spec's image names a registry that would be pulled from.
@@ -56,7 +57,7 @@ fn coredns(dir: &Path, binary: &Path) -> PathBuf {
     let rootfs = dir.join("rootfs");
     std::fs::create_dir_all(&rootfs).unwrap();
     std::fs::copy(binary, rootfs.join("coredns")).unwrap();
-    pause_image::pack(dir, COREDNS, &rootfs, json!({"Entrypoint": ["/coredns"]}))
+    oci_image::pack(dir, COREDNS, &rootfs, json!({"Entrypoint": ["/coredns"]}))
 }
 
 /// agnhost as test/images/agnhost/Dockerfile lays it out: the binary at /agnhost (the entrypoint,
@@ -75,7 +76,7 @@ fn agnhost(dir: &Path, bin: &Path) -> PathBuf {
     }
     std::os::unix::fs::symlink("agnhost", rootfs.join("agnhost-2")).unwrap();
     let config = json!({"Entrypoint": ["/agnhost"], "Cmd": ["pause"], "Env": [TOOLS_PATH]});
-    pause_image::pack(dir, &format!("{E2E_REGISTRY}/agnhost:{AGNHOST_TAG}"), &rootfs, config)
+    oci_image::pack(dir, &format!("{E2E_REGISTRY}/agnhost:{AGNHOST_TAG}"), &rootfs, config)
 }
 
 /// jessie-dnsutils, the DNS specs' second querier (a Debian with dnsutils): `tools_rootfs` alone.
@@ -83,7 +84,7 @@ fn jessie_dnsutils(dir: &Path) -> PathBuf {
     let rootfs = dir.join("rootfs");
     tools_rootfs(&rootfs, &[]);
     let config = json!({"Cmd": ["sh"], "Env": [TOOLS_PATH]});
-    pause_image::pack(dir, &format!("{E2E_REGISTRY}/jessie-dnsutils:{JESSIE_DNSUTILS_TAG}"), &rootfs, config)
+    oci_image::pack(dir, &format!("{E2E_REGISTRY}/jessie-dnsutils:{JESSIE_DNSUTILS_TAG}"), &rootfs, config)
 }
 
 const TOOLS_PATH: &str = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";

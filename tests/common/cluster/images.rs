@@ -6,10 +6,11 @@
 //! - busybox (Debian's busybox-static) under the name the e2e manifests use, for workloads;
 //! - for Kubernetes' own e2e suite, the images of `e2e_images`.
 
-use super::super::{must, pause_image};
+use super::super::must;
 use serde_json::json;
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use testkit::oci_image;
 
 pub const PAUSE: &str = "registry.k8s.io/pause:3.10.1";
 pub const BUSYBOX: &str = "docker.io/library/busybox:1.36";
@@ -90,7 +91,7 @@ pub fn yh_genie(dir: &Path, name: &str, binary: &Path) -> PathBuf {
     let rootfs = dir.join("rootfs");
     std::fs::create_dir_all(rootfs.join("usr/local/bin")).unwrap();
     std::fs::copy(binary, rootfs.join("usr/local/bin/yh-genie")).unwrap();
-    pause_image::pack(dir, name, &rootfs, json!({"Entrypoint": ["/usr/local/bin/yh-genie", "install"]}))
+    oci_image::pack(dir, name, &rootfs, json!({"Entrypoint": ["/usr/local/bin/yh-genie", "install"]}))
 }
 
 /// Debian's static busybox with a link for each of its applets in /bin, and an empty /tmp.
@@ -101,7 +102,7 @@ pub fn busybox(dir: &Path) -> PathBuf {
 pub(super) fn busybox_named(dir: &Path, name: &str) -> PathBuf {
     let rootfs = dir.join("rootfs");
     busybox_rootfs(&rootfs, &[]);
-    pause_image::pack(dir, name, &rootfs, json!({"Cmd": ["sh"], "Env": ["PATH=/bin"]}))
+    oci_image::pack(dir, name, &rootfs, json!({"Cmd": ["sh"], "Env": ["PATH=/bin"]}))
 }
 
 /// A root filesystem of Debian's static busybox with a link for each of its applets in /bin, an
@@ -129,5 +130,5 @@ pub(super) fn busybox_rootfs(rootfs: &Path, users: &[(&str, u32)]) {
 
 /// The pause image the nodes' containerd uses for every sandbox.
 pub fn pause(dir: &Path) -> PathBuf {
-    pause_image::build(dir, PAUSE)
+    oci_image::pause(dir, PAUSE)
 }

@@ -8,7 +8,8 @@
 //! The Kubernetes binaries come from scripts/cluster/build.sh (built once per version, cached
 //! outside the checkout); the images from `images`. Nothing is installed on the nodes: tests
 //! install yh-genie with kubectl, as users do. Everything the cluster makes is found again from its
-//! run dir (`run`), so a failed or killed run leaves nothing behind once the next one has swept.
+//! run dir (testkit::run_dir), so a failed or killed run leaves nothing behind once the next one
+//! has swept.
 
 pub mod cni;
 pub mod control_plane;
@@ -17,17 +18,16 @@ pub mod e2e_images;
 pub mod images;
 pub mod pki;
 pub mod pods;
-pub mod run;
 pub mod worker;
 
 use super::{Netns, report};
 use control_plane::ControlPlane;
 use pki::Pki;
-use run::Run;
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
+use testkit::run_dir::RunDir;
 use worker::Worker;
 
 pub const CONTROL_PLANE_IP: &str = "10.99.0.1";
@@ -52,7 +52,7 @@ pub struct Cluster {
     pub pki: Pki,
     pub bin: PathBuf,
     /// Dropped last; `Drop` ends its processes first.
-    pub run: Run,
+    pub run: RunDir,
 }
 
 impl Cluster {
@@ -72,7 +72,7 @@ impl Cluster {
         crate::common::require_root();
         let started = Instant::now();
         let bin = kubernetes_bin();
-        let run = Run::new();
+        let run = RunDir::new("cluster");
         let mut images = build_images(&run);
         if e2e_images {
             images.extend(e2e_images::all(&run.path().join("images"), &bin));
@@ -226,7 +226,7 @@ impl Drop for Cluster {
 }
 
 /// kubectl with the admin's kubeconfig, run in the control plane's network namespace.
-pub fn kubectl_command(control: &Netns, bin: &Path, run: &Run) -> Command {
+pub fn kubectl_command(control: &Netns, bin: &Path, run: &RunDir) -> Command {
     let mut c = Command::new("nsenter");
     c.arg(format!("--net={}", control.path().display()))
         .arg("--")
@@ -265,7 +265,7 @@ fn kubernetes_bin() -> PathBuf {
 }
 
 /// The images every node imports: pause, busybox, and yh-genie under the manifests' name.
-fn build_images(run: &Run) -> Vec<PathBuf> {
+fn build_images(run: &RunDir) -> Vec<PathBuf> {
     let dir = |name: &str| {
         let d = run.path().join("images").join(name);
         std::fs::create_dir_all(&d).unwrap();

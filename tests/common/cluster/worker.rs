@@ -15,12 +15,13 @@
 //! are these. Containers go into cgroups under `/<run name>/<node>/`, the kubelet's cgroup root.
 
 use super::pki::Pki;
-use super::run::Run;
 use super::{CLUSTER_CIDR, DNS_IP, PATIENCE, control_plane::api_url};
 use crate::common::{Netns, REFERENCE_PLUGINS};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
 use std::time::{Duration, Instant};
+use testkit::node_namespaces::NodeNamespaces;
+use testkit::run_dir::RunDir;
 
 /// What the kubelet wants of the machine's kernel knobs; it writes a knob that differs.
 const KERNEL_KNOBS: &[(&str, &str)] = &[
@@ -38,7 +39,7 @@ pub struct Worker {
     pub ip: String,
     pub netns: Netns,
     dir: PathBuf,
-    holder: Child,
+    namespaces: NodeNamespaces,
     kubelet: Option<Child>,
     /// containerd and kube-proxy: ended with the run, like every process of it.
     daemons: Vec<Child>,
@@ -48,7 +49,7 @@ impl Worker {
     /// Set the node up and start containerd (with `images` imported), the kubelet (labelled
     /// `labels`) and kube-proxy.
     pub fn start(
-        run: &Run,
+        run: &RunDir,
         pki: &Pki,
         bin: &Path,
         (name, ip, netns): (&str, &str, Netns),
@@ -66,13 +67,13 @@ impl Worker {
         }
         std::fs::write(dir.join("sysctl.list"), knobs).unwrap();
         netns.must("sysctl -qw net.ipv4.ip_forward=1");
-        let holder = start_holder(&dir, &netns);
+        let namespaces = start_holder(&dir, &netns);
         let mut worker = Worker {
             name: name.to_string(),
             ip: ip.to_string(),
             netns,
             dir,
-            holder,
+            namespaces,
             kubelet: None,
             daemons: Vec::new(),
         };
@@ -122,14 +123,12 @@ impl Worker {
 
     /// `program` run inside the node: its netns and mount namespace.
     pub fn node_command(&self, program: &str) -> Command {
-        let mut c = Command::new("nsenter");
-        c.args(["--target", &self.holder.id().to_string(), "--mount", "--net", "--"]).arg(program);
-        c
+        self.namespaces.command(program)
     }
 
     /// A path of the node's filesystem, as the test process reaches it.
     pub fn node_path(&self, path: &str) -> PathBuf {
-        PathBuf::from(format!("/proc/{}/root", self.holder.id())).join(path.trim_start_matches('/'))
+        self.namespaces.path(path)
     }
 
     /// A shell command run inside the node; its output, or a panic if it fails.
@@ -217,7 +216,7 @@ impl Worker {
 
 /// The process that holds the node's mount namespace: it sets the namespace up, says `ready`, and
 /// sleeps with its working directory in the run dir.
-fn start_holder(dir: &Path, netns: &Netns) -> Child {
+fn start_holder(dir: &Path, netns: &Netns) -> NodeNamespaces {
     const SCRIPT: &str = r#"set -e
 d=$1
 plugins=$2
@@ -238,7 +237,7 @@ done < "$d/sysctl.list"
 cd "$d"
 echo ready
 exec sleep infinity"#;
-    crate::common::containerd::hold_namespaces(
+    NodeNamespaces::hold(
         netns,
         SCRIPT,
         "yh-genie-cluster-node",

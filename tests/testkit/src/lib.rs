@@ -10,9 +10,13 @@
 
 pub mod agent;
 pub mod apiserver;
+pub mod containerd;
 pub mod inspect;
 pub mod netns;
+pub mod node_namespaces;
+pub mod oci_image;
 pub mod process;
+pub mod run_dir;
 pub mod sandbox;
 
 use std::path::{Path, PathBuf};

@@ -1,17 +1,17 @@
-//! The pod sandbox image for containerd, built locally (no registry is reachable): `pause.c`
-//! compiled with `gcc -static`, as the only file of one layer, packed by umoci as an OCI image
-//! layout archive that `ctr images import` takes. The index names the image with containerd's
-//! `io.containerd.image.name` annotation. `pack` makes such an image of any directory (the test
-//! cluster's yh-genie, busybox and e2e images).
+//! Images for containerd, built here (no registry is reachable): `pack` makes an OCI image layout
+//! archive of a directory with umoci, which `ctr images import` takes, naming the image with
+//! containerd's `io.containerd.image.name` annotation (the real cluster's yh-genie, busybox and e2e
+//! images); `pause` is the pod sandbox image, `pause.c` compiled with `gcc -static` as the only
+//! file of its one layer.
 
-use super::must;
+use crate::process::must;
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
 
 const PAUSE_C: &str = include_str!("pause.c");
 
-/// Build the image named `name` under `dir`; returns the path of the archive.
-pub fn build(dir: &Path, name: &str) -> PathBuf {
+/// Build the pause image named `name` under `dir`; returns the path of the archive.
+pub fn pause(dir: &Path, name: &str) -> PathBuf {
     let rootfs = dir.join("rootfs");
     std::fs::create_dir_all(&rootfs).unwrap();
     let source = dir.join("pause.c");

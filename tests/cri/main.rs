@@ -1,20 +1,22 @@
 //! yh-genie on the real runtime path: containerd's CRI plugin calls it, through go-cni and libcni,
-//! as the kubelet asks for pod sandboxes. Each test starts a node (`common::cri_node`): a private
-//! containerd (Debian's 1.6; scripts/test.sh runs the file again with containerd 2.x, built from
-//! the module proxy, in `YH_GENIE_CONTAINERD_BIN`) in a throwaway netns and mount namespace, its
-//! CNI dirs laid out by `yh-genie install` as the DaemonSet does, and the fake API server holding
-//! the pods and ConfigMaps. The tests speak CRI v1 gRPC to containerd (RunPodSandbox, PodSandboxStatus,
-//! StopPodSandbox, RemovePodSandbox, ListPodSandbox) and check what the kubelet would see (the pod
-//! IP containerd reports, errors) and what the node holds (addresses in the pod's netns, records,
-//! leases, locks, veths, NAT rules, netns, mounts, processes).
+//! as the kubelet asks for pod sandboxes. Each test starts a node (`support::node`): a private
+//! containerd (Debian's 1.6; `scripts/test.sh --cri` runs the suite again with containerd 2.x,
+//! built from the module proxy, in `YH_GENIE_CONTAINERD_BIN`) in a throwaway netns and mount
+//! namespace, its CNI dirs laid out by `yh-genie install` as the DaemonSet does, and the fake API
+//! server holding the pods and ConfigMaps. The tests speak CRI v1 gRPC to containerd
+//! (RunPodSandbox, PodSandboxStatus, StopPodSandbox, RemovePodSandbox, ListPodSandbox) and check
+//! what the kubelet would see (the pod IP containerd reports, errors) and what the node holds
+//! (addresses in the pod's netns, records, leases, locks, veths, NAT rules, netns, mounts,
+//! processes).
 
-mod common;
+mod support;
 
-use common::cri_node::{BRIDGE, CriNode, MACVLAN_ROUTER, MACVLAN_VETH, NODE_IP, Network, Sandbox, YONGHUI};
 use serde_json::json;
 use std::collections::BTreeSet;
 use std::time::Instant;
+use support::node::{BRIDGE, CriNode, MACVLAN_ROUTER, MACVLAN_VETH, NODE_IP, Network, Sandbox, YONGHUI};
 use testkit::apiserver::{from_config_map, literal};
+use testkit::process::report;
 use yh_genie::selector::NETWORK_STATUS;
 
 /// How long a node's state may take to follow a change.
@@ -132,7 +134,7 @@ fn a_sandbox_whose_add_fails_fails_with_the_reason_leaves_nothing_and_the_retry_
         message.contains("unreachable") && message.contains(&node.api.url()),
         "the CRI error carries the CNI error naming the API server: {message}"
     );
-    common::report(&format!("failed RunPodSandbox took {:?}: {message}", started.elapsed()));
+    report(&format!("failed RunPodSandbox took {:?}: {message}", started.elapsed()));
     node.assert_nothing_left("after the failed RunPodSandbox");
 
     // The kubelet retries with the next attempt number.
@@ -153,7 +155,7 @@ fn a_dozen_sandboxes_at_once_get_distinct_addresses() {
     let configs = names.iter().map(|name| node.sandbox_config(name, 0)).collect();
     let started = Instant::now();
     let results = node.cri.run_pod_sandboxes(configs);
-    common::report(&format!("12 concurrent RunPodSandbox took {:?}", started.elapsed()));
+    report(&format!("12 concurrent RunPodSandbox took {:?}", started.elapsed()));
     let sandboxes: Vec<Sandbox> = results
         .into_iter()
         .zip(&names)
@@ -257,8 +259,12 @@ fn a_host_port_answers_on_the_nodes_address_and_a_bandwidth_annotation_shapes_th
     node.put_pod("web", json!([{"name": "app", "image": "nginx"}]));
     node.wait_agent_holds("web");
     let mut config = node.sandbox_config("web", 0);
-    config.port_mappings =
-        vec![common::cri::PortMapping { protocol: 0, container_port: 80, host_port: 18090, host_ip: String::new() }];
+    config.port_mappings = vec![support::client::PortMapping {
+        protocol: 0,
+        container_port: 80,
+        host_port: 18090,
+        host_ip: String::new(),
+    }];
     config.annotations.insert("kubernetes.io/egress-bandwidth".into(), "1M".into());
     let id = node.cri.run_pod_sandbox(config).unwrap_or_else(|e| panic!("{e}\n{}", node.logs()));
     let sandbox = node.sandbox(&id);
@@ -314,7 +320,7 @@ fn network_readiness_follows_the_default_networks_status_under_containerd_2() {
     let subnet = std::fs::read(node.subnet_file()).unwrap();
     std::fs::remove_file(node.subnet_file()).unwrap();
     let statuses = || node.logs().lines().filter(|l| l.contains("command=\"STATUS\"")).count();
-    let major = common::containerd::major_version();
+    let major = support::containerd::major_version();
     if major >= 2 {
         let started = Instant::now();
         let reason = loop {

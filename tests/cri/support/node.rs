@@ -1,7 +1,7 @@
 //! A Kubernetes node under containerd's CRI, driven as the kubelet drives it: a private containerd
-//! (`containerd.rs`) in a node netns, its CNI bin and conf dirs laid out by `yh-genie install` run
+//! (`containerd`) in a node netns, its CNI bin and conf dirs laid out by `yh-genie install` run
 //! with the DaemonSet's flags, the networks an admin ships in the `yh-genie-networks` ConfigMap,
-//! the fake API server on the node's 127.0.0.1, and the CRI client (`cri.rs`).
+//! the fake API server on the node's 127.0.0.1, and the CRI client (`client`).
 //!
 //! The networks, one of each kind the test covers:
 //! - `yonghui`: `yonghui` -> `yh-bridge`, as shipped in manifests/config.yaml, on the fabric's
@@ -13,16 +13,19 @@
 //! - `macvlan-router`: a macvlan on `par0` chained with the built-in `router`, for a pod's second
 //!   interface beside an overlay `eth0` (the `router` pattern of docs/veth-router.md).
 
-use super::apiserver::{ApiServer, NODE_NAME, TOKEN};
-use super::containerd::{Containerd, RunDir, require_containerd, terminate};
-use super::cri::{self, PodSandboxConfig, RuntimeService};
-use super::{Netns, pause_image, require_root};
+use super::client::{self, PodSandboxConfig, RuntimeService};
+use super::containerd::{Containerd, require_containerd};
 use serde_json::{Value, json};
 use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
+use testkit::apiserver::{ApiServer, NODE_NAME, TOKEN};
 use testkit::inspect::{cni_nat_lines, host_local_leases, link_names, list_dir, walk};
+use testkit::netns::Netns;
+use testkit::process::{sh, terminate};
+use testkit::run_dir::RunDir;
+use testkit::{REFERENCE_PLUGINS, oci_image, require_root};
 use yh_genie::kube::agent_socket::client::exchange;
 use yh_genie::kube::agent_socket::protocol::{Answer, Ask, Request};
 
@@ -78,13 +81,12 @@ pub struct Sandbox {
 }
 
 pub struct CriNode {
-    /// First dropped: ends containerd, its shims and sandboxes, and the installer.
+    /// First dropped: ends the node's run, containerd, its shims and sandboxes, and the installer.
     containerd: Containerd,
     installer: Option<Child>,
     pub cri: RuntimeService,
     pub api: ApiServer,
     pub netns: Netns,
-    run: RunDir,
 }
 
 impl CriNode {
@@ -93,8 +95,8 @@ impl CriNode {
     pub fn start() -> Self {
         require_root();
         require_containerd();
-        let run = RunDir::new();
-        let netns = Netns::new("ycri");
+        let run = RunDir::new("cri");
+        let netns = run.netns("ycri");
         let api = ApiServer::start_in(&netns);
         netns.must(&format!(
             "ip link add par0 type veth peer name wire0 && ip link set wire0 up && \
@@ -105,19 +107,18 @@ impl CriNode {
         let conf_dir = r.join("etc/cni/net.d");
         std::fs::create_dir_all(&bin_dir).unwrap();
         std::fs::create_dir_all(&conf_dir).unwrap();
-        std::fs::create_dir_all(r.join("log")).unwrap();
         // The node's own CNI plugins (loopback, bridge, host-local, macvlan...), as a node image has them.
-        for e in std::fs::read_dir(super::REFERENCE_PLUGINS).unwrap().flatten() {
+        for e in std::fs::read_dir(REFERENCE_PLUGINS).unwrap().flatten() {
             std::os::unix::fs::symlink(e.path(), bin_dir.join(e.file_name())).unwrap();
         }
-        let containerd = Containerd::start(&run, &netns, &bin_dir, &conf_dir, SANDBOX_IMAGE);
+        let containerd = Containerd::start(run, &netns, &bin_dir, &conf_dir, SANDBOX_IMAGE);
         let cri = RuntimeService::new(&containerd.socket());
-        let mut node = CriNode { containerd, installer: None, cri, api, netns, run };
+        let mut node = CriNode { containerd, installer: None, cri, api, netns };
         let (ready, reason) = node.network_ready();
         assert!(!ready, "containerd reports the network ready before any CNI configuration is installed");
         assert!(reason.contains("cni") || reason.contains("NetworkPlugin"), "{reason}");
 
-        node.containerd.import(&pause_image::build(&node.path("image"), SANDBOX_IMAGE));
+        node.containerd.import(&oci_image::pause(&node.path("image"), SANDBOX_IMAGE));
         node.write_networks();
         node.install();
         node.wait_network_ready();
@@ -125,7 +126,7 @@ impl CriNode {
     }
 
     pub fn path(&self, rel: &str) -> PathBuf {
-        self.run.path().join(rel)
+        self.containerd.run_dir().join(rel)
     }
 
     pub fn conf_dir(&self) -> PathBuf {
@@ -346,7 +347,7 @@ impl CriNode {
             ("io.kubernetes.pod.uid", uid.as_str()),
         ];
         PodSandboxConfig {
-            metadata: Some(cri::PodSandboxMetadata {
+            metadata: Some(client::PodSandboxMetadata {
                 name: name.into(),
                 uid: uid.clone(),
                 namespace: "default".into(),
@@ -354,7 +355,7 @@ impl CriNode {
             }),
             hostname: name.into(),
             log_directory: self.path(&format!("log/pods/default_{name}_{uid}")).display().to_string(),
-            dns_config: Some(cri::DnsConfig {
+            dns_config: Some(client::DnsConfig {
                 servers: vec!["10.96.0.10".into()],
                 searches: vec!["default.svc.cluster.local".into(), "svc.cluster.local".into(), "cluster.local".into()],
                 options: vec!["ndots:5".into()],
@@ -362,13 +363,13 @@ impl CriNode {
             port_mappings: Vec::new(),
             labels: labels.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
             annotations: [("kubernetes.io/config.source".to_string(), "api".to_string())].into(),
-            linux: Some(cri::LinuxPodSandboxConfig {
+            linux: Some(client::LinuxPodSandboxConfig {
                 cgroup_parent: self.containerd.cgroup_parent(&uid),
-                security_context: Some(cri::LinuxSandboxSecurityContext {
-                    namespace_options: Some(cri::NamespaceOption {
-                        network: cri::NAMESPACE_POD,
-                        pid: cri::NAMESPACE_CONTAINER,
-                        ipc: cri::NAMESPACE_POD,
+                security_context: Some(client::LinuxSandboxSecurityContext {
+                    namespace_options: Some(client::NamespaceOption {
+                        network: client::NAMESPACE_POD,
+                        pid: client::NAMESPACE_CONTAINER,
+                        ipc: client::NAMESPACE_POD,
                     }),
                 }),
             }),
@@ -385,7 +386,7 @@ impl CriNode {
     pub fn sandbox(&self, id: &str) -> Sandbox {
         let response = self.cri.pod_sandbox_status(id).unwrap_or_else(|e| panic!("PodSandboxStatus {id}: {e}"));
         let status = response.status.expect("a sandbox status");
-        assert_eq!(status.state, cri::SANDBOX_READY, "sandbox {id} is ready");
+        assert_eq!(status.state, client::SANDBOX_READY, "sandbox {id} is ready");
         let info: Value = serde_json::from_str(response.info.get("info").expect("verbose info")).unwrap();
         let pid = info["pid"].as_u64().unwrap_or_else(|| panic!("no pid in the sandbox info: {info}")) as u32;
         Sandbox {
@@ -485,7 +486,7 @@ impl CriNode {
 
     /// Run `cmd` (sh) in the netns of a sandbox.
     pub fn in_sandbox(&self, sandbox: &Sandbox, cmd: &str) -> (bool, String) {
-        super::sh(&format!("nsenter --net=/proc/{}/ns/net sh -c '{}'", sandbox.pid, cmd.replace('\'', r"'\''")))
+        sh(&format!("nsenter --net=/proc/{}/ns/net sh -c '{}'", sandbox.pid, cmd.replace('\'', r"'\''")))
     }
 
     /// IPv4 addresses (`a.b.c.d`) on a sandbox's eth0.
