@@ -1,29 +1,124 @@
 #!/usr/bin/env bash
-# Runs every test: formatting, lints, unit tests and the root integration tests (real network
-# namespaces, real plugins, cnidrive, a local Kubernetes cluster, and on it Kubernetes' own
-# pod-networking conformance specs: tests/conformance.rs). Needs root. Usage: scripts/test.sh
+# The project's tests, in tiers that run alone or together (docs/testing.md says what each proves
+# and what it costs). Usage: scripts/test.sh [--quick] [--root] [--cri] [--cluster] [--kind] [--fuzz]
+#   --quick    no root: formatting, clippy, shellcheck, the unit tests and tests/offline
+#   --root     root: tests/netns (plugins, selector and agent in throwaway network namespaces) and
+#              the benchmark driver's smoke run
+#   --cri      root: tests/cri under Debian's containerd 1.6, then under containerd 2.x
+#   --cluster  root: a real Kubernetes (tests/cluster), then Kubernetes' pod-networking
+#              conformance specs on a cluster of their own (tests/conformance)
+#   --kind     root: the kind quick start end to end (scripts/kind-e2e.sh)
+#   --fuzz     a bounded fuzzing run of every parser of outside input (FUZZ_SECONDS per target)
+# Flags combine (--root --cri). Without a flag: every tier, in the order above, as CI runs it
+# (.ci/run). Tiers run one after another, never side by side: the root ones share fixed names
+# (the cluster's addresses, the caches in /var/cache/yh-genie, the machine's cgroups and CPUs).
+# TEST_THREADS (default 4) is libtest's --test-threads for the netns and CRI suites.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-if [ "$(id -u)" -ne 0 ]; then
-  echo "scripts/test.sh needs root: the integration tests create network namespaces" >&2
+usage() {
+  sed -n '2,/^set -euo/p' "$0" | grep '^#' | sed 's/^# \{0,1\}//' >&2
+  exit 2
+}
+
+tiers=()
+for arg in "$@"; do
+  case $arg in
+    --quick | --root | --cri | --cluster | --kind | --fuzz) tiers+=("${arg#--}") ;;
+    -h | --help) usage ;;
+    *) echo "scripts/test.sh: unknown option $arg" >&2; usage ;;
+  esac
+done
+all=0
+if [ ${#tiers[@]} -eq 0 ]; then
+  all=1
+  tiers=(quick root cri cluster kind fuzz)
+fi
+threads=${TEST_THREADS:-4}
+
+wants() {
+  local tier
+  for tier in "${tiers[@]}"; do [ "$tier" = "$1" ] && return 0; done
+  return 1
+}
+
+# Every tier but quick and fuzz needs root (network namespaces, mounts, cgroups) and the packages
+# scripts/prereqs.sh installs; quick only needs the tools it runs.
+for tier in "${tiers[@]}"; do
+  case $tier in quick | fuzz) ;; *) needs_root=$tier ;; esac
+done
+if [ -n "${needs_root:-}" ]; then
+  if [ "$(id -u)" -ne 0 ]; then
+    echo "scripts/test.sh --$needs_root needs root: it creates network namespaces, mounts and cgroups" \
+      "(run it with sudo, or run scripts/test.sh --quick, which needs none)" >&2
+    exit 1
+  fi
+  scripts/prereqs.sh
+elif ! command -v shellcheck >/dev/null; then
+  echo "shellcheck is missing: install it (apt-get install shellcheck, or scripts/prereqs.sh as root)" >&2
   exit 1
 fi
-scripts/prereqs.sh
-# The local Kubernetes cluster's binaries, its e2e suite and CoreDNS (tests/cluster.rs,
-# tests/conformance.rs): built once per version, cached in /var/cache/yh-genie (a cold build takes
-# half an hour or more on 2 cores).
-scripts/cluster/build.sh | grep -v '^/'
-# containerd 2.x for tests/cri.rs's second run (the CNI 1.1 STATUS it asks), cached the same way.
-containerd2=$(scripts/containerd2.sh | tail -1)
 
-cargo fmt --all -- --check
-cargo clippy --all-targets -- -D warnings
-mapfile -t shell_scripts < <(git ls-files '*.sh' .ci/run)
-shellcheck "${shell_scripts[@]}"
-cargo test --all-targets -- --test-threads "${TEST_THREADS:-4}"
-# The CRI node's tests again, under containerd 2.x instead of Debian's 1.6.
-YH_GENIE_CONTAINERD_BIN=$containerd2 cargo test --test cri -- --test-threads "${TEST_THREADS:-4}"
+timings=()
+# Run tier $1 (the function tier_$1), recording how long it took.
+run_tier() {
+  local started=$SECONDS
+  echo "== tier $1"
+  "tier_$1"
+  timings+=("$1 $((SECONDS - started)) s")
+}
 
-# A bounded fuzzing run of every outside-input parser, from the corpora in fuzz/corpus.
-scripts/fuzz.sh "${FUZZ_SECONDS:-15}"
+tier_quick() {
+  cargo fmt --all -- --check
+  cargo clippy --workspace --all-targets -- -D warnings
+  local shell_scripts
+  mapfile -t shell_scripts < <(git ls-files '*.sh' .ci/run)
+  shellcheck "${shell_scripts[@]}"
+  cargo test --lib --bins --test offline
+}
+
+tier_root() {
+  cargo test --test netns -- --test-threads "$threads"
+  # The benchmark driver in its smoke mode (a few pods, debug build): it still works.
+  cargo test --bench selector
+}
+
+tier_cri() {
+  # containerd 2.x for the second run (the CNI 1.1 STATUS it asks): built once per version,
+  # cached in /var/cache/yh-genie.
+  local containerd2
+  containerd2=$(scripts/containerd2.sh | tail -1)
+  cargo test --test cri -- --test-threads "$threads"
+  YH_GENIE_CONTAINERD_BIN=$containerd2 cargo test --test cri -- --test-threads "$threads"
+}
+
+tier_cluster() {
+  # The cluster's Kubernetes binaries, its e2e suite and CoreDNS: built once per version, cached in
+  # /var/cache/yh-genie (a cold build takes half an hour or more on 2 cores).
+  scripts/cluster/build.sh | grep -v '^/'
+  cargo test --test cluster
+  cargo test --test conformance
+}
+
+tier_kind() {
+  if [ ! -x scripts/kind-e2e.sh ]; then
+    if [ $all -eq 1 ]; then
+      echo "kind: scripts/kind-e2e.sh is not in this checkout; skipped"
+      return
+    fi
+    echo "scripts/test.sh --kind: scripts/kind-e2e.sh is not in this checkout" >&2
+    return 1
+  fi
+  scripts/kind-e2e.sh
+}
+
+tier_fuzz() {
+  # A bounded fuzzing run of every outside-input parser, from the corpora in fuzz/corpus.
+  scripts/fuzz.sh "${FUZZ_SECONDS:-15}"
+}
+
+for tier in quick root cri cluster kind fuzz; do
+  if wants "$tier"; then run_tier "$tier"; fi
+done
+summary=$(printf '%s, ' "${timings[@]}")
+echo "== passed: ${summary%, }"
