@@ -1,5 +1,5 @@
 //! Kubernetes' own network conformance specs, from the e2e suite of the same source as the test
-//! cluster (tests/common/cluster), with yh-genie installed from manifests/ as the nodes' one CNI.
+//! cluster (testkit::cluster), with yh-genie installed from manifests/ as the nodes' one CNI.
 //!
 //! By default (the README's test command, CI): the pod-networking specs, the Networking Granular
 //! Checks for pods (intra-pod and node-pod, http and udp) and HostPort. scripts/conformance.sh
@@ -11,13 +11,11 @@
 //! Output in `target/conformance/<cni>-<set>/` (e2e.log, junit.xml, report.json, summary.txt).
 //! Fails when a spec fails with yh-genie that is not in `CLUSTER_LIMITS`, or when no spec ran.
 
-mod common;
-
-use common::cluster::Cluster;
-use common::cluster::e2e::{Specs, Summary};
-use common::report;
 use libtest_mimic::{Arguments, Failed, Trial};
 use std::path::PathBuf;
+use testkit::cluster::Cluster;
+use testkit::cluster::e2e::{Specs, Summary};
+use testkit::process::report;
 
 /// A set of specs, chosen by its name in `YH_GENIE_CONFORMANCE`.
 struct Set {

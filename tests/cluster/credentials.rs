@@ -3,12 +3,12 @@
 //! of its own node, tried against the real API server with a node's own kubeconfig.
 
 use super::NS;
-use crate::common::cluster::Cluster;
-use crate::common::cluster::pods::{NETWORK_STATUS, Network, sleeper};
 use serde_json::json;
 use std::io::Write;
 use std::path::Path;
 use std::process::Stdio;
+use testkit::cluster::Cluster;
+use testkit::cluster::pods::{NETWORK_STATUS, Network, sleeper};
 
 /// The kubeconfig the installer writes on every node, as the node sees it.
 const NODE_KUBECONFIG: &str = "/etc/cni/net.d/yh-genie.d/yh-genie.kubeconfig";

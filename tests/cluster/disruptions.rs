@@ -2,11 +2,11 @@
 //! manifest, the whole install.
 
 use super::{NS, YH_GENIE_USER, condition};
-use crate::common::cluster::Cluster;
-use crate::common::cluster::pods::{Network, in_cidr, sleeper};
-use crate::common::report;
 use serde_json::Value;
 use std::path::Path;
+use testkit::cluster::Cluster;
+use testkit::cluster::pods::{Network, in_cidr, sleeper};
+use testkit::process::report;
 
 /// docs/install.md's uninstall: workloads first, then both manifests. Every installer pod removes
 /// the conflist and its kubeconfig (the runtime reports the network not ready again), and leaves

@@ -3,10 +3,10 @@
 //! and recreated).
 
 use super::{NS, YH_BRIDGENET, condition};
-use crate::common::cluster::pods::{Network, in_cidr, sleeper};
-use crate::common::cluster::{Cluster, NODES, PATIENCE};
-use crate::common::report;
 use std::collections::BTreeSet;
+use testkit::cluster::pods::{Network, in_cidr, sleeper};
+use testkit::cluster::{Cluster, NODES, PATIENCE};
+use testkit::process::report;
 
 const HOST_PORT: u16 = 18080;
 
@@ -184,13 +184,13 @@ pub fn a_pod_deleted_mid_add_and_recreated_gets_its_network(cluster: &mut Cluste
 }
 
 /// The sandbox containers of the pod with uid `uid` on the worker (running or not).
-fn sandboxes_of(worker: &crate::common::cluster::worker::Worker, uid: &str) -> Vec<String> {
+fn sandboxes_of(worker: &testkit::cluster::worker::WorkerNode, uid: &str) -> Vec<String> {
     let filter = format!("labels.\"io.kubernetes.pod.uid\"=={uid},labels.\"io.cri-containerd.kind\"==sandbox");
     worker.ctr(&["containers", "ls", "-q", &filter]).lines().map(String::from).collect()
 }
 
 /// The ids of the worker's sandboxes whose pause process runs.
-fn running_sandbox_ids(worker: &crate::common::cluster::worker::Worker) -> BTreeSet<String> {
+fn running_sandbox_ids(worker: &testkit::cluster::worker::WorkerNode) -> BTreeSet<String> {
     let sandboxes: BTreeSet<String> = worker
         .ctr(&["containers", "ls", "-q", "labels.\"io.cri-containerd.kind\"==sandbox"])
         .lines()
@@ -228,9 +228,9 @@ fn lease_owners(cluster: &Cluster) -> BTreeSet<(String, String)> {
 /// node, and the rollout finishes: both nodes' installer pods run the new image and are Ready.
 pub fn daemonset_rolled_while_pods_start_loses_nothing(cluster: &mut Cluster) {
     let rolled = "yh-genie:0.1.0-rolled";
-    let current = crate::common::cluster::images::yh_genie_name();
+    let current = testkit::cluster::images::yh_genie_name();
     for worker in &cluster.workers {
-        worker.ctr(&["images", "tag", &current, &crate::common::cluster::images::normalized(rolled)]);
+        worker.ctr(&["images", "tag", &current, &testkit::cluster::images::normalized(rolled)]);
     }
     cluster.kubectl_ok(&["-n", "kube-system", "set", "image", "daemonset/yh-genie", &format!("install={rolled}")]);
     let pods: Vec<(String, &str)> = (0..6).map(|i| (format!("roll-{i}"), ["a", "b"][i % 2])).collect();

@@ -10,6 +10,7 @@
 
 pub mod agent;
 pub mod apiserver;
+pub mod cluster;
 pub mod containerd;
 pub mod inspect;
 pub mod netns;
@@ -34,10 +35,9 @@ pub fn require_root() {
     assert!(Path::new(REFERENCE_PLUGINS).join("host-local").exists(), "apt-get install containernetworking-plugins");
 }
 
-/// The repository's root directory.
+/// The repository's root directory (this crate is its tests/testkit).
 pub fn repository() -> &'static Path {
-    // This crate is tests/testkit.
-    Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."))
+    Path::new(env!("CARGO_MANIFEST_DIR")).ancestors().nth(2).expect("tests/testkit is two levels down")
 }
 
 /// The yh-genie binary cargo built for the running test or benchmark: `<target>/<profile>/yh-genie`,

@@ -6,11 +6,12 @@
 
 use super::pki::Pki;
 use super::{CLUSTER_CIDR, CONTROL_PLANE_IP, NODE_CIDR_BITS, PATIENCE, SERVICE_CIDR, SERVICE_IP, kubectl_command};
-use crate::common::Netns;
+use crate::netns::Netns;
+use crate::process::{report, terminate};
+use crate::run_dir::RunDir;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
 use std::time::Instant;
-use testkit::run_dir::RunDir;
 
 /// Every request the API server answers, with who made it and on what, but no bodies.
 const AUDIT_POLICY: &str = "apiVersion: audit.k8s.io/v1
@@ -35,7 +36,7 @@ impl ControlPlane {
         cp.etcd = Some(run.spawn("etcd", cp.command(&bin.join("etcd").display().to_string()).args(etcd_args(run))));
         cp.start_apiserver(run, pki);
         cp.wait_ready(run);
-        crate::common::report(&format!("cluster: API server ready {:.1?} after etcd's start", started.elapsed()));
+        report(&format!("cluster: API server ready {:.1?} after etcd's start", started.elapsed()));
         let cm = pki.kubeconfig("controller-manager", "system:kube-controller-manager", &[], &api_url());
         let mut controller_manager = cp.command(&bin.join("kube-controller-manager").display().to_string());
         controller_manager.args([
@@ -127,7 +128,7 @@ impl ControlPlane {
     /// Stop the API server (SIGTERM, as a restart or an outage would); the rest keeps running.
     pub fn stop_apiserver(&mut self) {
         if let Some(mut apiserver) = self.apiserver.take() {
-            testkit::process::terminate(&mut apiserver);
+            terminate(&mut apiserver);
         }
     }
 

@@ -1,4 +1,4 @@
-//! A worker node: its own network namespace (an address on the underlay, `ul0`) and a private
+//! The cluster's worker node: its own network namespace (an address on the underlay, `ul0`) and a private
 //! mount namespace held by a `holder` process, in which containerd, the kubelet and kube-proxy run
 //! and see what a node's root filesystem would give them:
 //! - `/run` and `/var/log` fresh tmpfs (pod netns mounts, shim sockets, the agent's socket, the
@@ -16,12 +16,13 @@
 
 use super::pki::Pki;
 use super::{CLUSTER_CIDR, DNS_IP, PATIENCE, control_plane::api_url};
-use crate::common::{Netns, REFERENCE_PLUGINS};
+use crate::REFERENCE_PLUGINS;
+use crate::netns::Netns;
+use crate::node_namespaces::NodeNamespaces;
+use crate::run_dir::RunDir;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
 use std::time::{Duration, Instant};
-use testkit::node_namespaces::NodeNamespaces;
-use testkit::run_dir::RunDir;
 
 /// What the kubelet wants of the machine's kernel knobs; it writes a knob that differs.
 const KERNEL_KNOBS: &[(&str, &str)] = &[
@@ -34,7 +35,7 @@ const KERNEL_KNOBS: &[(&str, &str)] = &[
 ];
 pub const CONTAINERD_SOCKET: &str = "/run/containerd/containerd.sock";
 
-pub struct Worker {
+pub struct WorkerNode {
     pub name: String,
     pub ip: String,
     pub netns: Netns,
@@ -45,7 +46,7 @@ pub struct Worker {
     daemons: Vec<Child>,
 }
 
-impl Worker {
+impl WorkerNode {
     /// Set the node up and start containerd (with `images` imported), the kubelet (labelled
     /// `labels`) and kube-proxy.
     pub fn start(
@@ -68,7 +69,7 @@ impl Worker {
         std::fs::write(dir.join("sysctl.list"), knobs).unwrap();
         netns.must("sysctl -qw net.ipv4.ip_forward=1");
         let namespaces = start_holder(&dir, &netns);
-        let mut worker = Worker {
+        let mut worker = WorkerNode {
             name: name.to_string(),
             ip: ip.to_string(),
             netns,
@@ -80,7 +81,14 @@ impl Worker {
         let cgroup_root = format!("/{}/{}", run.name(), name);
         make_cgroup(&cgroup_root);
 
-        std::fs::write(worker.dir.join("containerd.toml"), containerd_config(&worker.dir)).unwrap();
+        let config = crate::containerd::config(
+            &worker.dir.join("containerd"),
+            Path::new(CONTAINERD_SOCKET),
+            Path::new("/opt/cni/bin"),
+            Path::new("/etc/cni/net.d"),
+            super::images::PAUSE,
+        );
+        std::fs::write(worker.dir.join("containerd.toml"), config).unwrap();
         let mut containerd = worker.node_command("containerd");
         containerd.env_clear().env("PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin");
         containerd.arg("--config").arg(worker.dir.join("containerd.toml"));
@@ -204,7 +212,7 @@ impl Worker {
     /// The IPv4 address on eth0 in a running sandbox's netns.
     pub fn sandbox_address(&self, id: &str) -> String {
         let (_, pid) = self.running_tasks().into_iter().find(|(task, _)| task == id).expect("the sandbox runs");
-        let out = crate::common::must(&format!("nsenter --net=/proc/{pid}/ns/net ip -4 -o addr show dev eth0"));
+        let out = crate::process::must(&format!("nsenter --net=/proc/{pid}/ns/net ip -4 -o addr show dev eth0"));
         out.split_whitespace().nth(3).and_then(|a| a.split('/').next()).unwrap_or_default().to_string()
     }
 
@@ -266,36 +274,6 @@ fn make_cgroup(path: &str) {
             }
         }
     }
-}
-
-fn containerd_config(dir: &Path) -> String {
-    let d = dir.display();
-    format!(
-        r#"version = 2
-root = "{d}/containerd/root"
-state = "{d}/containerd/state"
-disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshotter.v1.btrfs",
-                    "io.containerd.snapshotter.v1.devmapper", "io.containerd.snapshotter.v1.zfs"]
-
-[grpc]
-  address = "{CONTAINERD_SOCKET}"
-
-[plugins."io.containerd.internal.v1.opt"]
-  path = "{d}/containerd/opt"
-
-[plugins."io.containerd.grpc.v1.cri"]
-  sandbox_image = "{pause}"
-  restrict_oom_score_adj = true
-
-  [plugins."io.containerd.grpc.v1.cri".containerd]
-    snapshotter = "overlayfs"
-
-  [plugins."io.containerd.grpc.v1.cri".cni]
-    bin_dir = "/opt/cni/bin"
-    conf_dir = "/etc/cni/net.d"
-"#,
-        pause = super::images::PAUSE,
-    )
 }
 
 fn kubelet_config(ip: &str, ca: &Path, cgroup_root: &str) -> String {

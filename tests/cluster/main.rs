@@ -1,4 +1,4 @@
-//! yh-genie on a real Kubernetes (tests/common/cluster): an API server, two nodes each with
+//! yh-genie on a real Kubernetes (testkit::cluster): an API server, two nodes each with
 //! containerd, the kubelet and kube-proxy. Installed as users install it (`kubectl apply -f
 //! manifests/`, the image the manifest names), with the e2e's networks and workloads, and checked
 //! as a user would check it: with kubectl, and the API server's own audit log.
@@ -7,29 +7,24 @@
 //! when one fails. The tests run one after another, in the order below (later ones use what
 //! earlier ones made). Needs root and scripts/cluster/build.sh's Kubernetes build (it runs it).
 
-mod common;
-
-use common::cluster::Cluster;
-use common::cluster::cni::condition;
-use common::cluster::pods::{Network, in_cidr, sleeper};
-use common::report;
 use libtest_mimic::{Arguments, Failed, Trial};
 use serde_json::Value;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
+use testkit::cluster::Cluster;
+use testkit::cluster::cni::condition;
+use testkit::cluster::pods::{Network, in_cidr, sleeper};
+use testkit::process::report;
 
 /// The tests that stop things: the API server, a static pod's node files, the whole install.
-#[path = "cluster/disruptions.rs"]
 mod disruptions;
 use disruptions::*;
 /// The node credentials' admission policy (Kubernetes >= 1.30).
-#[path = "cluster/credentials.rs"]
 mod credentials;
 use credentials::*;
 
 /// The tests of a hostPort, a pod deleted mid-ADD, a DaemonSet rolled while pods start.
-#[path = "cluster/races.rs"]
 mod races;
 use races::*;
 
@@ -154,8 +149,8 @@ fn daemonset_ready_on_every_node(cluster: &mut Cluster) {
     }
 }
 
-/// e2e/workload.yaml: a bare network name, the seeds' kubeconfig-path form, a path relative to
-/// confDir (ConfigMaps), a literal env value, and no choice (the default network). Each pod is
+/// e2e/workload.yaml: a bare network name, a JSON value whose `kubernetes.kubeconfig` path names
+/// the network's directory, a path relative to confDir (ConfigMaps), a literal env value, and no choice (the default network). Each pod is
 /// Ready (the kubelet probes it from the node) with status.podIP in its network, held by eth0.
 fn pods_get_the_network_of_every_form(cluster: &mut Cluster) {
     let repo = Path::new(env!("CARGO_MANIFEST_DIR"));
@@ -258,7 +253,7 @@ fn adds_make_no_api_get_and_requests_per_pod_lifecycle(cluster: &mut Cluster) {
             .node_command("ctr")
             .args([
                 "--address",
-                common::cluster::worker::CONTAINERD_SOCKET,
+                testkit::cluster::worker::CONTAINERD_SOCKET,
                 "-n",
                 "k8s.io",
                 "containers",

@@ -6,11 +6,11 @@
 //! - busybox (Debian's busybox-static) under the name the e2e manifests use, for workloads;
 //! - for Kubernetes' own e2e suite, the images of `e2e_images`.
 
-use super::super::must;
+use crate::oci_image;
+use crate::process::must;
 use serde_json::json;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use testkit::oci_image;
 
 pub const PAUSE: &str = "registry.k8s.io/pause:3.10.1";
 pub const BUSYBOX: &str = "docker.io/library/busybox:1.36";
@@ -18,8 +18,7 @@ const BUSYBOX_BINARY: &str = "/bin/busybox";
 
 /// The image the DaemonSet in manifests/yh-genie.yaml runs, as the runtime names it.
 pub fn yh_genie_name() -> String {
-    let manifest =
-        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("manifests/yh-genie.yaml")).unwrap();
+    let manifest = std::fs::read_to_string(crate::repository().join("manifests/yh-genie.yaml")).unwrap();
     let image = manifest
         .lines()
         .find_map(|l| l.trim().strip_prefix("image:"))
@@ -47,7 +46,7 @@ pub fn static_yh_genie() -> PathBuf {
     if let Some(binary) = std::env::var_os("YH_GENIE_IMAGE_BINARY") {
         return check_static(PathBuf::from(binary));
     }
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let root = crate::repository();
     let cache = std::env::var_os("YH_GENIE_CACHE").map_or_else(|| PathBuf::from("/var/cache/yh-genie"), PathBuf::from);
     let target_dir = cache.join("image-target");
     let triple = format!("{}-unknown-linux-gnu", std::env::consts::ARCH);

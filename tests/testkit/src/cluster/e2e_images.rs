@@ -4,11 +4,11 @@
 //! source) with the tools its specs run inside it, jessie-dnsutils and busybox; and CoreDNS, the
 //! cluster's DNS.
 
-use super::super::must;
 use super::images::{busybox_named, busybox_rootfs};
+use crate::oci_image;
+use crate::process::must;
 use serde_json::json;
 use std::path::{Path, PathBuf};
-use testkit::oci_image;
 
 /// Where the e2e framework finds its test images here: its `promoterE2eRegistry`, named in the
 /// `KUBE_TEST_REPO_LIST` file, so that no spec's image names a registry that would be pulled from.

@@ -8,7 +8,7 @@
 //! The Kubernetes binaries come from scripts/cluster/build.sh (built once per version, cached
 //! outside the checkout); the images from `images`. Nothing is installed on the nodes: tests
 //! install yh-genie with kubectl, as users do. Everything the cluster makes is found again from its
-//! run dir (testkit::run_dir), so a failed or killed run leaves nothing behind once the next one
+//! run dir (`run_dir`), so a failed or killed run leaves nothing behind once the next one
 //! has swept.
 
 pub mod cni;
@@ -20,15 +20,16 @@ pub mod pki;
 pub mod pods;
 pub mod worker;
 
-use super::{Netns, report};
+use crate::netns::Netns;
+use crate::process::report;
+use crate::run_dir::RunDir;
 use control_plane::ControlPlane;
 use pki::Pki;
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
-use testkit::run_dir::RunDir;
-use worker::Worker;
+use worker::WorkerNode;
 
 pub const CONTROL_PLANE_IP: &str = "10.99.0.1";
 pub const SERVICE_CIDR: &str = "10.96.0.0/16";
@@ -46,7 +47,7 @@ pub const NODES: [(&str, &str, &str); 2] =
 pub const PATIENCE: Duration = Duration::from_secs(90);
 
 pub struct Cluster {
-    pub workers: Vec<Worker>,
+    pub workers: Vec<WorkerNode>,
     pub control: ControlPlane,
     underlay: Netns,
     pub pki: Pki,
@@ -69,7 +70,7 @@ impl Cluster {
     }
 
     fn start_with(e2e_images: bool) -> Self {
-        crate::common::require_root();
+        crate::require_root();
         let started = Instant::now();
         let bin = kubernetes_bin();
         let run = RunDir::new("cluster");
@@ -92,7 +93,8 @@ impl Cluster {
             let netns = cluster.run.netns("ycln");
             connect(&cluster.underlay, &netns, name, ip);
             netns.must(&format!("ip route add default via {CONTROL_PLANE_IP}"));
-            let worker = Worker::start(&cluster.run, &cluster.pki, &cluster.bin, (name, ip, netns), labels, &images);
+            let worker =
+                WorkerNode::start(&cluster.run, &cluster.pki, &cluster.bin, (name, ip, netns), labels, &images);
             cluster.workers.push(worker);
         }
         cluster.set_up_fabric();
@@ -129,7 +131,7 @@ impl Cluster {
         }
     }
 
-    pub fn worker(&self, name: &str) -> &Worker {
+    pub fn worker(&self, name: &str) -> &WorkerNode {
         self.workers.iter().find(|w| w.name == name).unwrap_or_else(|| panic!("no node {name}"))
     }
 
@@ -254,7 +256,7 @@ fn connect(underlay: &Netns, member: &Netns, port: &str, ip: &str) {
 
 /// The Kubernetes binaries' directory, built (once per version) by scripts/cluster/build.sh.
 fn kubernetes_bin() -> PathBuf {
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/cluster/build.sh");
+    let script = crate::repository().join("scripts/cluster/build.sh");
     let out = Command::new(&script).output().expect("scripts/cluster/build.sh runs");
     let (ok, stdout, stderr) = texts(out);
     assert!(ok, "scripts/cluster/build.sh failed:\n{stderr}{stdout}");

@@ -5,7 +5,6 @@
 
 use super::Cluster;
 use serde_json::{Value, json};
-use std::path::Path;
 use std::time::Instant;
 
 impl Cluster {
@@ -13,10 +12,10 @@ impl Cluster {
     /// ConfigMap with the yonghui network as the default); returns once both nodes are Ready.
     pub fn install_yh_genie(&self) {
         let started = Instant::now();
-        let manifests = Path::new(env!("CARGO_MANIFEST_DIR")).join("manifests/");
+        let manifests = crate::repository().join("manifests/");
         self.kubectl_ok(&["apply", "-f", &manifests.display().to_string()]);
         self.wait_nodes_ready("yh-genie's conflist installed");
-        super::report(&format!("cluster: yh-genie installed, both nodes Ready in {:.1?}", started.elapsed()));
+        crate::process::report(&format!("cluster: yh-genie installed, both nodes Ready in {:.1?}", started.elapsed()));
     }
 
     /// Debian's reference plugins, as a cluster without yh-genie would run them: on each node a
