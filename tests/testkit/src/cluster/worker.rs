@@ -41,8 +41,7 @@ pub struct WorkerNode {
     pub netns: Netns,
     dir: PathBuf,
     namespaces: NodeNamespaces,
-    kubelet: Option<Child>,
-    /// containerd and kube-proxy: ended with the run, like every process of it.
+    /// containerd, the kubelet and kube-proxy: ended with the run, like every process of it.
     daemons: Vec<Child>,
 }
 
@@ -69,15 +68,8 @@ impl WorkerNode {
         std::fs::write(dir.join("sysctl.list"), knobs).unwrap();
         netns.must("sysctl -qw net.ipv4.ip_forward=1");
         let namespaces = start_holder(&dir, &netns);
-        let mut worker = WorkerNode {
-            name: name.to_string(),
-            ip: ip.to_string(),
-            netns,
-            dir,
-            namespaces,
-            kubelet: None,
-            daemons: Vec::new(),
-        };
+        let mut worker =
+            WorkerNode { name: name.to_string(), ip: ip.to_string(), netns, dir, namespaces, daemons: Vec::new() };
         let cgroup_root = format!("/{}/{}", run.name(), name);
         make_cgroup(&cgroup_root);
 
@@ -118,7 +110,7 @@ impl WorkerNode {
             &format!("--node-labels={labels}"),
             "--v=1",
         ]);
-        worker.kubelet = Some(run.spawn(&format!("{name}-kubelet"), &mut kubelet));
+        worker.daemons.push(run.spawn(&format!("{name}-kubelet"), &mut kubelet));
 
         let proxy_kubeconfig = pki.kubeconfig(&format!("{name}-proxy"), "system:kube-proxy", &[], &api_url());
         let proxy_config = worker.dir.join("kube-proxy.yaml");
@@ -214,11 +206,6 @@ impl WorkerNode {
         let (_, pid) = self.running_tasks().into_iter().find(|(task, _)| task == id).expect("the sandbox runs");
         let out = crate::process::must(&format!("nsenter --net=/proc/{pid}/ns/net ip -4 -o addr show dev eth0"));
         out.split_whitespace().nth(3).and_then(|a| a.split('/').next()).unwrap_or_default().to_string()
-    }
-
-    /// Whether the kubelet process still runs.
-    pub fn kubelet_running(&mut self) -> bool {
-        self.kubelet.as_mut().is_some_and(|k| k.try_wait().unwrap().is_none())
     }
 }
 
