@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds containerd 2.x (containerd, its runc shim and ctr) from the Go module proxy, once per
 # version, into ${YH_GENIE_CACHE:-/var/cache/yh-genie}/containerd-<version>/bin, for the second run
-# of tests/cri.rs (YH_GENIE_CONTAINERD_BIN): the CRI node's tests under the containerd line that
+# of tests/cri (YH_GENIE_CONTAINERD_BIN): the CRI node's tests under the containerd line that
 # current Kubernetes releases ship with, beside Debian's 1.6. Without cgo, and without the btrfs,
 # devmapper and zfs snapshotters (the tests use overlayfs). Needs a Go at least as new as its
 # go.mod asks (the Debian one is too old): /usr/local/go/bin/go or GO=... Usage:

@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # Installs what building and testing yh-genie needs on a fresh Debian machine (run as root):
 # Debian's reference CNI plugins (real delegates and the behaviour to match), iproute2, iptables and
-# nftables, ping, shellcheck; containerd and runc with gcc and libc6-dev (tests/cri.rs runs a
+# nftables, ping, shellcheck; containerd and runc with gcc and libc6-dev (tests/cri runs a
 # private containerd and builds its pause image); and Go with Debian's libcni sources, from which it
 # builds the project's own libcni driver (tools/cnidrive) into target/tools/cnidrive; and, with the
 # Go on PATH in module mode, the same driver against the current libcni (go.mod: CNI 1.1.0 with
 # version lists, GC and STATUS) into target/tools/cnidrive11. For the local Kubernetes cluster
-# (tests/cluster.rs): busybox-static (the workloads' image), conntrack (kube-proxy) and umoci
-# (which packs the nodes' images, and tests/cri.rs's pause image); for the agnhost image of
+# (tests/cluster): busybox-static (the workloads' image), conntrack (kube-proxy) and umoci
+# (which packs the nodes' images, and tests/cri's pause image); for the agnhost image of
 # Kubernetes' e2e suite (tests/conformance.rs): curl, OpenBSD netcat and dig; scripts/cluster/build.sh
 # builds Kubernetes itself, and the etcd it runs with (Debian's is older than Kubernetes supports).
 set -euo pipefail
@@ -57,7 +57,7 @@ stamp=$( (cat "$source_dir"/*.go "$source_dir"/go.mod "$source_dir"/go.sum; go v
 if [ ! -x "$tools/cnidrive11" ] || [ "$(cat "$tools/cnidrive11.stamp" 2>/dev/null)" != "$stamp" ]; then
   mkdir -p "$tools"
   # Not fatal: without a recent enough Go or the module proxy, everything but the CNI 1.1 test of
-  # tests/capabilities.rs still runs (that test fails naming this script).
+  # tests/netns/capabilities.rs still runs (that test fails naming this script).
   if (cd "$source_dir" && GO111MODULE=on GOFLAGS=-mod=readonly GOCACHE="$tools/go-cache" \
       go build -tags libcni11 -o "$tools/cnidrive11.new" .); then
     mv -f "$tools/cnidrive11.new" "$tools/cnidrive11"

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds the Kubernetes binaries the local test cluster runs (tests/cluster.rs) with the etcd
+# Builds the Kubernetes binaries the local test cluster runs (tests/cluster) with the etcd
 # kubeadm pairs with that Kubernetes, and Kubernetes' own e2e suite with what it needs
 # (tests/conformance.rs: e2e.test, the agnhost of its test images, the ginkgo CLI that runs specs in
 # parallel, CoreDNS), from the Go module proxy, once per version: they are
