@@ -1,4 +1,4 @@
-//! tests/cluster.rs's tests that stop or take away something: the API server, a static pod's
+//! The cluster suite's tests that stop or take away something: the API server, a static pod's
 //! manifest, the whole install.
 
 use super::{NS, YH_GENIE_USER, condition};

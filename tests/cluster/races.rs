@@ -1,4 +1,4 @@
-//! tests/cluster.rs's tests of what the runtime hands the selector (a hostPort, bandwidth
+//! The cluster suite's tests of what the runtime hands the selector (a hostPort, bandwidth
 //! annotations) and of pods that come and go while their network is being made (deleted mid-ADD
 //! and recreated).
 

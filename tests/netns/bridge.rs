@@ -673,7 +673,7 @@ fn check_notices_what_changed() {
 /// lower MAC (here one the test adds; on a node, the next pod's) would change it, and CHECK of a pod
 /// whose result recorded the old one would fail. With `isGateway` the reference pins the MAC only
 /// after the first pod's port has joined, so pods set up at the same moment could record a MAC
-/// that is about to change too (tests/concurrency.rs).
+/// that is about to change too (netns::concurrency).
 #[test]
 fn the_bridge_keeps_the_mac_its_pods_recorded_as_ports_come_and_go() {
     require_root();
