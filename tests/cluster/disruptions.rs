@@ -134,10 +134,43 @@ pub fn api_server_down_an_unknown_pod_is_retried_until_the_api_is_back(cluster: 
     let running = cluster.worker(worker_name).running_sandboxes(&mirror);
     cluster.restart_apiserver();
     assert_eq!(running, Vec::<String>::new(), "{mirror}: a sandbox ran with no network choice known");
-    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| cluster.wait_pod_ready(NS, &mirror)));
+    let cidr = cluster.pod_cidr(worker_name);
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        // What yh-genie owes: a try of the kubelet's after the API server is back gets the
+        // network, on the node, with nobody's help. The pace is the kubelet's (its sandbox retries
+        // back off) and kube-proxy's (the Service address answers once it has the API server's
+        // endpoint again), so the wait is theirs, not PATIENCE.
+        let back = std::time::Instant::now();
+        let worker = cluster.worker(worker_name);
+        let within = std::time::Duration::from_secs(300);
+        let address = cluster.wait_for_within(within, &format!("{mirror}'s sandbox running with eth0"), || {
+            let id = worker.running_sandboxes(&mirror).into_iter().next()?;
+            Some(worker.sandbox_address(&id)).filter(|a| !a.is_empty())
+        });
+        report(&format!("cluster: {mirror} has eth0 {address}, {:.0?} after the API server came back", back.elapsed()));
+        assert!(in_cidr(&address, &cidr), "{mirror}: eth0 {address} is not in {cidr}");
+        wait_mirror_pod_ready(cluster, worker_name, &mirror)
+    }));
     std::fs::remove_file(&manifest_path).unwrap();
     let pod = result.unwrap_or_else(|_| panic!("{mirror} is not Ready after the API server came back"));
-    let cidr = cluster.pod_cidr(worker_name);
     let ip = pod["status"]["podIP"].as_str().unwrap_or_default();
     assert!(in_cidr(ip, &cidr), "{mirror}: status.podIP {ip:?} is not in {cidr}");
+}
+
+/// The static pod's mirror pod, once the kubelet reports it Ready. A kubelet whose pod watch
+/// missed the mirror pod it created as the API server came back keeps trying to create it
+/// ("Failed creating a mirror pod ... already exists") and never writes its status; Kubernetes'
+/// remedy is to delete the mirror pod, which the kubelet then creates afresh. The static pod
+/// itself, and its network, are untouched by that.
+fn wait_mirror_pod_ready(cluster: &Cluster, worker_name: &str, mirror: &str) -> Value {
+    let ready = || std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| cluster.wait_pod_ready(NS, mirror))).ok();
+    if let Some(pod) = ready() {
+        return pod;
+    }
+    let kubelet_log = std::fs::read_to_string(cluster.run.log(&format!("{worker_name}-kubelet"))).unwrap_or_default();
+    let stale = kubelet_log.lines().any(|l| l.contains("Failed creating a mirror pod") && l.contains(mirror));
+    assert!(stale, "{mirror} is not Ready and the kubelet did not lose track of its mirror pod");
+    report(&format!("cluster: the kubelet lost track of {mirror}'s mirror pod; deleted so that it makes it again"));
+    cluster.kubectl_ok(&["-n", NS, "delete", "pod", mirror, "--grace-period=0", "--force"]);
+    cluster.wait_pod_ready(NS, mirror)
 }

@@ -172,14 +172,20 @@ impl Cluster {
     }
 
     /// Poll `check` until it returns Some, for at most PATIENCE; panics with the cluster's logs.
-    pub fn wait_for<T>(&self, what: &str, mut check: impl FnMut() -> Option<T>) -> T {
+    pub fn wait_for<T>(&self, what: &str, check: impl FnMut() -> Option<T>) -> T {
+        self.wait_for_within(PATIENCE, what, check)
+    }
+
+    /// `wait_for` for what takes longer than PATIENCE by design (a recovery paced by the
+    /// kubelet's and kube-proxy's own retries).
+    pub fn wait_for_within<T>(&self, patience: Duration, what: &str, mut check: impl FnMut() -> Option<T>) -> T {
         let started = Instant::now();
         loop {
             if let Some(value) = check() {
                 return value;
             }
-            if started.elapsed() > PATIENCE {
-                panic!("timed out after {PATIENCE:?} waiting for {what}\n{}", self.diagnostics());
+            if started.elapsed() > patience {
+                panic!("timed out after {patience:?} waiting for {what}\n{}", self.diagnostics());
             }
             std::thread::sleep(Duration::from_millis(250));
         }
