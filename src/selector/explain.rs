@@ -11,6 +11,15 @@ use crate::selector::config::{DEFAULT_CONFIG_FILE, SelectorConfig};
 use std::fmt::Write;
 use std::path::PathBuf;
 
+const HELP: &str = "yh-genie explain: which networks the selector gives a pod, on which interfaces, and why.
+
+Decides exactly as ADD would, from the selector's configuration, the conf dir and the API server,
+without touching the node's networking or writing anything; then says whether the node agent holds
+the pod and what ADD would do with its answer. Exit status: 0 the pod gets its networks, 1 an ADD
+for it would fail (the error and its CNI code are printed), 2 the command line is unusable.
+
+";
+
 pub const USAGE: &str = "usage: yh-genie explain [--namespace NS] --pod NAME [--config FILE]
   --namespace, -n NS  the pod's namespace (default: default)
   --pod, -p NAME      the pod's name
@@ -54,8 +63,13 @@ impl Options {
     }
 }
 
-/// Run the command; returns the process exit code (0 explained, 1 the pod would get an error, 2 usage).
+/// Run the command; returns the process exit code (0 explained or `--help`, 1 the pod would get an
+/// error, 2 usage).
 pub fn run(args: &[&str]) -> i32 {
+    if args.first() == Some(&"help") || args.iter().any(|a| matches!(*a, "-h" | "--help")) {
+        print!("{HELP}{USAGE}");
+        return 0;
+    }
     let options = match Options::parse(args) {
         Ok(o) => o,
         Err(msg) => {

@@ -35,6 +35,37 @@ fn every_name_answers_version_and_help_as_its_plugin() {
     }
 }
 
+/// `--help` (and `-h`) is an answer, not a usage error, for the program and each of its commands:
+/// exit 0, the usage on stdout, nothing on stderr.
+#[test]
+fn every_command_answers_help_with_status_0() {
+    for args in [
+        &["--help"][..],
+        &["-h"],
+        &["help"],
+        &["install", "--help"],
+        &["install", "-h"],
+        &["explain", "--help"],
+        &["explain", "-h"],
+        &["explain", "help"],
+        &["explain", "--pod", "web-0", "--help"],
+    ] {
+        let (code, out, err) = run_as("yh-genie", args, &[]);
+        assert_eq!(code, 0, "yh-genie {args:?}: {err}");
+        assert!(err.is_empty(), "yh-genie {args:?}: {err}");
+        let usage = match args.first() {
+            Some(&"install") => "Usage: yh-genie install",
+            Some(&"explain") => "usage: yh-genie explain",
+            _ => "Usage (for people)",
+        };
+        assert!(out.contains(usage), "yh-genie {args:?}: {out}");
+    }
+    // A usage error is still one: status 2, the usage on stderr.
+    let (code, out, err) = run_as("yh-genie", &["explain", "--bogus"], &[]);
+    assert_eq!((code, out.as_str()), (2, ""));
+    assert!(err.contains("--bogus") && err.contains("usage: yh-genie explain"), "{err}");
+}
+
 #[test]
 fn an_unknown_command_is_a_usage_error() {
     let (code, out, err) = run_as("yh-genie", &["frobnicate"], &[]);
