@@ -14,7 +14,7 @@ use crate::selector::requests::annotation::Extras;
 
 /// The call as an attachment's plugins get it: its interface, the runtime's args plus what the pod
 /// asked for, external plugins looked up in `binDir` first, then in the runtime's `CNI_PATH`.
-fn delegate_call(runtime: &Invocation, config: &SelectorConfig, ifname: &str, args: CniArgs) -> Invocation {
+pub(super) fn delegate_call(runtime: &Invocation, config: &SelectorConfig, ifname: &str, args: CniArgs) -> Invocation {
     let mut path = vec![config.bin_dir.clone()];
     path.extend(runtime.path.iter().filter(|dir| **dir != config.bin_dir).cloned());
     Invocation { path, ifname: ifname.to_string(), args, ..runtime.clone() }

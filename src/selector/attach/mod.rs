@@ -1,12 +1,14 @@
 //! Attaching the chosen networks to the pod, and undoing them: every network's record first
 //! (`record`), then its chain of plugins (`chain`) with the call it gets (`call`), all of them as
 //! one (`networks`); the default route a pod asked for (`default_route`); what a DEL may let go of
-//! (`settle`), and the tombstone a completed DEL leaves (`tombstone`).
+//! (`settle`), the tombstone a completed DEL leaves (`tombstone`), and the DEL of pods Multus
+//! attached before the node moved to yh-genie (`multus`).
 
 mod call;
 pub mod chain;
 pub mod default_route;
 mod extras;
+pub mod multus;
 mod networks;
 mod record;
 pub mod settle;

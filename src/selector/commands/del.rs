@@ -2,11 +2,12 @@
 //! its record (its configuration and result as ADD made them), and the records go once all have
 //! succeeded. A record that cannot be used, or none at all, takes the way of `del_without_record`;
 //! a completed DEL leaves a tombstone, so that the runtime's repeated DELs of the same sandbox cost
-//! nothing.
+//! nothing. A pod Multus attached before the node moved to yh-genie has no record but Multus's
+//! own cache, from which its delegates are DELeted (`attach::multus`).
 
 use crate::cni::{CniError, Invocation, PluginConf};
 use crate::kube::{ApiPolicy, PodSource};
-use crate::selector::attach::{self, Found, RecordStore, Tombstones, chain, settle};
+use crate::selector::attach::{self, Found, RecordStore, Tombstones, chain, multus, settle};
 use crate::selector::choose::{self, from_agent};
 use crate::selector::config::SelectorConfig;
 
@@ -37,7 +38,18 @@ pub fn del(inv: &Invocation, conf: &PluginConf) -> Result<(), CniError> {
             return Ok(());
         }
         if !completed {
-            del_without_record(&config, inv, None)?;
+            match multus::attachments(inv, &config) {
+                Ok(Some(attached)) => {
+                    crate::logging::note_networks(attached.iter().map(|a| a.list.name.as_str()));
+                    multus::del(inv, &config, &attached)?;
+                }
+                Ok(None) => del_without_record(&config, inv, None)?,
+                Err(e) => {
+                    // Kept for the admin to look at; a teardown never waits on a file it cannot read.
+                    tracing::warn!("{e}; the pod's networks are looked up as for a pod without a record");
+                    del_without_record(&config, inv, None)?;
+                }
+            }
             crate::crash_point::reached("selector.del.chain-done");
         }
         leave_tombstone(&tombstones, inv);

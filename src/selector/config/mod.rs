@@ -17,6 +17,8 @@ use std::time::Duration;
 pub const DEFAULT_CONF_DIR: &str = "/etc/cni/net.d";
 pub const DEFAULT_DATA_DIR: &str = "/var/lib/cni/yh-genie";
 pub const DEFAULT_BIN_DIR: &str = "/opt/cni/bin";
+/// Where Multus (thin and thick alike) keeps its delegate cache, by default.
+pub const DEFAULT_MULTUS_DIR: &str = "/var/lib/cni/multus";
 /// Where the installer writes the selector's configuration; `explain` reads it by default.
 pub const DEFAULT_CONFIG_FILE: &str = "/etc/cni/net.d/00-yh-genie.conflist";
 
@@ -58,6 +60,9 @@ pub struct SelectorConfig {
     /// The runtime's capability arguments (the selector's `runtimeConfig`), for the plugins of the
     /// pod's first network that declare them (`capabilities`).
     pub capability_args: Map<String, Value>,
+    /// `cniDir` (Multus's key): where Multus keeps the delegates of the pods it attached, which
+    /// DEL reads for a pod that has no record here (`None`, from an empty value: never read).
+    pub multus_dir: Option<PathBuf>,
 }
 
 /// When to write the `network-status` annotation after a successful ADD.
@@ -126,6 +131,10 @@ impl SelectorConfig {
                 Some(path) => non_empty(Some(path)),
             },
             capability_args: crate::selector::netconf::capabilities::runtime_args(conf)?,
+            multus_dir: match key::<PathBuf>(&conf.raw, "cniDir")? {
+                None => Some(PathBuf::from(DEFAULT_MULTUS_DIR)),
+                Some(path) => non_empty(Some(path)),
+            },
         })
     }
 
@@ -181,6 +190,9 @@ mod tests {
         assert_eq!(c.policy, AttachmentPolicy::default());
         assert_eq!(c.network_status, NetworkStatus::Auto);
         assert_eq!(c.agent_socket.as_deref(), Some(Path::new("/run/yh-genie/agent.sock")));
+        assert_eq!(c.multus_dir.as_deref(), Some(Path::new("/var/lib/cni/multus")));
+        let c = parse(r#"{"cniVersion":"1.0.0","type":"yh-genie","cniDir":""}"#).unwrap();
+        assert_eq!(c.multus_dir, None);
     }
 
     #[test]
