@@ -166,10 +166,11 @@ impl ApiClient {
             }
         }
         Err(CniError::try_again(format!(
-            "API server {} unreachable: could not {verb} {obj} ({attempts} attempt{} in {}); last error: {last_error}",
+            "API server {} unreachable: could not {verb} {obj} ({attempts} attempt{} in {}); last error: {last_error}; {}",
             self.server,
             if attempts == 1 { "" } else { "s" },
             seconds(started.elapsed()),
+            unreachable_hint(&self.kubeconfig),
         )))
     }
 
@@ -177,7 +178,8 @@ impl ApiClient {
         let server = &self.server;
         let msg = match status {
             Some(401) => format!(
-                "API server {server} rejected the credentials of kubeconfig {} (401 Unauthorized) on the request to {verb} {obj}",
+                "API server {server} rejected the credentials of kubeconfig {} (401 Unauthorized) on the request to \
+                 {verb} {obj}; {UNAUTHORIZED_HINT}",
                 self.kubeconfig.display()
             ),
             Some(403) => format!(
@@ -189,6 +191,23 @@ impl ApiClient {
         CniError::new(code::KUBE_API, msg)
     }
 }
+
+/// What to look at when the API server cannot be reached: the plugin runs in the node's host
+/// network namespace, where a Service's ClusterIP works only through kube-proxy (or its equivalent).
+fn unreachable_hint(kubeconfig: &Path) -> String {
+    format!(
+        "the server is the one kubeconfig {} names, and the plugin reaches it from the node's host network: \
+         a Service ClusterIP needs kube-proxy (or its equivalent) running on the node, otherwise give \
+         yh-genie install --api-server an address the node reaches",
+        kubeconfig.display()
+    )
+}
+
+/// What to look at when the API server rejects the token: the installer writes it and rewrites it
+/// as the kubelet rotates it, and it dies with the installer's pod.
+const UNAUTHORIZED_HINT: &str = "its token is expired or no longer valid: yh-genie install (the yh-genie DaemonSet's \
+     pod on this node) writes it and rewrites it as the kubelet rotates it, so check that pod runs on this node \
+     (kubectl -n kube-system get pods -l app.kubernetes.io/name=yh-genie -o wide); while it restarts, this lasts seconds";
 
 impl PodSource for ApiClient {
     fn pod(&self, namespace: &str, name: &str) -> Result<Option<Pod>, CniError> {

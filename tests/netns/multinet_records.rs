@@ -161,6 +161,41 @@ fn check_names_the_interface_that_changed_and_gc_collects_whole_pods() {
     n.assert_nothing_left(&keep, "after GC and DEL");
 }
 
+/// A runtime that attaches one container through the selector a second time, under another
+/// `CNI_IFNAME`, while the pod's further network takes `net1` both times: the second ADD is refused
+/// (code 106) saying why and what to do, and makes nothing; the first attachment stays whole.
+#[test]
+fn a_second_attachment_taking_a_further_networks_interface_says_why_and_makes_nothing() {
+    let (n, _lan) = node();
+    n.api.put_pod("default", "p", literal("ptpnet,lan"));
+    let conf = n.selector_conf("1.0.0", json!({}));
+    let pod = n.pod("p");
+    n.call("ADD", &pod, &conf).ok();
+    let (eth0, net1) = (addresses(&pod, "eth0"), addresses(&pod, "net1"));
+    let as_eth1 = |command: &str| {
+        let mut child = n.command(command, &pod, &[("CNI_IFNAME", "eth1")]).spawn().unwrap();
+        std::io::Write::write_all(&mut child.stdin.take().unwrap(), conf.as_bytes()).unwrap();
+        common::Reply::from(child.wait_with_output().unwrap())
+    };
+    let err = as_eth1("ADD").err();
+    assert_eq!(err["code"], 106, "{err}");
+    for want in [
+        &format!("interface net1 of container {} is already attached, for the runtime's interface eth0", pod.cid),
+        "attaches this container through yh-genie a second time (now as eth1)",
+        "network lan would take net1 again",
+        "NAME@IFNAME in CNI_NETWORK_CONFIG",
+        "or DEL the container's eth0 first",
+    ] {
+        assert!(msg(&err).contains(want), "{err} lacks {want:?}");
+    }
+    assert!(!link_names(&pod.netns, "").contains(&"eth1".to_string()), "the refused ADD made eth1");
+    assert_eq!((addresses(&pod, "eth0"), addresses(&pod, "net1")), (eth0, net1), "the first attachment changed");
+    as_eth1("DEL").ok();
+    assert_eq!(n.records().len(), 2, "the runtime's DEL of eth1 took eth0's records: {:?}", n.records());
+    n.call("DEL", &pod, &conf).ok();
+    n.assert_nothing_left(&pod, "after both DELs");
+}
+
 #[test]
 fn the_annotation_asks_for_addresses_a_mac_and_the_default_route() {
     let (n, _lan) = node();

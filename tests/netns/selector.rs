@@ -171,6 +171,8 @@ fn api_server_down_during_add_is_try_again_later_and_leaves_nothing() {
     let err = n.call("ADD", &pod, &conf).err();
     assert_eq!(err["code"], 11, "{err}");
     assert!(msg(&err).contains(&n.api.url()) && msg(&err).contains("pod default/web-0"), "{err}");
+    // And where to look: the kubeconfig, the host network, the installer's --api-server.
+    assert!(msg(&err).contains("from the node's host network") && msg(&err).contains("--api-server"), "{err}");
     n.assert_failed_add_left_nothing(&pod, "ADD with the API server down");
     n.api.up();
     n.add_expecting(&pod, &conf, BLUE);
@@ -254,7 +256,12 @@ fn bad_inputs_are_named_and_leave_nothing_behind() {
         ("p-symlink", &conf, 7, &["network sneaky", "outside confDir"]),
         ("p-split", &conf, 7, &["pod default/p-split", "\"a\"", "\"b\"", "blue", "green"]),
         ("p-mangled", &conf, 103, &["pod default/p-mangled", "not a valid object"]),
-        ("p-token", &wrong_token, 103, &["rejected the credentials", "401", "pod default/p-token"]),
+        (
+            "p-token",
+            &wrong_token,
+            103,
+            &["rejected the credentials", "401", "pod default/p-token", "check that pod runs on this node"],
+        ),
         ("p-broken", &conf, 0, &["network broken: plugin 2 of 2 (tuning) ADD", "invalid net sysctl key"]),
     ];
     for &(name, conf, code, wants) in cases {

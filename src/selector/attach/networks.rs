@@ -111,10 +111,16 @@ fn prepare(
             return Err(CniError::new(
                 code::ALREADY_EXISTS,
                 format!(
-                    "interface {} of container {} is already attached, for the runtime's interface {}",
-                    attachment.ifname,
-                    runtime.container_id,
-                    existing.owner()
+                    "interface {ifname} of container {container} is already attached, for the runtime's interface \
+                     {owner}: the runtime attaches this container through yh-genie a second time (now as {this}), and \
+                     network {network} would take {ifname} again; give the pod's further networks interfaces of their \
+                     own (NAME@IFNAME in CNI_NETWORK_CONFIG, \"interface\" in the networks annotation), or DEL \
+                     the container's {owner} first",
+                    ifname = attachment.ifname,
+                    container = runtime.container_id,
+                    owner = existing.owner(),
+                    this = runtime.ifname,
+                    network = attachment.network,
                 ),
             ));
         }

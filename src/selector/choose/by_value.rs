@@ -9,12 +9,15 @@ use crate::selector::netconf::confdir;
 use crate::selector::requests::annotation::Extras;
 use crate::selector::requests::value::{self, Element};
 
+/// What to do about a pod that needs `defaultNetwork` on a node that has none.
+pub const NO_DEFAULT_FIX: &str = "give the pod a network (a container's CNI_NETWORK_CONFIG), or the node a default one \
+     (\"defaultNetwork\" in selector.json of the yh-genie-config ConfigMap, or yh-genie install --default-network)";
+
 /// `defaultNetwork`'s networks; `why` says why they are needed, for the error when there is none.
 pub fn default_plans(config: &SelectorConfig, why: &str) -> Result<Vec<Planned>, CniError> {
-    let value = config
-        .default_network
-        .as_deref()
-        .ok_or_else(|| CniError::invalid_config(format!("{why} and no defaultNetwork is configured")))?;
+    let value = config.default_network.as_deref().ok_or_else(|| {
+        CniError::invalid_config(format!("{why} and no defaultNetwork is configured: {NO_DEFAULT_FIX}"))
+    })?;
     let from = format!("defaultNetwork {value:?}");
     value_plans(config, value, &from, |element| Source::DefaultNetwork { element: element.text.clone() })
 }

@@ -403,6 +403,13 @@ fn no_choice_and_no_default_is_code_7_naming_the_pod() {
     let e = node.select(&api, "lonely").unwrap_err();
     assert_eq!(e.code, 7);
     assert!(e.msg.contains("pod default/lonely") && e.msg.contains("defaultNetwork"), "{e}");
+    // It says what to set: the pod's variable, or the node's defaultNetwork and where it lives.
+    assert!(
+        e.msg.contains("CNI_NETWORK_CONFIG")
+            && e.msg.contains(r#""defaultNetwork" in selector.json of the yh-genie-config ConfigMap"#)
+            && e.msg.contains("--default-network"),
+        "{e}"
+    );
     let e = node.select(&api, "only-nads").unwrap_err();
     assert!(
         e.msg.contains("pod default/only-nads") && e.msg.contains("defaultNetwork"),

@@ -61,13 +61,31 @@ pub(super) fn key<T: for<'de> Deserialize<'de>>(raw: &Map<String, Value>, name: 
         .map_err(|e| CniError::invalid_config(format!("yh-genie: '{name}' is invalid: {e}")))
 }
 
+/// `globalNamespaces`: a list, or Multus's comma-separated string (`"default,infra"`), so that a
+/// Multus configuration's value works unchanged.
+fn global_namespaces(raw: &Map<String, Value>) -> Result<BTreeSet<String>, CniError> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Namespaces {
+        List(BTreeSet<String>),
+        Multus(String),
+    }
+    Ok(match key(raw, "globalNamespaces")? {
+        None => BTreeSet::new(),
+        Some(Namespaces::List(list)) => list,
+        Some(Namespaces::Multus(text)) => {
+            text.split(',').map(str::trim).filter(|n| !n.is_empty()).map(String::from).collect()
+        }
+    })
+}
+
 impl AttachmentPolicy {
     /// The policy keys of the selector's configuration; absent keys keep their defaults.
     pub fn from_keys(raw: &Map<String, Value>) -> Result<Self, CniError> {
         let defaults = AttachmentPolicy::default();
         Ok(AttachmentPolicy {
             namespace_isolation: key(raw, "namespaceIsolation")?.unwrap_or(defaults.namespace_isolation),
-            global_namespaces: key(raw, "globalNamespaces")?.unwrap_or_default(),
+            global_namespaces: global_namespaces(raw)?,
             allow_inline_config: key(raw, "allowInlineConfig")?.unwrap_or(defaults.allow_inline_config),
             inline_plugin_types: key(raw, "inlinePluginTypes")?,
             inline_path_prefixes: path_prefixes(key(raw, "inlinePathPrefixes")?.unwrap_or_default())?,
@@ -82,7 +100,9 @@ impl AttachmentPolicy {
         let globals: Vec<&str> = self.global_namespaces.iter().map(String::as_str).collect();
         Err(CniError::invalid_config(format!(
             "NetworkAttachmentDefinition {namespace}/{name} is refused: namespaceIsolation lets a pod of namespace \
-             {pod_namespace} use only its own namespace's NetworkAttachmentDefinitions and those of globalNamespaces [{}]",
+             {pod_namespace} use only its own namespace's NetworkAttachmentDefinitions and those of globalNamespaces [{}]; \
+             use one in namespace {pod_namespace}, or have the cluster admin add {namespace:?} to \"globalNamespaces\" \
+             in selector.json of the yh-genie-config ConfigMap",
             globals.join(", ")
         )))
     }
@@ -170,6 +190,13 @@ mod tests {
         let e = p.check_namespace("web", "infra", "lan").unwrap_err();
         assert_eq!(e.code, 7);
         assert!(e.msg.contains("NetworkAttachmentDefinition infra/lan") && e.msg.contains("namespaceIsolation"), "{e}");
+        // And what to do: a NAD of the pod's own namespace, or the admin's globalNamespaces.
+        assert!(
+            e.msg.contains("use one in namespace web")
+                && e.msg
+                    .contains(r#"add "infra" to "globalNamespaces" in selector.json of the yh-genie-config ConfigMap"#),
+            "{e}"
+        );
         let e = p.check_inline("web/lan", MACVLAN).unwrap_err();
         assert!(e.msg.contains("web/lan") && e.msg.contains("allowInlineConfig is false"), "{e}");
     }
@@ -180,6 +207,11 @@ mod tests {
         assert!(p.check_namespace("web", "infra", "lan").is_ok());
         let e = p.check_namespace("web", "other", "lan").unwrap_err();
         assert!(e.msg.contains("globalNamespaces [infra]"), "{e}");
+        // Multus's spelling, a comma-separated string, means the same.
+        assert_eq!(
+            policy(json!({"globalNamespaces": "infra, tools,"})),
+            policy(json!({"globalNamespaces": ["infra", "tools"]}))
+        );
         assert!(policy(json!({"namespaceIsolation": false})).check_namespace("web", "other", "lan").is_ok());
     }
 
@@ -254,7 +286,8 @@ mod tests {
     fn keys_of_the_wrong_type_are_named() {
         for (keys, name) in [
             (json!({"namespaceIsolation": "yes"}), "namespaceIsolation"),
-            (json!({"globalNamespaces": "infra"}), "globalNamespaces"),
+            (json!({"globalNamespaces": 7}), "globalNamespaces"),
+            (json!({"globalNamespaces": [7]}), "globalNamespaces"),
             (json!({"allowInlineConfig": 1}), "allowInlineConfig"),
             (json!({"inlinePluginTypes": [1]}), "inlinePluginTypes"),
             (json!({"inlinePathPrefixes": "/x"}), "inlinePathPrefixes"),
