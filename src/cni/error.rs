@@ -3,7 +3,7 @@
 use serde::{Deserialize, Serialize};
 use std::fmt;
 
-/// Error codes. 1-99 are the spec's; 100 and up are this project's (documented in the README).
+/// Error codes. 1-99 are the spec's; 100 and up are this project's (documented in docs/cni.md).
 pub mod code {
     pub const INCOMPATIBLE_VERSION: u32 = 1;
     pub const UNSUPPORTED_FIELD: u32 = 2;
