@@ -1,0 +1,421 @@
+//! The docs against the code, without root: the README's quick start is what `e2e/run.sh` runs;
+//! every selector key and installer flag the docs name exists (and the Multus keys they say do
+//! nothing are ignored); every file, test and link they cite is there; the examples' walkthrough
+//! runs on kind's node image; and nothing users read speaks of how the project was made.
+
+use regex::Regex;
+use serde_json::{Value, json};
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+fn repo() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn read(rel: &str) -> String {
+    std::fs::read_to_string(repo().join(rel)).unwrap_or_else(|e| panic!("{rel}: {e}"))
+}
+
+/// Every file under `rel` (a file or a directory), as paths relative to the repository.
+fn files_under(rel: &str) -> Vec<String> {
+    fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() { walk(&path, out) } else { out.push(path) }
+        }
+    }
+    let path = repo().join(rel);
+    let mut found = Vec::new();
+    if path.is_dir() {
+        walk(&path, &mut found)
+    } else {
+        found.push(path)
+    }
+    let mut rels: Vec<String> = found.iter().map(|p| p.strip_prefix(repo()).unwrap().display().to_string()).collect();
+    rels.sort();
+    rels
+}
+
+/// The documentation users and contributors read: README, CONTRIBUTING, docs/, examples/README.md.
+fn markdown() -> Vec<String> {
+    let mut files = vec!["README.md".to_string(), "CONTRIBUTING.md".to_string(), "examples/README.md".to_string()];
+    files.extend(files_under("docs").into_iter().filter(|f| f.ends_with(".md")));
+    files
+}
+
+/// The text of code spans (`...`) and code blocks of a Markdown file, with their line numbers.
+fn code_of(text: &str) -> Vec<(usize, String)> {
+    let span = Regex::new(r"`([^`]+)`").unwrap();
+    let mut out: Vec<(usize, String)> = Vec::new();
+    let mut in_block = false;
+    for (i, line) in text.lines().enumerate() {
+        if line.trim_start().starts_with("```") {
+            in_block = !in_block;
+            continue;
+        }
+        if in_block {
+            // A command continued on the next line is one command.
+            match out.last_mut() {
+                Some((_, last)) if last.ends_with('\\') => {
+                    last.pop();
+                    last.push_str(line);
+                }
+                _ => out.push((i + 1, line.to_string())),
+            }
+        } else {
+            out.extend(span.captures_iter(line).map(|c| (i + 1, c[1].to_string())));
+        }
+    }
+    out
+}
+
+/// The shell lines of the first ```sh block after the heading `heading`, comments and blank lines
+/// dropped.
+fn sh_block_after(text: &str, heading: &str) -> Vec<String> {
+    let after = &text[text.find(heading).unwrap_or_else(|| panic!("no heading {heading:?}"))..];
+    let block = &after[after.find("```sh\n").expect("a ```sh block") + 6..];
+    let block = &block[..block.find("```").expect("the block's end")];
+    block
+        .lines()
+        .map(|l| l.split(" #").next().unwrap().trim().to_string())
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        .collect()
+}
+
+#[test]
+fn nothing_users_read_speaks_of_how_the_project_was_made() {
+    let wording = Regex::new(
+        r"(?i)this stop|previous stop|the run before|\bseed 0\d\d|SPEC §|development VM|\bseeds'|\bseed's\b",
+    )
+    .unwrap();
+    let mut found = Vec::new();
+    for root in ["README.md", "CONTRIBUTING.md", "docs", "examples", "manifests", "src"] {
+        for file in files_under(root) {
+            let Ok(text) = std::fs::read_to_string(repo().join(&file)) else { continue };
+            for (i, line) in text.lines().enumerate() {
+                if let Some(m) = wording.find(line) {
+                    found.push(format!("{file}:{}: {:?} in {}", i + 1, m.as_str(), line.trim()));
+                }
+            }
+        }
+    }
+    assert!(found.is_empty(), "say the thing, not how it was made:\n{}", found.join("\n"));
+}
+
+/// What `e2e/run.sh` runs of the README's commands: its command lines with the script's variables
+/// replaced by their values (`$repo/` is the checkout, `$yh_image` the manifest's image, `$cluster`
+/// the kind config's name) and kind's argument arrays spelled out.
+fn commands_of_run_sh() -> Vec<String> {
+    let script = read("e2e/run.sh");
+    let image = Regex::new(r"(?m)^\s*image:\s*(\S+)").unwrap().captures(&read("manifests/yh-genie.yaml")).unwrap()[1]
+        .to_string();
+    let cluster =
+        Regex::new(r"(?m)^name:\s*(\S+)").unwrap().captures(&read("kind-config.yaml")).unwrap()[1].to_string();
+    let array = Regex::new(r"^(?:local\s+)?(\w+)=\((.*)\)$").unwrap();
+    let mut arrays = BTreeMap::new();
+    let mut commands = Vec::new();
+    for line in script.lines() {
+        let line = line
+            .trim()
+            .replace("\"$repo/", "")
+            .replace("$repo/", "")
+            .replace("\"$repo\"", ".")
+            .replace("$yh_image", &image)
+            .replace("$cluster", &cluster)
+            .replace('"', "");
+        if let Some(c) = array.captures(&line) {
+            arrays.insert(c[1].to_string(), c[2].to_string());
+            continue;
+        }
+        let spelled = Regex::new(r"\$\{(\w+)\[@\]\}")
+            .unwrap()
+            .replace_all(&line, |c: &regex::Captures| arrays.get(&c[1]).cloned().unwrap_or_else(|| c[0].to_string()));
+        commands.push(spelled.split_whitespace().collect::<Vec<_>>().join(" "));
+    }
+    commands
+}
+
+#[test]
+fn the_readme_quick_start_is_what_e2e_run_sh_runs() {
+    let quick_start = sh_block_after(&read("README.md"), "## Quick start on kind");
+    assert!(quick_start.len() >= 5, "{quick_start:?}");
+    let run = commands_of_run_sh();
+    let mut from = 0;
+    for command in &quick_start {
+        let at = run[from..].iter().position(|line| line == command).map(|i| from + i);
+        let at = at.unwrap_or_else(|| {
+            panic!("the README's quick start runs {command:?}, which e2e/run.sh does not run (after its line {from:?}):\n{}", run.join("\n"))
+        });
+        from = at + 1;
+    }
+}
+
+/// The selector's keys a doc's table names: the backticked names in the first column of every
+/// table row, those that look like configuration keys.
+fn keys_in_tables(text: &str, section_start: &str, section_end: &str) -> BTreeSet<String> {
+    let start = text.find(section_start).unwrap_or_else(|| panic!("no {section_start:?}"));
+    let section = &text[start..];
+    let section = &section[..section.find(section_end).unwrap_or(section.len())];
+    let key = Regex::new(r"^[a-z][A-Za-z_]*$").unwrap();
+    let span = Regex::new(r"`([^`]+)`").unwrap();
+    section
+        .lines()
+        .filter(|l| l.starts_with("| `"))
+        .flat_map(|l| {
+            let first = l.split('|').nth(1).unwrap_or_default().to_string();
+            span.captures_iter(&first).map(|c| c[1].to_string()).collect::<Vec<_>>()
+        })
+        .filter(|k| key.is_match(k))
+        .collect()
+}
+
+fn selector_config(extra: Value) -> Result<yh_genie::selector::config::SelectorConfig, yh_genie::cni::CniError> {
+    let mut conf = json!({"cniVersion": "1.0.0", "name": "yh-genie", "type": "yh-genie"});
+    for (k, v) in extra.as_object().unwrap() {
+        conf[k] = v.clone();
+    }
+    yh_genie::selector::config::SelectorConfig::from_plugin_conf(&yh_genie::cni::PluginConf::from_value(conf).unwrap())
+}
+
+/// Whether the selector reads `key`: a value no key can take is refused naming it (a known key of
+/// the wrong type is code 7 naming the key), or, for the logging keys every plugin reads
+/// leniently, a valid value changes the logging.
+fn selector_reads(key: &str) -> bool {
+    let logging = |value: Value| {
+        let raw = json!({ key: value });
+        yh_genie::logging::LogConfig::from_keys(raw.as_object().unwrap()) != yh_genie::logging::LogConfig::default()
+    };
+    match key {
+        "logLevel" => logging(json!("debug")),
+        "logFile" => logging(json!("/var/log/x.log")),
+        "logMaxSizeMB" => logging(json!(2)),
+        "logMaxFiles" => logging(json!(7)),
+        _ => selector_config(json!({ key: [[[]]] })).is_err_and(|e| e.code == 7 && e.msg.contains(key)),
+    }
+}
+
+#[test]
+fn every_selector_key_the_docs_name_is_read_and_those_they_say_do_nothing_are_ignored() {
+    let selector = read("docs/selector.md");
+    let named = keys_in_tables(&selector, "## Configuration", "## Which networks a pod gets");
+    let migrate = read("docs/migrate.md");
+    let unchanged = keys_in_tables(&migrate, "Work unchanged", "Do not work");
+    assert!(named.len() > 20 && unchanged.len() > 8, "{named:?} {unchanged:?}");
+    let unread: Vec<&String> = named.iter().chain(&unchanged).filter(|k| !selector_reads(k)).collect();
+    assert!(unread.is_empty(), "the docs name selector keys the selector does not read: {unread:?}");
+    // The Multus keys the docs say do nothing here are accepted and ignored, whatever their value.
+    let ignored = keys_in_tables(&selector, "What Multus keys still do not work", "**Interfaces.**");
+    // Two of its rows are keys read here that behave otherwise (their default, their waiting).
+    let ignored: Vec<&String> =
+        ignored.iter().filter(|k| !["namespaceIsolation", "readinessindicatorfile"].contains(&k.as_str())).collect();
+    assert!(ignored.len() >= 6, "{ignored:?}");
+    for key in ignored {
+        assert!(selector_config(json!({ key: [[[]]] })).is_ok(), "{key} is said to do nothing but is read");
+    }
+}
+
+/// The installer's flags as `yh-genie install --help` prints them: flag, variable, default.
+fn installer_flags() -> BTreeMap<String, (String, Option<String>)> {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_yh-genie")).args(["install", "--help"]).output().unwrap();
+    assert!(out.status.success());
+    let help = String::from_utf8(out.stdout).unwrap();
+    let flag = Regex::new(r"^  (--[a-z-]+)").unwrap();
+    let env = Regex::new(r"^\s+env (YH_GENIE_[A-Z_]+)(?: \[default: (.*)\])?$").unwrap();
+    let mut flags = BTreeMap::new();
+    let mut current = None;
+    for line in help.lines() {
+        if let Some(c) = flag.captures(line) {
+            current = Some(c[1].to_string());
+        } else if let (Some(c), Some(name)) = (env.captures(line), current.take()) {
+            flags.insert(name, (c[1].to_string(), c.get(2).map(|d| d.as_str().to_string())));
+        }
+    }
+    assert!(flags.len() > 15, "{help}");
+    flags
+}
+
+#[test]
+fn the_installer_reference_is_its_help() {
+    let flags = installer_flags();
+    let install = read("docs/install.md");
+    let table = &install[install.find("| flag | environment | default | meaning |").expect("the installer table")..];
+    let row = Regex::new(r"^\| `(--[a-z-]+)[^`]*` \| `(YH_GENIE_[A-Z_]+)`[^|]*\| ([^|]*) \|").unwrap();
+    let mut documented = BTreeMap::new();
+    for line in table.lines().skip(2).take_while(|l| l.starts_with('|')) {
+        let c = row.captures(line).unwrap_or_else(|| panic!("not a row of the installer table: {line}"));
+        documented.insert(c[1].to_string(), (c[2].to_string(), c[3].trim().to_string()));
+    }
+    let documented_names: BTreeSet<&String> = documented.keys().collect();
+    let real_names: BTreeSet<&String> = flags.keys().collect();
+    assert_eq!(documented_names, real_names, "docs/install.md's table and `yh-genie install --help` list other flags");
+    for (name, (env, default)) in &flags {
+        let (doc_env, doc_default) = &documented[name];
+        assert_eq!(doc_env, env, "{name}");
+        match default {
+            Some(d) => {
+                assert!(doc_default.contains(&format!("`{d}`")), "{name}: the table says {doc_default}, --help {d}")
+            }
+            None => assert!(
+                doc_default.starts_with("none")
+                    || doc_default.starts_with("off")
+                    || doc_default.contains("$KUBERNETES"),
+                "{name}: the table gives a default ({doc_default}) that --help does not"
+            ),
+        }
+    }
+}
+
+#[test]
+fn every_flag_the_docs_give_yh_genie_exists() {
+    let mut known: BTreeSet<String> = installer_flags().into_keys().collect();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_yh-genie")).args(["explain", "--help"]).output().unwrap();
+    let flag = Regex::new(r"--[a-z][a-z-]*").unwrap();
+    known.extend(flag.find_iter(&String::from_utf8(out.stdout).unwrap()).map(|m| m.as_str().to_string()));
+    known.extend(["--help", "--version"].map(String::from));
+    // The repository's scripts have flags of their own.
+    for dir in ["scripts", "bench", "e2e"] {
+        for script in files_under(dir) {
+            let text = std::fs::read_to_string(repo().join(script)).unwrap_or_default();
+            known.extend(flag.find_iter(&text).map(|m| m.as_str().to_string()));
+        }
+    }
+    // So do other programs: a command that starts with one is theirs.
+    let other = Regex::new(
+        r"^(sudo )?(kubectl|kind|docker|cargo|go|curl|crictl|ctr|ginkgo|git|shellcheck|ip|tc|ls|rm|nc|iptables-save|iptables-restore)\b",
+    )
+    .unwrap();
+    let mut unknown = Vec::new();
+    for file in markdown() {
+        for (line, code) in code_of(&read(&file)) {
+            if other.is_match(code.trim_start()) {
+                continue;
+            }
+            for m in flag.find_iter(&code) {
+                if !known.contains(m.as_str()) {
+                    unknown.push(format!("{file}:{line}: {} in `{code}`", m.as_str()));
+                }
+            }
+        }
+    }
+    assert!(unknown.is_empty(), "flags yh-genie does not have:\n{}", unknown.join("\n"));
+}
+
+/// GitHub's anchor of a heading.
+fn slug(heading: &str) -> String {
+    heading
+        .trim()
+        .to_lowercase()
+        .chars()
+        .filter(|c| c.is_alphanumeric() || *c == ' ' || *c == '-' || *c == '_')
+        .map(|c| if c == ' ' { '-' } else { c })
+        .collect()
+}
+
+fn anchors(text: &str) -> BTreeSet<String> {
+    text.lines().filter(|l| l.starts_with('#')).map(|l| slug(l.trim_start_matches('#'))).collect()
+}
+
+#[test]
+fn every_link_file_and_test_the_docs_cite_exists() {
+    let link = Regex::new(r"\]\(([^)\s]+)\)").unwrap();
+    let path =
+        Regex::new(r"^(?:\.\./)?((?:tests|src|scripts|bench|e2e|examples|manifests|tools|fuzz|docs)/[\w./-]*\w)$")
+            .unwrap();
+    let test_fn = Regex::new(r"`(tests/[\w/]+(?:\.rs)?)`(?:'s)?,? `([a-z_0-9]+)`").unwrap();
+    let mut missing = Vec::new();
+    for file in markdown() {
+        let text = read(&file);
+        let dir = Path::new(&file).parent().unwrap();
+        for (i, line) in text.lines().enumerate() {
+            for c in link.captures_iter(line) {
+                let target = &c[1];
+                if target.starts_with("http") || target.starts_with("mailto:") {
+                    continue;
+                }
+                let (rel, anchor) = target.split_once('#').unwrap_or((target, ""));
+                let resolved = if rel.is_empty() { PathBuf::from(&file) } else { dir.join(rel) };
+                let full = repo().join(&resolved);
+                if !full.exists() {
+                    missing.push(format!("{file}:{}: link to {target}: no {}", i + 1, resolved.display()));
+                } else if !anchor.is_empty() && !anchors(&std::fs::read_to_string(&full).unwrap()).contains(anchor) {
+                    missing.push(format!("{file}:{}: link to {target}: no heading #{anchor}", i + 1));
+                }
+            }
+            for c in test_fn.captures_iter(line) {
+                let tests = repo().join(&c[1]);
+                let dir = if tests.is_dir() { tests.clone() } else { tests.with_extension("") };
+                let mut sources: Vec<PathBuf> = vec![tests.clone()];
+                if dir.is_dir() {
+                    sources.extend(
+                        files_under(dir.strip_prefix(repo()).unwrap().to_str().unwrap()).iter().map(|f| repo().join(f)),
+                    );
+                }
+                let name = &c[2];
+                let defined = sources
+                    .iter()
+                    .filter_map(|s| std::fs::read_to_string(s).ok())
+                    .any(|s| s.contains(&format!("fn {name}(")) || s.contains(&format!("\"{name}\"")));
+                if !defined {
+                    missing.push(format!("{file}:{}: no test {name} in {}", i + 1, &c[1]));
+                }
+            }
+        }
+        for (line, code) in code_of(&text) {
+            for word in code.split_whitespace() {
+                let word = word.trim_matches(|c: char| ",;:()".contains(c));
+                if let Some(c) = path.captures(word)
+                    && !word.contains('<')
+                    && !repo().join(&c[1]).exists()
+                {
+                    missing.push(format!("{file}:{line}: no {}", &c[1]));
+                }
+            }
+        }
+    }
+    assert!(missing.is_empty(), "the docs cite what is not there:\n{}", missing.join("\n"));
+}
+
+/// The plugin types a network's chain runs, its plugins' and what they run by default.
+fn plugin_types(conflist: &Value) -> BTreeSet<String> {
+    let mut types = BTreeSet::new();
+    for plugin in conflist["plugins"].as_array().unwrap() {
+        let t = plugin["type"].as_str().unwrap();
+        types.insert(t.to_string());
+        types.insert(plugin["ipam"]["type"].as_str().unwrap_or("host-local").to_string());
+        if t == "yonghui" {
+            types.insert(plugin["delegate"]["type"].as_str().unwrap_or("yh-bridge").to_string());
+        }
+    }
+    types
+}
+
+#[test]
+fn the_examples_walkthrough_runs_on_kinds_node_image() {
+    // kind's node image keeps these of the reference plugins; yh-genie brings its own.
+    let kind: BTreeSet<&str> = ["host-local", "loopback", "ptp", "portmap"].into_iter().collect();
+    let own: BTreeSet<&str> = yh_genie::plugins::NAMES.iter().copied().collect();
+    let walkthrough = sh_block_after(&read("examples/README.md"), "On kind");
+    let apply = Regex::new(r"^kubectl apply -f (examples/pods/\S+\.yaml)$").unwrap();
+    let pods: Vec<String> = walkthrough.iter().filter_map(|l| apply.captures(l).map(|c| c[1].to_string())).collect();
+    assert!(!pods.is_empty(), "{walkthrough:?}");
+    for pod in pods {
+        let docs: Vec<Value> = serde_saphyr::from_multiple(&read(&pod)).unwrap();
+        let networks: Vec<String> = docs
+            .iter()
+            .filter(|d| d["kind"] == "ConfigMap")
+            .flat_map(|d| d["data"].as_object().unwrap().values().map(|v| v.as_str().unwrap().to_string()))
+            .map(|v| v.split('/').next().unwrap().to_string())
+            .collect();
+        assert!(!networks.is_empty(), "{pod} names no network by ConfigMap");
+        for network in networks {
+            let conflist: Value =
+                serde_json::from_str(&read(&format!("examples/networks/{network}.conflist"))).unwrap();
+            for t in plugin_types(&conflist) {
+                assert!(
+                    kind.contains(t.as_str()) || own.contains(t.as_str()),
+                    "{pod}: network {network} runs {t}, which kind's node image lacks"
+                );
+            }
+        }
+    }
+}
