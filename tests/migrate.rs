@@ -1,10 +1,16 @@
-//! A node that ran Multus, now running yh-genie, as root: the runtime's DEL of a pod Multus
-//! attached releases everything Multus made for it, from Multus's own cache, without the API
-//! server. The pod is attached as Multus attaches one: each delegate ADDed through the current
+//! A node that ran Multus or CNI-Genie, now running yh-genie, as root (docs/migrate.md): the
+//! runtime's DEL of a pod the old plugin attached releases everything it made.
+//!
+//! From Multus, the DEL reads Multus's own cache, without the API server. The pod is attached as
+//! Multus attaches one: each delegate ADDed through the current
 //! libcni (`cnidrive11`) with Multus's `cniDir` as libcni's cache (so libcni keeps each ADD's
 //! configuration, arguments and result there, as under Multus), and Multus's list of the pod's
 //! delegates written beside them in Multus's format (`DelegateNetConf`, JSON, the configuration
 //! base64 in `Bytes`).
+//!
+//! From CNI-Genie, which keeps no cache, the DEL asks the node agent, which holds the pod and its
+//! `cni` annotation: the pod is attached as Genie attaches one, each network of the annotation
+//! through libcni, the first on eth0 and the next on eth1.
 
 mod common;
 
@@ -144,4 +150,35 @@ fn a_del_that_fails_keeps_multus_cache_and_the_next_del_finishes() {
     n.call("DEL", &pod, &conf).ok();
     assert!(left_on_node(&n).is_empty(), "left on the node: {:#?}", left_on_node(&n));
     assert!(files_in(&cache).is_empty(), "{:?}", files_in(&cache));
+}
+
+#[test]
+fn del_of_a_pod_genie_attached_releases_its_networks_through_the_agent() {
+    let n = Node::new();
+    // Genie's networks, as the move installs them: each under confDir/<name>/, its `name` kept.
+    let network = |name: &str, octet: u8| {
+        let list = json!({"cniVersion": "1.0.0", "name": name, "plugins": [{"type": "ptp", "ipam": {"type": "host-local",
+            "dataDir": n.ipam_dir(), "ranges": [[{"subnet": format!("10.80.{octet}.0/24")}]]}}]});
+        n.write_conf(&format!("{name}/{name}.conflist"), &list)
+    };
+    let (blue, red) = (network("blue", 41), network("red", 42));
+    let name = unique("genie");
+    n.api.put_annotated_pod("default", &name, json!({"cni": "blue,red"}), json!([{"name": "main"}]));
+    let agent = n.start_agent();
+    agent.wait_holds(&n.agent_socket(), &name, &format!("uid-default-{name}"), |_| true);
+    let pod = n.pod(&name);
+    let no_multus = n.sb.path().join("no-multus");
+    for (conflist, ifname) in [(&blue, "eth0"), (&red, "eth1")] {
+        let config: Value = serde_json::from_str(&std::fs::read_to_string(conflist).unwrap()).unwrap();
+        libcni_add(&n, &pod, &config, ifname, &n.sb.path().join("genie-cache"), None);
+    }
+    assert_eq!((addresses_on(&pod, "eth0").len(), addresses_on(&pod, "eth1").len()), (1, 1), "Genie's eth0 and eth1");
+    assert_eq!(n.leases().len(), 2);
+    let conf = n.selector_conf("1.0.0", json!({"cniDir": no_multus}));
+    let before = n.api.plugin_requests();
+    n.call("DEL", &pod, &conf).ok();
+    assert_eq!(link_names(&pod.netns, ""), ["lo"], "both of Genie's interfaces go");
+    let left = n.leftovers_of_networks(&pod, &["blue", "red"]);
+    assert!(left.is_empty(), "left of the pod: {left:#?}");
+    assert_eq!(n.api.plugin_requests(), before, "the agent answered: {:#?}", n.api.calls());
 }
