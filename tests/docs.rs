@@ -112,6 +112,7 @@ fn commands_of_run_sh() -> Vec<String> {
     let cluster =
         Regex::new(r"(?m)^name:\s*(\S+)").unwrap().captures(&read("kind-config.yaml")).unwrap()[1].to_string();
     let array = Regex::new(r"^(?:local\s+)?(\w+)=\((.*)\)$").unwrap();
+    let expansion = Regex::new(r"\$\{(\w+)\[@\]\}").unwrap();
     let mut arrays = BTreeMap::new();
     let mut commands = Vec::new();
     for line in script.lines() {
@@ -127,8 +128,7 @@ fn commands_of_run_sh() -> Vec<String> {
             arrays.insert(c[1].to_string(), c[2].to_string());
             continue;
         }
-        let spelled = Regex::new(r"\$\{(\w+)\[@\]\}")
-            .unwrap()
+        let spelled = expansion
             .replace_all(&line, |c: &regex::Captures| arrays.get(&c[1]).cloned().unwrap_or_else(|| c[0].to_string()));
         commands.push(spelled.split_whitespace().collect::<Vec<_>>().join(" "));
     }
