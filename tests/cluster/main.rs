@@ -24,6 +24,10 @@ use disruptions::*;
 mod credentials;
 use credentials::*;
 
+/// docs/migrate.md's move from Multus, on a node left without a CNI by the uninstall.
+mod migrate;
+use migrate::*;
+
 /// The tests of a hostPort, a pod deleted mid-ADD, a DaemonSet rolled while pods start.
 mod races;
 use races::*;
@@ -62,8 +66,9 @@ const TESTS: &[(&str, Test)] = &[
     ("bandwidth_annotations_shape_the_pod_and_go_with_it", bandwidth_annotations_shape_the_pod_and_go_with_it),
     ("a_pod_deleted_mid_add_and_recreated_gets_its_network", a_pod_deleted_mid_add_and_recreated_gets_its_network),
     ("daemonset_rolled_while_pods_start_loses_nothing", daemonset_rolled_while_pods_start_loses_nothing),
-    // Last: it uninstalls.
     ("uninstall_leaves_the_nodes_as_the_docs_say", uninstall_leaves_the_nodes_as_the_docs_say),
+    // After the uninstall: it starts from a node without yh-genie.
+    ("a_node_moves_from_multus_and_no_address_leaks", a_node_moves_from_multus_and_no_address_leaks),
 ];
 
 fn main() {

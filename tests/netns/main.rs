@@ -20,6 +20,7 @@ mod api_certificates;
 mod capabilities;
 mod dropin;
 mod hardening;
+mod migrate;
 mod multinet;
 mod multinet_records;
 mod selector;

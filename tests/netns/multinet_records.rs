@@ -175,7 +175,7 @@ fn a_second_attachment_taking_a_further_networks_interface_says_why_and_makes_no
     let as_eth1 = |command: &str| {
         let mut child = n.command(command, &pod, &[("CNI_IFNAME", "eth1")]).spawn().unwrap();
         std::io::Write::write_all(&mut child.stdin.take().unwrap(), conf.as_bytes()).unwrap();
-        common::Reply::from(child.wait_with_output().unwrap())
+        crate::support::driver::Reply::from(child.wait_with_output().unwrap())
     };
     let err = as_eth1("ADD").err();
     assert_eq!(err["code"], 106, "{err}");

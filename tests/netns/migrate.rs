@@ -12,13 +12,14 @@
 //! `cni` annotation: the pod is attached as Genie attaches one, each network of the annotation
 //! through libcni, the first on eth0 and the next on eth1.
 
-mod common;
-
+use crate::support::agent::AgentAnswers;
+use crate::support::driver::{Reply, cnidrive11};
+use crate::support::node::{NetnsNode as Node, Pod, addresses_on};
 use base64::Engine;
-use common::node::{Node, Pod, addresses_on, link_names};
-use common::{Reply, cnidrive11, unique};
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
+use testkit::inspect::link_names;
+use testkit::process::unique;
 
 const HOST_PORT: u16 = 18471;
 
