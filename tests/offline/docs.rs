@@ -135,6 +135,27 @@ fn commands_of_run_sh() -> Vec<String> {
     commands
 }
 
+/// Whether `run` (a line of e2e/run.sh) runs `command` (the README's): the same words, in order,
+/// where `run` may add options of its own (`--flag` and its value: the script's kubeconfig, a wait),
+/// which change where the command's output goes, not what it does.
+fn runs_the_same(run: &str, command: &str) -> bool {
+    let mut wanted = command.split_whitespace().peekable();
+    let mut skipping_a_value = false;
+    for word in run.split_whitespace() {
+        if wanted.peek() == Some(&word) {
+            wanted.next();
+            skipping_a_value = false;
+        } else if word.starts_with("--") {
+            skipping_a_value = !word.contains('=');
+        } else if skipping_a_value {
+            skipping_a_value = false;
+        } else {
+            return false;
+        }
+    }
+    wanted.next().is_none()
+}
+
 #[test]
 fn the_readme_quick_start_is_what_e2e_run_sh_runs() {
     let quick_start = sh_block_after(&read("README.md"), "## Quick start on kind");
@@ -142,12 +163,22 @@ fn the_readme_quick_start_is_what_e2e_run_sh_runs() {
     let run = commands_of_run_sh();
     let mut from = 0;
     for command in &quick_start {
-        let at = run[from..].iter().position(|line| line == command).map(|i| from + i);
+        let at = run[from..].iter().position(|line| runs_the_same(line, command)).map(|i| from + i);
         let at = at.unwrap_or_else(|| {
             panic!("the README's quick start runs {command:?}, which e2e/run.sh does not run (after its line {from:?}):\n{}", run.join("\n"))
         });
         from = at + 1;
     }
+}
+
+#[test]
+fn a_run_sh_line_may_add_options_but_not_words() {
+    let create = "kind create cluster --name yh-genie --config kind-config.yaml --kubeconfig /k --wait 0s";
+    assert!(runs_the_same(create, "kind create cluster --config kind-config.yaml"));
+    assert!(!runs_the_same(create, "kind create cluster --config other.yaml"));
+    assert!(!runs_the_same("kubectl apply -f manifests/kubernetes-1.30/", "kubectl apply -f manifests/"));
+    assert!(!runs_the_same("kubectl delete -f manifests/", "kubectl apply -f manifests/"));
+    assert!(!runs_the_same("kind create cluster", "kind create cluster --config kind-config.yaml"));
 }
 
 /// The selector's keys a doc's table names: the backticked names in the first column of every
@@ -315,6 +346,12 @@ fn anchors(text: &str) -> BTreeSet<String> {
     text.lines().filter(|l| l.starts_with('#')).map(|l| slug(l.trim_start_matches('#'))).collect()
 }
 
+/// A path the docs cite in code: a file or directory of the checkout, a test target by its path
+/// without `.rs` (`tests/conformance`), or a script the test command runs only where it exists.
+fn cited_path_exists(rel: &str, optional: &BTreeSet<String>) -> bool {
+    repo().join(rel).exists() || repo().join(format!("{rel}.rs")).exists() || optional.contains(rel)
+}
+
 #[test]
 fn every_link_file_and_test_the_docs_cite_exists() {
     let link = Regex::new(r"\]\(([^)\s]+)\)").unwrap();
@@ -322,6 +359,12 @@ fn every_link_file_and_test_the_docs_cite_exists() {
         Regex::new(r"^(?:\.\./)?((?:tests|src|scripts|bench|e2e|examples|manifests|tools|fuzz|docs)/[\w./-]*\w)$")
             .unwrap();
     let test_fn = Regex::new(r"`(tests/[\w/]+(?:\.rs)?)`(?:'s)?,? `([a-z_0-9]+)`").unwrap();
+    // What scripts/test.sh runs only when the checkout has it (`[ ! -x <script> ]`).
+    let optional: BTreeSet<String> = Regex::new(r"\[ ! -x ([\w./-]+) \]")
+        .unwrap()
+        .captures_iter(&read("scripts/test.sh"))
+        .map(|c| c[1].to_string())
+        .collect();
     let mut missing = Vec::new();
     for file in markdown() {
         let text = read(&file);
@@ -365,7 +408,7 @@ fn every_link_file_and_test_the_docs_cite_exists() {
                 let word = word.trim_matches(|c: char| ",;:()".contains(c));
                 if let Some(c) = path.captures(word)
                     && !word.contains('<')
-                    && !repo().join(&c[1]).exists()
+                    && !cited_path_exists(&c[1], &optional)
                 {
                     missing.push(format!("{file}:{line}: no {}", &c[1]));
                 }
