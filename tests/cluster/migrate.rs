@@ -108,6 +108,14 @@ fn sandbox_of(cluster: &Cluster, pod: &str) -> String {
     sandboxes[0].clone()
 }
 
+/// What node-a's containerd logged about `sandboxes`: its CRI calls and the plugins' log lines
+/// (yh-genie's, and through Multus its delegates'), for a failure to show who did what.
+fn containerd_about(cluster: &Cluster, sandboxes: &[&str]) -> String {
+    let log = std::fs::read_to_string(cluster.run.log("node-a-containerd")).unwrap_or_default();
+    let lines: Vec<&str> = log.lines().filter(|l| sandboxes.iter().any(|s| l.contains(s))).collect();
+    format!("node-a's containerd about {sandboxes:?}:\n{}", lines.join("\n"))
+}
+
 /// Each step of docs/migrate.md's "From Multus", on node-a: the Multus node, yh-genie installed
 /// beside it, `00-multus.conf` removed, the pods Multus attached deleted.
 pub fn a_node_moves_from_multus_and_no_address_leaks(cluster: &mut Cluster) {
@@ -149,11 +157,6 @@ pub fn a_node_moves_from_multus_and_no_address_leaks(cluster: &mut Cluster) {
                 worker.node_path(&format!("/var/lib/cni/multus/{sandbox}")).exists(),
                 "{name}: Multus keeps no cache of sandbox {sandbox}"
             );
-            let cache = std::fs::read_to_string(worker.node_path(&format!("/var/lib/cni/multus/{sandbox}"))).unwrap();
-            eprintln!("DEBUG multus cache {name}: {cache}");
-            for e in std::fs::read_dir(worker.node_path("/var/lib/cni/multus/results")).unwrap().flatten() {
-                eprintln!("DEBUG result {:?}: {}", e.file_name(), std::fs::read_to_string(e.path()).unwrap_or_default());
-            }
             multus_pods.push((name, sandbox));
         }
         let net1 = cluster.pod_addresses(NS, "by-multus-nad", "net1");
@@ -226,17 +229,23 @@ pub fn a_node_moves_from_multus_and_no_address_leaks(cluster: &mut Cluster) {
         assert_eq!(&sandbox_of(cluster, name), sandbox, "{name}'s sandbox changed in the move");
         cluster.delete_pod(NS, name);
     }
-    cluster.wait_for("the leases of Multus's pods free", || {
-        let now = leases(cluster);
-        multus_leases.iter().all(|lease| !now.contains(lease)).then_some(())
-    });
+    let deadline = std::time::Instant::now() + testkit::cluster::PATIENCE;
+    while multus_leases.iter().any(|lease| leases(cluster).contains(lease)) {
+        if std::time::Instant::now() > deadline {
+            let left: Vec<_> = multus_leases.iter().filter(|l| leases(cluster).contains(l)).collect();
+            let sandboxes: Vec<&str> = multus_pods.iter().map(|(_, s)| s.as_str()).collect();
+            panic!("leases of Multus's pods left: {left:?}\n{}", containerd_about(cluster, &sandboxes));
+        }
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
     for (name, sandbox) in &multus_pods {
         let cache = worker.node_path(&format!("/var/lib/cni/multus/{sandbox}"));
-        if cache.exists() {
-            let log = std::fs::read_to_string(cluster.run.log("node-a-containerd")).unwrap_or_default();
-            let lines: Vec<&str> = log.lines().filter(|l| l.contains(sandbox.as_str())).collect();
-            panic!("{name}: Multus's cache {} is left; containerd about {sandbox}:\n{}", cache.display(), lines.join("\n"));
-        }
+        assert!(
+            !cache.exists(),
+            "{name}: Multus's cache {} is left\n{}",
+            cache.display(),
+            containerd_about(cluster, &[sandbox.as_str()])
+        );
     }
     if multus.is_some() {
         let results =
