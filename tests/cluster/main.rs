@@ -103,10 +103,15 @@ fn start() -> Cluster {
     cluster.install_yh_genie();
     cluster.kubectl_ok(&["apply", "-f", &path("examples/nad/crd.yaml")]);
     cluster.kubectl_ok(&["apply", "-f", &path("e2e/networks.yaml")]);
-    // And the example network that chains bandwidth: the nodes' bin dir has Debian's plugin (kind's
-    // node image has not, so e2e/networks.yaml, which kind runs too, leaves it out).
-    let shaped = std::fs::read_to_string(path("examples/networks/yh-bridgenet.conflist")).unwrap();
-    let patch = serde_json::json!({"data": {"yh-bridgenet.conflist": shaped}}).to_string();
+    // And the example yh-bridgenet, with bandwidth chained as an admin adds it for the pods'
+    // bandwidth annotations: the nodes' bin dir has Debian's plugin (kind's node image has not, so
+    // the example and e2e/networks.yaml, which kind runs too, leave it out).
+    let mut shaped: Value =
+        serde_json::from_str(&std::fs::read_to_string(path("examples/networks/yh-bridgenet.conflist")).unwrap())
+            .unwrap();
+    let plugins = shaped["plugins"].as_array_mut().expect("yh-bridgenet is a conflist");
+    plugins.push(serde_json::json!({"type": "bandwidth", "capabilities": {"bandwidth": true}}));
+    let patch = serde_json::json!({"data": {"yh-bridgenet.conflist": shaped.to_string()}}).to_string();
     cluster.kubectl_ok(&["-n", "kube-system", "patch", "configmap", "yh-genie-networks", "--type=merge", "-p", &patch]);
     // The e2e's networks replaced the shipped ConfigMap after the installer pods may have mounted
     // it: the edit reaches them at the kubelet's next sync of the pod.
