@@ -28,9 +28,14 @@ fi
 
 started=$(date +%s)
 rm -rf "$out/bin.new"
+mkdir -p "$out/bin.new"
+# Built in the module's own directory (as its Makefile does), under its own go.mod: `go install
+# pkg@version` refuses modules with exclude directives (v2.1.x has some). -mod=readonly: the
+# published module keeps vendor/modules.txt but not the vendored code.
+source_dir=$(cd / && "$go" mod download -json "github.com/containerd/containerd/v2@$version" | sed -n 's/.*"Dir": "\(.*\)".*/\1/p')
 packages=()
-for c in "${commands[@]}"; do packages+=("github.com/containerd/containerd/v2/cmd/$c@$version"); done
-(cd / && CGO_ENABLED=0 GOBIN="$out/bin.new" "$go" install -p "${BUILD_JOBS:-2}" -trimpath \
+for c in "${commands[@]}"; do packages+=("./cmd/$c"); done
+(cd "$source_dir" && CGO_ENABLED=0 "$go" build -mod=readonly -p "${BUILD_JOBS:-2}" -trimpath -o "$out/bin.new/" \
   -tags no_btrfs,no_devmapper,no_zfs -ldflags "-s -w -X github.com/containerd/containerd/v2/version.Version=$version" \
   "${packages[@]}")
 rm -rf "${out:?}/bin"
