@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
-# yh-genie end to end on kind. Creates a cluster with no default CNI (kind-config.yaml), builds and
-# loads the image, runs the yonghui fabric (flannel, e2e/flannel.yaml, without flannel's own CNI),
-# installs yh-genie (manifests/), adds networks (e2e/networks.yaml), starts pods choosing networks
-# in each of the SPEC's forms (e2e/workload.yaml) and pods with two networks (e2e/multinet.yaml)
-# and asserts:
+# yh-genie end to end on kind: the README's quick start, command for command, then more. Creates a
+# cluster with no default CNI (kind-config.yaml), builds and loads the image, runs the yonghui
+# fabric (flannel, e2e/flannel.yaml, without flannel's own CNI), installs yh-genie (manifests/, and
+# manifests/kubernetes-1.30/'s policies), starts the example pod (examples/pods/yonghui.yaml), adds
+# networks (e2e/networks.yaml), starts pods choosing networks in each of the ways a pod can
+# (e2e/workload.yaml) and pods with two networks (e2e/multinet.yaml) and asserts:
 #   - the installer put binary, plugin links, kubeconfig (0600) and the conflist on every node,
 #     and the conflist is the one the runtime loads; CoreDNS came up on the default network;
+#   - the example pod is Running with its address on eth0, in the pod network;
 #   - every pod is Ready (the kubelet's probe reaches it from the node) with its address in the
 #     expected subnet, on eth0;
 #   - pod to pod across nodes, pod to pod on the second network, pod to Service by ClusterIP and
@@ -22,15 +24,19 @@
 #   - deleting the DaemonSet removes the conflist and the kubeconfig from every node.
 # It stops at the first mismatch with a non-zero exit, prints diagnostics, and deletes the cluster.
 #
-# Needs docker, kind, kubectl and jq. Environment:
-#   CLUSTER          kind cluster name (default yh-genie-e2e; must not exist yet)
+# Needs docker (with BuildKit: Docker 23 or later, or 20.10 with it enabled), kind, kubectl and jq.
+# The cluster's kubeconfig is a temporary file (KUBECONFIG), not ~/.kube/config. Environment:
+#   CLUSTER          kind cluster name (default: kind-config.yaml's, yh-genie; must not exist yet)
 #   KEEP_CLUSTER=1   keep the cluster afterwards (its kubeconfig path is printed)
-#   KIND_NODE_IMAGE  node image for kind create cluster --image
+#   KIND_NODE_IMAGE  node image for kind create cluster --image (default: kind's own)
 #   WAIT_SECS        how long any one wait may take (default 180)
 set -euo pipefail
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-cluster=${CLUSTER:-yh-genie-e2e}
+# The README's commands, from the checkout.
+cd "$repo"
+config_cluster=$(awk '$1 == "name:" { print $2; exit }' kind-config.yaml)
+cluster=${CLUSTER:-$config_cluster}
 wait_secs=${WAIT_SECS:-180}
 ns=yh-e2e
 pod_cidr=10.244.0.0/16 # kind-config.yaml podSubnet, e2e/flannel.yaml Network
@@ -47,7 +53,7 @@ agent_port=9745 # --agent-metrics-address, on the node's loopback
 nodes=()
 scratch=
 
-log() { printf '\n=== %s\n' "$*" >&2; }
+log() { printf '\n=== [%d s] %s\n' "$SECONDS" "$*" >&2; }
 fail() {
 	printf '\nFAIL: %s\n' "$*" >&2
 	exit 1
@@ -150,6 +156,9 @@ node_lacks() { ! docker exec "$1" test -e "$2"; }
 
 diagnostics() {
 	local node
+	if ((${#nodes[@]} == 0)); then
+		return
+	fi
 	log "diagnostics"
 	kubectl get nodes -o wide || true
 	kubectl get pods -A -o wide || true
@@ -185,7 +194,11 @@ cleanup() {
 }
 
 create_cluster() {
-	local args=(create cluster --name "$cluster" --config "$repo/kind-config.yaml" --kubeconfig "$KUBECONFIG" --wait 0s)
+	# kind writes the cluster's credentials to $KUBECONFIG.
+	local args=(create cluster --config kind-config.yaml)
+	if [[ $cluster != "$config_cluster" ]]; then
+		args+=(--name "$cluster")
+	fi
 	if [[ -n ${KIND_NODE_IMAGE:-} ]]; then
 		args+=(--image "$KIND_NODE_IMAGE")
 	fi
@@ -195,19 +208,20 @@ create_cluster() {
 	((${#nodes[@]} == 3)) || fail "want 3 nodes, kind made ${#nodes[@]}: ${nodes[*]}"
 }
 
-# Our image must be built and loaded; third-party images are preloaded when possible (nodes can
-# still pull them), which spares registry rate limits.
+# Our image must be built and loaded; third-party images are preloaded when Docker has them or can
+# pull them (nodes can still pull them), which spares registry rate limits.
 load_images() {
 	local image flannel_image workload_image
-	yh_image=$(manifest_image "$repo/manifests/yh-genie.yaml")
-	flannel_image=$(manifest_image "$repo/e2e/flannel.yaml")
-	workload_image=$(manifest_image "$repo/e2e/workload.yaml")
+	yh_image=$(manifest_image manifests/yh-genie.yaml)
+	flannel_image=$(manifest_image e2e/flannel.yaml)
+	workload_image=$(manifest_image e2e/workload.yaml)
 	[[ -n $yh_image && -n $flannel_image && -n $workload_image ]] || fail "cannot read the images from the manifests"
 	log "building $yh_image"
-	docker build -t "$yh_image" "$repo"
+	docker build -t "$yh_image" .
 	kind load docker-image "$yh_image" --name "$cluster"
 	for image in "$flannel_image" "$workload_image"; do
-		if docker pull "$image" && kind load docker-image "$image" --name "$cluster"; then
+		if { docker image inspect "$image" >/dev/null 2>&1 || docker pull "$image"; } &&
+			kind load docker-image "$image" --name "$cluster"; then
 			continue
 		fi
 		log "could not preload $image; the nodes will pull it"
@@ -216,7 +230,7 @@ load_images() {
 
 install_fabric() {
 	log "starting the yonghui fabric (flannel)"
-	kubectl apply -f "$repo/e2e/flannel.yaml"
+	kubectl apply -f e2e/flannel.yaml
 	kubectl -n kube-flannel rollout status ds/kube-flannel-ds --timeout="${wait_secs}s"
 	wait_until "flannel's subnet.env on every node" on_every_node test -s /run/flannel/subnet.env
 }
@@ -255,7 +269,9 @@ install_yh_genie() {
 	image_sha=$(sha256sum "$scratch/yh-genie")
 	image_sha=${image_sha%% *}
 
-	kubectl apply -f "$repo/manifests/"
+	kubectl apply -f manifests/
+	# Kubernetes 1.30 and later: the nodes' credentials write only their own pods' status.
+	kubectl apply -f manifests/kubernetes-1.30/
 	kubectl -n kube-system rollout status ds/yh-genie --timeout="${wait_secs}s"
 	kubectl wait --for=condition=Ready nodes --all --timeout="${wait_secs}s"
 	for node in "${nodes[@]}"; do
@@ -271,10 +287,24 @@ install_yh_genie() {
 	done
 }
 
+# The README's last step: a pod choosing the yonghui network by ConfigMap, in the default namespace.
+check_example() {
+	local ip addrs
+	log "the README's example pod (examples/pods/yonghui.yaml)"
+	kubectl apply -f examples/pods/yonghui.yaml
+	kubectl wait --for=condition=Ready pod/on-yonghui --timeout="${wait_secs}s"
+	ip=$(kubectl get pod on-yonghui -o 'jsonpath={.status.podIP}')
+	ip_in_cidr "$ip" "$pod_cidr" || fail "on-yonghui: address '$ip' is not in $pod_cidr"
+	addrs=$(kubectl exec on-yonghui -- ip -4 -o addr show dev eth0)
+	[[ $addrs == *"inet $ip/"* ]] || fail "on-yonghui: eth0 does not hold $ip: $addrs"
+	# Its sleep ignores SIGTERM: no need to wait out the grace period.
+	kubectl delete -f examples/pods/yonghui.yaml --grace-period=1 --wait=true --timeout="${wait_secs}s"
+}
+
 add_networks() {
 	local net
 	log "adding the ptpnet and ptplan networks to the yh-genie-networks ConfigMap"
-	kubectl apply -f "$repo/e2e/networks.yaml"
+	kubectl apply -f e2e/networks.yaml
 	# The kubelet syncs ConfigMap volumes within about a minute; the installer polls every 2 s.
 	for net in ptpnet ptplan; do
 		wait_until "$net on every node" on_every_node test -s "$conf_dir/$net/$net.conflist"
@@ -290,7 +320,7 @@ check_workload() {
 	((${#workers[@]} == 2)) || fail "want 2 workers, got ${#workers[@]}: ${workers[*]}"
 	kubectl label node "${workers[0]}" yh-genie-e2e/slot=a --overwrite
 	kubectl label node "${workers[1]}" yh-genie-e2e/slot=b --overwrite
-	kubectl apply -f "$repo/e2e/workload.yaml"
+	kubectl apply -f e2e/workload.yaml
 	kubectl -n "$ns" wait --for=condition=Ready pod --all --timeout="${wait_secs}s"
 
 	node=$(pod_field yh-a '{.spec.nodeName}')
@@ -372,11 +402,11 @@ check_multinet() {
 	local pod other node hits before route
 	local -A net1_of=() leases=()
 	log "pods with two networks (a list in a ConfigMap, a NetworkAttachmentDefinition)"
-	kubectl apply -f "$repo/examples/nad/crd.yaml"
+	kubectl apply -f examples/nad/crd.yaml
 	kubectl wait --for=condition=Established crd/network-attachment-definitions.k8s.cni.cncf.io --timeout="${wait_secs}s"
 	node=$(kubectl get nodes -l yh-genie-e2e/slot=a -o 'jsonpath={.items[0].metadata.name}')
 	before=$(agent_hits "$node")
-	kubectl apply -f "$repo/e2e/multinet.yaml"
+	kubectl apply -f e2e/multinet.yaml
 	kubectl -n "$ns" wait --for=condition=Ready pod/multi-cm pod/multi-nad --timeout="${wait_secs}s"
 	hits=$(agent_hits "$node")
 	((hits >= before + 2)) || fail "$node: its agent answered $((hits - before)) of the 2 multi-network ADDs"
@@ -416,7 +446,7 @@ check_upgrade() {
 		wait_until "the conflist on $node" node_has "$node" "$conflist"
 		assert_installed_on "$node"
 	done
-	kubectl apply -f "$repo/e2e/after-upgrade.yaml"
+	kubectl apply -f e2e/after-upgrade.yaml
 	kubectl -n "$ns" wait --for=condition=Ready pod/yh-after-upgrade --timeout="${wait_secs}s"
 	assert_pod_address yh-after-upgrade "$pod_cidr"
 	kubectl -n "$ns" delete pod yh-after-upgrade --wait=true --timeout="${wait_secs}s"
@@ -431,7 +461,7 @@ no_installer_pods() {
 check_uninstall() {
 	local node
 	log "uninstalling"
-	kubectl delete -f "$repo/manifests/yh-genie.yaml" --cascade=foreground --wait=true --timeout="${wait_secs}s"
+	kubectl delete -f manifests/yh-genie.yaml --cascade=foreground --wait=true --timeout="${wait_secs}s"
 	wait_until "the installer pods to go" no_installer_pods
 	for node in "${nodes[@]}"; do
 		node_lacks "$node" "$conflist" || fail "$node: $conflist is still there after uninstall"
@@ -457,6 +487,7 @@ main() {
 	load_images
 	install_fabric
 	install_yh_genie
+	check_example
 	add_networks
 	check_workload
 	check_multinet

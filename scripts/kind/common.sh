@@ -1,0 +1,52 @@
+# Sourced by scripts/kind-e2e.sh and scripts/kind/*.sh: what the kind run is built from, where it is
+# cached, and the helpers they share. Every version of a third-party part is pinned here or read from
+# the one file that owns it:
+#   - Kubernetes: whatever scripts/cluster/build.sh builds (its default version), read from kubeadm;
+#   - etcd, CoreDNS: what that kubeadm deploys (`kubeadm config images list`); the pause image: the
+#     sandbox image of the node's containerd configuration, as kind's node image build does;
+#   - flannel: the tag of the image e2e/flannel.yaml runs; busybox: the tag the e2e pods name;
+#   - kind and what its base image pins: below.
+# shellcheck shell=bash disable=SC2034 # the variables are the sourcing scripts'
+
+# kind v0.30.0: its default node image is kindest/node:v1.34.0.
+KIND_VERSION=v0.30.0
+# What kind v0.30.0's base image (images/base/Dockerfile) builds in, and its Debian release.
+KIND_CONTAINERD_VERSION=v2.1.4
+KIND_RUNC_VERSION=v1.3.0
+# kind pins crictl v1.33.0, which the Go module proxy does not serve; v1.34.0 matches Kubernetes 1.34.
+KIND_CRICTL_VERSION=v1.34.0
+KIND_CNI_PLUGINS_VERSION=v1.7.1
+KIND_CNI_PLUGINS=(ipam/host-local main/loopback main/ptp meta/portmap)
+KIND_DEBIAN_SUITE=bookworm
+KIND_DEBIAN_MIRROR=${KIND_DEBIAN_MIRROR:-http://deb.debian.org/debian}
+KIND_DEBIAN_SECURITY_MIRROR=${KIND_DEBIAN_SECURITY_MIRROR:-http://deb.debian.org/debian-security}
+
+kind_repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+kind_cache_root=${YH_GENIE_CACHE:-/var/cache/yh-genie}
+
+kind_go=${GO:-}
+if [[ -z $kind_go ]]; then
+	if [[ -x /usr/local/go/bin/go ]]; then kind_go=/usr/local/go/bin/go; else kind_go=go; fi
+fi
+
+# The first `image:` of a manifest.
+kind_manifest_image() { awk '$1 == "image:" { print $2; exit }' "$1"; }
+
+# kind_hash FILE...: a short hash of the files' contents (and names), for cache keys.
+kind_hash() { (for f in "$@"; do printf '%s\n' "$f"; cat "$f"; done) | sha256sum | cut -c1-12; }
+
+# kind_timed NAME CMD...: runs CMD and prints how long it took on stderr, and as a line of the file
+# $KIND_TIMES when that is set (scripts/kind-e2e.sh prints them all at the end).
+kind_timed() {
+	local name=$1 started=$SECONDS rc=0 outcome=
+	shift
+	"$@" || rc=$?
+	((rc == 0)) || outcome=" (failed: $rc)"
+	printf 'time: %s %d s%s\n' "$name" $((SECONDS - started)) "$outcome" >&2
+	if [[ -n ${KIND_TIMES:-} ]]; then
+		printf '%s\t%d%s\n' "$name" $((SECONDS - started)) "$outcome" >>"$KIND_TIMES"
+	fi
+	return "$rc"
+}
+
+kind_log() { printf '\n=== %s\n' "$*" >&2; }
