@@ -53,6 +53,12 @@ teardown() {
 trap teardown EXIT
 trap 'exit 130' INT TERM
 
+# docker is Debian's CLI, the engine's own release, for every step (the newer CLI some machines have
+# in /usr/local/bin wants buildx for BuildKit, and falls back to the legacy builder without it).
+mkdir -p "$run/bin"
+ln -s /usr/bin/docker "$run/bin/docker"
+export PATH=$run/bin:$PATH
+
 # Debian's packages: the engine and its CLI, mmdebstrap, runc's seccomp headers, the static busybox
 # of the workloads' image, a C compiler (runc, the pause image), jq (e2e/run.sh, runc-bounded.sh),
 # capsh (runc-bounded.sh).
@@ -87,14 +93,9 @@ kind_log "starting dockerd"
 kind_timed "dockerd start" kind_dockerd_start "$run/dockerd" "$kind_cache_root/kind-docker"
 node_image=$(scripts/kind/images.sh "$run/artifacts" | tail -1)
 
-# What a user with kind has on PATH: docker (Debian's CLI, the engine's release: the newer CLI some
-# machines have in /usr/local/bin wants buildx for BuildKit), kind, and kubectl of the cluster's
-# Kubernetes release.
-mkdir -p "$run/bin"
-ln -s /usr/bin/docker "$run/bin/docker"
+# What a user with kind has on PATH: docker, kind, and kubectl of the cluster's Kubernetes release.
 ln -s "$(sed -n 's/^kind=//p' "$run/artifacts")" "$run/bin/kind"
 ln -s "$k8s_bin/kubectl" "$run/bin/kubectl"
-export PATH=$run/bin:$PATH
 kind version >&2
 
 kind_log "e2e/run.sh with KIND_NODE_IMAGE=$node_image"

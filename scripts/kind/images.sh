@@ -148,7 +148,7 @@ node_image() {
 	base_key=$(
 		cd "$kind_repo" || exit 1
 		{
-			kind_hash scripts/kind/images.sh scripts/kind/common.sh tests/common/pause.c "${node_files[@]}"
+			kind_hash scripts/kind/images.sh scripts/kind/common.sh tests/testkit/src/pause.c "${node_files[@]}"
 			stat_key "${artifact[containerd_bin]}"/{containerd,containerd-shim-runc-v2,ctr} "${artifact[runc]}" \
 				"${artifact[crictl]}" "${artifact[cni_bin]}"/{host-local,loopback,ptp,portmap}
 			echo "${artifact[rootfs_node]}" "${artifact[rootfs_netfilter]}"
@@ -191,7 +191,7 @@ node_image() {
 			;;
 		esac
 	done
-	gcc -static -Os -o "$work/pause" "$kind_repo/tests/common/pause.c"
+	gcc -static -Os -o "$work/pause" "$kind_repo/tests/testkit/src/pause.c"
 	program_image "$sandbox_image" "$work/pause" /pause /pause
 
 	kind_log "building the node image $image"
