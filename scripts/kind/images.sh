@@ -105,9 +105,11 @@ busybox() {
 }
 
 # The Rust image the Dockerfile starts from, made of the machine's own Rust toolchain (the one
-# cargo runs here); its key is that toolchain's version.
+# cargo runs here) and the certificate authorities it trusts (a machine whose HTTPS goes through a
+# proxy of its own reaches the crate registry only with that proxy's authority); its key is that
+# toolchain's version and that bundle.
 rust_standin() {
-	local name base sysroot key ctx
+	local name base sysroot key ctx ca_bundle=${SSL_CERT_FILE:-/etc/ssl/certs/ca-certificates.crt}
 	name=$(sed -n 's/^ARG RUST_IMAGE=//p' "$kind_repo/Dockerfile")
 	if [[ -z $name ]]; then
 		echo "the Dockerfile has no ARG RUST_IMAGE=<image>" >&2
@@ -115,10 +117,11 @@ rust_standin() {
 	fi
 	base=$(debian_image "${artifact[rootfs_rust]}")
 	sysroot=$(rustc --print sysroot)
-	key=$(printf '%s\n%s\n' "$base" "$(rustc -vV)" | sha256sum | cut -c1-12)
+	key=$(printf '%s\n%s\n%s\n' "$base" "$(rustc -vV)" "$(sha256sum <"$ca_bundle")" | sha256sum | cut -c1-12)
 	fresh "$name" "$key" && return
 	ctx=$work/rust
 	mkdir -p "$ctx/toolchain/bin"
+	cp "$ca_bundle" "$ctx/ca-certificates.crt"
 	cp -a "$sysroot/bin/cargo" "$sysroot/bin/rustc" "$sysroot/bin/rustdoc" "$ctx/toolchain/bin/"
 	cp -a "$sysroot/lib" "$ctx/toolchain/"
 	docker build --quiet -f "$kind_repo/scripts/kind/images/rust.Dockerfile" --build-arg "BASE=$base" \
