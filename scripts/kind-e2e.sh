@@ -59,11 +59,11 @@ mkdir -p "$run/bin"
 ln -s /usr/bin/docker "$run/bin/docker"
 export PATH=$run/bin:$PATH
 
-# Debian's packages: the engine and its CLI, mmdebstrap, runc's seccomp headers, the static busybox
-# of the workloads' image, a C compiler (runc, the pause image), jq (e2e/run.sh, runc-bounded.sh),
+# Debian's packages: the engine and its CLI, mmdebstrap, runc's seccomp headers,
+# a C compiler (runc, the pause image), jq (e2e/run.sh, runc-bounded.sh),
 # capsh (runc-bounded.sh).
 prereqs() {
-	local packages=(docker.io mmdebstrap libseccomp-dev busybox-static gcc libc6-dev jq libcap2-bin) missing=() p
+	local packages=(docker.io mmdebstrap libseccomp-dev gcc libc6-dev jq libcap2-bin) missing=() p
 	for p in "${packages[@]}"; do
 		dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 	done

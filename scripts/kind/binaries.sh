@@ -71,6 +71,24 @@ build_flanneld() {
 	mv "$1/bin/flannel" "$1/bin/flanneld"
 }
 
+# Debian's busybox-static of $KIND_BUSYBOX_SUITE, with apt's own client and lists kept apart from
+# the machine's (its sources stay as they are).
+fetch_busybox() {
+	local dir=$1 apt=$1/apt
+	local opts=(-o "Dir::Etc::SourceList=$apt/sources.list" -o Dir::Etc::SourceParts=/nonexistent
+		-o "Dir::State::Lists=$apt/lists" -o "Dir::Cache=$apt/cache" -o APT::Sandbox::User=root)
+	rm -rf "$apt" "$dir/bin.new"
+	mkdir -p "$apt/lists/partial" "$apt/cache/archives/partial" "$dir/bin.new"
+	echo "deb $KIND_DEBIAN_MIRROR $KIND_BUSYBOX_SUITE main" >"$apt/sources.list"
+	apt-get -qq "${opts[@]}" update
+	(cd "$apt" && apt-get -qq "${opts[@]}" download busybox-static)
+	dpkg-deb -x "$apt"/busybox-static_*.deb "$apt/root"
+	install -m 0755 "$apt/root/usr/bin/busybox" "$dir/bin.new/busybox"
+	"$dir/bin.new/busybox" | head -1 >&2
+	rm -rf "$apt" "${dir:?}/bin"
+	mv "$dir/bin.new" "$dir/bin"
+}
+
 # cached NAME DIR BUILDER FILE...: runs BUILDER DIR unless every FILE exists in DIR/bin.
 cached() {
 	local name=$1 dir=$2 builder=$3 file missing=0
@@ -105,6 +123,9 @@ emit cni_bin "$kind_cache_root/kind-cni-plugins-$KIND_CNI_PLUGINS_VERSION/bin"
 
 cached "flanneld $flannel_version" "$kind_cache_root/kind-flannel-$flannel_version" build_flanneld flanneld
 emit flanneld "$kind_cache_root/kind-flannel-$flannel_version/bin/flanneld"
+
+cached "busybox ($KIND_BUSYBOX_SUITE)" "$kind_cache_root/kind-busybox-$KIND_BUSYBOX_SUITE" fetch_busybox busybox
+emit busybox "$kind_cache_root/kind-busybox-$KIND_BUSYBOX_SUITE/bin/busybox"
 
 # Debian root filesystems, as tarballs for `docker import`. Like Debian's -slim images: minbase,
 # without documentation, man pages or translations; with the release's updates and security

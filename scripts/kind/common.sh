@@ -4,7 +4,8 @@
 #   - Kubernetes: whatever scripts/cluster/build.sh builds (its default version), read from kubeadm;
 #   - etcd, CoreDNS: what that kubeadm deploys (`kubeadm config images list`); the pause image: the
 #     sandbox image of the node's containerd configuration, as kind's node image build does;
-#   - flannel: the tag of the image e2e/flannel.yaml runs; busybox: the tag the e2e pods name;
+#   - flannel: the tag of the image e2e/flannel.yaml runs; busybox: the tag the e2e pods name, the
+#     program Debian's busybox-static of KIND_BUSYBOX_SUITE;
 #   - kind and what its base image pins: below.
 # shellcheck shell=bash disable=SC2034 # the variables are the sourcing scripts'
 
@@ -18,6 +19,9 @@ KIND_CRICTL_VERSION=v1.34.0
 KIND_CNI_PLUGINS_VERSION=v1.7.1
 KIND_CNI_PLUGINS=(ipam/host-local main/loopback main/ptp meta/portmap)
 KIND_DEBIAN_SUITE=bookworm
+# The pods' busybox: Debian 13's static one (1.37.0; the published busybox:1.36 is 1.36.1). Debian
+# 12's (1.35.0) wget dies of SIGSEGV when given a timeout (-T), which e2e/run.sh's fetches give.
+KIND_BUSYBOX_SUITE=trixie
 KIND_DEBIAN_MIRROR=${KIND_DEBIAN_MIRROR:-http://deb.debian.org/debian}
 KIND_DEBIAN_SECURITY_MIRROR=${KIND_DEBIAN_SECURITY_MIRROR:-http://deb.debian.org/debian-security}
 

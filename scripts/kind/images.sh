@@ -8,7 +8,7 @@
 #     and the sandbox image of the node's containerd configuration) imported into the node's
 #     containerd, pinned, so that no node fetches them;
 #   - flannel's image as e2e/flannel.yaml names it, busybox as the e2e and example pods name it
-#     (Debian's static busybox);
+#     (Debian's static busybox, scripts/kind/common.sh says which);
 #   - the Rust image the repository's Dockerfile starts from, as a stand-in under its name
 #     (scripts/kind/images/rust.Dockerfile says what it is).
 # Each image carries the key of what it was built from (label yh-genie.kind.key, or its tag) and is
@@ -86,22 +86,22 @@ flannel() {
 
 # The workloads' image: Debian's static busybox, a link per applet in /bin.
 busybox() {
-	local name key rootfs applet
+	local name key rootfs applet program=${artifact[busybox]}
 	name=$(kind_manifest_image "$kind_repo/e2e/workload.yaml")
-	key=$(stat_key /bin/busybox)
+	key=$(stat_key "$program")
 	fresh "$name" "$key" && return
 	rootfs=$work/busybox
 	mkdir -p "$rootfs/bin" "$rootfs/etc" "$rootfs/tmp"
 	chmod 1777 "$rootfs/tmp"
-	cp /bin/busybox "$rootfs/bin/busybox"
-	for applet in $(/bin/busybox --list); do
+	cp "$program" "$rootfs/bin/busybox"
+	for applet in $("$program" --list); do
 		[[ $applet == busybox ]] || ln -s busybox "$rootfs/bin/$applet"
 	done
 	printf 'root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/home:/bin/false\n' >"$rootfs/etc/passwd"
 	printf 'root:x:0:\nnobody:x:65534:\n' >"$rootfs/etc/group"
 	tar -C "$rootfs" --owner=0 --group=0 -c . |
 		docker import --change "ENV PATH=$default_path" --change 'CMD ["sh"]' --change "LABEL $key_label=$key" - "$name" >/dev/null
-	echo "built $name from Debian's busybox-static ($(/bin/busybox | head -1))" >&2
+	echo "built $name from Debian's busybox-static ($("$program" | head -1))" >&2
 }
 
 # The Rust image the Dockerfile starts from, made of the machine's own Rust toolchain (the one
