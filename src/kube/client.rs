@@ -102,7 +102,7 @@ impl ApiClient {
         let client = {
             let _in_runtime = runtime.enter();
             // Each request is bounded as a whole by `attempt_timeout` (see `with_retries`).
-            tls::client(config, policy.attempt_timeout).map_err(|e| bad_kubeconfig(&e))?
+            tls::client(config, policy.attempt_timeout, tls::Protocols::Http1).map_err(|e| bad_kubeconfig(&e))?
         };
         Ok(ApiClient { client, server, kubeconfig: kubeconfig.to_path_buf(), has_ca_data, policy, deadline, runtime })
     }

@@ -55,7 +55,7 @@ pub async fn connect(access: &Access) -> Result<Client, String> {
     let config = Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
         .await
         .map_err(|e| format!("{access}: {e}"))?;
-    tls::client(config, CONNECT_TIMEOUT).map_err(|e| format!("{access}: {e}"))
+    tls::client(config, CONNECT_TIMEOUT, tls::Protocols::Http2Preferred).map_err(|e| format!("{access}: {e}"))
 }
 
 /// How one status write ended.

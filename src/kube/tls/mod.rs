@@ -11,6 +11,11 @@
 //! configuration, base URI, auth and header layers: kube's documented custom-client path) instead
 //! of `Client::try_from`.
 //!
+//! The node agent's client speaks HTTP/2 when the API server offers it (ALPN `h2`, else
+//! HTTP/1.1): every watch and request of the agent is then a stream of one TCP connection, as
+//! client-go's are, where HTTP/1.1 needs a connection per open watch. The plugin's one-shot client
+//! stays on HTTP/1.1: its two or three sequential GETs share one keep-alive connection anyway.
+//!
 //! - [`refusal`]: a certificate refusal found in a request's error, and said in words with what to
 //!   change. Such a refusal is final: asking again cannot help.
 //! - [`validity`]: a certificate's validity period, read from its DER.
@@ -32,11 +37,27 @@ use std::time::Duration;
 const KEEPALIVE_IDLE: Duration = Duration::from_secs(30);
 const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(10);
 const KEEPALIVE_PROBES: u32 = 3;
+/// HTTP/2 PINGs on a connection that carries only quiet watches, and how long a PING may go
+/// unanswered before the connection (and every watch on it) is taken for dead: client-go's
+/// `ReadIdleTimeout` and `PingTimeout` are of the same order (30 s, 15 s).
+const H2_PING_INTERVAL: Duration = Duration::from_secs(30);
+const H2_PING_TIMEOUT: Duration = Duration::from_secs(15);
+
+/// Which HTTP versions a client offers the API server.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Protocols {
+    /// HTTP/1.1 only: one connection per request in flight.
+    Http1,
+    /// HTTP/2 when the server agrees to it in the TLS handshake (ALPN), HTTP/1.1 when it does not:
+    /// one connection carries every request and watch.
+    Http2Preferred,
+}
 
 /// A kube client for `config`, verifying the server as [`KubeconfigTrust`] does when the
-/// kubeconfig has CA data (else with kube's own verifier: the system's roots). Connecting is
-/// bounded by `connect_timeout`; the caller bounds each request as a whole.
-pub fn client(config: Config, connect_timeout: Duration) -> Result<Client, ::kube::Error> {
+/// kubeconfig has CA data (else with kube's own verifier: the system's roots), speaking
+/// `protocols`. Connecting is bounded by `connect_timeout`; the caller bounds each request as a
+/// whole.
+pub fn client(config: Config, connect_timeout: Duration, protocols: Protocols) -> Result<Client, ::kube::Error> {
     if let Some(proxy) = &config.proxy_url {
         // kube is built without proxy support here, and its own builder refuses one the same way.
         return Err(::kube::Error::ProxyProtocolUnsupported { proxy_url: Box::new(proxy.clone()) });
@@ -62,8 +83,22 @@ pub fn client(config: Config, connect_timeout: Duration) -> Result<Client, ::kub
             .map_err(|e| ::kube::Error::RustlsTls(::kube::client::RustlsTlsError::InvalidServerName(e)))?;
         https = https.with_server_name_resolver(hyper_rustls::FixedServerNameResolver::new(name));
     }
-    let https = https.enable_http1().wrap_connector(http);
-    let http_client = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new()).build(https);
+    let mut builder = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new());
+    let https = match protocols {
+        Protocols::Http1 => https.enable_http1().wrap_connector(http),
+        Protocols::Http2Preferred => {
+            // Without PINGs, a connection whose peer vanished is noticed only by TCP keepalive, and
+            // a watch that stays quiet would wait on it: with them, within `H2_PING_INTERVAL` +
+            // `H2_PING_TIMEOUT`.
+            builder
+                .timer(hyper_util::rt::TokioTimer::new())
+                .http2_keep_alive_interval(H2_PING_INTERVAL)
+                .http2_keep_alive_timeout(H2_PING_TIMEOUT)
+                .http2_keep_alive_while_idle(true);
+            https.enable_all_versions().wrap_connector(http)
+        }
+    };
+    let http_client = builder.build(https);
     let service = tower::ServiceBuilder::new()
         .layer(config.base_uri_layer())
         .option_layer(config.auth_layer()?)
