@@ -1,5 +1,5 @@
-//! The agent's local HTTP port: `/readyz` (200 once the node's pods are listed, else 503: the
-//! DaemonSet's readinessProbe), `/healthz` (200 while the agent runs) and `/metrics` (Prometheus
+//! The agent's local HTTP port: `/readyz` (200 once every watch has listed and is current and the
+//! default network is ready, else 503 saying why: the DaemonSet's readinessProbe), `/healthz` (200 while the agent runs) and `/metrics` (Prometheus
 //! text). A few plain GETs from the kubelet and a scraper need no HTTP library: one request per
 //! connection, answered and closed.
 
@@ -60,13 +60,10 @@ async fn request(shared: Arc<Shared>, mut stream: TcpStream) {
     let mut words = line.split_whitespace();
     let (method, path) = (words.next().unwrap_or_default(), words.next().unwrap_or_default());
     let (status, body) = match (method, path) {
-        ("GET", "/readyz") => {
-            if shared.store.lock().unwrap_or_else(|e| e.into_inner()).listed() {
-                ("200 OK", "ready\n".to_string())
-            } else {
-                ("503 Service Unavailable", "not ready: the node's pods are not listed yet\n".to_string())
-            }
-        }
+        ("GET", "/readyz") => match shared.readiness() {
+            Ok(()) => ("200 OK", "ready\n".to_string()),
+            Err(why) => ("503 Service Unavailable", format!("not ready: {why}\n")),
+        },
         ("GET", "/healthz") => ("200 OK", "ok\n".to_string()),
         ("GET", "/metrics") => ("200 OK", shared.render_metrics()),
         ("GET", _) => ("404 Not Found", "not found: /readyz, /healthz, /metrics\n".to_string()),

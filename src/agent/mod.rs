@@ -4,13 +4,15 @@
 //!
 //! - it watches only its node's pods and, for each, the ConfigMaps and NetworkAttachmentDefinitions
 //!   the pod refers to (`watch`, `store`), so the objects are fetched when the pod appears, before
-//!   the runtime asks for its network;
+//!   the runtime asks for its network; every watch on one connection to the API server, each
+//!   reporting whether it is current (`sync`);
 //! - it answers the plugin over a root-only unix socket (`server`; the wire and the plugin's side
 //!   are in `kube::agent_socket`) with the pod and those objects; the plugin resolves them itself,
 //!   with the same `resolve` as the direct path and its own view of the node's files;
 //! - it writes the pods' network-status annotations and creates the `AddedInterface` events the
 //!   plugin hands over (`annotate`);
-//! - it reports readiness and metrics on a local port (`http`, `metrics`).
+//! - it reports readiness and metrics on a local port (`http`, `metrics`), the plugin's operations
+//!   among them, which each plugin process reports on a datagram socket when it is done (`reports`).
 //!
 //! It never runs plugins or touches a pod's netns: a crashed, slow or upgraded agent costs the
 //! plugin speed (it takes the direct path), never a pod's network. A failure of the agent itself is
@@ -19,12 +21,15 @@
 mod annotate;
 mod http;
 mod metrics;
+mod reports;
 mod server;
 mod store;
+mod sync;
 mod watch;
 
+use crate::kube::jittered;
+use crate::kube::watching::list_watch::Streaming;
 use crate::kube::watching::{self, Access};
-use crate::kube::{ObjectKey, jittered};
 use crate::selector::config::defaults::PodDefaults;
 use crate::selector::config::policy::AttachmentPolicy;
 use anyhow::{Context, anyhow, bail};
@@ -36,7 +41,8 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use store::{Store, Watches};
+use store::{Store, WatchKey, Watches};
+use sync::{Sync, Watched};
 use tokio::sync::mpsc;
 use tokio::task::{AbortHandle, JoinSet};
 use tracing::{error, info, warn};
@@ -65,29 +71,72 @@ pub struct Options {
     /// The selector's extra keys (a JSON object), for the NetworkAttachmentDefinition namespace
     /// policy: only NADs a pod may use are watched.
     pub selector_config: Option<PathBuf>,
+    /// Whether the node's default network is ready, as the installer finds it.
+    pub default_network: NetworkReadiness,
 }
+
+/// Whether the node's default network is ready: the installer sets it (the conflist written, its
+/// `--wait-for` files there), the agent's readiness reads it. Shared by the two.
+#[derive(Debug, Clone, Default)]
+pub struct NetworkReadiness(Arc<Mutex<Option<String>>>);
+
+impl NetworkReadiness {
+    /// Not ready until `set_ready`.
+    pub fn waiting(why: &str) -> Self {
+        let readiness = Self::default();
+        readiness.set_waiting(why);
+        readiness
+    }
+
+    pub fn set_ready(&self) {
+        *self.0.lock().unwrap_or_else(|e| e.into_inner()) = None;
+    }
+
+    pub fn set_waiting(&self, why: &str) {
+        *self.0.lock().unwrap_or_else(|e| e.into_inner()) = Some(why.to_string());
+    }
+
+    /// `None` when ready; else why not.
+    pub fn waiting_for(&self) -> Option<String> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+}
+
+impl PartialEq for NetworkReadiness {
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
+}
+
+impl Eq for NetworkReadiness {}
+
+/// The files the running agent listens on: (device, inode) of its socket and of its report socket.
+type Bound = [Option<FileId>; 2];
 
 /// The running agent, as the installer holds it.
 pub struct Handle {
     socket: PathBuf,
-    bound: Arc<Mutex<Option<FileId>>>,
+    bound: Arc<Mutex<Bound>>,
 }
 
 impl Handle {
-    /// On the way out: remove the socket, if it is still this agent's (a newer agent may have
-    /// replaced it already), so that plugins find no socket rather than one nobody serves.
+    /// On the way out: remove the sockets, if they are still this agent's (a newer agent may have
+    /// replaced them already), so that plugins find no socket rather than one nobody serves.
     pub fn stop(&self) {
         let ours = *self.bound.lock().unwrap_or_else(|e| e.into_inner());
-        let there = std::fs::metadata(&self.socket).ok().map(|m| (m.dev(), m.ino()));
-        if ours.is_some() && ours == there && std::fs::remove_file(&self.socket).is_ok() {
-            info!("removed {}", self.socket.display());
+        let paths = [self.socket.clone(), crate::kube::agent_socket::report::report_socket(&self.socket)];
+        for (path, ours) in paths.iter().zip(ours) {
+            let there = std::fs::metadata(path).ok().map(|m| (m.dev(), m.ino()));
+            if ours.is_some() && ours == there && std::fs::remove_file(path).is_ok() {
+                info!("removed {}", path.display());
+            }
         }
     }
 }
 
 /// Start the agent on a thread of its own, restarting it whenever it fails.
 pub fn spawn(options: Options) -> anyhow::Result<Handle> {
-    let bound = Arc::new(Mutex::new(None));
+    let bound = Arc::new(Mutex::new([None, None]));
     let handle = Handle { socket: options.socket.clone(), bound: bound.clone() };
     std::thread::Builder::new()
         .name("agent".into())
@@ -96,7 +145,7 @@ pub fn spawn(options: Options) -> anyhow::Result<Handle> {
     Ok(handle)
 }
 
-fn supervise(options: &Options, bound: &Mutex<Option<FileId>>) {
+fn supervise(options: &Options, bound: &Mutex<Bound>) {
     let mut pause = FIRST_RESTART_PAUSE;
     loop {
         let started = Instant::now();
@@ -124,13 +173,17 @@ fn supervise(options: &Options, bound: &Mutex<Option<FileId>>) {
 }
 
 /// One life of the agent: until one of its tasks fails for good.
-fn run(options: &Options, bound: &Mutex<Option<FileId>>) -> anyhow::Result<()> {
+fn run(options: &Options, bound: &Mutex<Bound>) -> anyhow::Result<()> {
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().context("the agent's runtime")?;
     runtime.block_on(async {
         let client = watching::connect(&options.access).await.map_err(|e| anyhow!(e))?;
         let (listener, id) =
             server::bind(&options.socket).with_context(|| format!("listening on {}", options.socket.display()))?;
-        *bound.lock().unwrap_or_else(|e| e.into_inner()) = Some(id);
+        let (report_socket, report_id) = reports::bind(&options.socket).with_context(|| {
+            let path = crate::kube::agent_socket::report::report_socket(&options.socket);
+            format!("listening on {}", path.display())
+        })?;
+        *bound.lock().unwrap_or_else(|e| e.into_inner()) = [Some(id), Some(report_id)];
         let rules = options.selector_config.as_deref().map(read_rules).unwrap_or_else(|| Ok(Default::default()));
         let (policy, defaults) = rules.unwrap_or_else(|e| {
             warn!("{e:#}; the default namespace policy decides which NetworkAttachmentDefinitions are watched");
@@ -144,13 +197,17 @@ fn run(options: &Options, bound: &Mutex<Option<FileId>>) -> anyhow::Result<()> {
             changes,
             metrics: Metrics::default(),
             client,
+            streaming: Streaming::default(),
+            sync: Sync::default(),
             object_watches: Mutex::new(HashMap::new()),
             annotations,
             node: options.node.clone(),
+            default_network: options.default_network.clone(),
         });
         let mut tasks = JoinSet::new();
         tasks.spawn(watch::pods(shared.clone(), options.node.clone()));
         tasks.spawn(server::serve(shared.clone(), listener));
+        tasks.spawn(reports::serve(shared.clone(), report_socket));
         tasks.spawn(annotate::run(shared.clone(), jobs));
         tasks.spawn(http::serve(shared.clone(), options.metrics_address));
         if let Some(path) = options.selector_config.clone() {
@@ -178,15 +235,20 @@ struct Shared {
     /// Bumped after every change of the store: requests waiting for a pod look again.
     changes: tokio::sync::watch::Sender<u64>,
     metrics: Metrics,
+    /// One connection to the API server (HTTP/2 where it is offered), shared by every watch.
     client: ::kube::Client,
-    object_watches: Mutex<HashMap<ObjectKey, AbortHandle>>,
+    /// Whether the API server serves streaming lists, as the watches found out.
+    streaming: Streaming,
+    sync: Sync,
+    object_watches: Mutex<HashMap<WatchKey, AbortHandle>>,
     annotations: mpsc::Sender<annotate::Job>,
     /// This node's name, which reports the events the agent creates.
     node: String,
+    default_network: NetworkReadiness,
 }
 
 impl Shared {
-    /// Change the store, start and stop the object watches it asks for, and wake the waiters.
+    /// Change the store, start and stop the watches it asks for, and wake the waiters.
     fn update(self: &Arc<Self>, change: impl FnOnce(&mut Store) -> Watches) {
         let watches = change(&mut self.store.lock().unwrap_or_else(|e| e.into_inner()));
         let mut running = self.object_watches.lock().unwrap_or_else(|e| e.into_inner());
@@ -194,6 +256,7 @@ impl Shared {
             if let Some(task) = running.remove(&key) {
                 task.abort();
             }
+            self.sync.stopped(&Watched::Object(key));
         }
         for key in watches.start {
             let task = watch::start(self, key.clone());
@@ -205,9 +268,34 @@ impl Shared {
         self.changes.send_modify(|n| *n += 1);
     }
 
+    /// `Ok` when the agent is ready (`/readyz`): the node's pods listed, every watch synced, the
+    /// default network ready; else why not.
+    fn readiness(&self) -> Result<(), String> {
+        if !self.store.lock().unwrap_or_else(|e| e.into_inner()).listed() {
+            return Err("the node's pods are not listed yet".into());
+        }
+        if let Some((watched, listed)) = self.sync.first_behind() {
+            let what = match &watched {
+                Watched::Pods => "the watch of the node's pods".to_string(),
+                Watched::Object(key) => format!("the watch of {key}"),
+            };
+            return Err(if listed { format!("{what} is not current") } else { format!("{what} has not listed yet") });
+        }
+        match self.default_network.waiting_for() {
+            Some(why) => Err(format!("the default network is not ready: {why}")),
+            None => Ok(()),
+        }
+    }
+
     fn render_metrics(&self) -> String {
-        let watches = self.object_watches.lock().unwrap_or_else(|e| e.into_inner()).len();
-        self.metrics.render(&self.store.lock().unwrap_or_else(|e| e.into_inner()), watches)
+        let ready = self.readiness().is_ok();
+        let store = self.store.lock().unwrap_or_else(|e| e.into_inner());
+        self.metrics.render(&metrics::Snapshot {
+            store: &store,
+            sync: &self.sync,
+            ready,
+            default_network_ready: self.default_network.waiting_for().is_none(),
+        })
     }
 }
 

@@ -43,11 +43,24 @@ pub(super) fn bind(path: &Path) -> std::io::Result<(UnixListener, FileId)> {
     Ok((UnixListener::from_std(listener)?, (meta.dev(), meta.ino())))
 }
 
+/// Connections served at once. A burst of ADDs beyond it waits in the listen backlog (a plugin
+/// whose connect finds the backlog full takes the direct path at once), so that the agent's memory
+/// and its one thread stay bounded whatever the node's runtime does.
+const CONCURRENT: usize = 128;
+
 /// Serve connections until the listener fails for good.
 pub(super) async fn serve(shared: Arc<Shared>, listener: UnixListener) -> String {
+    let slots = Arc::new(tokio::sync::Semaphore::new(CONCURRENT));
     loop {
+        let Ok(slot) = slots.clone().acquire_owned().await else { return "the connection slots closed".into() };
         match listener.accept().await {
-            Ok((stream, _)) => drop(tokio::spawn(connection(shared.clone(), stream))),
+            Ok((stream, _)) => {
+                let shared = shared.clone();
+                drop(tokio::spawn(async move {
+                    connection(shared, stream).await;
+                    drop(slot);
+                }));
+            }
             Err(e) => {
                 // Out of descriptors, most likely: the connections in flight will free some.
                 warn!("accepting on the agent socket: {e}");

@@ -9,7 +9,7 @@ use super::result::CniResult;
 use super::version::{self, CniVersion};
 use crate::logging::LogConfig;
 use std::io::{Read, Write};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 /// A CNI plugin. Methods are synchronous and are never called from inside an async runtime, so a
 /// plugin may build its own (current-thread) runtime and a built-in plugin can call another in process.
@@ -33,6 +33,9 @@ pub trait Plugin: Sync {
     fn log_config(&self, conf: &PluginConf) -> LogConfig {
         LogConfig::from_keys(&conf.raw)
     }
+    /// Called once a command has run, with how it ended and how long the process took to get
+    /// there (the selector reports it to its node agent's metrics). Must not wait on anything.
+    fn done(&self, _inv: &Invocation, _conf: &PluginConf, _outcome: Result<(), &CniError>, _took: Duration) {}
 }
 
 /// Run one command on a plugin whose config is already parsed, with the spec's version gates.
@@ -119,7 +122,9 @@ pub fn run_with(plugin: &dyn Plugin, get_env: impl Fn(&str) -> Option<String>, s
             }
             _ => None,
         };
-        let out = dispatch(plugin, &inv, &conf)?;
+        let out = dispatch(plugin, &inv, &conf);
+        plugin.done(&inv, &conf, out.as_ref().map(drop), started.elapsed());
+        let out = out?;
         if inv.command == Command::Del
             && let Some(lock) = lock
         {

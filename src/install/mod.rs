@@ -83,11 +83,18 @@ fn run(opts: &Options) -> anyhow::Result<()> {
         bail!("the host root {} is not a directory", opts.host_root.display());
     }
     // Beside the loop, on a thread of its own: whatever happens to it, the files below stay right.
-    let agent = opts.agent.as_ref().map(|settings| crate::agent::spawn(agent_options(opts, settings))).transpose()?;
+    // Its readiness includes the default network's, which the passes below find.
+    let default_network = crate::agent::NetworkReadiness::waiting("the installer has not written the conflist yet");
+    let agent = opts
+        .agent
+        .as_ref()
+        .map(|settings| crate::agent::spawn(agent_options(opts, settings, &default_network)))
+        .transpose()?;
     install_binaries(opts)?;
     // A first pass that cannot write the kubeconfig or the conflist is a broken setup: fail, so
     // the pod crash-loops where everyone sees it.
     let first = converge(opts)?;
+    note_default_network(&default_network, &first);
     // An installer killed between the conflist's rename and its announcement left a runtime that
     // did not reload: once per start, the conflist in place is announced again.
     let conflist = opts.on_host(&opts.conf_dir.join(conflist::FILE_NAME));
@@ -116,6 +123,9 @@ fn run(opts: &Options) -> anyhow::Result<()> {
         }
         // From here on, failures are logged and retried: a ConfigMap mid-edit, a token mid-rotation.
         let now = converge(opts).map_err(|e| format!("{e:#}"));
+        if let Ok(outcome) = &now {
+            note_default_network(&default_network, outcome);
+        }
         if now != last {
             report(&now);
         }
@@ -123,9 +133,21 @@ fn run(opts: &Options) -> anyhow::Result<()> {
     }
 }
 
+/// The default network is ready once the conflist is written: every `--wait-for` file is there.
+fn note_default_network(readiness: &crate::agent::NetworkReadiness, outcome: &Outcome) {
+    match &outcome.waiting_for {
+        None => readiness.set_ready(),
+        Some(path) => readiness.set_waiting(&format!("the installer waits for {}", path.display())),
+    }
+}
+
 /// The agent of `--agent`: it reaches the API server with the pod's service account (the token
 /// file itself, re-read as it rotates) and listens where the conflist tells the plugin to ask.
-fn agent_options(opts: &Options, settings: &AgentSettings) -> crate::agent::Options {
+fn agent_options(
+    opts: &Options,
+    settings: &AgentSettings,
+    default_network: &crate::agent::NetworkReadiness,
+) -> crate::agent::Options {
     crate::agent::Options {
         node: settings.node_name.clone(),
         access: crate::kube::watching::Access::ServiceAccount {
@@ -135,6 +157,7 @@ fn agent_options(opts: &Options, settings: &AgentSettings) -> crate::agent::Opti
         socket: opts.on_host(&settings.socket),
         metrics_address: settings.metrics_address,
         selector_config: opts.selector_config.clone(),
+        default_network: default_network.clone(),
     }
 }
 

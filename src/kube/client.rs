@@ -19,7 +19,17 @@ use serde::de::DeserializeOwned;
 use std::fmt::Debug;
 use std::future::Future;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
+
+/// Requests this process has made to the API server (every attempt counts): what a plugin
+/// operation reports to the agent's metrics, where ADD's should be 0 while the agent answers.
+static REQUESTS: AtomicU32 = AtomicU32::new(0);
+
+/// Requests this process has made to the API server so far.
+pub fn requests_made() -> u32 {
+    REQUESTS.load(Ordering::Relaxed)
+}
 
 /// The first pause between attempts; it doubles up to `MAX_PAUSE`.
 const FIRST_PAUSE: Duration = Duration::from_millis(100);
@@ -145,6 +155,7 @@ impl ApiClient {
                 break;
             }
             attempts += 1;
+            REQUESTS.fetch_add(1, Ordering::Relaxed);
             let limit = remaining.min(self.policy.attempt_timeout);
             match tokio::time::timeout(limit, request()).await {
                 Ok(Ok(object)) => return Ok(Some(object)),
@@ -303,9 +314,16 @@ fn error_chain(e: &dyn std::error::Error) -> String {
 /// `pause` scaled by a random factor in [0.5, 1.0), so nodes that lost the API server together do
 /// not come back in lockstep.
 pub fn jittered(pause: Duration) -> Duration {
-    let mut byte = [0u8; 1];
-    let r = if getrandom::fill(&mut byte).is_ok() { f64::from(byte[0]) / 256.0 } else { 0.5 };
-    pause.mul_f64(0.5 + r / 2.0)
+    pause.mul_f64(0.5 + random_fraction() / 2.0)
+}
+
+/// A random number in [0, 1), evenly spread (0.5 if the system has no randomness to give).
+pub fn random_fraction() -> f64 {
+    let mut bytes = [0u8; 4];
+    if getrandom::fill(&mut bytes).is_err() {
+        return 0.5;
+    }
+    f64::from(u32::from_le_bytes(bytes)) / (f64::from(u32::MAX) + 1.0)
 }
 
 /// A duration for messages: `30s`, `0.25s`.

@@ -15,7 +15,7 @@ mod nad;
 mod tls;
 pub mod watching;
 
-pub use client::{ApiClient, ApiPolicy, annotations_patch, jittered};
+pub use client::{ApiClient, ApiPolicy, annotations_patch, jittered, random_fraction, requests_made};
 pub use nad::{NetworkAttachmentDefinition, NetworkAttachmentDefinitionSpec};
 
 use crate::cni::CniError;

@@ -11,7 +11,8 @@
 //!   server, in one pass to a `Selection`;
 //! - `attach`: every choice recorded durably, then each network's chain run on its interface; DEL,
 //!   CHECK and GC work from the records alone, and a completed DEL leaves a tombstone;
-//! - `report`: the network-status annotation and the `AddedInterface` events, after ADD;
+//! - `report`: the network-status annotation and the `AddedInterface` events, after ADD, and how
+//!   each ADD, DEL and CHECK went, for the node agent's metrics;
 //! - `commands`: the CNI verbs, one file each; `explain`: `yh-genie explain`.
 //!
 //! The rules for users: docs/selector.md; the layout: docs/layout.md.
@@ -52,5 +53,10 @@ impl Plugin for Selector {
     }
     fn status(&self, inv: &Invocation, conf: &PluginConf) -> Result<(), CniError> {
         commands::status(inv, conf)
+    }
+
+    /// ADD, DEL and CHECK tell the node agent's metrics how they went (`report::operation`).
+    fn done(&self, inv: &Invocation, conf: &PluginConf, outcome: Result<(), &CniError>, took: std::time::Duration) {
+        report::operation(inv, conf, outcome, took)
     }
 }

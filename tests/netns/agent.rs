@@ -1,6 +1,6 @@
 //! The node agent end to end, as root: the agent runs as the DaemonSet runs it (`yh-genie install
 //! --agent`, a real process in the node netns, `testkit::agent`), watching the fake HTTPS API server
-//! (list + watch with resourceVersions, `testkit::apiserver`); the runtime calls the selector as
+//! (streaming lists, or a list and a watch where they are refused, resourceVersions, `testkit::apiserver`);
 //! always, on real netns, and through libcni. Networks are `yonghui` -> `yh-bridge` on two subnets,
 //! so an address tells which network a pod got. The API requests of the plugin (its token) and of
 //! the agent (its own) are counted apart.
@@ -10,7 +10,8 @@ use crate::support::driver::{Reply, cnidrive_run};
 use crate::support::node::{NetnsNode, Pod, addresses_on, pod_addresses};
 use serde_json::json;
 use std::time::{Duration, Instant};
-use testkit::apiserver::{from_config_map, literal};
+use testkit::agent::{Agent, METRICS_PORT};
+use testkit::apiserver::{Call, from_config_map, literal};
 use yh_genie::kube::agent_socket::protocol::{Answer, PodObjects};
 
 const BLUE: (&str, u8) = ("blue", 31);
@@ -136,19 +137,20 @@ fn with_the_agent_add_makes_no_api_request_and_records_what_the_direct_path_reco
     n.assert_nothing_left(&pod, "cri");
 
     assert!(agent.metric("yh_genie_agent_answers_total{outcome=\"hit\"}") >= 3);
-    // The agent's own requests: lists from the watch cache, watches, the status patch, the
-    // AddedInterface events; nothing else.
-    for call in n.api.calls().iter().filter(|c| c.client == "agent") {
+    // The agent's own requests: streaming lists from the watch cache (this server serves them, so
+    // no list at all), watches, the status patch, the AddedInterface events; nothing else.
+    let calls: Vec<_> = n.api.calls().into_iter().filter(|c| c.client == "agent").collect();
+    for call in &calls {
         let group = if call.resource == "network-attachment-definitions" { "k8s.cni.cncf.io" } else { "" };
         assert!(yh_genie::kube::AGENT_API_CALLS.contains(&(group, call.resource, call.verb)), "{call:?}");
-        if call.verb == "list" {
-            assert_eq!(
-                call.resource_version.as_deref(),
-                Some("0"),
-                "lists are answered from the watch cache: {call:?}"
-            );
+        assert_ne!(call.verb, "list", "{call:?}");
+        if call.streaming_list {
+            assert_eq!(call.resource_version.as_deref(), Some("0"), "answered from the watch cache: {call:?}");
         }
     }
+    // One request per watch at start: the node's pods, the one ConfigMap its pods used.
+    let streamed: Vec<&str> = calls.iter().filter(|c| c.streaming_list).map(|c| c.resource).collect();
+    assert_eq!(streamed, ["pods", "configmaps"], "{calls:#?}");
 }
 
 #[test]
@@ -317,10 +319,11 @@ fn a_configmap_change_reaches_the_pods_created_after_it() {
     assert_eq!((selection(&reply).as_str(), n.api.plugin_requests() - before), ("agent", 0));
     assert!(on(&b, RED), "{:?}", pod_addresses(&b));
     // The last pod that referred to it gone, the ConfigMap is not watched any more.
-    assert_eq!(agent.metric("yh_genie_agent_object_watches"), 1);
+    let configmap_watches = "yh_genie_agent_watches{resource=\"configmaps\"}";
+    assert_eq!(agent.metric(configmap_watches), 1);
     n.api.remove_pod("default", "a");
     n.api.remove_pod("default", "b");
-    agent.wait_for("the ConfigMap's watch to stop", || agent.metric("yh_genie_agent_object_watches") == 0);
+    agent.wait_for("the ConfigMap's watch to stop", || agent.metric(configmap_watches) == 0);
     for p in [&a, &b] {
         n.call("DEL", p, &conf).ok();
         assert_gone(&n, p, "configmap change");
@@ -354,11 +357,12 @@ fn the_agent_recovers_from_dropped_watches_and_an_api_server_restart() {
     add_new("before");
 
     // Watches end (as when the API server sheds them): they resume from their resourceVersion.
-    let lists = n.api.calls().iter().filter(|c| c.client == "agent" && c.verb == "list").count();
+    let lists =
+        || n.api.calls().iter().filter(|c| c.client == "agent" && (c.verb == "list" || c.streaming_list)).count();
+    let listed = lists();
     n.api.drop_watches();
     add_new("after-drop");
-    let relisted = n.api.calls().iter().filter(|c| c.client == "agent" && c.verb == "list").count();
-    assert_eq!(relisted, lists, "a dropped watch resumes without listing again");
+    assert_eq!(lists(), listed, "a dropped watch resumes without listing again");
 
     // A restart: connections cut, the port refused a while, a pod created meanwhile, the watch
     // cache built anew (the resume gets 410; the agent lists again and finds the pod).
@@ -456,4 +460,158 @@ fn a_static_pod_gets_its_networks_through_its_mirror_pod_on_both_paths() {
         n.assert_nothing_left(&other, path);
     }
     drop(agent);
+}
+
+#[test]
+fn an_api_server_without_streaming_lists_gets_lists_and_a_namespace_of_attachments_is_one_watch() {
+    let n = node();
+    // Kubernetes 1.33's default: the WatchList gate off, sendInitialEvents refused with 422.
+    n.api.refuse_streaming_lists();
+    n.api.put_config_map("default", "nets", json!({"k": "blue"}));
+    for nad in ["red", "unused"] {
+        n.api.put_nad("default", nad, None);
+    }
+    let networks = json!({ yh_genie::selector::requests::annotation::NETWORKS: "red" });
+    n.api.put_annotated_pod("default", "web-0", networks.clone(), from_config_map("nets", "k"));
+    let agent = n.start_agent();
+    agent.wait_ready();
+    let socket = n.agent_socket();
+    agent.wait_holds(&socket, "web-0", &uid("web-0"), |o| o.network_attachments.len() == 1);
+    let conf = n.selector_conf("1.0.0", json!({}));
+    let pod = n.pod("web-0");
+    let before = n.api.plugin_requests();
+    let reply = add(&n, &pod, &conf);
+    assert_eq!((selection(&reply).as_str(), n.api.plugin_requests() - before), ("agent", 0));
+    assert!(addresses_on(&pod, "net1")[0].starts_with("10.77.32."), "red through its NAD");
+    n.call("DEL", &pod, &conf).ok();
+
+    // One refused streaming list, then lists from the watch cache: one per watch, the namespace's
+    // two NADs in one.
+    let calls: Vec<_> = n.api.calls().into_iter().filter(|c| c.client == "agent").collect();
+    let streaming: Vec<&str> = calls.iter().filter(|c| c.streaming_list).map(|c| c.resource).collect();
+    assert_eq!(streaming, ["pods"], "{calls:#?}");
+    let lists: Vec<(&str, Option<&str>)> =
+        calls.iter().filter(|c| c.verb == "list").map(|c| (c.resource, c.resource_version.as_deref())).collect();
+    assert_eq!(
+        lists,
+        [("pods", Some("0")), ("configmaps", Some("0")), ("network-attachment-definitions", Some("0"))],
+        "{calls:#?}"
+    );
+    assert_eq!(agent.metric("yh_genie_agent_watches{resource=\"network-attachment-definitions\"}"), 1);
+    assert_eq!(agent.metric("yh_genie_agent_objects{resource=\"network-attachment-definitions\"}"), 2);
+
+    // A NAD of that namespace a new pod names is known at once; an edit of one reaches the agent.
+    n.api.put_nad("default", "blue-side", Some("{\"cniVersion\":\"1.0.0\",\"name\":\"blue-side\",\"type\":\"x\"}"));
+    agent.wait_for("the new NAD", || {
+        agent.metric("yh_genie_agent_objects{resource=\"network-attachment-definitions\"}") == 3
+    });
+    let both = json!({ yh_genie::selector::requests::annotation::NETWORKS: "red, unused" });
+    n.api.put_annotated_pod("default", "web-1", both, from_config_map("nets", "k"));
+    agent.wait_holds(&socket, "web-1", &uid("web-1"), |o| o.network_attachments.len() == 2);
+    let watches_of = |resource: &str| calls_since(&n, &calls, resource);
+    assert_eq!(watches_of("network-attachment-definitions"), 0, "no new watch for a NAD of a watched namespace");
+    assert!(n.leftovers().is_empty(), "{:#?}", n.leftovers());
+}
+
+/// Requests of the agent for `resource` after `before` were made.
+fn calls_since(n: &NetnsNode, before: &[Call], resource: &str) -> usize {
+    let now: Vec<_> = n.api.calls().into_iter().filter(|c| c.client == "agent").collect();
+    now[before.len()..].iter().filter(|c| c.resource == resource).count()
+}
+
+#[test]
+fn the_agent_counts_the_plugins_operations_and_is_ready_only_when_synced_and_the_default_network_is() {
+    let n = node();
+    n.api.put_config_map("default", "nets", json!({"k": "blue"}));
+    for name in ["a", "b"] {
+        n.api.put_pod("default", name, from_config_map("nets", "k"));
+    }
+    // A network whose plugin fails, and a pod that chooses a network the node does not have.
+    testkit::process::write_executable(
+        &n.sb.bin().join("failing"),
+        "#!/bin/sh\ncat >/dev/null\n[ \"$CNI_COMMAND\" = ADD ] || exit 0\necho '{\"cniVersion\":\"1.0.0\",\"code\":11,\"msg\":\"the device is busy\"}'\nexit 1\n",
+    );
+    n.write_conf(
+        "broken/10-broken.conflist",
+        &json!({"cniVersion": "1.0.0", "name": "broken", "plugins": [{"type": "failing"}]}),
+    );
+    n.api.put_pod("default", "broken", literal("broken"));
+    n.api.put_pod("default", "stray", literal("nosuch"));
+
+    // The installer waits for the default network's file: the agent is not ready meanwhile.
+    let subnet = n.sb.path().join("default-network.env");
+    let wait_for = format!("--wait-for={}", subnet.display());
+    let agent = Agent::start(&n.netns, &n.api, n.sb.path(), &n.agent_socket(), METRICS_PORT, &[wait_for.as_str()]);
+    agent.wait_for("the agent's port", || agent.http_get("/healthz").is_some());
+    agent.wait_for("the pods listed", || {
+        agent.metric("yh_genie_agent_watches{resource=\"configmaps\"}") == 1
+            && agent.metric("yh_genie_agent_cache_synced{resource=\"configmaps\"}") == 1
+            && agent.metric("yh_genie_agent_pods") == 4
+    });
+    // (Once the installer's first pass has found the file missing.)
+    let waiting = format!("the default network is not ready: the installer waits for {}", subnet.display());
+    agent.wait_for("the installer to wait", || {
+        agent.http_get("/readyz").is_some_and(|(_, body)| body.contains(&waiting))
+    });
+    assert_eq!(agent.http_get("/readyz").unwrap().0, 503);
+    assert_eq!(agent.metric("yh_genie_agent_default_network_ready"), 0);
+    assert_eq!(agent.metric("yh_genie_agent_ready"), 0);
+    std::fs::write(&subnet, "FLANNEL_SUBNET=10.77.31.1/24\n").unwrap();
+    agent.wait_ready();
+    assert_eq!(agent.metric("yh_genie_agent_ready"), 1);
+    for resource in ["pods", "configmaps", "network-attachment-definitions"] {
+        assert_eq!(agent.metric(&format!("yh_genie_agent_cache_synced{{resource=\"{resource}\"}}")), 1, "{resource}");
+        assert!(agent.metric(&format!("yh_genie_agent_cache_age_seconds{{resource=\"{resource}\"}}")) < 60);
+    }
+
+    let conf = n.selector_conf("1.0.0", json!({}));
+    let before = n.api.plugin_requests();
+    let pods: Vec<Pod> = ["a", "b"].iter().map(|name| n.pod(name)).collect();
+    for pod in &pods {
+        agent.wait_holds(&n.agent_socket(), &pod.name, &uid(&pod.name), |_| true);
+        add(&n, pod, &conf);
+        n.call("CHECK", pod, &conf).ok();
+    }
+    let broken = n.pod("broken");
+    agent.wait_holds(&n.agent_socket(), "broken", &uid("broken"), |_| true);
+    assert_eq!(n.call("ADD", &broken, &conf).err()["code"], 11, "the plugin's own error");
+    let stray = n.pod("stray");
+    let refused = n.call("ADD", &stray, &conf).err();
+    assert!(refused["msg"].as_str().unwrap().contains("nosuch"), "{refused}");
+    for pod in pods.iter().chain([&broken, &stray]) {
+        n.call("DEL", pod, &conf).ok();
+    }
+    let plugin_requests = n.api.plugin_requests() - before;
+    assert!(plugin_requests > 0, "the stray pod's choice is confirmed with the API server");
+
+    // What an operator reads: every operation by command, network and outcome, failures by reason,
+    // the plugin's API requests (the fake server's own count), where ADD's selections came from.
+    let count = |command: &str, network: &str, outcome: &str| {
+        agent.metric(&format!(
+            "yh_genie_cni_operation_duration_seconds_count{{command=\"{command}\",network=\"{network}\",outcome=\"{outcome}\"}}"
+        ))
+    };
+    agent.wait_for("the plugin's reports", || count("DEL", "blue", "success") == 2);
+    assert_eq!(count("ADD", "blue", "success"), 2);
+    assert_eq!(count("CHECK", "blue", "success"), 2);
+    assert_eq!(count("ADD", "broken", "error"), 1);
+    assert_eq!(
+        agent.metric("yh_genie_cni_operation_errors_total{command=\"ADD\",network=\"broken\",reason=\"plugin\"}"),
+        1
+    );
+    assert_eq!(agent.metric("yh_genie_cni_operation_errors_total{command=\"ADD\",network=\"\",reason=\"policy\"}"), 1);
+    assert_eq!(agent.metric("yh_genie_cni_api_requests_total{command=\"ADD\"}"), plugin_requests as u64);
+    assert_eq!(agent.metric("yh_genie_cni_api_requests_total{command=\"DEL\"}"), 0);
+    assert_eq!(agent.metric("yh_genie_cni_add_selections_total{source=\"agent\"}"), 3);
+    assert_eq!(agent.metric("yh_genie_cni_add_selections_total{source=\"api\"}"), 1);
+    let (_, text) = agent.http_get("/metrics").unwrap();
+    let le = |bound: &str| {
+        agent.metric(&format!(
+            "yh_genie_cni_operation_duration_seconds_bucket{{command=\"ADD\",network=\"blue\",outcome=\"success\",le=\"{bound}\"}}"
+        ))
+    };
+    assert_eq!(le("+Inf"), 2, "{text}");
+    assert!(le("0.0025") <= le("1") && le("1") <= le("+Inf"), "{text}");
+    assert!(!text.contains("pod=") && !text.contains("web-"), "no pod in a label: {text}");
+    n.assert_nothing_left(&pods[0], "metrics");
 }

@@ -1,10 +1,20 @@
 //! What the agent holds: every pod of its node, trimmed to what selection reads
 //! (`select::trimmed`), and the ConfigMaps and NetworkAttachmentDefinitions those pods refer to
 //! (`select::references`, under the namespace policy and the admin's `defaultNetworks`), each
-//! counted by the pods that use it. The store decides which objects
-//! need a watch (`Watches`: start one when the first pod refers to an object, stop it when the
-//! last goes, as the kubelet does for the ConfigMaps its pods mount) and answers lookups; it does
-//! no I/O, so the watches and the socket server around it are thin.
+//! counted by the pods that use it. The store decides which watches run (`Watches`) and answers
+//! lookups; it does no I/O, so the watches and the socket server around it are thin.
+//!
+//! The two kinds of objects are watched differently, each as it costs least:
+//! - **A ConfigMap, by name** (`WatchKey::ConfigMap`): started when the first pod refers to it,
+//!   stopped when the last goes, as the kubelet watches the ConfigMaps its pods mount. A namespace
+//!   may hold thousands of ConfigMaps of up to 1 MiB each (application configuration, Helm
+//!   releases, leader elections) that have nothing to do with networks: watching a whole namespace
+//!   would send every agent with a pod there every change of them.
+//! - **A namespace's NetworkAttachmentDefinitions, all of them** (`WatchKey::Attachments`): from
+//!   the first pod that uses one of them to the last. A namespace holds a few small NADs (a CNI
+//!   configuration each) that change rarely; one watch per namespace (Multus watches every
+//!   namespace's) costs the API server one request at start where a watch per NAD costs one per
+//!   NAD, and a NAD a new pod names is known at once.
 
 use crate::kube::agent_socket::protocol::{Held, PodObjects};
 use crate::kube::{Kind, NetworkAttachmentDefinition, ObjectKey};
@@ -19,27 +29,54 @@ use std::fmt;
 /// "unknown" at once instead of waiting for a pod that will not come.
 const REMEMBERED_DELETIONS: usize = 1024;
 
+/// A ConfigMap as its watch found it.
 #[derive(Debug, Clone, PartialEq)]
 pub enum ObjectState {
     /// Its watch has not listed it yet.
     Pending,
     /// Listed: it does not exist.
     Absent,
-    ConfigMap(ConfigMap),
-    Attachment(NetworkAttachmentDefinition),
+    ConfigMap(Box<ConfigMap>),
 }
 
-/// The object watches to start and stop after a change.
+/// One watch the store needs.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum WatchKey {
+    /// One ConfigMap, by name.
+    ConfigMap(ObjectKey),
+    /// Every NetworkAttachmentDefinition of a namespace.
+    Attachments(String),
+}
+
+impl WatchKey {
+    pub fn kind(&self) -> Kind {
+        match self {
+            WatchKey::ConfigMap(_) => Kind::ConfigMap,
+            WatchKey::Attachments(_) => Kind::NetworkAttachmentDefinition,
+        }
+    }
+}
+
+impl fmt::Display for WatchKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            WatchKey::ConfigMap(key) => key.fmt(f),
+            WatchKey::Attachments(namespace) => write!(f, "the NetworkAttachmentDefinitions of namespace {namespace}"),
+        }
+    }
+}
+
+/// The watches to start and stop after a change.
 #[derive(Debug, Default, PartialEq, Eq)]
 pub struct Watches {
-    pub start: Vec<ObjectKey>,
-    pub stop: Vec<ObjectKey>,
+    pub start: Vec<WatchKey>,
+    pub stop: Vec<WatchKey>,
 }
 
 impl Watches {
     fn merge(&mut self, other: Watches) {
-        // A key stopped by one change and started by the next is both: the store forgot the
-        // object when its last user went, so its watch must list it again (stops go first).
+        // A key stopped by one change and started by the next is both: the store forgot what it
+        // watched when its last user went, so its watch must list again (stops go first).
         self.start.extend(other.start);
         // A key started by one change and stopped by the next never needed a watch.
         for key in other.stop {
@@ -106,17 +143,29 @@ struct HeldPod {
     refs: Vec<ObjectKey>,
 }
 
-struct HeldObject {
+struct HeldConfigMap {
     /// Pods referring to it.
     users: usize,
     state: ObjectState,
+}
+
+/// A namespace whose NetworkAttachmentDefinitions are watched.
+#[derive(Default)]
+struct HeldNamespace {
+    /// References of pods to its NADs (a pod naming two of them counts twice).
+    users: usize,
+    /// Whether its watch has listed it.
+    listed: bool,
+    /// Every NAD of the namespace, trimmed, by name.
+    attachments: HashMap<String, NetworkAttachmentDefinition>,
 }
 
 pub struct Store {
     policy: AttachmentPolicy,
     defaults: PodDefaults,
     pods: HashMap<(String, String), HeldPod>,
-    objects: HashMap<ObjectKey, HeldObject>,
+    config_maps: HashMap<ObjectKey, HeldConfigMap>,
+    namespaces: HashMap<String, HeldNamespace>,
     deleted: VecDeque<String>,
     listed: bool,
 }
@@ -132,7 +181,8 @@ impl Store {
             policy,
             defaults,
             pods: HashMap::new(),
-            objects: HashMap::new(),
+            config_maps: HashMap::new(),
+            namespaces: HashMap::new(),
             deleted: VecDeque::new(),
             listed: false,
         }
@@ -147,9 +197,14 @@ impl Store {
         self.pods.len()
     }
 
-    /// Objects held (listed, present or absent) of `kind`.
+    /// Objects of `kind` held: ConfigMaps referred to (listed or not yet), and the NADs of the
+    /// watched namespaces.
     pub fn object_count(&self, kind: Kind) -> usize {
-        self.objects.keys().filter(|k| k.kind == kind).count()
+        match kind {
+            Kind::Pod => self.pods.len(),
+            Kind::ConfigMap => self.config_maps.len(),
+            Kind::NetworkAttachmentDefinition => self.namespaces.values().map(|n| n.attachments.len()).sum(),
+        }
     }
 
     /// A pod was added or changed.
@@ -199,10 +254,41 @@ impl Store {
         watches
     }
 
-    /// What a referenced object's watch found. Ignored for an object no pod refers to any more.
+    /// What a ConfigMap's watch found. Ignored for one no pod refers to any more.
     pub fn set_object(&mut self, key: &ObjectKey, state: ObjectState) {
-        if let Some(held) = self.objects.get_mut(key) {
+        if let Some(held) = self.config_maps.get_mut(key) {
             held.state = state;
+        }
+    }
+
+    /// The NADs of `namespace`, listed anew. Ignored for a namespace no longer watched.
+    pub fn replace_attachments(&mut self, namespace: &str, attachments: Vec<NetworkAttachmentDefinition>) {
+        if let Some(held) = self.namespaces.get_mut(namespace) {
+            held.attachments = attachments
+                .into_iter()
+                .filter_map(|nad| Some((nad.metadata.name.clone()?, trim_attachment(nad))))
+                .collect();
+            held.listed = true;
+        }
+    }
+
+    /// A NAD of a watched namespace was added or changed.
+    pub fn apply_attachment(&mut self, nad: NetworkAttachmentDefinition) {
+        let (Some(namespace), Some(name)) = (nad.metadata.namespace.as_deref(), nad.metadata.name.clone()) else {
+            return;
+        };
+        if let Some(held) = self.namespaces.get_mut(namespace) {
+            held.attachments.insert(name, trim_attachment(nad));
+        }
+    }
+
+    /// A NAD of a watched namespace was deleted.
+    pub fn delete_attachment(&mut self, nad: &NetworkAttachmentDefinition) {
+        let (Some(namespace), Some(name)) = (nad.metadata.namespace.as_deref(), nad.metadata.name.as_deref()) else {
+            return;
+        };
+        if let Some(held) = self.namespaces.get_mut(namespace) {
+            held.attachments.remove(name);
         }
     }
 
@@ -250,45 +336,66 @@ impl Store {
         }
         let mut answer = PodObjects { pod: held.pod.clone(), config_maps: Vec::new(), network_attachments: Vec::new() };
         for key in &held.refs {
-            match self.objects.get(key).map(|o| &o.state) {
-                None | Some(ObjectState::Pending) => return Lookup::NotYet(Miss::ObjectPending(key.clone())),
-                Some(ObjectState::Absent) if key.kind == Kind::ConfigMap => {
-                    answer.config_maps.push(held_object(key, None))
-                }
-                Some(ObjectState::Absent) => answer.network_attachments.push(held_object(key, None)),
-                Some(ObjectState::ConfigMap(cm)) => answer.config_maps.push(held_object(key, Some(cm.clone()))),
-                Some(ObjectState::Attachment(nad)) => {
-                    answer.network_attachments.push(held_object(key, Some(nad.clone())))
-                }
+            let pending = Lookup::NotYet(Miss::ObjectPending(key.clone()));
+            match key.kind {
+                Kind::ConfigMap => match self.config_maps.get(key).map(|o| &o.state) {
+                    None | Some(ObjectState::Pending) => return pending,
+                    Some(ObjectState::Absent) => answer.config_maps.push(held_object(key, None)),
+                    Some(ObjectState::ConfigMap(cm)) => answer.config_maps.push(held_object(key, Some((**cm).clone()))),
+                },
+                Kind::NetworkAttachmentDefinition => match self.namespaces.get(&key.namespace) {
+                    Some(namespace) if namespace.listed => {
+                        answer.network_attachments.push(held_object(key, namespace.attachments.get(&key.name).cloned()))
+                    }
+                    _ => return pending,
+                },
+                Kind::Pod => {}
             }
         }
         Lookup::Found(Box::new(answer))
     }
 
-    /// Count one more user of each of `refs`; the ones new to the store need a watch.
+    /// Count one more user of each of `refs`; the watches that were not running yet start.
     fn refer(&mut self, refs: &[ObjectKey]) -> Watches {
         let mut watches = Watches::default();
         for key in refs {
-            let held =
-                self.objects.entry(key.clone()).or_insert_with(|| HeldObject { users: 0, state: ObjectState::Pending });
-            if held.users == 0 {
-                watches.start.push(key.clone());
+            let users = match key.kind {
+                Kind::ConfigMap => {
+                    let held = self
+                        .config_maps
+                        .entry(key.clone())
+                        .or_insert_with(|| HeldConfigMap { users: 0, state: ObjectState::Pending });
+                    held.users += 1;
+                    held.users
+                }
+                Kind::NetworkAttachmentDefinition => {
+                    let held = self.namespaces.entry(key.namespace.clone()).or_default();
+                    held.users += 1;
+                    held.users
+                }
+                Kind::Pod => continue,
+            };
+            if users == 1 {
+                watches.start.push(watch_key(key));
             }
-            held.users += 1;
         }
         watches
     }
 
-    /// Count one user less of each of `refs`; the ones nobody uses any more lose their watch.
+    /// Count one user less of each of `refs`; the watches nobody needs any more stop, and what they
+    /// held is forgotten.
     fn release(&mut self, refs: &[ObjectKey]) -> Watches {
         let mut watches = Watches::default();
         for key in refs {
-            if let Some(held) = self.objects.get_mut(key) {
-                held.users -= 1;
-                if held.users == 0 {
-                    self.objects.remove(key);
-                    watches.stop.push(key.clone());
+            let unused = match key.kind {
+                Kind::ConfigMap => release_one(&mut self.config_maps, key, |held| &mut held.users),
+                Kind::NetworkAttachmentDefinition => {
+                    release_one(&mut self.namespaces, &key.namespace, |held| &mut held.users)
                 }
+                Kind::Pod => false,
+            };
+            if unused {
+                watches.stop.push(watch_key(key));
             }
         }
         watches
@@ -309,6 +416,29 @@ impl Store {
         }
         self.deleted.push_back(uid);
     }
+}
+
+/// The watch that keeps `key` (a ConfigMap or a NAD) current.
+fn watch_key(key: &ObjectKey) -> WatchKey {
+    match key.kind {
+        Kind::NetworkAttachmentDefinition => WatchKey::Attachments(key.namespace.clone()),
+        _ => WatchKey::ConfigMap(key.clone()),
+    }
+}
+
+/// One user less of `map[key]`; whether that was its last (it is then removed).
+fn release_one<K, V>(map: &mut HashMap<K, V>, key: &K, users: impl Fn(&mut V) -> &mut usize) -> bool
+where
+    K: std::hash::Hash + Eq,
+{
+    let Some(held) = map.get_mut(key) else { return false };
+    let count = users(held);
+    *count -= 1;
+    if *count > 0 {
+        return false;
+    }
+    map.remove(key);
+    true
 }
 
 fn held_object<T>(key: &ObjectKey, object: Option<T>) -> Held<T> {

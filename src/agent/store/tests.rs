@@ -24,10 +24,10 @@ fn nad_key(namespace: &str, name: &str) -> ObjectKey {
 }
 
 fn config_map(name: &str, value: &str) -> ObjectState {
-    ObjectState::ConfigMap(
+    ObjectState::ConfigMap(Box::new(
         serde_json::from_value(json!({"metadata": {"namespace": "default", "name": name}, "data": {"k": value}}))
             .unwrap(),
-    )
+    ))
 }
 
 fn found(store: &Store, name: &str, uid: Option<&str>) -> PodObjects {
@@ -45,52 +45,82 @@ fn miss(store: &Store, name: &str, uid: Option<&str>) -> (bool, Miss) {
     }
 }
 
-fn started(keys: &[ObjectKey]) -> Watches {
+fn cm_watch(name: &str) -> WatchKey {
+    WatchKey::ConfigMap(cm_key(name))
+}
+
+fn nads_watch(namespace: &str) -> WatchKey {
+    WatchKey::Attachments(namespace.to_string())
+}
+
+fn nad(namespace: &str, name: &str, config: &str) -> NetworkAttachmentDefinition {
+    serde_json::from_value(json!({
+        "metadata": {"namespace": namespace, "name": name, "managedFields": [{"manager": "kubectl"}]},
+        "spec": {"config": config}
+    }))
+    .unwrap()
+}
+
+fn started(keys: &[WatchKey]) -> Watches {
     Watches { start: keys.to_vec(), stop: vec![] }
 }
 
-fn stopped(keys: &[ObjectKey]) -> Watches {
+fn stopped(keys: &[WatchKey]) -> Watches {
     Watches { start: vec![], stop: keys.to_vec() }
 }
 
 #[test]
-fn a_watch_per_referenced_object_from_its_first_user_to_its_last() {
+fn a_watch_per_referenced_configmap_and_per_namespace_of_attachments_from_first_user_to_last() {
     let mut store = Store::new(AttachmentPolicy::default());
     assert_eq!(miss(&store, "a", Some("ua")), (false, Miss::NotListed));
     assert_eq!(store.replace_all(vec![]), Watches::default());
     assert_eq!(miss(&store, "a", Some("ua")), (false, Miss::NotSeen));
 
-    assert_eq!(
-        store.apply(&pod("a", "ua", "nets", Some("lan"))),
-        started(&[cm_key("nets"), nad_key("default", "lan")])
-    );
+    assert_eq!(store.apply(&pod("a", "ua", "nets", Some("lan"))), started(&[cm_watch("nets"), nads_watch("default")]));
     assert_eq!(miss(&store, "a", Some("ua")).1, Miss::ObjectPending(cm_key("nets")));
     store.set_object(&cm_key("nets"), config_map("nets", "blue"));
     assert_eq!(miss(&store, "a", Some("ua")).1, Miss::ObjectPending(nad_key("default", "lan")));
-    store.set_object(&nad_key("default", "lan"), ObjectState::Absent);
+    // The namespace listed: `lan` is not there (absent), `wan` is.
+    store.replace_attachments("default", vec![nad("default", "wan", "{}")]);
     let answer = found(&store, "a", Some("ua"));
     assert_eq!(answer.config_maps[0].object.as_ref().unwrap().data.as_ref().unwrap()["k"], "blue");
     assert_eq!((answer.network_attachments[0].name.as_str(), &answer.network_attachments[0].object), ("lan", &None));
     assert!(answer.pod.metadata.managed_fields.is_none() && answer.pod.status.is_none(), "held trimmed");
 
-    // A second user of the ConfigMap starts nothing; the objects are known for it at once.
-    assert_eq!(store.apply(&pod("b", "ub", "nets", None)), Watches::default());
-    assert_eq!(found(&store, "b", Some("ub")).config_maps.len(), 1);
+    // A second user of the ConfigMap, and of the namespace's NADs, starts nothing; a NAD of the
+    // namespace that no pod named before is known at once.
+    assert_eq!(store.apply(&pod("b", "ub", "nets", Some("wan"))), Watches::default());
+    let answer = found(&store, "b", Some("ub"));
+    assert_eq!(answer.config_maps.len(), 1);
+    let wan = answer.network_attachments[0].object.as_ref().unwrap();
+    assert_eq!(wan.inline_config(), Some("{}"));
+    assert!(wan.metadata.managed_fields.is_none(), "held trimmed");
     assert_eq!((store.pod_count(), store.object_count(Kind::ConfigMap)), (2, 1));
+    assert_eq!(store.object_count(Kind::NetworkAttachmentDefinition), 1);
+
+    // The watch's changes: `lan` appears, `wan` goes.
+    store.apply_attachment(nad("default", "lan", "{\"type\":\"x\"}"));
+    store.delete_attachment(&nad("default", "wan", ""));
+    assert!(found(&store, "a", Some("ua")).network_attachments[0].object.is_some());
+    assert!(found(&store, "b", Some("ub")).network_attachments[0].object.is_none());
 
     // An update that keeps its references keeps their watches; one that changes them moves them.
     assert_eq!(store.apply(&pod("a", "ua", "nets", Some("lan"))), Watches::default());
     assert_eq!(
         store.apply(&pod("a", "ua", "other", Some("lan"))),
-        Watches { start: vec![cm_key("other")], stop: vec![] },
+        Watches { start: vec![cm_watch("other")], stop: vec![] },
         "nets is still b's"
     );
-    assert_eq!(store.delete(&pod("b", "ub", "nets", None)), stopped(&[cm_key("nets")]));
+    assert_eq!(store.delete(&pod("b", "ub", "nets", Some("wan"))), stopped(&[cm_watch("nets")]));
     assert_eq!(
         store.delete(&pod("a", "ua", "other", Some("lan"))),
-        stopped(&[cm_key("other"), nad_key("default", "lan")])
+        stopped(&[cm_watch("other"), nads_watch("default")])
     );
     assert_eq!((store.pod_count(), store.object_count(Kind::ConfigMap)), (0, 0));
+    assert_eq!(store.object_count(Kind::NetworkAttachmentDefinition), 0, "forgotten with the watch");
+    // What a stopped watch still delivers is ignored.
+    store.apply_attachment(nad("default", "late", "{}"));
+    assert_eq!(store.object_count(Kind::NetworkAttachmentDefinition), 0);
 }
 
 #[test]
@@ -138,7 +168,7 @@ fn a_relist_drops_the_pods_it_no_longer_lists_and_their_watches() {
     store.replace_all(vec![pod("a", "ua", "one", None), pod("b", "ub", "two", None)]);
     assert!(store.listed());
     let watches = store.replace_all(vec![pod("b", "ub", "two", None), pod("c", "uc", "three", None)]);
-    assert_eq!(watches, Watches { start: vec![cm_key("three")], stop: vec![cm_key("one")] });
+    assert_eq!(watches, Watches { start: vec![cm_watch("three")], stop: vec![cm_watch("one")] });
     assert_eq!(miss(&store, "a", Some("ua")), (true, Miss::Deleted));
     assert_eq!(store.pod_count(), 2);
 }
@@ -147,11 +177,11 @@ fn a_relist_drops_the_pods_it_no_longer_lists_and_their_watches() {
 fn the_namespace_policy_decides_which_attachments_are_watched() {
     let mut store = Store::new(AttachmentPolicy::default());
     let watches = store.apply(&pod("a", "ua", "nets", Some("lan, infra/shared")));
-    assert_eq!(watches, started(&[cm_key("nets"), nad_key("default", "lan")]), "infra is not the pod's namespace");
+    assert_eq!(watches, started(&[cm_watch("nets"), nads_watch("default")]), "infra is not the pod's namespace");
     let global = AttachmentPolicy { global_namespaces: ["infra".to_string()].into(), ..Default::default() };
-    assert_eq!(store.set_policy(global.clone()), started(&[nad_key("infra", "shared")]));
+    assert_eq!(store.set_policy(global.clone()), started(&[nads_watch("infra")]));
     assert_eq!(store.set_policy(global), Watches::default());
-    assert_eq!(store.set_policy(AttachmentPolicy::default()), stopped(&[nad_key("infra", "shared")]));
+    assert_eq!(store.set_policy(AttachmentPolicy::default()), stopped(&[nads_watch("infra")]));
 }
 
 #[test]
@@ -187,7 +217,7 @@ fn an_object_whose_last_user_goes_and_another_comes_in_one_listing_is_listed_aga
     // Listed anew: `a` moved to `y`, and `b`, new, uses `x`. The store forgot `x` when `a` left it,
     // so `x`'s watch has to list it again rather than be kept.
     let watches = store.replace_all(vec![pod("a", "ua", "y", None), pod("b", "ub", "x", None)]);
-    assert_eq!(watches, Watches { start: vec![cm_key("y"), cm_key("x")], stop: vec![cm_key("x")] });
+    assert_eq!(watches, Watches { start: vec![cm_watch("y"), cm_watch("x")], stop: vec![cm_watch("x")] });
     assert_eq!(miss(&store, "b", Some("ub")), (false, Miss::ObjectPending(cm_key("x"))));
     store.set_object(&cm_key("x"), config_map("x", "red"));
     assert_eq!(found(&store, "b", Some("ub")).config_maps.len(), 1);

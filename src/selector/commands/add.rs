@@ -5,6 +5,7 @@
 
 use super::status::readiness_indicator;
 use crate::cni::{CniError, CniResult, Invocation, PluginConf, code};
+use crate::kube::agent_socket::report as to_agent;
 use crate::kube::{ApiClient, PodSource};
 use crate::selector::attach::{self, RecordStore, Tombstones, default_route};
 use crate::selector::choose::{self, PodIdentity, Selection, from_agent};
@@ -14,6 +15,7 @@ use crate::selector::report::{self, Via};
 pub fn add(inv: &Invocation, conf: &PluginConf) -> Result<CniResult, CniError> {
     let config = SelectorConfig::from_plugin_conf(conf)?;
     readiness_indicator(&config, code::TRY_AGAIN_LATER)?;
+    to_agent::note_stage(to_agent::Stage::Selecting);
     let Chosen { selection, via, mut api } = choose(&config, inv)?;
     crate::logging::note_networks(selection.attachments.iter().map(|a| a.network.as_str()));
     let status_wanted = wants_status(&config, &selection);
@@ -29,7 +31,9 @@ pub fn add(inv: &Invocation, conf: &PluginConf) -> Result<CniResult, CniError> {
     let store = RecordStore::new(&config.data_dir);
     // A DEL of this attachment that completed before no longer holds once this ADD makes it.
     Tombstones::new(&config.data_dir).remove(&inv.container_id, &inv.ifname);
+    to_agent::note_stage(to_agent::Stage::Attaching);
     let mut attached = attach::add_all(inv, &config, &store, &selection.attachments, pod.clone())?;
+    to_agent::note_stage(to_agent::Stage::Finishing);
     crate::crash_point::reached("selector.add.attached");
     let requests = default_route::requested_by(&selection.attachments);
     let finished = default_route::apply(inv, &requests).and_then(|()| {

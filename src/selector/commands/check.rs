@@ -2,6 +2,7 @@
 //! recorded configuration and result, from the records alone (no API server).
 
 use crate::cni::{CniError, Invocation, PluginConf, code};
+use crate::kube::agent_socket::report as to_agent;
 use crate::selector::attach::{self, RecordStore};
 use crate::selector::config::SelectorConfig;
 
@@ -16,5 +17,6 @@ pub fn check(inv: &Invocation, conf: &PluginConf) -> Result<(), CniError> {
         ));
     }
     crate::logging::note_networks(records.iter().map(|r| r.network.as_str()));
+    to_agent::note_stage(to_agent::Stage::Attaching);
     attach::check_records(inv, &config, &records)
 }

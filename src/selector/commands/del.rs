@@ -6,6 +6,7 @@
 //! own cache, from which its delegates are DELeted (`attach::multus`).
 
 use crate::cni::{CniError, Invocation, PluginConf};
+use crate::kube::agent_socket::report as to_agent;
 use crate::kube::{ApiPolicy, PodSource};
 use crate::selector::attach::{self, Found, RecordStore, Tombstones, chain, multus, settle};
 use crate::selector::choose::{self, from_agent};
@@ -17,6 +18,7 @@ pub fn del(inv: &Invocation, conf: &PluginConf) -> Result<(), CniError> {
     let tombstones = Tombstones::new(&config.data_dir);
     let (records, others) = attach::records_of(&store, inv)?;
     crate::logging::note_networks(records.iter().map(|r| r.network.as_str()));
+    to_agent::note_stage(to_agent::Stage::Attaching);
     let unreadable: Vec<String> = others
         .iter()
         .filter_map(|f| match f {

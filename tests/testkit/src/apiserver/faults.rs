@@ -1,12 +1,12 @@
 //! Misbehaving on demand: faults queued for the next requests or set for all of them (HTTP errors,
-//! slow answers, hangs, dropped connections), every watch stream ended at once, and a restart (the
-//! port closed for a while, the watch cache built anew).
+//! slow answers, hangs, dropped connections), every watch stream ended at once, streaming lists
+//! refused, and a restart (the port closed for a while, the watch cache built anew).
 
 use super::ApiServer;
 use super::reply::{Reply, status};
 use std::collections::VecDeque;
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
 /// How the server misbehaves for one request.
@@ -36,6 +36,8 @@ pub(super) struct Faults {
     faulted: AtomicUsize,
     /// Bumped by `drop_watches`: every watch stream ends.
     pub watch_ends: tokio::sync::watch::Sender<u64>,
+    /// Set by `refuse_streaming_lists`.
+    streaming_lists_refused: AtomicBool,
 }
 
 impl Default for Faults {
@@ -44,11 +46,17 @@ impl Default for Faults {
             queued: Mutex::default(),
             faulted: AtomicUsize::default(),
             watch_ends: tokio::sync::watch::channel(0).0,
+            streaming_lists_refused: AtomicBool::default(),
         }
     }
 }
 
 impl Faults {
+    /// Whether a streaming list is answered with 422 (see `watch`).
+    pub fn streaming_lists_refused(&self) -> bool {
+        self.streaming_lists_refused.load(Ordering::SeqCst)
+    }
+
     /// Misbehave as the next fault says: `Some` answer (or a dropped connection) instead of the
     /// request's, or `None` to answer it (after a delay, if that is the fault).
     pub async fn apply(&self) -> Option<Result<Reply, std::io::Error>> {
@@ -94,6 +102,12 @@ impl ApiServer {
     /// watch times out or it sheds load).
     pub fn drop_watches(&self) {
         self.state.faults.watch_ends.send_modify(|n| *n += 1);
+    }
+
+    /// Answer streaming lists (`sendInitialEvents=true`) with 422 from now on, as an API server
+    /// whose `WatchList` feature gate is off does: its clients must list instead.
+    pub fn refuse_streaming_lists(&self) {
+        self.state.faults.streaming_lists_refused.store(true, Ordering::SeqCst);
     }
 
     /// What an API server restart does to its clients: every connection and watch cut, the port

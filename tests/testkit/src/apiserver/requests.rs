@@ -13,6 +13,8 @@ pub struct Call {
     pub resource: &'static str,
     /// The `resourceVersion` asked for (lists: "0" is "from the watch cache").
     pub resource_version: Option<String>,
+    /// A watch with `sendInitialEvents=true`: a streaming list.
+    pub streaming_list: bool,
 }
 
 #[derive(Default)]

@@ -67,6 +67,7 @@ pub(super) async fn handle(req: Request<Incoming>, state: Arc<State>) -> Result<
         verb: target.verb.as_str(),
         resource: target.resource.plural(),
         resource_version: target.query.get("resourceVersion").cloned(),
+        streaming_list: matches!(target.verb, Verb::Watch) && watch::is_streaming_list(&target),
     });
     let selector = match Selector::parse(target.query.get("fieldSelector").map(String::as_str).unwrap_or_default()) {
         Ok(selector) => selector,

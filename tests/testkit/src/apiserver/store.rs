@@ -26,6 +26,14 @@ impl Resource {
             Resource::Nads => "network-attachment-definitions",
         }
     }
+    /// The `kind` of one object.
+    pub fn kind(self) -> &'static str {
+        match self {
+            Resource::Pods => "Pod",
+            Resource::ConfigMaps => "ConfigMap",
+            Resource::Nads => "NetworkAttachmentDefinition",
+        }
+    }
     fn list_kind(self) -> &'static str {
         match self {
             Resource::Pods => "PodList",
@@ -33,7 +41,7 @@ impl Resource {
             Resource::Nads => "NetworkAttachmentDefinitionList",
         }
     }
-    fn api_version(self) -> &'static str {
+    pub fn api_version(self) -> &'static str {
         match self {
             Resource::Nads => "k8s.cni.cncf.io/v1",
             _ => "v1",
@@ -138,6 +146,11 @@ impl Store {
     pub fn compact(&mut self) {
         self.history.clear();
         self.compacted = self.revision;
+    }
+
+    /// The revision of the last change.
+    pub fn current_revision(&self) -> u64 {
+        self.revision
     }
 
     /// The list answer: the current revision and the matching objects.

@@ -3,10 +3,13 @@
 //! (`resourceVersion`), then each new one as it happens, until `timeoutSeconds`, until the test
 //! drops the watches (`drop_watches`) or the connection goes. A revision older than the history
 //! kept is answered as the API server does: an `ERROR` event carrying a 410 `Status` ("too old
-//! resource version"), then the end.
+//! resource version"), then the end. A streaming list (`sendInitialEvents=true`) starts with every
+//! object as ADDED, then a `BOOKMARK` annotated `k8s.io/initial-events-end` at the current
+//! revision, then the changes; a server told to (`refuse_streaming_lists`) answers it with 422, as
+//! an API server whose `WatchList` feature gate is off does.
 
 use super::State;
-use super::reply::Reply;
+use super::reply::{Reply, status};
 use super::router::Target;
 use super::store::{Change, Resource, Selector};
 use http_body_util::{BodyExt, StreamBody};
@@ -23,6 +26,8 @@ struct Watch {
     selector: Selector,
     revision: u64,
     timeout: Duration,
+    /// `sendInitialEvents=true`: a streaming list.
+    initial_events: bool,
 }
 
 /// Start streaming the watch `target` asks for; the events are produced by a task of the server's
@@ -34,11 +39,21 @@ pub(super) fn respond(state: &State, target: &Target, selector: Selector) -> Rep
         selector,
         revision: target.query.get("resourceVersion").and_then(|r| r.parse().ok()).unwrap_or(0),
         timeout: Duration::from_secs(target.query.get("timeoutSeconds").and_then(|t| t.parse().ok()).unwrap_or(1800)),
+        initial_events: is_streaming_list(target),
     };
+    if w.initial_events && state.faults.streaming_lists_refused() {
+        return status(
+            422,
+            "ListOptions.meta.k8s.io \"\" is invalid: sendInitialEvents: Forbidden: sendInitialEvents is forbidden \
+             for watch unless the WatchList feature gate is enabled",
+        );
+    }
     let (events, body) = mpsc::channel::<Bytes>(256);
-    let (backlog, mut changes) = {
+    let (backlog, mut changes, listed_at) = {
         let store = state.objects.store.lock().unwrap();
-        (store.since(w.resource, w.namespace.as_deref(), &w.selector, w.revision), store.changes.subscribe())
+        let from = if w.initial_events { 0 } else { w.revision };
+        let backlog = store.since(w.resource, w.namespace.as_deref(), &w.selector, from);
+        (backlog, store.changes.subscribe(), w.initial_events.then(|| store.current_revision()))
     };
     let mut dropped = state.faults.watch_ends.subscribe();
     tokio::spawn(async move {
@@ -50,6 +65,12 @@ pub(super) fn respond(state: &State, target: &Target, selector: Selector) -> Rep
         for change in backlog {
             last = last.max(change.revision);
             if events.send(event(&change)).await.is_err() {
+                return;
+            }
+        }
+        if let Some(revision) = listed_at {
+            last = revision;
+            if events.send(initial_events_end(w.resource, revision)).await.is_err() {
                 return;
             }
         }
@@ -84,6 +105,11 @@ pub(super) fn respond(state: &State, target: &Target, selector: Selector) -> Rep
         .unwrap()
 }
 
+/// A watch with `sendInitialEvents=true`: a streaming list.
+pub(super) fn is_streaming_list(target: &Target) -> bool {
+    target.query.get("sendInitialEvents").map(String::as_str) == Some("true")
+}
+
 fn wanted(w: &Watch, change: &Change) -> bool {
     change.resource == w.resource
         && w.namespace.as_deref().is_none_or(|n| n == change.namespace)
@@ -98,6 +124,12 @@ fn line(value: Value) -> Bytes {
 
 fn event(change: &Change) -> Bytes {
     line(json!({"type": change.kind, "object": change.object}))
+}
+
+fn initial_events_end(resource: Resource, revision: u64) -> Bytes {
+    line(json!({"type": "BOOKMARK", "object": {
+        "kind": resource.kind(), "apiVersion": resource.api_version(),
+        "metadata": {"resourceVersion": revision.to_string(), "annotations": {"k8s.io/initial-events-end": "true"}}}}))
 }
 
 fn gone(asked: u64, compacted: u64) -> Bytes {

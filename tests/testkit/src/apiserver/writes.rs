@@ -57,7 +57,13 @@ pub(super) async fn create_event(
     if req.method() != Method::POST {
         return Ok(status(405, "method not allowed"));
     }
-    state.requests.record(Call { client, verb: "create", resource: "events", resource_version: None });
+    state.requests.record(Call {
+        client,
+        verb: "create",
+        resource: "events",
+        resource_version: None,
+        streaming_list: false,
+    });
     let body = req.into_body().collect().await.map_err(std::io::Error::other)?.to_bytes();
     let Ok(mut event) = serde_json::from_slice::<Value>(&body) else {
         return Ok(status(400, "the event is not JSON"));

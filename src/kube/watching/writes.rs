@@ -1,62 +1,17 @@
-//! The node agent's access to the API server: one long-lived async client (where `ApiClient` is
-//! built for one plugin call and blocks), used for its watches and for the network-status writes
-//! and `AddedInterface` events it makes on the plugin's behalf. Built with the same HTTPS stack and certificate checks as the
-//! plugin's client (`tls`).
-//!
-//! In the DaemonSet it authenticates with the pod's service account: the token file is named, not
-//! copied, so kube re-reads it as the kubelet rotates it. Elsewhere (tests) a kubeconfig file.
+//! The writes the node agent makes for the plugin: a pod's network-status annotation (a merge
+//! patch guarded by the pod's uid) and `AddedInterface` events, each in one attempt; the agent's
+//! writer retries them.
 
-use super::client::{Failure, POD_REPLACED, annotations_patch, classify};
-use super::tls;
+use super::super::client::{Failure, POD_REPLACED, annotations_patch, classify};
 use ::kube::api::{PatchParams, PostParams};
-use ::kube::config::{KubeConfigOptions, Kubeconfig};
-use ::kube::{Api, Client, Config};
+use ::kube::{Api, Client};
 use k8s_openapi::api::core::v1::{Event, EventSource, ObjectReference, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use std::collections::BTreeMap;
-use std::path::PathBuf;
 use std::time::Duration;
 
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// One status write may take this long; the writer retries within its own budget.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// Where the agent's credentials come from.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Access {
-    /// A kubeconfig file.
-    Kubeconfig(PathBuf),
-    /// A service account's mounted `token` and `ca.crt` in `dir`, and the API server's URL.
-    ServiceAccount { dir: PathBuf, server: String },
-}
-
-impl std::fmt::Display for Access {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Access::Kubeconfig(path) => write!(f, "kubeconfig {}", path.display()),
-            Access::ServiceAccount { dir, server } => write!(f, "the service account in {} at {server}", dir.display()),
-        }
-    }
-}
-
-/// A client for `access`; the error says what is wrong with it.
-pub async fn connect(access: &Access) -> Result<Client, String> {
-    let kubeconfig = match access {
-        Access::Kubeconfig(path) => Kubeconfig::read_from(path).map_err(|e| format!("{access}: {e}"))?,
-        Access::ServiceAccount { dir, server } => serde_json::from_value(serde_json::json!({
-            "clusters": [{"name": "cluster", "cluster": {
-                "server": server, "certificate-authority": dir.join("ca.crt")}}],
-            "users": [{"name": "agent", "user": {"tokenFile": dir.join("token")}}],
-            "contexts": [{"name": "agent", "context": {"cluster": "cluster", "user": "agent"}}],
-            "current-context": "agent",
-        }))
-        .map_err(|e| format!("{access}: {e}"))?,
-    };
-    let config = Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
-        .await
-        .map_err(|e| format!("{access}: {e}"))?;
-    tls::client(config, CONNECT_TIMEOUT, tls::Protocols::Http2Preferred).map_err(|e| format!("{access}: {e}"))
-}
 
 /// How one status write ended.
 #[derive(Debug, PartialEq, Eq)]
