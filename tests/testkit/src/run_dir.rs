@@ -93,6 +93,13 @@ impl RunDir {
     pub fn end(&self) {
         end(self.path());
     }
+
+    /// End the run but leave its directory (logs, state) for a look afterwards: where it is.
+    pub fn keep(mut self) -> PathBuf {
+        self.end();
+        self.dir.disable_cleanup(true);
+        self.path().to_path_buf()
+    }
 }
 
 impl Drop for RunDir {

@@ -261,7 +261,7 @@ fn connect(underlay: &Netns, member: &Netns, port: &str, ip: &str) {
 }
 
 /// The Kubernetes binaries' directory, built (once per version) by scripts/cluster/build.sh.
-fn kubernetes_bin() -> PathBuf {
+pub fn kubernetes_bin() -> PathBuf {
     let script = crate::repository().join("scripts/cluster/build.sh");
     let out = Command::new(&script).output().expect("scripts/cluster/build.sh runs");
     let (ok, stdout, stderr) = texts(out);
