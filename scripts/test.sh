@@ -6,7 +6,8 @@
 #              the benchmark driver's smoke run
 #   --cri      root: tests/cri under Debian's containerd 1.6, then under containerd 2.x
 #   --cluster  root: a real Kubernetes (tests/cluster), then Kubernetes' pod-networking
-#              conformance specs on a cluster of their own (tests/conformance)
+#              conformance specs on a cluster of their own (tests/conformance), and the scale
+#              benchmark's driver in its smoke mode
 #   --kind     root: the kind quick start end to end (scripts/kind-e2e.sh)
 #   --fuzz     a bounded fuzzing run of every parser of outside input (FUZZ_SECONDS per target)
 # Flags combine (--root --cri). Without a flag: every tier, in the order above, as CI runs it
@@ -98,6 +99,9 @@ tier_cluster() {
   scripts/cluster/build.sh | grep -v '^/'
   cargo test --test cluster
   cargo test --test conformance
+  # bench/scale.sh's driver in its smoke mode (2 nodes, 3 pods each, debug build) on the same
+  # Kubernetes build: it still works.
+  cargo test --bench scale
 }
 
 tier_kind() {

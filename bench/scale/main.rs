@@ -136,6 +136,22 @@ fn main() {
     nix::sched::setns(&ns, nix::sched::CloneFlags::CLONE_NEWNET).expect("setns");
     let results: Vec<Outcome> = o.systems().iter().map(|system| run(&o, &bin, system)).collect();
     print_report(&o, &bin, &results);
+    if o.smoke {
+        smoke_checks(&results);
+    }
+}
+
+/// The smoke run (the cluster tier runs it) fails when the driver no longer measures what it
+/// claims: every pod reached its agent, every sampled ADD succeeded through it, every agent held
+/// one connection.
+fn smoke_checks(results: &[Outcome]) {
+    for r in results.iter().filter(|r| r.label == "yh-genie") {
+        assert_eq!(r.propagation_missing, 0, "pods never held by their agent");
+        assert!(!r.propagation_ms.is_empty(), "no pod was asked for at its agent");
+        assert_eq!(r.adds[2], 0, "ADDs of the sample failed");
+        assert!(r.adds[0] > 0, "no ADD of the sample was answered by the agent: {:?}", r.fallbacks);
+        assert!(r.connections.iter().all(|c| *c == 1.0), "connections per agent: {:?}", r.connections);
+    }
 }
 
 /// scripts/cluster/build.sh's bin dir (`KUBERNETES_VERSION` picks the version); a smoke run does
