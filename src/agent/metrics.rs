@@ -477,4 +477,39 @@ mod tests {
         // The admin's first 64, "other", and "" (no network chosen).
         assert_eq!(networks.len(), MAX_NETWORK_LABELS + 2, "{networks:?}");
     }
+
+    /// An operator finds every metric the agent serves in docs/agent.md, named as Prometheus
+    /// expects: counters end in `_total`, histograms carry their unit (`_seconds`), gauges are not
+    /// named like counters, and every sample belongs to a family announced with its type.
+    #[test]
+    fn every_family_is_documented_and_named_by_prometheus_conventions() {
+        let docs = include_str!("../../docs/agent.md");
+        let (store, sync) = (Store::new(AttachmentPolicy::default()), Sync::default());
+        let text = Metrics::default().render(&snapshot(&store, &sync));
+        let families: Vec<(&str, &str)> = text
+            .lines()
+            .filter_map(|l| l.strip_prefix("# TYPE "))
+            .map(|rest| rest.split_once(' ').expect("# TYPE name type"))
+            .collect();
+        assert!(families.len() >= 15, "{text}");
+        for (name, kind) in &families {
+            assert!(docs.contains(&format!("`{name}")), "{name} is not documented in docs/agent.md");
+            assert!(name.starts_with("yh_genie_"), "{name}: the namespace prefix");
+            match *kind {
+                "counter" => assert!(name.ends_with("_total"), "counter {name} must end in _total"),
+                "histogram" => assert!(name.ends_with("_seconds"), "histogram {name} must name its unit"),
+                "gauge" => assert!(!name.ends_with("_total"), "gauge {name} named like a counter"),
+                other => panic!("{name}: unexpected type {other}"),
+            }
+            assert!(text.contains(&format!("# HELP {name} ")), "{name} has no HELP");
+        }
+        for sample in text.lines().filter(|l| !l.starts_with('#')) {
+            let name = sample.split(['{', ' ']).next().unwrap();
+            let family = ["_bucket", "_sum", "_count"].iter().find_map(|s| name.strip_suffix(s)).unwrap_or(name);
+            assert!(
+                families.iter().any(|(f, _)| *f == name || *f == family),
+                "{name} is served without its family's # TYPE"
+            );
+        }
+    }
 }
