@@ -297,7 +297,7 @@ pub(super) fn classify(e: &::kube::Error) -> Failure {
 
 /// An error and its sources on one line: transport errors hide their cause (e.g. "Connection
 /// refused") a few levels down.
-fn error_chain(e: &dyn std::error::Error) -> String {
+pub(crate) fn error_chain(e: &dyn std::error::Error) -> String {
     let mut text = e.to_string();
     let mut source = e.source();
     while let Some(s) = source {

@@ -344,19 +344,7 @@ impl Backoff {
 fn error_text(e: &::kube::Error) -> String {
     match e {
         ::kube::Error::Api(status) => format!("{} {}", status.code, status.message),
-        other => {
-            let mut text = other.to_string();
-            let mut source = std::error::Error::source(other);
-            while let Some(s) = source {
-                let part = s.to_string();
-                if !text.contains(&part) {
-                    text.push_str(": ");
-                    text.push_str(&part);
-                }
-                source = s.source();
-            }
-            text
-        }
+        other => crate::kube::client::error_chain(other),
     }
 }
 
