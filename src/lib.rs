@@ -6,6 +6,7 @@ pub mod async_runtime;
 pub mod cli;
 pub mod cni;
 pub mod crash_point;
+pub mod devices;
 pub mod durable;
 pub mod firewall;
 pub mod install;
