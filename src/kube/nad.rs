@@ -32,6 +32,13 @@ impl NetworkAttachmentDefinition {
     pub fn inline_config(&self) -> Option<&str> {
         self.spec.as_ref().and_then(|s| s.config.as_deref()).filter(|c| !c.trim().is_empty())
     }
+
+    /// The resource whose devices its attachments take (`k8s.v1.cni.cncf.io/resourceName`), when it
+    /// names one: a device network.
+    pub fn resource_name(&self) -> Option<&str> {
+        let annotations = self.metadata.annotations.as_ref()?;
+        annotations.get(crate::devices::RESOURCE_NAME).map(|r| r.trim()).filter(|r| !r.is_empty())
+    }
 }
 
 impl k8s_openapi::Resource for NetworkAttachmentDefinition {

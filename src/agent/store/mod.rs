@@ -454,9 +454,15 @@ pub fn trim_config_map(cm: ConfigMap) -> ConfigMap {
     ConfigMap { metadata: trimmed_meta(&cm.metadata), data: cm.data, ..Default::default() }
 }
 
-/// A NetworkAttachmentDefinition with only its `spec` (and its name and version).
+/// A NetworkAttachmentDefinition with only its `spec` and its `resourceName` annotation (and its
+/// name and version).
 pub fn trim_attachment(nad: NetworkAttachmentDefinition) -> NetworkAttachmentDefinition {
-    NetworkAttachmentDefinition { metadata: trimmed_meta(&nad.metadata), spec: nad.spec, ..Default::default() }
+    let resource = nad.resource_name().map(|r| (crate::devices::RESOURCE_NAME.to_string(), r.to_string()));
+    let metadata = k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+        annotations: resource.map(|r| [r].into()),
+        ..trimmed_meta(&nad.metadata)
+    };
+    NetworkAttachmentDefinition { metadata, spec: nad.spec, ..Default::default() }
 }
 
 #[cfg(test)]

@@ -45,6 +45,10 @@ pub fn plugins_call(
         attachment.config.clone()
     };
     let conf = extras::apply_to_config(&conf, &attachment.extras);
+    let conf = match attachment.device.as_ref().and_then(|d| d.given.as_ref()) {
+        Some(device) => crate::devices::handoff::apply_to_config(&conf, device),
+        None => conf,
+    };
     let list = selection::parse_config(&attachment.network, attachment.path.as_deref(), &conf)?;
     Ok((conf, list, call_of(runtime, config, &attachment.ifname, &attachment.extras)))
 }
@@ -73,6 +77,7 @@ mod tests {
             config: config.to_string(),
             source: selection::Source::DefaultNetwork { element: "blue".into() },
             extras: serde_json::from_value(extras).unwrap(),
+            device: None,
         }
     }
 

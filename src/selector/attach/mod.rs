@@ -2,11 +2,13 @@
 //! (`record`), then its chain of plugins (`chain`) with the call it gets (`call`), all of them as
 //! one (`networks`); the default route a pod asked for (`default_route`); what a DEL may let go of
 //! (`settle`), the tombstone a completed DEL leaves (`tombstone`), and the DEL of pods Multus
-//! attached before the node moved to yh-genie (`multus`).
+//! attached before the node moved to yh-genie (`multus`). A device network's attachment is given
+//! its device first (`devices`).
 
 mod call;
 pub mod chain;
 pub mod default_route;
+pub mod devices;
 mod extras;
 pub mod multus;
 mod networks;

@@ -49,12 +49,16 @@ pub fn add_all(
     store.write_all(&prepared.iter().map(|(record, _, _)| record).collect::<Vec<_>>())?;
     let mut done: Vec<Attached> = Vec::with_capacity(attachments.len());
     for (position, (record, list, call)) in prepared.into_iter().enumerate() {
+        hand_over_device_info(config, &record);
         match chain::add(&list, &call) {
             Ok(result) => {
                 crate::crash_point::reached("selector.add.chain-done");
                 done.push(Attached { record, list, call, result });
             }
             Err(failed) => {
+                if failed.undone {
+                    forget_device_info(&record);
+                }
                 // When undoing failed, the records stay so that the runtime's DEL can finish the job.
                 if undo(&mut done) && failed.undone {
                     remove_logged(store, runtime, attachments.iter().map(|a| a.ifname.clone()).collect());
@@ -152,12 +156,35 @@ fn plugins_exist(list: &ConfList, call: &Invocation, network: &str) -> Result<()
 fn undo(done: &mut Vec<Attached>) -> bool {
     let mut all = true;
     while let Some(a) = done.pop() {
-        if let Err(e) = chain::del(&a.list, &a.call, Some(&a.result)) {
-            tracing::warn!("undoing interface {} of the failed ADD: {e}", a.record.ifname);
-            all = false;
+        match chain::del(&a.list, &a.call, Some(&a.result)) {
+            Ok(()) => forget_device_info(&a.record),
+            Err(e) => {
+                tracing::warn!("undoing interface {} of the failed ADD: {e}", a.record.ifname);
+                all = false;
+            }
         }
     }
     all
+}
+
+/// A device network's attachment: the device plugin's device-info copied to the attachment's
+/// file, for its CNI. A device plugin that writes none, or a copy that fails, leaves the CNI
+/// without it, as under Multus: logged, never a failed ADD.
+fn hand_over_device_info(config: &SelectorConfig, record: &Record) {
+    if let Some(device) = &record.device
+        && let Err(e) = crate::devices::handoff::copy_plugin_info(&config.device_info_dir, device)
+    {
+        tracing::warn!("the device-info of device {} ({}) was not handed to its CNI: {e}", device.id, device.resource);
+    }
+}
+
+/// The attachment's device-info file, once its plugins have let the device go.
+fn forget_device_info(record: &Record) {
+    if let Some(device) = &record.device
+        && let Err(e) = crate::devices::handoff::remove_info(device)
+    {
+        tracing::warn!("the device-info file of interface {} was not removed: {e}", record.ifname);
+    }
 }
 
 /// The records of the runtime's attachment, in ADD order, and what else the container has under
@@ -207,7 +234,10 @@ pub fn del_records(
         };
         let call = recorded_call(runtime, config, record);
         match chain::del(&list, &call, result.as_ref()) {
-            Ok(()) => crate::crash_point::reached("selector.del.chain-done"),
+            Ok(()) => {
+                forget_device_info(record);
+                crate::crash_point::reached("selector.del.chain-done")
+            }
             Err(e) => {
                 let e = if records.len() > 1 { e.context(format!("interface {}", record.ifname)) } else { e };
                 failed.push((record.ifname.clone(), e));

@@ -58,6 +58,10 @@ pub struct Record {
     pub extras: Extras,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pod: Option<PodIdentity>,
+    /// A device network's device, as ADD gave it (its device-info file is removed with the
+    /// attachment).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub device: Option<crate::devices::Device>,
     /// The chain's final result (1.1.0 JSON), once ADD has completed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub result: Option<Value>,
@@ -96,6 +100,7 @@ impl Record {
             conf,
             source: Some(attachment.source.clone()),
             extras: attachment.extras.clone(),
+            device: attachment.device.as_ref().and_then(|d| d.given.clone()),
             pod,
             result: None,
             further_results: BTreeMap::new(),
@@ -299,6 +304,7 @@ mod tests {
             config: CONF.into(),
             source: Source::Value { element: "blue".into(), form: "network name".into() },
             extras: Extras::default(),
+            device: None,
         }
     }
 

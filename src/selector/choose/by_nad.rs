@@ -6,7 +6,7 @@
 
 use super::interfaces::Planned;
 use super::objects::Objects;
-use super::selection::{Attachment, Source};
+use super::selection::{Attachment, DeviceUse, Source};
 use crate::cni::{CniError, code};
 use crate::kube::ObjectRef;
 use crate::selector::config::SelectorConfig;
@@ -79,6 +79,7 @@ pub fn nad_plan(
         .ok_or_else(|| CniError::new(code::KUBE_API, format!("{nad_ref} not found")))?;
     let nad_name = format!("{namespace}/{}", request.name);
     let source = |inline| used.source(request.text.clone(), nad_name.clone(), inline);
+    let device = nad.resource_name().map(|resource| DeviceUse { resource: resource.to_string(), given: None });
     let (attachment, identity, list) = match nad.inline_config() {
         Some(text) => {
             let list = config.policy.check_inline(&nad_name, text)?;
@@ -89,6 +90,7 @@ pub fn nad_plan(
                 config: text.to_string(),
                 source: source(true),
                 extras: request.extras.clone(),
+                device: device.clone(),
             };
             (attachment, format!("{nad_ref}"), list)
         }
@@ -105,6 +107,7 @@ pub fn nad_plan(
                 config: text,
                 source: source(false),
                 extras: request.extras.clone(),
+                device: device.clone(),
             };
             (attachment, identity, list)
         }

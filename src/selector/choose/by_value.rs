@@ -53,6 +53,7 @@ pub fn value_plans(
                     config: text,
                     source: source(element),
                     extras: Extras::default(),
+                    device: None,
                 },
             })
         })

@@ -5,7 +5,7 @@
 
 use super::by_nad::NadUse;
 use super::interfaces::MAX_ATTACHMENTS;
-use super::pod::{annotation_requests, config_map_source, containers, env_entry};
+use super::pod::{annotation_requests, config_map_source, containers, env_entry, extended_resources};
 use super::sandbox::CONFIG_MIRROR;
 use crate::kube::{Kind, ObjectKey};
 use crate::selector::config::defaults::PodDefaults;
@@ -60,14 +60,18 @@ const READ_ANNOTATIONS: [&str; 4] = [NETWORKS, MULTUS_DEFAULT_NETWORK, GENIE_CNI
 
 /// `pod` with only what `resolve` reads, so that `resolve` decides for it exactly as for `pod`:
 /// name, namespace, uid and resourceVersion; the annotations it reads (`READ_ANNOTATIONS`); and of the containers and
-/// init containers that set `CNI_NETWORK_CONFIG`, their name and that one entry (the one that
-/// counts). Everything else (status, managed fields, images, probes, volumes) is dropped: the agent
-/// holds every pod of its node this way, and hands it to the plugin.
+/// init containers that set `CNI_NETWORK_CONFIG` or ask for extended resources (a device network's
+/// devices), their name, that one entry (the one that counts) and those resources. Everything else
+/// (status, managed fields, images, probes, volumes) is dropped: the agent holds every pod of its
+/// node this way, and hands it to the plugin.
 pub fn trimmed(pod: &Pod) -> Pod {
     let keep = |c: &Container| {
-        env_entry(c).map(|entry| Container {
+        let entry = env_entry(c);
+        let resources = extended_resources(c);
+        (entry.is_some() || resources.is_some()).then(|| Container {
             name: c.name.clone(),
-            env: Some(vec![entry.clone()]),
+            env: entry.map(|entry| vec![entry.clone()]),
+            resources,
             ..Default::default()
         })
     };

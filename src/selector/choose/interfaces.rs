@@ -98,6 +98,7 @@ mod tests {
                 config: "{}".into(),
                 source: Source::Value { element: element.into(), form: "network name".into() },
                 extras: Extras::default(),
+                device: None,
             },
             ifname: ifname.map(String::from),
             identity: format!("/n/{network}/a.conflist"),

@@ -41,7 +41,7 @@ pub use objects::{Fetching, Objects};
 pub use resolve::resolve;
 pub use sandbox::{CONFIG_MIRROR, check_uid, is_sandbox_pod};
 pub use select::{api_client, select};
-pub use selection::{Attachment, PodIdentity, Selection, Source};
+pub use selection::{Attachment, DeviceUse, PodIdentity, Selection, Source};
 
 #[cfg(test)]
 mod tests;

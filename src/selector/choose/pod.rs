@@ -5,7 +5,7 @@
 use super::selection::ENV_VAR;
 use crate::cni::CniError;
 use crate::selector::requests::annotation::{self, Request};
-use k8s_openapi::api::core::v1::{ConfigMapKeySelector, Container, EnvVar, Pod};
+use k8s_openapi::api::core::v1::{ConfigMapKeySelector, Container, EnvVar, Pod, ResourceRequirements};
 
 /// The pod's containers and init containers.
 pub fn containers(pod: &Pod) -> (&[Container], &[Container]) {
@@ -23,6 +23,31 @@ pub fn env_entry(container: &Container) -> Option<&EnvVar> {
 /// The ConfigMap key an env entry takes its value from, if that is where it takes it from.
 pub fn config_map_source(entry: &EnvVar) -> Option<&ConfigMapKeySelector> {
     entry.value_from.as_ref()?.config_map_key_ref.as_ref()
+}
+
+/// The container's extended resources (those whose names hold a `/`, as device plugins' do), from
+/// its limits and requests: what a device network's attachment may take devices of.
+pub fn extended_resources(container: &Container) -> Option<ResourceRequirements> {
+    let resources = container.resources.as_ref()?;
+    let extended = |list: &Option<
+        std::collections::BTreeMap<String, k8s_openapi::apimachinery::pkg::api::resource::Quantity>,
+    >| {
+        let kept: std::collections::BTreeMap<_, _> =
+            list.iter().flatten().filter(|(name, _)| name.contains('/')).map(|(n, q)| (n.clone(), q.clone())).collect();
+        (!kept.is_empty()).then_some(kept)
+    };
+    let (limits, requests) = (extended(&resources.limits), extended(&resources.requests));
+    (limits.is_some() || requests.is_some()).then(|| ResourceRequirements { limits, requests, ..Default::default() })
+}
+
+/// Whether a container or init container of the pod asks for `resource` (in its limits or requests).
+pub fn requests_resource(pod: &Pod, resource: &str) -> bool {
+    let (containers, init_containers) = containers(pod);
+    containers
+        .iter()
+        .chain(init_containers)
+        .filter_map(extended_resources)
+        .any(|r| r.limits.iter().chain(r.requests.iter()).any(|list| list.contains_key(resource)))
 }
 
 /// The elements of the pod's networks annotation; none without it.

@@ -135,6 +135,7 @@ mod tests {
                 config: "{}".into(),
                 source: Source::Genie { element: "n".into(), form: "network name".into() },
                 extras: Default::default(),
+                device: None,
             },
             ifname: ifname.map(String::from),
             identity: String::new(),

@@ -7,10 +7,11 @@
 use super::by_nad::{NadUse, nad_plan};
 use super::interfaces;
 use super::objects::Objects;
-use super::pod::{annotation_requests, containers, env_entry};
+use super::pod::{annotation_requests, containers, env_entry, requests_resource};
 use super::precedence::{self, First};
 use super::selection::{Attachment, ENV_VAR, PodIdentity, Selection};
 use crate::cni::CniError;
+use crate::devices::DeviceError;
 use crate::kube::ObjectRef;
 use crate::selector::config::SelectorConfig;
 use crate::selector::requests::annotation::{self, Request};
@@ -63,7 +64,26 @@ pub fn resolve(
     }
     let attachments = interfaces::name(plans, runtime_ifname, &whose)?;
     check_default_routes(&attachments, &whose)?;
+    check_device_requests(&attachments, pod, &whose)?;
     Ok(Selection { pod: Some(identity), reason, attachments, notes })
+}
+
+/// A device network's attachment takes a device the kubelet allocated to the pod, which it does
+/// only for a resource a container asks for; a `deviceID` names a device of a device network.
+fn check_device_requests(attachments: &[Attachment], pod: &Pod, whose: &str) -> Result<(), CniError> {
+    for attachment in attachments {
+        let refused = match (&attachment.device, &attachment.extras.device_id) {
+            (Some(device), _) if !requests_resource(pod, &device.resource) => {
+                DeviceError::NotRequested { network: attachment.network.clone(), resource: device.resource.clone() }
+            }
+            (None, Some(device_id)) => {
+                DeviceError::NotADeviceNetwork { network: attachment.network.clone(), device_id: device_id.clone() }
+            }
+            _ => continue,
+        };
+        return Err(CniError::invalid_config(format!("{whose}: {refused}")));
+    }
+    Ok(())
 }
 
 /// At most one `default-route` gateway per address family: the pod has one default route.

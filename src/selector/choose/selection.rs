@@ -55,6 +55,21 @@ pub struct Attachment {
     pub source: Source,
     #[serde(default, skip_serializing_if = "Extras::is_empty")]
     pub extras: Extras,
+    /// A device network's (its NetworkAttachmentDefinition names a `resourceName`): the resource,
+    /// and once ADD has given it, the device.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub device: Option<DeviceUse>,
+}
+
+/// The device of a device network's attachment.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DeviceUse {
+    /// The resource of its NetworkAttachmentDefinition's `k8s.v1.cni.cncf.io/resourceName`.
+    pub resource: String,
+    /// The device ADD gave it, of the pod's allocated devices of `resource`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub given: Option<crate::devices::Device>,
 }
 
 impl Attachment {

@@ -634,3 +634,40 @@ fn a_pod_of_another_uid_than_the_sandbox_is_refused_naming_both() {
     assert_eq!(e.code, 103);
     assert!(e.msg.contains("uid-web-0") && e.msg.contains("uid-old") && e.msg.contains("pod default/web-0"), "{e}");
 }
+
+#[test]
+fn a_device_network_takes_the_resource_its_nad_names_and_the_pod_must_request_it() {
+    let node = Node::new();
+    let vf = "example.com/vf";
+    // Two device networks of one resource (a network attaches once per pod), and one that is not.
+    let mut api = FakeApi::default().nad("default", "blue", None);
+    for name in ["lan", "red"] {
+        let device_nad = serde_json::from_value(json!({"metadata": {"name": name, "namespace": "default",
+            "annotations": {crate::devices::RESOURCE_NAME: vf}}, "spec": {}}))
+        .unwrap();
+        api.nads.insert(("default".into(), name.into()), device_nad);
+    }
+    let limits =
+        |resource: &str| json!([{"name": "c", "image": "x", "resources": {"limits": {resource: "2", "cpu": "1"}}}]);
+    let api = api
+        .annotated("default", "asks", "lan@net1, red@net2, blue", limits(vf))
+        .annotated("default", "asks-not", "lan", limits("example.com/other"))
+        .annotated("default", "names", r#"[{"name": "blue", "deviceID": "0000:03:00.2"}]"#, limits(vf));
+    let s = node.select(&api, "asks").unwrap();
+    let devices: Vec<_> = s.attachments.iter().map(|a| a.device.as_ref().map(|d| d.resource.as_str())).collect();
+    assert_eq!(devices, [None, Some(vf), Some(vf), None]);
+    let err = node.select(&api, "asks-not").unwrap_err();
+    assert_eq!(err.code, crate::cni::code::INVALID_CONFIG);
+    assert!(err.msg.contains("no container of the pod requests that resource"), "{err}");
+    assert!(err.msg.contains("\"example.com/vf\": \"1\""), "{err}");
+    // A deviceID on a network that is no device network names nothing the pod has.
+    let err = node.select(&api, "names").unwrap_err();
+    assert!(err.msg.contains("has no k8s.v1.cni.cncf.io/resourceName annotation"), "{err}");
+    // The agent's trimmed pod keeps the extended resources (and only those), and decides the same.
+    let pod = api.pods[&("default".to_string(), "asks".to_string())].clone();
+    let small = trimmed(&pod);
+    let text = serde_json::to_string(&small).unwrap();
+    assert!(text.contains(vf) && !text.contains("cpu"), "{text}");
+    let resolved = |pod: &Pod| resolve(&node.config, "eth0", ("default", "asks"), pod, &mut Fetching::new(&api));
+    assert_eq!(resolved(&small), resolved(&pod));
+}

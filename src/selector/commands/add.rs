@@ -16,7 +16,8 @@ pub fn add(inv: &Invocation, conf: &PluginConf) -> Result<CniResult, CniError> {
     let config = SelectorConfig::from_plugin_conf(conf)?;
     readiness_indicator(&config, code::TRY_AGAIN_LATER)?;
     to_agent::note_stage(to_agent::Stage::Selecting);
-    let Chosen { selection, via, mut api } = choose(&config, inv)?;
+    let Chosen { mut selection, via, mut api } = choose(&config, inv)?;
+    attach::devices::give(inv, &config, &mut selection.attachments)?;
     crate::logging::note_networks(selection.attachments.iter().map(|a| a.network.as_str()));
     let status_wanted = wants_status(&config, &selection);
     if !status_wanted {

@@ -176,6 +176,7 @@ mod tests {
             config: config.into(),
             source: Source::DefaultNetwork { element: network.into() },
             extras: Extras::default(),
+            device: None,
         };
         Record::new(&runtime, &runtime, 0, &attachment, config.into(), None)
     }

@@ -63,6 +63,11 @@ pub struct SelectorConfig {
     /// `cniDir` (Multus's key): where Multus keeps the delegates of the pods it attached, which
     /// DEL reads for a pod that has no record here (`None`, from an empty value: never read).
     pub multus_dir: Option<PathBuf>,
+    /// `podResourcesSocket`: the kubelet's PodResources API, asked for the devices of a pod whose
+    /// networks include a device network (a NetworkAttachmentDefinition with a `resourceName`).
+    pub pod_resources_socket: PathBuf,
+    /// `deviceInfoDir`: where device plugins and device CNIs keep device-info files.
+    pub device_info_dir: PathBuf,
 }
 
 /// When to write the `network-status` annotation after a successful ADD.
@@ -135,6 +140,11 @@ impl SelectorConfig {
                 None => Some(PathBuf::from(DEFAULT_MULTUS_DIR)),
                 Some(path) => non_empty(Some(path)),
             },
+            pod_resources_socket: dir(
+                key(&conf.raw, "podResourcesSocket")?,
+                crate::devices::podresources::DEFAULT_SOCKET,
+            ),
+            device_info_dir: dir(key(&conf.raw, "deviceInfoDir")?, crate::devices::handoff::DEVICE_INFO_DIR),
         })
     }
 

@@ -85,7 +85,14 @@ pub fn of_attached(attached: &[Attached]) -> BTreeMap<String, String> {
     let all: Vec<Entry> = attached
         .iter()
         .enumerate()
-        .flat_map(|(i, a)| entries(&a.record.network, a.record.source.as_ref(), &a.record.ifname, &a.result, i == 0))
+        .flat_map(|(i, a)| {
+            let mut own = entries(&a.record.network, a.record.source.as_ref(), &a.record.ifname, &a.result, i == 0);
+            // A device network's device-info, as its device plugin and CNI left it.
+            if let Some(info) = a.record.device.as_ref().and_then(crate::devices::handoff::read_info) {
+                own[0].device_info = Some(info);
+            }
+            own
+        })
         .collect();
     annotations(&all)
 }

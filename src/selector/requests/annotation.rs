@@ -5,10 +5,11 @@
 //! - JSON: an array of objects with `name` (required), `namespace`, `interface`, `ips` (addresses
 //!   with prefix length), `mac`, `default-route` (gateway addresses), `cni-args` (an object given to
 //!   every plugin as `args.cni`), `portMappings` and `bandwidth` (for the network's plugins that
-//!   declare those capabilities, as Multus gives them).
+//!   declare those capabilities, as Multus gives them), `deviceID` (which of the pod's devices a
+//!   device network's attachment takes: it must be one the kubelet allocated to the pod for that
+//!   network's resource, checked when the devices are known).
 //!
-//! Multus keys this selector does not implement (`infiniband-guid`, `deviceID`,
-//! `ipam-claim-reference`) are refused with code 2 naming the key rather than dropped,
+//! Multus keys this selector does not implement (`infiniband-guid`, `ipam-claim-reference`) are refused with code 2 naming the key rather than dropped,
 //! so a pod never silently runs without what it asked for; any other key is code 7 (a misspelling).
 
 use crate::cni::{CniError, code};
@@ -29,9 +30,19 @@ pub const MULTUS_DEFAULT_NETWORK: &str = "v1.multus-cni.io/default-network";
 pub const GENIE_CNI: &str = "cni";
 
 /// Multus keys that ask for something this selector does not do.
-const UNSUPPORTED: [&str; 3] = ["infiniband-guid", "deviceID", "ipam-claim-reference"];
-const SUPPORTED: [&str; 9] =
-    ["name", "namespace", "interface", "ips", "mac", "default-route", "cni-args", "portMappings", "bandwidth"];
+const UNSUPPORTED: [&str; 2] = ["infiniband-guid", "ipam-claim-reference"];
+const SUPPORTED: [&str; 10] = [
+    "name",
+    "namespace",
+    "interface",
+    "ips",
+    "mac",
+    "default-route",
+    "cni-args",
+    "portMappings",
+    "bandwidth",
+    "deviceID",
+];
 
 /// One network the annotation asks for.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -67,6 +78,9 @@ pub struct Extras {
     /// Shaping of this interface (`runtimeConfig.bandwidth` where declared).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bandwidth: Option<Bandwidth>,
+    /// The device of a device network this attachment takes, of those allocated to the pod.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub device_id: Option<String>,
 }
 
 impl Extras {
@@ -204,7 +218,8 @@ fn json_element(element: &Value) -> Result<Request, CniError> {
         None | Some(Value::Null) => None,
         Some(v) => Some(capabilities::bandwidth(v).map_err(|why| at("bandwidth", why))?),
     };
-    let extras = Extras { ips, mac, default_route, cni_args, port_mappings, bandwidth };
+    let device_id = string("deviceID")?.map(str::trim).filter(|id| !id.is_empty()).map(String::from);
+    let extras = Extras { ips, mac, default_route, cni_args, port_mappings, bandwidth, device_id };
     Ok(Request { namespace, name, ifname, extras, text })
 }
 
@@ -302,7 +317,7 @@ mod tests {
             ("[1]", 7, "element 1: 1 is not an object"),
             (r#"[{"namespace":"a"}]"#, 7, "\"name\" is required"),
             (r#"[{"name":"a","interfce":"x"}]"#, 7, "unknown key \"interfce\""),
-            (r#"[{"name":"a","deviceID":"x"}]"#, 2, "\"deviceID\" is not supported"),
+            (r#"[{"name":"a","infiniband-guid":"x"}]"#, 2, "\"infiniband-guid\" is not supported"),
             (r#"[{"name":"a","portMappings":[{"hostPort":80}]}]"#, 7, "\"portMappings\" of \"a\": must be a list"),
             (r#"[{"name":"a","bandwidth":{}}]"#, 7, "\"bandwidth\" of \"a\": it asks for nothing"),
             (
