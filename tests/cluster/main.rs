@@ -28,6 +28,10 @@ use credentials::*;
 mod migrate;
 use migrate::*;
 
+/// Device networks: the test device plugin and device CNI (tests/devices/).
+mod devices;
+use devices::*;
+
 /// The tests of a hostPort, a pod deleted mid-ADD, a DaemonSet rolled while pods start.
 mod races;
 use races::*;
@@ -53,6 +57,10 @@ const TESTS: &[(&str, Test)] = &[
     ("pods_get_the_network_their_configmap_names_in_every_form", pods_get_the_network_of_every_form),
     ("pod_to_pod_on_one_node_and_across_nodes", pod_to_pod_on_one_node_and_across_nodes),
     ("two_networks_by_configmap_list_and_by_nad", two_networks_by_configmap_list_and_by_nad),
+    (
+        "device_networks_get_the_devices_the_kubelet_gave_the_pod",
+        device_networks_get_the_devices_the_kubelet_gave_the_pod,
+    ),
     ("adds_make_no_api_get_and_requests_per_pod_lifecycle", adds_make_no_api_get_and_requests_per_pod_lifecycle),
     ("a_uid_guarded_patch_of_a_replaced_pod_gets_422", a_uid_guarded_patch_of_a_replaced_pod_gets_422),
     ("api_server_down_a_pod_the_agent_holds_gets_its_network_again", api_server_down_a_held_pod_gets_its_network_again),
