@@ -207,6 +207,17 @@ fn objects_are_held_trimmed() {
         serde_json::to_value(trim_attachment(nad)).unwrap(),
         json!({"metadata": {"name": "lan", "namespace": "default"}, "spec": {"config": "{}"}})
     );
+    // A device network keeps its resourceName: the plugin decides from it as from the API server.
+    let device: NetworkAttachmentDefinition = serde_json::from_value(json!({
+        "metadata": {"name": "vf", "namespace": "default",
+                     "annotations": {"x": "y", crate::devices::RESOURCE_NAME: "example.com/vf"}}
+    }))
+    .unwrap();
+    assert_eq!(
+        serde_json::to_value(trim_attachment(device)).unwrap(),
+        json!({"metadata": {"name": "vf", "namespace": "default",
+                            "annotations": {crate::devices::RESOURCE_NAME: "example.com/vf"}}})
+    );
 }
 
 #[test]
