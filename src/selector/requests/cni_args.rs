@@ -21,7 +21,7 @@ use serde_json::{Map, Value};
 pub const MAX_DEPTH: usize = 32;
 
 /// Multus keys the annotation refuses with code 2, as Go folds them (with `-` and `_` dropped).
-const UNSUPPORTED: [&str; 3] = ["INFINIBANDGUID", "DEVICEID", "IPAMCLAIMREFERENCE"];
+const UNSUPPORTED: [&str; 2] = ["INFINIBANDGUID", "IPAMCLAIMREFERENCE"];
 /// Element keys the selector hands to plugins as capability arguments (`runtimeConfig`), never in
 /// `args.cni`: in `cni-args` no plugin would see them, so they are refused with the key to use.
 const ELEMENT_CAPABILITIES: [(&str, &str); 2] = [("PORTMAPPINGS", "portMappings"), ("BANDWIDTH", "bandwidth")];
@@ -64,6 +64,15 @@ pub fn check(cni_args: &Map<String, Value>, list: &ConfList, network: &str) -> R
                 return Err(bad(format!(
                     "plugins take it from the runtime's capability arguments, not from cni-args: use the element's {name:?} key"
                 )));
+            }
+            // A device plugin's device reaches the plugins from the element's own "deviceID",
+            // once it is known to be the pod's; by this road it would reach them unchecked.
+            "DEVICEID" | "PCIBUSID" => {
+                return Err(bad(
+                    "plugins read it as the device to take; name one of the pod's devices in the element's \"deviceID\" \
+                     key instead"
+                        .into(),
+                ));
             }
             p if UNSUPPORTED.contains(&p) => {
                 return Err(CniError::new(
@@ -140,7 +149,9 @@ mod tests {
         let e = check(&args(json!({"Mac": "ff:ff:ff:ff:ff:ff"})), &l, "n").unwrap_err();
         assert!(e.code == 7 && e.msg.contains("multicast"), "{e}");
         assert_eq!(check(&args(json!({"portMappings": []})), &l, "n").unwrap_err().code, 7);
-        assert_eq!(check(&args(json!({"deviceID": "0000:00:01.0"})), &l, "n").unwrap_err().code, 2);
+        let device = check(&args(json!({"deviceid": "0000:00:01.0"})), &l, "n").unwrap_err();
+        assert!(device.code == 7 && device.msg.contains("in the element's \"deviceID\" key"), "{device}");
+        assert_eq!(check(&args(json!({"pci_bus_id": "0000:00:01.0"})), &l, "n").unwrap_err().code, 7);
         let e = check(&args(json!({"BANDWIDTH": {}})), &l, "n").unwrap_err();
         assert!(e.code == 7 && e.msg.contains("use the element's \"bandwidth\" key"), "{e}");
         assert_eq!(check(&args(json!({"infiniband-guid": "x"})), &l, "n").unwrap_err().code, 2);
