@@ -185,6 +185,62 @@ mod tests {
         assert!(devices.of("z").is_empty());
     }
 
+    /// A kubelet's PodResources API on a unix socket: `Get` as the kubelet without
+    /// `KubeletPodResourcesGet` answers it (Unimplemented) or answering for the pod, `List` always.
+    fn fake_kubelet(socket: &Path, pods: Vec<PodResources>, with_get: bool) {
+        use testkit::grpc::Answer;
+        let handler = move |path: &str, message: bytes::Bytes| match path {
+            LIST => Answer::Message(ListPodResourcesResponse { pod_resources: pods.clone() }.encode_to_vec()),
+            GET if with_get => {
+                let asked = GetPodResourcesRequest::decode(message).unwrap();
+                let pod = pods.iter().find(|p| p.name == asked.pod_name && p.namespace == asked.pod_namespace);
+                match pod {
+                    Some(pod) => {
+                        Answer::Message(GetPodResourcesResponse { pod_resources: Some(pod.clone()) }.encode_to_vec())
+                    }
+                    None => Answer::Status(5, format!("pod {} not found", asked.pod_name)),
+                }
+            }
+            _ => Answer::Status(12, format!("unknown method {path}")),
+        };
+        testkit::grpc::serve_in_thread(socket, std::sync::Arc::new(handler));
+    }
+
+    fn pod(namespace: &str, name: &str, devices: &[(&str, &[&str])]) -> PodResources {
+        let devices = devices
+            .iter()
+            .map(|(r, ids)| ContainerDevices {
+                resource_name: r.to_string(),
+                device_ids: ids.iter().map(|s| s.to_string()).collect(),
+            })
+            .collect();
+        PodResources {
+            name: name.into(),
+            namespace: namespace.into(),
+            containers: vec![ContainerResources { name: "c".into(), devices }],
+        }
+    }
+
+    #[test]
+    fn the_pods_devices_come_from_get_or_else_from_list() {
+        let dir = tempfile::tempdir().unwrap();
+        let pods = vec![pod("ns", "other", &[("x/vf", &["vf9"])]), pod("ns", "p", &[("x/vf", &["vf2", "vf1"])])];
+        for with_get in [true, false] {
+            let socket = dir.path().join(format!("kubelet-{with_get}.sock"));
+            fake_kubelet(&socket, pods.clone(), with_get);
+            let devices = pod_devices(&socket, "ns", "p").unwrap();
+            assert_eq!(devices.of("x/vf"), ["vf1", "vf2"], "with Get: {with_get}");
+            // A pod the kubelet does not know has none.
+            assert_eq!(pod_devices(&socket, "ns", "gone").unwrap(), PodDevices::default(), "with Get: {with_get}");
+        }
+        // Something that does not speak gRPC there is named.
+        let socket = dir.path().join("not-grpc.sock");
+        let _listener = std::os::unix::net::UnixListener::bind(&socket).unwrap();
+        drop(_listener);
+        let err = pod_devices(&socket, "ns", "p").unwrap_err();
+        assert!(matches!(err, DeviceError::Unanswered { .. }), "{err}");
+    }
+
     #[test]
     fn an_absent_socket_is_named() {
         let err = pod_devices(Path::new("/nonexistent/kubelet.sock"), "ns", "p").unwrap_err();

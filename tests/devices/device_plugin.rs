@@ -5,17 +5,14 @@
 //! where the SR-IOV device plugin writes it (`<devinfo>/dp/<resource>-<device>-device.json`).
 //!
 //! `test-device-plugin <resource> <device,device...> [kubelet device-plugins dir] [devinfo dir]`;
-//! it runs until killed. The gRPC server is hyper's HTTP/2 with the messages framed by hand (prost
-//! for the messages), so no code generator is needed.
+//! it runs until killed. The messages are written with prost's derive and served by
+//! `testkit::grpc`, so no code generator is needed.
 
-use bytes::{Buf, BufMut, Bytes, BytesMut};
-use http_body_util::{BodyExt, StreamBody, combinators::BoxBody};
-use hyper::body::{Frame, Incoming};
-use hyper::{Request, Response};
+use bytes::Bytes;
 use prost::Message;
-use std::convert::Infallible;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use testkit::grpc::Answer;
 
 #[derive(Clone, PartialEq, Message)]
 struct Empty {}
@@ -67,67 +64,24 @@ struct Plugin {
     devinfo: PathBuf,
 }
 
-type Body = BoxBody<Bytes, Infallible>;
-
-fn frame(message: &impl Message) -> Bytes {
-    let mut buf = BytesMut::new();
-    buf.put_u8(0);
-    buf.put_u32(message.encoded_len() as u32);
-    message.encode(&mut buf).expect("a BytesMut grows");
-    buf.freeze()
-}
-
-fn grpc_response(frames: Vec<Bytes>, end: bool) -> Response<Body> {
-    let mut trailers = hyper::HeaderMap::new();
-    trailers.insert("grpc-status", "0".parse().unwrap());
-    let data = futures::stream::iter(frames.into_iter().map(|f| Ok(Frame::data(f))));
-    let body: Body = if end {
-        BoxBody::new(StreamBody::new(futures::StreamExt::chain(
-            data,
-            futures::stream::iter([Ok(Frame::trailers(trailers))]),
-        )))
-    } else {
-        // ListAndWatch: the stream stays open while the plugin runs; the kubelet reads its end as
-        // the plugin gone.
-        BoxBody::new(StreamBody::new(futures::StreamExt::chain(data, futures::stream::pending())))
-    };
-    Response::builder().header("content-type", "application/grpc").body(body).unwrap()
-}
-
-fn message_of(body: Bytes) -> Bytes {
-    let mut body = body;
-    if body.len() < 5 {
-        return Bytes::new();
-    }
-    body.advance(1);
-    let len = body.get_u32() as usize;
-    body.slice(..len.min(body.len()))
-}
-
 fn device_info(id: &str) -> String {
     serde_json::json!({"type": "pci", "version": "1.1.0", "pci": {"pci-address": id}}).to_string()
 }
 
-async fn serve(plugin: Arc<Plugin>, request: Request<Incoming>) -> Result<Response<Body>, Infallible> {
-    let path = request.uri().path().to_string();
-    let body = request.into_body().collect().await.map(|b| b.to_bytes()).unwrap_or_default();
-    let message = message_of(body);
-    Ok(match path.as_str() {
-        "/v1beta1.DevicePlugin/GetDevicePluginOptions" => grpc_response(vec![frame(&Empty {})], true),
+fn answer(plugin: &Plugin, path: &str, message: Bytes) -> Answer {
+    match path {
         "/v1beta1.DevicePlugin/ListAndWatch" => {
             let devices = plugin.devices.iter().map(|id| Device { id: id.clone(), health: "Healthy".into() }).collect();
-            grpc_response(vec![frame(&ListAndWatchResponse { devices })], false)
+            Answer::Open(ListAndWatchResponse { devices }.encode_to_vec())
         }
         "/v1beta1.DevicePlugin/Allocate" => {
             let asked = AllocateRequest::decode(message).unwrap_or_default();
             let mut responses = Vec::new();
             for container in asked.container_requests {
+                // As the SR-IOV device plugin: each allocated device's info, for the CNI.
                 for id in &container.devices_ids {
-                    let file = plugin.devinfo.join("dp").join(format!(
-                        "{}-{}-device.json",
-                        plugin.resource.replace('/', "-"),
-                        id.replace('/', "-")
-                    ));
+                    let name = format!("{}-{}-device.json", plugin.resource.replace('/', "-"), id.replace('/', "-"));
+                    let file = plugin.devinfo.join("dp").join(name);
                     std::fs::create_dir_all(file.parent().unwrap()).ok();
                     if let Err(e) = std::fs::write(&file, device_info(id)) {
                         eprintln!("test-device-plugin: {}: {e}", file.display());
@@ -136,11 +90,12 @@ async fn serve(plugin: Arc<Plugin>, request: Request<Incoming>) -> Result<Respon
                 let envs = [("TEST_DEVICES".to_string(), container.devices_ids.join(","))].into();
                 responses.push(ContainerAllocateResponse { envs });
             }
-            grpc_response(vec![frame(&AllocateResponse { container_responses: responses })], true)
+            Answer::Message(AllocateResponse { container_responses: responses }.encode_to_vec())
         }
-        // GetPreferredAllocation, PreStartContainer: not asked for (options say so); empty answers.
-        _ => grpc_response(vec![frame(&Empty {})], true),
-    })
+        // GetDevicePluginOptions (none), GetPreferredAllocation and PreStartContainer (not asked
+        // for, as the options say): empty answers.
+        _ => Answer::Message(Empty {}.encode_to_vec()),
+    }
 }
 
 async fn register(kubelet: &Path, endpoint: &str, resource: &str) -> Result<(), String> {
@@ -180,23 +135,22 @@ fn main() {
     let endpoint = format!("yh-test-{}.sock", plugin.resource.replace(['/', '.'], "-"));
     let socket = dir.join(&endpoint);
     let _ = std::fs::remove_file(&socket);
+    let listener = testkit::grpc::bind(&socket).expect("binding the plugin's socket");
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     runtime.block_on(async move {
-        let listener = tokio::net::UnixListener::bind(&socket).expect("binding the plugin's socket");
+        let handler: testkit::grpc::Handler = {
+            let plugin = plugin.clone();
+            Arc::new(move |path: &str, message: Bytes| answer(&plugin, path, message))
+        };
+        let serving = tokio::spawn(testkit::grpc::serve(listener, handler));
         if let Err(e) = register(&dir.join("kubelet.sock"), &endpoint, &plugin.resource).await {
             eprintln!("test-device-plugin: {e}");
             std::process::exit(1);
         }
         eprintln!("test-device-plugin: {} registered with {} devices", plugin.resource, plugin.devices.len());
-        loop {
-            let Ok((stream, _)) = listener.accept().await else { continue };
-            let plugin = plugin.clone();
-            tokio::spawn(async move {
-                let service = hyper::service::service_fn(move |r| serve(plugin.clone(), r));
-                let _ = hyper::server::conn::http2::Builder::new(hyper_util::rt::TokioExecutor::new())
-                    .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
-                    .await;
-            });
+        if let Ok(Err(e)) = serving.await {
+            eprintln!("test-device-plugin: serving: {e}");
+            std::process::exit(1);
         }
     });
 }

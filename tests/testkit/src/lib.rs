@@ -12,6 +12,7 @@ pub mod agent;
 pub mod apiserver;
 pub mod cluster;
 pub mod containerd;
+pub mod grpc;
 pub mod inspect;
 pub mod netns;
 pub mod node_namespaces;
