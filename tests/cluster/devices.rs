@@ -5,8 +5,7 @@
 
 use super::{NS, YH_GENIE_USER};
 use serde_json::Value;
-use std::path::PathBuf;
-use std::process::{Child, Command};
+use std::process::Child;
 use testkit::cluster::Cluster;
 
 const VF: &str = "example.com/vf";
@@ -15,24 +14,6 @@ const VFS: [&str; 3] = ["yhvf0", "yhvf1", "yhvf2"];
 const VFS_B: [&str; 1] = ["yhvfb0"];
 /// NAD (and node network) name, resource.
 const NETWORKS: [(&str, &str); 3] = [("vf-a1", VF), ("vf-a2", VF), ("vf-b", VF_B)];
-
-/// The test device plugin and device CNI, built as the developer's `cargo build` builds them (the
-/// test's environment cleared, as the image build does, so nothing already built is rebuilt).
-fn support_binaries() -> (PathBuf, PathBuf) {
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let status = Command::new(cargo)
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .args(["build", "--example", "test-device-plugin", "--example", "test-device-cni"])
-        .env_clear()
-        .envs(std::env::vars().filter(|(k, _)| {
-            ["PATH", "HOME", "RUSTUP_HOME", "CARGO_HOME", "RUSTUP_TOOLCHAIN", "CARGO_TARGET_DIR"].contains(&k.as_str())
-        }))
-        .status()
-        .expect("cargo runs");
-    assert!(status.success(), "building the test device plugin and CNI failed");
-    let examples = std::env::current_exe().unwrap().parent().unwrap().parent().unwrap().join("examples");
-    (examples.join("test-device-plugin"), examples.join("test-device-cni"))
-}
 
 /// What the test set up on node-a, undone even when it fails.
 struct Devices<'a> {
@@ -115,7 +96,7 @@ pub fn device_networks_get_the_devices_the_kubelet_gave_the_pod(cluster: &mut Cl
     super::daemonset_ready_on_every_node(cluster);
     // The e2e's namespace, when this test runs alone (the workloads' tests make it otherwise).
     cluster.apply_text(&format!("apiVersion: v1\nkind: Namespace\nmetadata: {{name: {NS}}}\n"));
-    let (plugin, cni) = support_binaries();
+    let (plugin, cni) = testkit::devices::support_binaries();
     let mut devices = Devices { cluster, plugins: Vec::new() };
     let cluster = devices.cluster;
     let worker = cluster.worker("node-a");

@@ -18,6 +18,7 @@ mod yonghui;
 // The selector: choosing networks, attaching them, what the runtime and the pod author hand it.
 mod api_certificates;
 mod capabilities;
+mod devices;
 mod dropin;
 mod hardening;
 mod migrate;

@@ -12,6 +12,7 @@ pub mod agent;
 pub mod apiserver;
 pub mod cluster;
 pub mod containerd;
+pub mod devices;
 pub mod grpc;
 pub mod inspect;
 pub mod netns;

@@ -105,6 +105,18 @@ impl ApiServer {
         self.put(Resource::ConfigMaps, namespace, name, cm);
     }
 
+    /// Put a NetworkAttachmentDefinition of a device network: no `spec.config`, and the
+    /// `k8s.v1.cni.cncf.io/resourceName` annotation naming `resource`.
+    pub fn put_device_nad(&self, namespace: &str, name: &str, resource: &str) {
+        let nad = json!({
+            "apiVersion": "k8s.cni.cncf.io/v1", "kind": "NetworkAttachmentDefinition",
+            "metadata": {"namespace": namespace, "name": name,
+                         "annotations": {"k8s.v1.cni.cncf.io/resourceName": resource}},
+            "spec": {},
+        });
+        self.put(Resource::Nads, namespace, name, nad);
+    }
+
     /// Put a NetworkAttachmentDefinition; `config` is its `spec.config` (none: no config).
     pub fn put_nad(&self, namespace: &str, name: &str, config: Option<&str>) {
         let nad = json!({
