@@ -26,6 +26,11 @@ impl CniArgs {
         self.pairs.iter().rev().find(|(k, _)| k == key).map(|(_, v)| v.as_str()).filter(|v| !v.is_empty())
     }
 
+    /// Every key, in order (repeated ones as often as they occur).
+    pub fn keys(&self) -> impl Iterator<Item = &str> {
+        self.pairs.iter().map(|(k, _)| k.as_str())
+    }
+
     pub fn pod_uid(&self) -> Option<&str> {
         self.get("K8S_POD_UID")
     }
