@@ -56,6 +56,19 @@ pub enum StatusOutcome {
 const STATUS_OUTCOMES: [(&str, StatusOutcome); 3] =
     [("written", StatusOutcome::Written), ("pod_gone", StatusOutcome::PodGone), ("failed", StatusOutcome::Failed)];
 
+/// How an `AddedInterface` event handed over by the plugin ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EventOutcome {
+    Created,
+    /// Refused by the API server, or not sent within its budget.
+    Failed,
+    /// The queue had no room for it.
+    Dropped,
+}
+
+const EVENT_OUTCOMES: [(&str, EventOutcome); 3] =
+    [("created", EventOutcome::Created), ("failed", EventOutcome::Failed), ("dropped", EventOutcome::Dropped)];
+
 const RESOURCES: [(&str, Kind); 3] = [
     ("pods", Kind::Pod),
     ("configmaps", Kind::ConfigMap),
@@ -139,6 +152,7 @@ pub struct Metrics {
     watch_errors: [AtomicU64; 3],
     relists: [AtomicU64; 3],
     statuses: [AtomicU64; 3],
+    events: [AtomicU64; 3],
     operations: Mutex<Operations>,
 }
 
@@ -177,6 +191,10 @@ impl Metrics {
 
     pub fn status(&self, outcome: StatusOutcome) {
         self.statuses[index(&STATUS_OUTCOMES, outcome)].fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub fn event(&self, outcome: EventOutcome) {
+        self.events[index(&EVENT_OUTCOMES, outcome)].fetch_add(1, Ordering::Relaxed);
     }
 
     /// A plugin operation's report.
@@ -308,6 +326,15 @@ impl Metrics {
         for (i, (label, _)) in STATUS_OUTCOMES.iter().enumerate() {
             let _ =
                 writeln!(out, "yh_genie_agent_status_writes_total{{outcome=\"{label}\"}} {}", get(&self.statuses[i]));
+        }
+        family(
+            &mut out,
+            "yh_genie_agent_events_total",
+            "counter",
+            "AddedInterface events handed over by the plugin, by outcome (sent when the node is quiet)",
+        );
+        for (i, (label, _)) in EVENT_OUTCOMES.iter().enumerate() {
+            let _ = writeln!(out, "yh_genie_agent_events_total{{outcome=\"{label}\"}} {}", get(&self.events[i]));
         }
         self.render_operations(&mut out);
         out

@@ -201,6 +201,7 @@ fn run(options: &Options, bound: &Mutex<Bound>) -> anyhow::Result<()> {
             sync: Sync::default(),
             object_watches: Mutex::new(HashMap::new()),
             annotations,
+            events: annotate::Events::default(),
             node: options.node.clone(),
             default_network: options.default_network.clone(),
         });
@@ -209,6 +210,7 @@ fn run(options: &Options, bound: &Mutex<Bound>) -> anyhow::Result<()> {
         tasks.spawn(server::serve(shared.clone(), listener));
         tasks.spawn(reports::serve(shared.clone(), report_socket));
         tasks.spawn(annotate::run(shared.clone(), jobs));
+        tasks.spawn(annotate::send_events(shared.clone()));
         tasks.spawn(http::serve(shared.clone(), options.metrics_address));
         if let Some(path) = options.selector_config.clone() {
             tasks.spawn(reload_policy(shared.clone(), path));
@@ -242,6 +244,8 @@ struct Shared {
     sync: Sync,
     object_watches: Mutex<HashMap<WatchKey, AbortHandle>>,
     annotations: mpsc::Sender<annotate::Job>,
+    /// The `AddedInterface` events waiting for a quiet moment of the node.
+    events: annotate::Events,
     /// This node's name, which reports the events the agent creates.
     node: String,
     default_network: NetworkReadiness,

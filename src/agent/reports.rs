@@ -32,7 +32,11 @@ pub(super) async fn serve(shared: Arc<Shared>, socket: UnixDatagram) -> String {
     loop {
         match socket.recv(&mut buf).await {
             Ok(n) => match OperationReport::parse(&buf[..n]) {
-                Ok(report) => shared.metrics.operation(&report),
+                Ok(report) => {
+                    // A plugin at work (its DELs too): the events wait.
+                    shared.events.busy();
+                    shared.metrics.operation(&report)
+                }
                 Err(why) => {
                     debug!("a datagram on the report socket: {why}");
                     shared.metrics.malformed_report();

@@ -76,6 +76,8 @@ async fn connection(shared: Arc<Shared>, stream: UnixStream) {
     let mut reader = BufReader::new(read).take(MAX_REQUEST);
     let read = tokio::time::timeout(CLIENT_TIMEOUT, reader.read_until(b'\n', &mut line)).await;
     let started = Instant::now();
+    // A plugin at work: the events wait.
+    shared.events.busy();
     let answer = match read {
         Ok(Ok(_)) if line.ends_with(b"\n") => match Request::parse(&line) {
             Ok(Request { ask: Ask::Selection { namespace, name, uid, wait_ms }, .. }) => {

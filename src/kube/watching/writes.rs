@@ -62,17 +62,18 @@ pub struct Reporter<'a> {
 }
 
 /// Create one `Normal` core/v1 Event about `pod` with `reason` and `message`, reported by
-/// `reporter`, in one attempt.
+/// `reporter`, in one attempt; `at`: when it happened (it may be sent a while later).
 pub async fn create_event(
     client: &Client,
     pod: &EventPod<'_>,
     reporter: &Reporter<'_>,
     reason: &str,
     message: &str,
+    at: std::time::SystemTime,
 ) -> Annotated {
     let (component, node) = (reporter.component, reporter.node);
     let api: Api<Event> = Api::namespaced(client.clone(), pod.namespace);
-    let now = Time(k8s_openapi::jiff::Timestamp::now());
+    let now = Time(k8s_openapi::jiff::Timestamp::try_from(at).unwrap_or_else(|_| k8s_openapi::jiff::Timestamp::now()));
     let event = Event {
         metadata: ObjectMeta {
             generate_name: Some(format!("{}.", pod.name)),
