@@ -7,8 +7,13 @@
 # With --capabilities, only the selector's ADD and DEL with and without the runtime's
 # capability arguments (hostPort, bandwidth, DNS) through a no-op network that declares them.
 #
-# Usage: bench/selector.sh [--pods N] [--parallel N] [--networks-only | --capabilities]
-#        (defaults: 100 pods, 8 at once, both parts)
+# The single-network part runs against a real API server (kube-apiserver + etcd from
+# scripts/cluster/build.sh's cache; --fake-api: the tests' fake one), --runs times (5), and prints
+# the median of the runs' ratios. It starts a control plane: run it alone on the machine.
+#
+# Usage: bench/selector.sh [--pods N] [--parallel N] [--runs N] [--fake-api] [--strace FILE]
+#                          [--single-network | --networks-only | --capabilities]
+#        (defaults: 100 pods, 8 at once, 5 runs, every part)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 exec cargo bench --bench selector -- "$@"

@@ -43,8 +43,20 @@ pub struct Restart {
 }
 
 impl ControlPlane {
-    /// Start etcd and the API server under `dir` and wait until the API server is ready.
+    /// Start etcd and the API server under `dir` and wait until the API server is ready. etcd does
+    /// not fsync: this benchmark measures the nodes and the API server, not the disk under etcd.
     pub fn start(dir: &Path, bin: &Path) -> Self {
+        Self::start_with(dir, bin, false)
+    }
+
+    /// `start`, with etcd fsyncing its writes as a cluster's does: for a benchmark whose writes
+    /// (Events) share the machine's disk with what it measures.
+    #[allow(dead_code)] // bench/selector.rs's, which shares this file (bench/real_cluster.rs)
+    pub fn start_durable(dir: &Path, bin: &Path) -> Self {
+        Self::start_with(dir, bin, true)
+    }
+
+    fn start_with(dir: &Path, bin: &Path, fsync: bool) -> Self {
         std::fs::create_dir_all(dir.join("log")).unwrap();
         let pki = Pki::new(&dir.join("pki"));
         issue_apiserver_certificates(&pki);
@@ -58,10 +70,11 @@ impl ControlPlane {
             "--listen-peer-urls=http://127.0.0.1:2380".into(),
             "--initial-advertise-peer-urls=http://127.0.0.1:2380".into(),
             "--initial-cluster=default=http://127.0.0.1:2380".into(),
-            // The benchmark measures the nodes and the API server, not the disk under etcd.
-            "--unsafe-no-fsync".into(),
             "--quota-backend-bytes=8589934592".into(),
         ]);
+        if !fsync {
+            etcd.arg("--unsafe-no-fsync");
+        }
         let etcd = procs::spawn(&mut etcd, dir, &dir.join("log/etcd.log"));
         std::fs::write(dir.join("audit-policy.yaml"), AUDIT_POLICY).unwrap();
         let mut cp = ControlPlane { dir: dir.to_path_buf(), bin: bin.to_path_buf(), pki, etcd, apiserver: None };
