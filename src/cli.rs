@@ -29,6 +29,7 @@ pub fn main() -> i32 {
         }
         Some("install") => crate::install::main(&rest[1..]),
         Some("explain") => selector::explain::run(&rest[1..]),
+        Some("attach-worker") => selector::dynamic::worker::run(&rest[1..]),
         Some("-V" | "--version" | "version") => {
             println!("{} {VERSION} (CNI spec versions {})", plugin.name(), crate::cni::version::SUPPORTED.join(", "));
             0
@@ -55,6 +56,9 @@ Usage (for people):
   {name} explain [--namespace NS] --pod NAME [--config FILE]
                       which network the selector gives a pod, and why (reads the API server
                       and the conf dir; changes nothing)
+  {name} attach-worker [--host-root DIR]
+                      attach and detach running pods' networks as the node agent asks
+                      (dynamicNetworks; the DaemonSet's privileged container runs it)
 "
     )
 }

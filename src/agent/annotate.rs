@@ -227,7 +227,7 @@ pub(super) async fn send_events(shared: Arc<Shared>) -> String {
 
 /// `attempt` until it is not transient, with jittered backoff, while `deadline` allows another try;
 /// a transient failure past it says how long it was retried.
-async fn retried<F, Fut>(deadline: Instant, mut attempt: F) -> Annotated
+pub(super) async fn retried<F, Fut>(deadline: Instant, mut attempt: F) -> Annotated
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = Annotated>,

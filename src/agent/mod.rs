@@ -19,6 +19,7 @@
 //! logged and the agent starts again after a jittered backoff; the installer's loop goes on.
 
 mod annotate;
+mod dynamic;
 mod http;
 mod metrics;
 mod reports;
@@ -73,6 +74,9 @@ pub struct Options {
     pub selector_config: Option<PathBuf>,
     /// Whether the node's default network is ready, as the installer finds it.
     pub default_network: NetworkReadiness,
+    /// `--dynamic-networks`: the attach worker's socket, as this process reaches it; running pods'
+    /// networks annotation edits are applied through it (`dynamic`).
+    pub dynamic_networks: Option<PathBuf>,
 }
 
 /// Whether the node's default network is ready: the installer sets it (the conflist written, its
@@ -192,6 +196,13 @@ fn run(options: &Options, bound: &Mutex<Bound>) -> anyhow::Result<()> {
         let store = Store::with_rules(policy, defaults);
         let (annotations, jobs) = mpsc::channel(annotate::QUEUE);
         let (changes, _) = tokio::sync::watch::channel(0);
+        let (dynamic, dynamic_changes) = match &options.dynamic_networks {
+            Some(_) => {
+                let (sender, receiver) = mpsc::unbounded_channel();
+                (Some(sender), Some(receiver))
+            }
+            None => (None, None),
+        };
         let shared = Arc::new(Shared {
             store: Mutex::new(store),
             changes,
@@ -204,6 +215,7 @@ fn run(options: &Options, bound: &Mutex<Bound>) -> anyhow::Result<()> {
             events: annotate::Events::default(),
             node: options.node.clone(),
             default_network: options.default_network.clone(),
+            dynamic,
         });
         let mut tasks = JoinSet::new();
         tasks.spawn(watch::pods(shared.clone(), options.node.clone()));
@@ -212,6 +224,9 @@ fn run(options: &Options, bound: &Mutex<Bound>) -> anyhow::Result<()> {
         tasks.spawn(annotate::run(shared.clone(), jobs));
         tasks.spawn(annotate::send_events(shared.clone()));
         tasks.spawn(http::serve(shared.clone(), options.metrics_address));
+        if let (Some(worker), Some(changes)) = (options.dynamic_networks.clone(), dynamic_changes) {
+            tasks.spawn(dynamic::run(shared.clone(), worker, changes));
+        }
         if let Some(path) = options.selector_config.clone() {
             tasks.spawn(reload_policy(shared.clone(), path));
         }
@@ -249,9 +264,20 @@ struct Shared {
     /// This node's name, which reports the events the agent creates.
     node: String,
     default_network: NetworkReadiness,
+    /// Where the pod watch tells the running pods' networks annotations (`--dynamic-networks`).
+    dynamic: Option<mpsc::UnboundedSender<dynamic::Change>>,
 }
 
 impl Shared {
+    /// Tell the dynamic networks' task about a pod event (`--dynamic-networks`).
+    fn pod_event(&self, pod: &k8s_openapi::api::core::v1::Pod, deleted: bool) {
+        if let Some(sender) = &self.dynamic
+            && let Some(change) = dynamic::change(pod, deleted)
+        {
+            let _ = sender.send(change);
+        }
+    }
+
     /// Change the store, start and stop the watches it asks for, and wake the waiters.
     fn update(self: &Arc<Self>, change: impl FnOnce(&mut Store) -> Watches) {
         let watches = change(&mut self.store.lock().unwrap_or_else(|e| e.into_inner()));

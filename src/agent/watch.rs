@@ -31,7 +31,10 @@ pub(super) async fn pods(shared: Arc<Shared>, node: String) -> String {
             }
             listing.clear();
         }
-        Update::Listed(pod) => listing.push(crate::selector::choose::trimmed(&pod)),
+        Update::Listed(pod) => {
+            shared.pod_event(&pod, false);
+            listing.push(crate::selector::choose::trimmed(&pod))
+        }
         Update::ListDone => {
             let pods = std::mem::take(&mut listing);
             let count = pods.len();
@@ -40,10 +43,12 @@ pub(super) async fn pods(shared: Arc<Shared>, node: String) -> String {
             info!("listed the {count} pods of node {node}");
         }
         Update::Applied(pod) => {
+            shared.pod_event(&pod, false);
             shared.update(|store| store.apply(&pod));
             shared.sync.confirmed(&watched);
         }
         Update::Deleted(pod) => {
+            shared.pod_event(&pod, true);
             shared.update(|store| store.delete(&pod));
             shared.sync.confirmed(&watched);
         }

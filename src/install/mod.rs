@@ -158,6 +158,9 @@ fn agent_options(
         metrics_address: settings.metrics_address,
         selector_config: opts.selector_config.clone(),
         default_network: default_network.clone(),
+        dynamic_networks: settings
+            .dynamic_networks
+            .then(|| opts.on_host(&crate::selector::dynamic::protocol::beside(&settings.socket))),
     }
 }
 

@@ -38,6 +38,9 @@ pub struct AgentSettings {
     /// Its socket, as the host sees it (the plugin's `agentSocket`).
     pub socket: PathBuf,
     pub metrics_address: std::net::SocketAddr,
+    /// `--dynamic-networks`: the agent has the attach worker apply running pods' networks
+    /// annotation edits.
+    pub dynamic_networks: bool,
 }
 
 /// What the command line asks for.
@@ -159,6 +162,13 @@ const FLAGS: &[Flag] = &[
         help: "host path of the agent's unix socket (written into the conflist as agentSocket)",
     },
     Flag {
+        name: "dynamic-networks",
+        value: None,
+        default: None,
+        help: "with --agent: apply edits of running pods' networks annotation through the attach worker \
+               (`yh-genie attach-worker`; needs dynamicNetworks in the selector's configuration)",
+    },
+    Flag {
         name: "agent-metrics-address",
         value: Some("ADDR:PORT"),
         default: Some(crate::agent::DEFAULT_METRICS_ADDRESS),
@@ -268,6 +278,7 @@ impl Options {
                 one("node-name")?,
                 host_dir("agent-socket")?,
                 &required("agent-metrics-address")?,
+                switch("dynamic-networks")?,
             )?,
         })
     }
@@ -310,8 +321,12 @@ fn agent_settings(
     node_name: Option<String>,
     socket: PathBuf,
     metrics_address: &str,
+    dynamic_networks: bool,
 ) -> Result<Option<AgentSettings>, UsageError> {
     if !agent {
+        if dynamic_networks {
+            return Err(UsageError("--dynamic-networks is the agent's: it needs --agent".into()));
+        }
         return Ok(None);
     }
     if once {
@@ -333,7 +348,7 @@ fn agent_settings(
             "--agent-metrics-address must be an address and port (127.0.0.1:9745), not {metrics_address:?}"
         ))
     })?;
-    Ok(Some(AgentSettings { node_name, socket, metrics_address }))
+    Ok(Some(AgentSettings { node_name, socket, metrics_address, dynamic_networks }))
 }
 
 fn parse_interval(v: &str) -> Result<Duration, UsageError> {
@@ -432,6 +447,7 @@ mod tests {
                 node_name: "worker-1".into(),
                 socket: "/run/yh-genie/agent.sock".into(),
                 metrics_address: "127.0.0.1:9745".parse().unwrap(),
+                dynamic_networks: false,
             })
         );
         assert!(o.host_dirs_written().contains(&Path::new("/run/yh-genie")));
@@ -442,6 +458,8 @@ mod tests {
         let err = |args: &[&str], env: &[(&str, &str)]| parse(args, env).unwrap_err().0;
         assert!(err(&["--agent"], IN_POD).contains("--agent needs --node-name"));
         assert!(err(&["--agent", "--once"], &env).contains("--once"));
+        assert!(err(&["--dynamic-networks"], &env).contains("needs --agent"));
+        assert!(parse(&["--agent", "--dynamic-networks"], &env).unwrap().agent.unwrap().dynamic_networks);
         assert!(err(&["--agent", "--node-name", "a,b"], IN_POD).contains("not a node name"));
         assert!(err(&["--agent", "--agent-metrics-address", "9745"], &env).contains("--agent-metrics-address"));
         assert!(err(&["--agent", "--agent-socket", "run/a.sock"], &env).contains("--agent-socket must be an absolute"));

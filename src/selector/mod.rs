@@ -13,6 +13,7 @@
 //!   CHECK and GC work from the records alone, and a completed DEL leaves a tombstone;
 //! - `report`: the network-status annotation and the `AddedInterface` events, after ADD, and how
 //!   each ADD, DEL and CHECK went, for the node agent's metrics;
+//! - `dynamic`: networks attached to and detached from running pods, as the node agent asks;
 //! - `commands`: the CNI verbs, one file each; `explain`: `yh-genie explain`.
 //!
 //! The rules for users: docs/selector.md; the layout: docs/layout.md.
@@ -21,6 +22,7 @@ mod attach;
 pub mod choose;
 mod commands;
 pub mod config;
+pub mod dynamic;
 pub mod explain;
 mod name;
 pub mod netconf;

@@ -71,6 +71,18 @@ pub async fn create_event(
     message: &str,
     at: std::time::SystemTime,
 ) -> Annotated {
+    create_event_of_type(client, pod, reporter, reason, message, false).await
+}
+
+/// `create_event`, a `Warning` when `warning`.
+pub async fn create_event_of_type(
+    client: &Client,
+    pod: &EventPod<'_>,
+    reporter: &Reporter<'_>,
+    reason: &str,
+    message: &str,
+    warning: bool,
+) -> Annotated {
     let (component, node) = (reporter.component, reporter.node);
     let api: Api<Event> = Api::namespaced(client.clone(), pod.namespace);
     let now = Time(k8s_openapi::jiff::Timestamp::try_from(at).unwrap_or_else(|_| k8s_openapi::jiff::Timestamp::now()));
@@ -90,7 +102,7 @@ pub async fn create_event(
         },
         reason: Some(reason.to_string()),
         message: Some(message.to_string()),
-        type_: Some("Normal".into()),
+        type_: Some(if warning { "Warning" } else { "Normal" }.into()),
         source: Some(EventSource { component: Some(component.into()), host: Some(node.to_string()) }),
         reporting_component: Some(component.into()),
         reporting_instance: Some(node.to_string()),
@@ -107,5 +119,48 @@ pub async fn create_event(
             Failure::Refused { text, .. } => Annotated::Refused(text),
             Failure::Certificate(problem) => Annotated::Refused(format!("the server's certificate: {problem}")),
         },
+    }
+}
+
+/// Merge `annotations` into pod `namespace/name` while it is still `uid` and unchanged since it was
+/// read (its `resourceVersion` is a precondition too), in one read and one patch. `Transient` when
+/// the pod changed in between: the caller reads and writes again.
+pub async fn annotate_unchanged(
+    client: &Client,
+    namespace: &str,
+    name: &str,
+    uid: &str,
+    annotations: &BTreeMap<String, String>,
+) -> Annotated {
+    let api: Api<Pod> = Api::namespaced(client.clone(), namespace);
+    let pod = match tokio::time::timeout(REQUEST_TIMEOUT, api.get_opt(name)).await {
+        Err(_) => return Annotated::Transient(format!("no answer within {}s", REQUEST_TIMEOUT.as_secs())),
+        Ok(Ok(Some(pod))) => pod,
+        Ok(Ok(None)) => return Annotated::PodGone,
+        Ok(Err(e)) => return failed(&e),
+    };
+    if pod.metadata.uid.as_deref() != Some(uid) {
+        return Annotated::PodGone;
+    }
+    let patch = ::kube::api::Patch::Merge(serde_json::json!({"metadata": {
+        "uid": uid, "resourceVersion": pod.metadata.resource_version, "annotations": annotations}}));
+    match tokio::time::timeout(REQUEST_TIMEOUT, api.patch(name, &PatchParams::default(), &patch)).await {
+        Err(_) => Annotated::Transient(format!("no answer within {}s", REQUEST_TIMEOUT.as_secs())),
+        Ok(Ok(_)) => Annotated::Written,
+        Ok(Err(::kube::Error::Api(e))) if e.code == 409 => {
+            Annotated::Transient("the pod changed since it was read (409 Conflict)".into())
+        }
+        Ok(Err(e)) => match classify(&e) {
+            Failure::Refused { status: Some(status), .. } if POD_REPLACED.contains(&status) => Annotated::PodGone,
+            _ => failed(&e),
+        },
+    }
+}
+
+fn failed(e: &::kube::Error) -> Annotated {
+    match classify(e) {
+        Failure::Transient(text) => Annotated::Transient(text),
+        Failure::Refused { text, .. } => Annotated::Refused(text),
+        Failure::Certificate(problem) => Annotated::Refused(format!("the server's certificate: {problem}")),
     }
 }

@@ -16,7 +16,9 @@ mod record;
 pub mod settle;
 mod tombstone;
 
-pub use call::{gc_call, plugins_call};
-pub use networks::{Attached, abandon, add_all, check_records, del_records, in_order, record_results, records_of};
+pub use call::{gc_call, plugins_call, recorded_call};
+pub use networks::{
+    Attached, abandon, add_all, check_records, del_records, in_order, plugins_exist, record_results, records_of, usable,
+};
 pub use record::{Found, Record, RecordStore};
 pub use tombstone::Tombstones;

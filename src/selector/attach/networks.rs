@@ -140,7 +140,7 @@ fn prepare(
 /// Every plugin of the chain, and every plugin they run in turn (IPAM, a meta plugin's delegate,
 /// its defaults), is built in or found on the call's path, before anything is recorded: a network
 /// naming a plugin the node does not have is refused, not recorded and then stuck.
-fn plugins_exist(list: &ConfList, call: &Invocation, network: &str) -> Result<(), CniError> {
+pub fn plugins_exist(list: &ConfList, call: &Invocation, network: &str) -> Result<(), CniError> {
     let count = list.plugins.len();
     let own = (0..count).map(|i| (format!("plugin {} of {count}", i + 1), list.plugin_type(i).to_string()));
     for (at, t) in own.chain(crate::selector::netconf::inline::delegated_types(list)) {

@@ -69,6 +69,10 @@ pub struct Record {
     /// interface, written with its own in one durable write once every network is attached.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub further_results: BTreeMap<String, Value>,
+    /// Attached to the running pod by the node agent (`selector::dynamic`), not by the runtime's
+    /// ADD: its result is in this record, and the sandbox's DEL removes it with the rest.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub hotplugged: bool,
 }
 
 fn is_zero(n: &usize) -> bool {
@@ -104,6 +108,7 @@ impl Record {
             pod,
             result: None,
             further_results: BTreeMap::new(),
+            hotplugged: false,
         }
     }
 

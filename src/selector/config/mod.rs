@@ -68,6 +68,10 @@ pub struct SelectorConfig {
     pub pod_resources_socket: PathBuf,
     /// `deviceInfoDir`: where device plugins and device CNIs keep device-info files.
     pub device_info_dir: PathBuf,
+    /// `dynamicNetworks`: whether the node agent attaches and detaches the networks a running pod's
+    /// `k8s.v1.cni.cncf.io/networks` annotation gains and loses (docs/dynamic-networks.md; off by
+    /// default).
+    pub dynamic_networks: bool,
 }
 
 /// When to write the `network-status` annotation after a successful ADD.
@@ -128,6 +132,7 @@ impl SelectorConfig {
             defaults: PodDefaults::from_keys(&conf.raw)?,
             readiness_indicator_file: non_empty(key(&conf.raw, "readinessindicatorfile")?),
             added_interface_events: key(&conf.raw, "addedInterfaceEvents")?.unwrap_or(true),
+            dynamic_networks: key(&conf.raw, "dynamicNetworks")?.unwrap_or(false),
             api: ApiPolicy::retrying(budget, attempt.min(budget)),
             policy: AttachmentPolicy::from_keys(&conf.raw)?,
             network_status: key(&conf.raw, "networkStatus")?.unwrap_or_default(),
