@@ -4,15 +4,15 @@
 //! just started) the attach worker is asked to make the pod's attachments match it
 //! (`selector::dynamic`). The agent runs no plugin: the worker does, with the records and locks of
 //! the runtime's calls. Then the agent writes what the worker answered: the pod's whole
-//! network-status (guarded by the pod's uid and resourceVersion, read again and retried on a
-//! conflict: it comes from the records, so no retry loses an entry) and the events.
+//! network-status (guarded by the pod's uid and the resourceVersion its watch holds, retried with
+//! the newer one after a conflict: it comes from the records, so no retry loses an entry) and the events.
 //!
 //! One pod at a time, the changes that came meanwhile folded into one: an edit made while another
 //! is applied is applied next, from the annotation as it is then.
 
 use super::Shared;
 use super::annotate::retried;
-use crate::kube::watching::{Annotated, EventPod, Reporter, annotate_unchanged, create_event_of_type};
+use crate::kube::watching::{Annotated, EventPod, Reporter, annotate_at_version, create_event_of_type};
 use crate::selector::dynamic::protocol::{self, Answer, MAX_LINE, Request, VERSION};
 use crate::selector::requests::annotation::NETWORKS;
 use k8s_openapi::api::core::v1::Pod;
@@ -137,15 +137,19 @@ pub(super) async fn run(shared: Arc<Shared>, worker: PathBuf, mut changes: mpsc:
 
 /// One exchange with the worker.
 async fn ask(worker: &Path, seen: &Seen) -> Result<Answer, String> {
-    let request = Request { version: VERSION, namespace: seen.namespace.clone(), name: seen.name.clone(), uid: seen.uid.clone() };
+    let request =
+        Request { version: VERSION, namespace: seen.namespace.clone(), name: seen.name.clone(), uid: seen.uid.clone() };
     let exchange = async {
-        let mut stream = tokio::net::UnixStream::connect(worker).await.map_err(|e| format!("{}: {e}", worker.display()))?;
+        let mut stream =
+            tokio::net::UnixStream::connect(worker).await.map_err(|e| format!("{}: {e}", worker.display()))?;
         stream.write_all(&protocol::to_line(&request)).await.map_err(|e| e.to_string())?;
         let mut line = Vec::new();
         BufReader::new(stream.take(MAX_LINE as u64)).read_until(b'\n', &mut line).await.map_err(|e| e.to_string())?;
         serde_json::from_slice::<Answer>(&line).map_err(|e| format!("the worker's answer does not parse: {e}"))
     };
-    tokio::time::timeout(WORKER_TIMEOUT, exchange).await.map_err(|_| format!("no answer within {}s", WORKER_TIMEOUT.as_secs()))?
+    tokio::time::timeout(WORKER_TIMEOUT, exchange)
+        .await
+        .map_err(|_| format!("no answer within {}s", WORKER_TIMEOUT.as_secs()))?
 }
 
 /// Write the pod's network-status, then its events.
@@ -153,9 +157,16 @@ async fn report(shared: &Shared, seen: &Seen, annotations: BTreeMap<String, Stri
     let pod = format!("pod {}/{}", seen.namespace, seen.name);
     let deadline = Instant::now() + WRITE_BUDGET;
     if !annotations.is_empty() {
-        let outcome =
-            retried(deadline, || annotate_unchanged(&shared.client, &seen.namespace, &seen.name, &seen.uid, &annotations))
-                .await;
+        let outcome = retried(deadline, || async {
+            // The version the watch holds now: after a conflict, the newer one it delivered.
+            let held = {
+                let store = shared.store.lock().unwrap_or_else(|e| e.into_inner());
+                store.resource_version(&seen.namespace, &seen.name, &seen.uid)
+            };
+            let Some(version) = held else { return Annotated::PodGone };
+            annotate_at_version(&shared.client, &seen.namespace, &seen.name, &seen.uid, &version, &annotations).await
+        })
+        .await;
         match outcome {
             Annotated::Written => {}
             Annotated::PodGone => return info!("{pod} is gone; its network-status and events are not written"),

@@ -31,6 +31,9 @@ use migrate::*;
 /// Device networks: the test device plugin and device CNI (tests/devices/).
 mod devices;
 use devices::*;
+/// Networks attached to and detached from running pods (docs/dynamic-networks.md).
+mod dynamic;
+use dynamic::*;
 
 /// The tests of a hostPort, a pod deleted mid-ADD, a DaemonSet rolled while pods start.
 mod races;
@@ -61,6 +64,8 @@ const TESTS: &[(&str, Test)] = &[
         "device_networks_get_the_devices_the_kubelet_gave_the_pod",
         device_networks_get_the_devices_the_kubelet_gave_the_pod,
     ),
+    ("a_running_pods_networks_follow_its_annotation", a_running_pods_networks_follow_its_annotation),
+    ("hot_plug_latency_from_edit_to_answering_interface", hot_plug_latency),
     ("adds_make_no_api_get_and_requests_per_pod_lifecycle", adds_make_no_api_get_and_requests_per_pod_lifecycle),
     ("a_uid_guarded_patch_of_a_replaced_pod_gets_422", a_uid_guarded_patch_of_a_replaced_pod_gets_422),
     ("api_server_down_a_pod_the_agent_holds_gets_its_network_again", api_server_down_a_held_pod_gets_its_network_again),

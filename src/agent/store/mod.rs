@@ -314,6 +314,12 @@ impl Store {
         watches
     }
 
+    /// The resourceVersion of the pod `namespace/name` held, if it is `uid`.
+    pub fn resource_version(&self, namespace: &str, name: &str, uid: &str) -> Option<String> {
+        let held = self.pods.get(&(namespace.to_string(), name.to_string()))?;
+        (held.pod.metadata.uid.as_deref() == Some(uid)).then(|| held.pod.metadata.resource_version.clone())?
+    }
+
     /// The pod `namespace/name` and its objects, if held for `uid` (any uid when `None`).
     pub fn lookup(&self, namespace: &str, name: &str, uid: Option<&str>) -> Lookup {
         let Some(held) = self.pods.get(&(namespace.to_string(), name.to_string())) else {

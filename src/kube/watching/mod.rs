@@ -13,7 +13,7 @@
 pub mod list_watch;
 mod writes;
 
-pub use writes::{Annotated, EventPod, Reporter, annotate, annotate_unchanged, create_event, create_event_of_type};
+pub use writes::{Annotated, EventPod, Reporter, annotate, annotate_at_version, create_event, create_event_of_type};
 
 use super::tls;
 use ::kube::config::{KubeConfigOptions, Kubeconfig};

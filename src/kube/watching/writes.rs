@@ -122,33 +122,25 @@ pub async fn create_event_of_type(
     }
 }
 
-/// Merge `annotations` into pod `namespace/name` while it is still `uid` and unchanged since it was
-/// read (its `resourceVersion` is a precondition too), in one read and one patch. `Transient` when
-/// the pod changed in between: the caller reads and writes again.
-pub async fn annotate_unchanged(
+/// Merge `annotations` into pod `namespace/name` while it is still `uid` at `resource_version`
+/// (both preconditions of the one patch). `Transient` when the pod changed since that version: the
+/// caller takes the newer one its watch delivers and writes again.
+pub async fn annotate_at_version(
     client: &Client,
     namespace: &str,
     name: &str,
     uid: &str,
+    resource_version: &str,
     annotations: &BTreeMap<String, String>,
 ) -> Annotated {
     let api: Api<Pod> = Api::namespaced(client.clone(), namespace);
-    let pod = match tokio::time::timeout(REQUEST_TIMEOUT, api.get_opt(name)).await {
-        Err(_) => return Annotated::Transient(format!("no answer within {}s", REQUEST_TIMEOUT.as_secs())),
-        Ok(Ok(Some(pod))) => pod,
-        Ok(Ok(None)) => return Annotated::PodGone,
-        Ok(Err(e)) => return failed(&e),
-    };
-    if pod.metadata.uid.as_deref() != Some(uid) {
-        return Annotated::PodGone;
-    }
     let patch = ::kube::api::Patch::Merge(serde_json::json!({"metadata": {
-        "uid": uid, "resourceVersion": pod.metadata.resource_version, "annotations": annotations}}));
+        "uid": uid, "resourceVersion": resource_version, "annotations": annotations}}));
     match tokio::time::timeout(REQUEST_TIMEOUT, api.patch(name, &PatchParams::default(), &patch)).await {
         Err(_) => Annotated::Transient(format!("no answer within {}s", REQUEST_TIMEOUT.as_secs())),
         Ok(Ok(_)) => Annotated::Written,
         Ok(Err(::kube::Error::Api(e))) if e.code == 409 => {
-            Annotated::Transient("the pod changed since it was read (409 Conflict)".into())
+            Annotated::Transient(format!("the pod changed since resourceVersion {resource_version} (409 Conflict)"))
         }
         Ok(Err(e)) => match classify(&e) {
             Failure::Refused { status: Some(status), .. } if POD_REPLACED.contains(&status) => Annotated::PodGone,

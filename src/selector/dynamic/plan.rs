@@ -38,23 +38,20 @@ impl Plan {
 /// The plan that takes the attachments of `records` (of one runtime attachment, on `owner`) to
 /// the annotation's part of `wanted` (the pod's whole selection, in order).
 pub fn plan(records: &[Record], owner: &str, wanted: &[Attachment]) -> Plan {
-    let controlled = |r: &&Record| r.ifname != owner && r.position > 0 && r.source.as_ref().is_some_and(from_annotation);
+    let controlled =
+        |r: &&Record| r.ifname != owner && r.position > 0 && r.source.as_ref().is_some_and(from_annotation);
     let mut current: Vec<&Record> = records.iter().filter(controlled).collect();
     let fixed: BTreeSet<&str> = records.iter().filter(|r| !controlled(r)).map(|r| r.ifname.as_str()).collect();
-    let asked: Vec<(&Attachment, Option<String>)> = wanted
-        .iter()
-        .skip(1)
-        .filter(|a| from_annotation(&a.source))
-        .map(|a| (a, asked_interface(&a.source)))
-        .collect();
+    let asked: Vec<(&Attachment, Option<String>)> =
+        wanted.iter().skip(1).filter(|a| from_annotation(&a.source)).map(|a| (a, asked_interface(&a.source))).collect();
     let mut kept = Vec::new();
     let mut new = Vec::new();
     // Named interfaces first, so that an unnamed element of the same network cannot take theirs.
     let (named, unnamed): (Vec<_>, Vec<_>) = asked.into_iter().partition(|(_, ifname)| ifname.is_some());
     for (attachment, ifname) in named.into_iter().chain(unnamed) {
-        let matching = current.iter().position(|r| {
-            same_network(r, attachment) && ifname.as_ref().is_none_or(|ifname| *ifname == r.ifname)
-        });
+        let matching = current
+            .iter()
+            .position(|r| same_network(r, attachment) && ifname.as_ref().is_none_or(|ifname| *ifname == r.ifname));
         match matching {
             Some(i) => kept.push(current.remove(i)),
             None => new.push((attachment, ifname)),

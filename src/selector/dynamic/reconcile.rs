@@ -130,10 +130,15 @@ fn finish_interrupted(
         if !(r.hotplugged && r.result.is_none()) {
             return true;
         }
-        let undone = r.conf_list().and_then(|list| chain::del(&list, &attach::recorded_call(&runtime, config, r), None));
+        let undone =
+            r.conf_list().and_then(|list| chain::del(&list, &attach::recorded_call(&runtime, config, r), None));
         match undone.and_then(|()| store.remove_all(&r.container_id, std::slice::from_ref(&r.ifname))) {
             Ok(()) => {
-                tracing::info!("interface {} of container {}: a hot-plug that did not complete is undone", r.ifname, r.container_id);
+                tracing::info!(
+                    "interface {} of container {}: a hot-plug that did not complete is undone",
+                    r.ifname,
+                    r.container_id
+                );
                 false
             }
             Err(e) => {
@@ -145,7 +150,14 @@ fn finish_interrupted(
 }
 
 /// Detach, then attach, each on its own: one that fails is an event and the others go on.
-fn apply(config: &SelectorConfig, store: &RecordStore, owner: &Record, records: &[Record], plan: Plan, events: &mut Vec<Notice>) {
+fn apply(
+    config: &SelectorConfig,
+    store: &RecordStore,
+    owner: &Record,
+    records: &[Record],
+    plan: Plan,
+    events: &mut Vec<Notice>,
+) {
     for (element, why) in plan.refused {
         events.push(Notice::failed(format!("{element:?} was not attached: {why}")));
     }
@@ -153,7 +165,8 @@ fn apply(config: &SelectorConfig, store: &RecordStore, owner: &Record, records: 
         let record = records.iter().find(|r| r.ifname == ifname).expect("the plan detaches recorded interfaces");
         match detach(config, store, owner, record) {
             Ok(message) => events.push(Notice::normal(REMOVED_INTERFACE, message)),
-            Err(e) => events.push(Notice::failed(format!("interface {ifname} (network {}) was not detached: {e}", record.network))),
+            Err(e) => events
+                .push(Notice::failed(format!("interface {ifname} (network {}) was not detached: {e}", record.network))),
         }
     }
     let mut next = records.iter().map(|r| r.position).max().unwrap_or(0) + 1;

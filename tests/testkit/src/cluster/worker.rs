@@ -219,6 +219,8 @@ mount --rbind /sys/fs/cgroup "$d/cgroup"
 mount -t sysfs sysfs /sys
 mount --move "$d/cgroup" /sys/fs/cgroup
 mount -t tmpfs -o mode=0755 yh-genie-cluster-run /run
+# Shared, as on a systemd node: a container mounting / with HostToContainer sees pods' netns.
+mount --make-rshared /run
 mount -t tmpfs -o mode=0755 yh-genie-cluster-log /var/log
 mount -t overlay -o "lowerdir=/var/lib,upperdir=$d/var-lib/upper,workdir=$d/var-lib/work" yh-genie-cluster-var-lib /var/lib
 mount -t overlay -o "lowerdir=/etc,upperdir=$d/etc/upper,workdir=$d/etc/work" yh-genie-cluster-etc /etc

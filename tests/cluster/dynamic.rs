@@ -1,0 +1,232 @@
+//! docs/dynamic-networks.md on the real cluster: networks attached to and detached from running
+//! pods as their networks annotation is edited.
+
+use super::{NS, PTPLAN};
+use serde_json::Value;
+use std::time::{Duration, Instant};
+use testkit::cluster::Cluster;
+use testkit::cluster::pods::in_cidr;
+use testkit::process::report;
+
+/// e2e/networks.yaml's ptpnet range.
+const PTPNET: &str = "10.248.0.0/24";
+const NETWORKS: &str = "k8s.v1.cni.cncf.io/networks";
+
+/// A pod serving its name on :8080, on slot a (where multi-nad, on ptplan too, fetches from).
+fn server(name: &str) -> String {
+    format!(
+        "apiVersion: v1
+kind: Pod
+metadata: {{name: {name}, namespace: {NS}}}
+spec:
+  nodeSelector: {{yh-genie-e2e/slot: a}}
+  terminationGracePeriodSeconds: 1
+  containers:
+  - name: web
+    image: busybox:1.36
+    command: [sh, -c, 'mkdir -p /www && hostname > /www/index.html && exec httpd -f -p 8080 -h /www']
+"
+    )
+}
+
+/// docs/dynamic-networks.md's switch: `dynamicNetworks` in the selector's configuration (waited
+/// for in node-a's conflist), then the DaemonSet patched with the attach worker, rolled out.
+fn switch_on(cluster: &Cluster) {
+    let config = cluster.get_json(&["-n", "kube-system", "get", "configmap", "yh-genie-config"]);
+    let mut selector: Value = serde_json::from_str(config["data"]["selector.json"].as_str().unwrap()).unwrap();
+    selector["dynamicNetworks"] = Value::Bool(true);
+    let patch = serde_json::json!({"data": {"selector.json": selector.to_string()}});
+    cluster.kubectl_ok(&[
+        "-n",
+        "kube-system",
+        "patch",
+        "configmap",
+        "yh-genie-config",
+        "--type=merge",
+        "-p",
+        &patch.to_string(),
+    ]);
+    let patch_file =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("manifests/dynamic-networks/daemonset-patch.json");
+    cluster.kubectl_ok(&[
+        "-n",
+        "kube-system",
+        "patch",
+        "daemonset",
+        "yh-genie",
+        "--patch-file",
+        &patch_file.display().to_string(),
+    ]);
+    cluster.kubectl_ok(&["-n", "kube-system", "rollout", "status", "daemonset/yh-genie", "--timeout=300s"]);
+    let conflist = cluster.worker("node-a").node_path("/etc/cni/net.d/00-yh-genie.conflist");
+    cluster.wait_for_within(Duration::from_secs(150), "dynamicNetworks in node-a's conflist", || {
+        std::fs::read_to_string(&conflist).ok()?.contains("\"dynamicNetworks\": true").then_some(())
+    });
+}
+
+/// Set the pod's networks annotation (`""`: remove it).
+fn annotate(cluster: &Cluster, pod: &str, networks: &str) {
+    let value = if networks.is_empty() { format!("{NETWORKS}-") } else { format!("{NETWORKS}={networks}") };
+    cluster.kubectl_ok(&["-n", NS, "annotate", "pod", pod, "--overwrite", &value]);
+}
+
+/// The pod's network-status as it is now: (interface, first address) per entry.
+fn status_now(cluster: &Cluster, pod: &str) -> Vec<(String, String)> {
+    let object = cluster.get_json(&["-n", NS, "get", "pod", pod]);
+    let Some(text) = object["metadata"]["annotations"]["k8s.v1.cni.cncf.io/network-status"].as_str() else {
+        return Vec::new();
+    };
+    let status: Value = serde_json::from_str(text).unwrap();
+    let text = |v: &Value| v.as_str().unwrap_or_default().to_string();
+    status.as_array().unwrap().iter().map(|s| (text(&s["interface"]), text(&s["ips"][0]))).collect()
+}
+
+/// Wait until the pod's network-status lists exactly `interfaces` (eth0 first); their addresses.
+fn wait_status(cluster: &Cluster, pod: &str, interfaces: &[&str]) -> Vec<(String, String)> {
+    cluster.wait_for(&format!("{pod}'s network-status listing {interfaces:?}"), || {
+        let status = status_now(cluster, pod);
+        (status.iter().map(|(i, _)| i.as_str()).collect::<Vec<_>>() == interfaces).then_some(status)
+    })
+}
+
+fn address_of<'a>(status: &'a [(String, String)], ifname: &str) -> &'a str {
+    &status.iter().find(|(i, _)| i == ifname).unwrap_or_else(|| panic!("no {ifname} in {status:?}")).1
+}
+
+/// The pod's interfaces, as `ip -o link` names them inside it.
+fn links(cluster: &Cluster, pod: &str) -> Vec<String> {
+    let out = cluster.exec(NS, pod, &["ip", "-o", "link"]);
+    let mut names: Vec<String> = out
+        .lines()
+        .filter_map(|l| l.split(':').nth(1))
+        .map(|n| n.trim().split('@').next().unwrap().to_string())
+        .filter(|n| n != "lo")
+        .collect();
+    names.sort();
+    names
+}
+
+/// host-local's lease of `ip` on node-a's `network`.
+fn leased(cluster: &Cluster, network: &str, ip: &str) -> bool {
+    cluster.worker("node-a").node_path(&format!("/var/lib/cni/networks/{network}/{ip}")).exists()
+}
+
+/// The events of `pod` with `reason`: their messages.
+fn events(cluster: &Cluster, pod: &str, reason: &str) -> Vec<String> {
+    let selector = format!("involvedObject.name={pod},reason={reason}");
+    let list = cluster.get_json(&["-n", NS, "get", "events", "--field-selector", &selector]);
+    list["items"].as_array().unwrap().iter().map(|e| e["message"].as_str().unwrap_or_default().to_string()).collect()
+}
+
+/// docs/dynamic-networks.md on the real cluster: switched on as the docs say, then a running pod's
+/// networks annotation edited with kubectl: a network added answers over its new interface within
+/// seconds and network-status lists it; a network removed goes, its address returned; one edit
+/// that adds and removes does both; a named interface gets another network behind it; a network
+/// the policy refuses is an event and changes nothing; deleting the pod takes every interface,
+/// hot-plugged ones included.
+pub fn a_running_pods_networks_follow_its_annotation(cluster: &mut Cluster) {
+    switch_on(cluster);
+    cluster.apply_text(&format!(
+        "apiVersion: k8s.cni.cncf.io/v1\nkind: NetworkAttachmentDefinition\nmetadata: {{name: ptpnet, namespace: {NS}}}\n"
+    ));
+    cluster.apply_text(&server("dyn-a"));
+    cluster.wait_pod_ready(NS, "dyn-a");
+    assert_eq!(links(cluster, "dyn-a"), ["eth0"]);
+
+    // Added: net1 on ptplan, answering multi-nad over ptplan.
+    let edited = Instant::now();
+    annotate(cluster, "dyn-a", "ptplan");
+    let status = wait_status(cluster, "dyn-a", &["eth0", "net1"]);
+    let net1 = address_of(&status, "net1").to_string();
+    assert!(in_cidr(&net1, PTPLAN), "net1 {net1} is not in {PTPLAN}");
+    assert_eq!(cluster.fetch(NS, "multi-nad", &net1), "dyn-a");
+    report(&format!("dynamic networks: ptplan added, answering on {net1} in {:.1?}", edited.elapsed()));
+    assert_eq!(cluster.pod_addresses(NS, "dyn-a", "net1"), [net1.clone()]);
+    assert!(events(cluster, "dyn-a", "AddedInterface").iter().any(|m| m.starts_with("Add net1 [10.249.")));
+
+    // A second network: net2 on ptpnet; the first stays as it is.
+    annotate(cluster, "dyn-a", "ptplan,ptpnet");
+    let status = wait_status(cluster, "dyn-a", &["eth0", "net1", "net2"]);
+    let net2 = address_of(&status, "net2").to_string();
+    assert!(in_cidr(&net2, PTPNET), "net2 {net2} is not in {PTPNET}");
+    assert_eq!(address_of(&status, "net1"), net1);
+
+    // Removed, named by network only: net1 goes and its address is returned; net2 keeps its name.
+    annotate(cluster, "dyn-a", "ptpnet");
+    let status = wait_status(cluster, "dyn-a", &["eth0", "net2"]);
+    assert_eq!(address_of(&status, "net2"), net2);
+    assert_eq!(links(cluster, "dyn-a"), ["eth0", "net2"]);
+    assert!(!leased(cluster, "ptplan", &net1), "ptplan's lease of {net1} is still held");
+    assert!(
+        events(cluster, "dyn-a", "RemovedInterface").iter().any(|m| m.starts_with(&format!("Remove net1 [{net1}")))
+    );
+
+    // One edit that adds and removes: ptpnet goes, ptplan comes on the lowest free netN.
+    annotate(cluster, "dyn-a", "ptplan");
+    let status = wait_status(cluster, "dyn-a", &["eth0", "net1"]);
+    assert!(in_cidr(address_of(&status, "net1"), PTPLAN), "{status:?}");
+    assert_eq!(links(cluster, "dyn-a"), ["eth0", "net1"]);
+    assert!(!leased(cluster, "ptpnet", &net2), "ptpnet's lease of {net2} is still held");
+
+    // The network behind a named interface swapped in one edit.
+    annotate(cluster, "dyn-a", "ptplan@data0");
+    let status = wait_status(cluster, "dyn-a", &["eth0", "data0"]);
+    assert!(in_cidr(address_of(&status, "data0"), PTPLAN), "{status:?}");
+    annotate(cluster, "dyn-a", "ptpnet@data0");
+    let swapped = cluster.wait_for("data0 on ptpnet", || {
+        let status = status_now(cluster, "dyn-a");
+        let on_ptpnet = status.len() == 2 && status[1].0 == "data0" && in_cidr(&status[1].1, PTPNET);
+        on_ptpnet.then_some(status)
+    });
+    assert_eq!(links(cluster, "dyn-a"), ["data0", "eth0"], "{swapped:?}");
+
+    // Refused by the policy (another namespace's NAD, namespaceIsolation): an event, no change.
+    annotate(cluster, "dyn-a", "ptpnet@data0,kube-system/ptplan");
+    let failed = cluster.wait_for("a NetworkChangeFailed event", || {
+        let found = events(cluster, "dyn-a", "NetworkChangeFailed");
+        (!found.is_empty()).then_some(found)
+    });
+    assert!(failed[0].contains("kube-system"), "{failed:?}");
+    assert_eq!(status_now(cluster, "dyn-a"), swapped);
+    assert_eq!(links(cluster, "dyn-a"), ["data0", "eth0"]);
+
+    // The pod deleted: its hot-plugged interface's lease goes with it.
+    let data0 = swapped[1].1.clone();
+    cluster.delete_pod(NS, "dyn-a");
+    cluster
+        .wait_for("the hot-plugged lease released with the pod", || (!leased(cluster, "ptpnet", &data0)).then_some(()));
+}
+
+/// The time from a `kubectl annotate` to the new interface answering, over 20 edits (p50, p95):
+/// every other edit adds ptpnet (timed), the next removes it.
+pub fn hot_plug_latency(cluster: &mut Cluster) {
+    cluster.apply_text(&server("dyn-b"));
+    cluster.wait_pod_ready(NS, "dyn-b");
+    let mut took = Vec::new();
+    for _ in 0..20 {
+        let edited = Instant::now();
+        annotate(cluster, "dyn-b", "ptplan");
+        let ip = cluster.wait_for("net1 in dyn-b's network-status", || {
+            let status = status_now(cluster, "dyn-b");
+            status.iter().find(|(i, _)| i == "net1").map(|(_, ip)| ip.clone())
+        });
+        cluster.wait_for("dyn-b answering on net1", || {
+            let request = format!("printf 'GET / HTTP/1.0\\r\\n\\r\\n' | nc -w 1 {ip} 8080");
+            let (ok, out, _) = cluster.kubectl(&["-n", NS, "exec", "multi-nad", "--", "sh", "-c", &request]);
+            (ok && out.contains("dyn-b")).then_some(())
+        });
+        took.push(edited.elapsed());
+        annotate(cluster, "dyn-b", "");
+        wait_status(cluster, "dyn-b", &["eth0"]);
+    }
+    took.sort();
+    let p = |q: f64| took[((took.len() as f64 * q).ceil() as usize).saturating_sub(1)];
+    report(&format!(
+        "dynamic networks: edit -> answering interface over {} edits: p50 {:.2?}, p95 {:.2?}, max {:.2?}",
+        took.len(),
+        p(0.50),
+        p(0.95),
+        took[took.len() - 1]
+    ));
+    cluster.delete_pod(NS, "dyn-b");
+}
