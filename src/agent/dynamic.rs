@@ -29,6 +29,8 @@ use tracing::{info, warn};
 const WORKER_TIMEOUT: Duration = Duration::from_secs(180);
 /// After the worker could not be reached, its pods are tried again this much later.
 const RETRY: Duration = Duration::from_secs(5);
+/// How many times a pod without a completed attachment is asked about before its next event.
+const NOT_ATTACHED_TRIES: u32 = 3;
 /// How long the status and the events are retried.
 const WRITE_BUDGET: Duration = Duration::from_secs(60);
 
@@ -74,6 +76,8 @@ pub(super) async fn run(shared: Arc<Shared>, worker: PathBuf, mut changes: mpsc:
     let mut applied: HashMap<String, Option<String>> = HashMap::new();
     let mut due: BTreeMap<String, Seen> = BTreeMap::new();
     let mut retry_at: Option<Instant> = None;
+    // By uid: how many times the worker found no completed attachment of the pod.
+    let mut not_attached: HashMap<String, u32> = HashMap::new();
     loop {
         let first = match retry_at {
             Some(at) => match tokio::time::timeout_at(at.into(), changes.recv()).await {
@@ -100,6 +104,7 @@ pub(super) async fn run(shared: Arc<Shared>, worker: PathBuf, mut changes: mpsc:
                 Change::Seen(seen) => drop(due.remove(&seen.uid)),
                 Change::Deleted { uid } => {
                     applied.remove(&uid);
+                    not_attached.remove(&uid);
                     due.remove(&uid);
                 }
             }
@@ -111,12 +116,20 @@ pub(super) async fn run(shared: Arc<Shared>, worker: PathBuf, mut changes: mpsc:
         let seen = due.remove(&uid).expect("a key of due");
         match ask(&worker, &seen).await {
             Ok(Answer::Reconciled { annotations, events }) => {
+                not_attached.remove(&uid);
                 applied.insert(uid, seen.networks.clone());
                 report(&shared, &seen, annotations, events).await;
             }
             Ok(Answer::NotAttached { why }) => {
-                // Asked again at its next event: a pod that starts running gets one.
+                // Asked again at its next event, and a few times meanwhile: the runtime's ADD or
+                // DEL of the pod may be in its last steps.
                 tracing::debug!("pod {}/{}: {why}", seen.namespace, seen.name);
+                let tried = not_attached.entry(uid.clone()).or_insert(0);
+                *tried += 1;
+                if *tried < NOT_ATTACHED_TRIES {
+                    due.insert(uid, seen);
+                    retry_at = Some(Instant::now() + RETRY);
+                }
             }
             Ok(Answer::Refused { why }) => {
                 applied.insert(uid, seen.networks.clone());

@@ -82,7 +82,8 @@ pub fn run(args: &[&str]) -> i32 {
         Err(e) => return failed(&options, &e, ""),
     };
     let direct = explain(&options, &config);
-    let agent = agent_section(&options, &config, direct.as_ref().ok().map(|(s, _)| s));
+    let mut agent = agent_section(&options, &config, direct.as_ref().ok().map(|(s, _)| s));
+    agent.push_str(&hotplugged_section(&options, &config));
     match direct {
         Ok((_, text)) => {
             print!("{text}{agent}");
@@ -90,6 +91,26 @@ pub fn run(args: &[&str]) -> i32 {
         }
         Err(e) => failed(&options, &e, &agent),
     }
+}
+
+/// The networks attached to the running pod on this node after it started (`dynamicNetworks`),
+/// from the records: nothing when there are none.
+fn hotplugged_section(options: &Options, config: &SelectorConfig) -> String {
+    let records = crate::selector::attach::RecordStore::new(&config.data_dir).list().unwrap_or_default();
+    let of_pod = records.iter().filter(|r| {
+        r.hotplugged && r.pod.as_ref().is_some_and(|p| p.namespace == options.namespace && p.name == options.pod)
+    });
+    let mut text = String::new();
+    for record in of_pod {
+        let network = record.source.as_ref().and_then(|s| s.nad()).unwrap_or(&record.network);
+        let state = if record.result.is_some() { "attached" } else { "being attached" };
+        let _ = writeln!(
+            text,
+            "hot-plugged:   {} on {} of container {} ({state}, by an edit of the networks annotation)",
+            network, record.ifname, record.container_id
+        );
+    }
+    text
 }
 
 fn failed(options: &Options, e: &CniError, agent: &str) -> i32 {

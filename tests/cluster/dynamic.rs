@@ -32,6 +32,12 @@ spec:
 /// docs/dynamic-networks.md's switch: `dynamicNetworks` in the selector's configuration (waited
 /// for in node-a's conflist), then the DaemonSet patched with the attach worker, rolled out.
 fn switch_on(cluster: &Cluster) {
+    // multi-nad (e2e/multinet.yaml, on ptplan) is the pod the hot-plugged interfaces answer; run
+    // alone, this test makes it itself.
+    cluster.apply_text(&format!("apiVersion: v1\nkind: Namespace\nmetadata: {{name: {NS}}}\n"));
+    let multinet = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("e2e/multinet.yaml");
+    cluster.kubectl_ok(&["apply", "-f", &multinet.display().to_string()]);
+    cluster.wait_pod_ready(NS, "multi-nad");
     let config = cluster.get_json(&["-n", "kube-system", "get", "configmap", "yh-genie-config"]);
     let mut selector: Value = serde_json::from_str(config["data"]["selector.json"].as_str().unwrap()).unwrap();
     selector["dynamicNetworks"] = Value::Bool(true);
@@ -124,7 +130,7 @@ fn events(cluster: &Cluster, pod: &str, reason: &str) -> Vec<String> {
 /// that adds and removes does both; a named interface gets another network behind it; a network
 /// the policy refuses is an event and changes nothing; deleting the pod takes every interface,
 /// hot-plugged ones included.
-pub fn a_running_pods_networks_follow_its_annotation(cluster: &mut Cluster) {
+pub fn dynamic_networks_follow_a_running_pods_annotation(cluster: &mut Cluster) {
     switch_on(cluster);
     cluster.apply_text(&format!(
         "apiVersion: k8s.cni.cncf.io/v1\nkind: NetworkAttachmentDefinition\nmetadata: {{name: ptpnet, namespace: {NS}}}\n"
@@ -199,7 +205,7 @@ pub fn a_running_pods_networks_follow_its_annotation(cluster: &mut Cluster) {
 
 /// The time from a `kubectl annotate` to the new interface answering, over 20 edits (p50, p95):
 /// every other edit adds ptpnet (timed), the next removes it.
-pub fn hot_plug_latency(cluster: &mut Cluster) {
+pub fn dynamic_networks_latency(cluster: &mut Cluster) {
     cluster.apply_text(&server("dyn-b"));
     cluster.wait_pod_ready(NS, "dyn-b");
     let mut took = Vec::new();

@@ -95,7 +95,8 @@ fn wanted(config: &SelectorConfig, request: &Request, owner: &str) -> Result<Sel
         namespace: request.namespace.clone(),
         name: request.name.clone(),
         uid: Some(request.uid.clone()),
-        wait_ms: 0,
+        // A NetworkAttachmentDefinition namespace the edit just named is being listed.
+        wait_ms: crate::kube::agent_socket::protocol::MAX_WAIT_MS,
     };
     let objects = match exchange(socket, &AgentRequest::new(ask), Instant::now() + AGENT_WAIT)? {
         AgentAnswer::Objects(objects) => objects,
