@@ -64,8 +64,6 @@ const TESTS: &[(&str, Test)] = &[
         "device_networks_get_the_devices_the_kubelet_gave_the_pod",
         device_networks_get_the_devices_the_kubelet_gave_the_pod,
     ),
-    ("dynamic_networks_follow_a_running_pods_annotation", dynamic_networks_follow_a_running_pods_annotation),
-    ("dynamic_networks_latency_from_edit_to_answering_interface", dynamic_networks_latency),
     ("adds_make_no_api_get_and_requests_per_pod_lifecycle", adds_make_no_api_get_and_requests_per_pod_lifecycle),
     ("a_uid_guarded_patch_of_a_replaced_pod_gets_422", a_uid_guarded_patch_of_a_replaced_pod_gets_422),
     ("api_server_down_a_pod_the_agent_holds_gets_its_network_again", api_server_down_a_held_pod_gets_its_network_again),
@@ -79,6 +77,8 @@ const TESTS: &[(&str, Test)] = &[
     ("bandwidth_annotations_shape_the_pod_and_go_with_it", bandwidth_annotations_shape_the_pod_and_go_with_it),
     ("a_pod_deleted_mid_add_and_recreated_gets_its_network", a_pod_deleted_mid_add_and_recreated_gets_its_network),
     ("daemonset_rolled_while_pods_start_loses_nothing", daemonset_rolled_while_pods_start_loses_nothing),
+    ("dynamic_networks_follow_a_running_pods_annotation", dynamic_networks_follow_a_running_pods_annotation),
+    ("dynamic_networks_latency_from_edit_to_answering_interface", dynamic_networks_latency),
     ("uninstall_leaves_the_nodes_as_the_docs_say", uninstall_leaves_the_nodes_as_the_docs_say),
     // After the uninstall: it starts from a node without yh-genie.
     ("a_node_moves_from_multus_and_no_address_leaks", a_node_moves_from_multus_and_no_address_leaks),
