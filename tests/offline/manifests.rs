@@ -256,7 +256,8 @@ fn the_node_restriction_policy_holds_the_service_account_to_its_own_node() {
     // The ClusterRole grants what the policy limits: patch on pods.
     assert!(API_CALLS.contains(&("", "pods", "patch")));
 
-    // And the events the agent creates: as its own node, AddedInterface about pods only.
+    // And the events the agent creates: as its own node, about pods only, of the reasons it uses
+    // (AddedInterface after ADD; the dynamic networks' RemovedInterface and NetworkChangeFailed).
     let events: ValidatingAdmissionPolicy = find("manifests", "yh-genie-own-node-events");
     let binding: ValidatingAdmissionPolicyBinding = find("manifests", "yh-genie-own-node-events");
     let spec = events.spec.unwrap();
@@ -266,9 +267,11 @@ fn the_node_restriction_policy_holds_the_service_account_to_its_own_node() {
     assert_eq!(rule.resources.as_deref(), Some(&["events".to_string()][..]));
     assert_eq!(rule.operations.as_deref(), Some(&["CREATE".to_string()][..]));
     let checks = spec.validations.unwrap().iter().map(|v| v.expression.clone()).collect::<Vec<_>>().join("\n");
-    for part in
-        ["== object.reportingInstance", "object.reason == 'AddedInterface'", "object.involvedObject.kind == 'Pod'"]
-    {
+    for part in [
+        "== object.reportingInstance",
+        "object.reason in ['AddedInterface', 'RemovedInterface', 'NetworkChangeFailed']",
+        "object.involvedObject.kind == 'Pod'",
+    ] {
         assert!(checks.contains(part), "lacks {part}: {checks}");
     }
     assert_eq!(binding.spec.unwrap().validation_actions.as_deref(), Some(&["Deny".to_string()][..]));

@@ -215,12 +215,14 @@ fn start_holder(dir: &Path, netns: &Netns) -> NodeNamespaces {
     const SCRIPT: &str = r#"set -e
 d=$1
 plugins=$2
+# Shared inside the node, as systemd makes a node's mounts (never back to the machine: the
+# namespace is the machine's slave): a container mounting the node's / with HostToContainer
+# propagation then sees the pods' netns mounts made after it started.
+mount --make-rshared /
 mount --rbind /sys/fs/cgroup "$d/cgroup"
 mount -t sysfs sysfs /sys
 mount --move "$d/cgroup" /sys/fs/cgroup
 mount -t tmpfs -o mode=0755 yh-genie-cluster-run /run
-# Shared, as on a systemd node: a container mounting / with HostToContainer sees pods' netns.
-mount --make-rshared /run
 mount -t tmpfs -o mode=0755 yh-genie-cluster-log /var/log
 mount -t overlay -o "lowerdir=/var/lib,upperdir=$d/var-lib/upper,workdir=$d/var-lib/work" yh-genie-cluster-var-lib /var/lib
 mount -t overlay -o "lowerdir=/etc,upperdir=$d/etc/upper,workdir=$d/etc/work" yh-genie-cluster-etc /etc
