@@ -147,7 +147,7 @@ pub fn dynamic_networks_follow_a_running_pods_annotation(cluster: &mut Cluster) 
     assert!(in_cidr(&net1, PTPLAN), "net1 {net1} is not in {PTPLAN}");
     assert_eq!(cluster.fetch(NS, "multi-nad", &net1), "dyn-a");
     report(&format!("dynamic networks: ptplan added, answering on {net1} in {:.1?}", edited.elapsed()));
-    assert_eq!(cluster.pod_addresses(NS, "dyn-a", "net1"), [net1.clone()]);
+    assert_eq!(cluster.pod_addresses(NS, "dyn-a", "net1"), std::slice::from_ref(&net1));
     assert!(events(cluster, "dyn-a", "AddedInterface").iter().any(|m| m.starts_with("Add net1 [10.249.")));
 
     // A second network: net2 on ptpnet; the first stays as it is.

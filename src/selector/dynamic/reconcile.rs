@@ -170,16 +170,15 @@ fn apply(
                 .push(Notice::failed(format!("interface {ifname} (network {}) was not detached: {e}", record.network))),
         }
     }
-    let mut next = records.iter().map(|r| r.position).max().unwrap_or(0) + 1;
-    for attachment in plan.attach {
-        match attach_one(config, store, owner, next, &attachment) {
+    let first = records.iter().map(|r| r.position).max().unwrap_or(0) + 1;
+    for (position, attachment) in (first..).zip(plan.attach) {
+        match attach_one(config, store, owner, position, &attachment) {
             Ok(message) => events.push(Notice::normal(ADDED_INTERFACE, message)),
             Err(e) => events.push(Notice::failed(format!(
                 "network {} was not attached on interface {}: {e}",
                 attachment.network, attachment.ifname
             ))),
         }
-        next += 1;
     }
 }
 
