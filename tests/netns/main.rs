@@ -29,6 +29,7 @@ mod selector;
 
 // The node agent.
 mod agent;
+mod dynamic;
 
 // Reliability: concurrent pods, kills, repeated DELs, a misbehaving API server.
 mod concurrency;

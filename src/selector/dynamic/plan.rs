@@ -42,21 +42,29 @@ pub fn plan(records: &[Record], owner: &str, wanted: &[Attachment]) -> Plan {
         |r: &&Record| r.ifname != owner && r.position > 0 && r.source.as_ref().is_some_and(from_annotation);
     let mut current: Vec<&Record> = records.iter().filter(controlled).collect();
     let fixed: BTreeSet<&str> = records.iter().filter(|r| !controlled(r)).map(|r| r.ifname.as_str()).collect();
-    let asked: Vec<(&Attachment, Option<String>)> =
-        wanted.iter().skip(1).filter(|a| from_annotation(&a.source)).map(|a| (a, asked_interface(&a.source))).collect();
+    let asked: Vec<(usize, &Attachment, Option<String>)> = wanted
+        .iter()
+        .skip(1)
+        .filter(|a| from_annotation(&a.source))
+        .enumerate()
+        .map(|(i, a)| (i, a, asked_interface(&a.source)))
+        .collect();
     let mut kept = Vec::new();
     let mut new = Vec::new();
     // Named interfaces first, so that an unnamed element of the same network cannot take theirs.
-    let (named, unnamed): (Vec<_>, Vec<_>) = asked.into_iter().partition(|(_, ifname)| ifname.is_some());
-    for (attachment, ifname) in named.into_iter().chain(unnamed) {
+    let (named, unnamed): (Vec<_>, Vec<_>) = asked.into_iter().partition(|(_, _, ifname)| ifname.is_some());
+    for (index, attachment, ifname) in named.into_iter().chain(unnamed) {
         let matching = current
             .iter()
             .position(|r| same_network(r, attachment) && ifname.as_ref().is_none_or(|ifname| *ifname == r.ifname));
         match matching {
             Some(i) => kept.push(current.remove(i)),
-            None => new.push((attachment, ifname)),
+            None => new.push((index, attachment, ifname)),
         }
     }
+    // Attached in the annotation's order.
+    new.sort_by_key(|(index, ..)| *index);
+    let new: Vec<(&Attachment, Option<String>)> = new.into_iter().map(|(_, a, ifname)| (a, ifname)).collect();
     let detach: Vec<String> = current.iter().map(|r| r.ifname.clone()).collect();
     let mut taken: BTreeSet<String> = fixed.iter().map(|s| s.to_string()).collect();
     taken.extend(kept.iter().map(|r| r.ifname.clone()));

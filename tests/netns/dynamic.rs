@@ -1,0 +1,238 @@
+//! Networks attached to and detached from a running pod (docs/dynamic-networks.md), as root: the
+//! attach worker (`yh-genie attach-worker`, a real process in the node netns) asked over its socket
+//! as the node agent asks it, the agent itself (as the DaemonSet runs it) answering the worker with
+//! the pod's objects from the fake API server. What is checked is what the pod and the node hold:
+//! its interfaces and addresses, the records, host-local's leases, and the worker's answer (the
+//! network-status and the events the agent writes).
+
+use crate::support::agent::AgentAnswers;
+use crate::support::node::{NetnsNode, Pod, addresses_on};
+use serde_json::{Value, json};
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::process::Child;
+use yh_genie::selector::dynamic::protocol::{Answer, Notice, Request, VERSION};
+use yh_genie::selector::requests::annotation::NETWORKS;
+
+const BLUE: (&str, u8) = ("blue", 41);
+const RED: (&str, u8) = ("red", 42);
+const GREEN: (&str, u8) = ("green", 43);
+
+struct Worker {
+    child: Child,
+    socket: PathBuf,
+}
+
+impl Drop for Worker {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Worker {
+    /// The worker on `n`'s node, reading `conflist`, listening in the sandbox.
+    fn start(n: &NetnsNode, conflist: &Path) -> Worker {
+        let socket = n.sb.path().join("run/yh-genie/dynamic-networks.sock");
+        let child =
+            n.sb.command(&n.sb.bin().join("yh-genie"))
+                .arg("attach-worker")
+                .arg(format!("--config={}", conflist.display()))
+                .arg(format!("--socket={}", socket.display()))
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::null())
+                .spawn()
+                .expect("the worker starts");
+        for _ in 0..200 {
+            if UnixStream::connect(&socket).is_ok() {
+                return Worker { child, socket };
+            }
+            std::thread::sleep(std::time::Duration::from_millis(25));
+        }
+        panic!("the attach worker does not listen on {}", socket.display());
+    }
+
+    /// Ask about the pod, as the agent does.
+    fn reconcile(&self, pod: &str) -> Answer {
+        let mut stream = UnixStream::connect(&self.socket).unwrap();
+        let request = Request {
+            version: VERSION,
+            namespace: "default".into(),
+            name: pod.into(),
+            uid: format!("uid-default-{pod}"),
+        };
+        stream.write_all(&yh_genie::selector::dynamic::protocol::to_line(&request)).unwrap();
+        let mut line = String::new();
+        BufReader::new(stream).read_line(&mut line).unwrap();
+        serde_json::from_str(&line).unwrap_or_else(|e| panic!("{e}: {line}"))
+    }
+}
+
+fn node() -> (NetnsNode, PathBuf) {
+    let n = NetnsNode::new();
+    for (name, octet) in [BLUE, RED, GREEN] {
+        n.add_yonghui_network(name, octet, json!({}));
+        n.api.put_nad("default", name, None);
+    }
+    let mut plugin: Value = serde_json::from_str(&n.selector_conf("1.0.0", json!({"dynamicNetworks": true}))).unwrap();
+    let plugin = plugin.as_object_mut().unwrap();
+    plugin.remove("cniVersion");
+    plugin.remove("name");
+    let conflist =
+        n.write_conf("00-yh-genie.conflist", &json!({"cniVersion": "1.0.0", "name": "yh-genie", "plugins": [plugin]}));
+    (n, conflist)
+}
+
+/// Put the pod `hot` with the networks annotation `networks` (none: without it).
+fn annotate(n: &NetnsNode, networks: Option<&str>) {
+    let annotations = networks.map_or(json!({}), |v| json!({ NETWORKS: v }));
+    n.api.put_annotated_pod("default", "hot", annotations, testkit::apiserver::literal("blue"));
+}
+
+fn reconciled(answer: Answer) -> (Vec<(String, String)>, Vec<Notice>) {
+    let Answer::Reconciled { annotations, events } = answer else { panic!("{answer:?}") };
+    let status: Vec<(String, String)> = annotations
+        .get("k8s.v1.cni.cncf.io/network-status")
+        .map(|s| serde_json::from_str::<Value>(s).unwrap())
+        .map(|v| {
+            v.as_array()
+                .unwrap()
+                .iter()
+                .map(|e| (e["interface"].as_str().unwrap().to_string(), e["name"].as_str().unwrap().to_string()))
+                .collect()
+        })
+        .unwrap_or_default();
+    (status, events)
+}
+
+fn on(pod: &Pod, dev: &str, (_, octet): (&str, u8)) -> bool {
+    let addresses = addresses_on(pod, dev);
+    addresses.len() == 1 && addresses[0].starts_with(&format!("10.77.{octet}."))
+}
+
+fn links(pod: &Pod) -> Vec<String> {
+    let mut names: Vec<String> = pod
+        .netns
+        .must("ip -o link")
+        .lines()
+        .filter_map(|l| l.split(':').nth(1))
+        .map(|n| n.trim().split('@').next().unwrap().to_string())
+        .filter(|n| n != "lo")
+        .collect();
+    names.sort();
+    names
+}
+
+fn wait_annotation(agent: &testkit::agent::Agent, n: &NetnsNode, want: Option<&str>) {
+    agent.wait_holds(&n.agent_socket(), "hot", "uid-default-hot", |o| {
+        o.pod.metadata.annotations.as_ref().and_then(|a| a.get(NETWORKS)).map(String::as_str) == want
+    });
+}
+
+#[test]
+fn a_running_pods_networks_follow_its_annotation_and_its_del_takes_them_all() {
+    let (n, conflist) = node();
+    annotate(&n, None);
+    let agent = n.start_agent();
+    agent.wait_ready();
+    wait_annotation(&agent, &n, None);
+    let conf = n.selector_conf("1.0.0", json!({"dynamicNetworks": true}));
+    let pod = n.pod("hot");
+    assert_eq!(n.call("ADD", &pod, &conf).code, 0);
+    let worker = Worker::start(&n, &conflist);
+
+    // Nothing asked: nothing changes, and nothing is written.
+    let (status, events) = reconciled(worker.reconcile("hot"));
+    assert!(status.is_empty() && events.is_empty(), "{status:?} {events:?}");
+
+    // Added: red on net1, green on the interface asked for.
+    annotate(&n, Some("red,green@data0"));
+    wait_annotation(&agent, &n, Some("red,green@data0"));
+    let (status, events) = reconciled(worker.reconcile("hot"));
+    assert!(on(&pod, "net1", RED) && on(&pod, "data0", GREEN), "{:?}", links(&pod));
+    assert_eq!(
+        status,
+        [("eth0", "blue"), ("net1", "default/red"), ("data0", "default/green")]
+            .map(|(a, b)| (a.to_string(), b.to_string()))
+    );
+    let messages: Vec<&str> = events.iter().map(|e| e.message.as_str()).collect();
+    assert!(
+        messages.iter().any(|m| m.starts_with("Add net1 [10.77.42.") && m.ends_with("from default/red")),
+        "{messages:?}"
+    );
+    assert_eq!(n.record(&pod)["ifname"], "eth0");
+    let record: Value = serde_json::from_str(
+        &std::fs::read_to_string(n.data_dir().join(format!("attachments/{}:net1", pod.cid))).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(record["hotplugged"], true);
+    assert_eq!(record["runtimeIfname"], "eth0");
+    let red_lease = addresses_on(&pod, "net1")[0].clone();
+
+    // Asked again for the same: nothing changes.
+    let (status, events) = reconciled(worker.reconcile("hot"));
+    assert!(status.is_empty() && events.is_empty(), "{events:?}");
+
+    // One edit that removes red from net1 (by network: no interface named) and puts red behind
+    // data0 in green's place.
+    annotate(&n, Some("red@data0"));
+    wait_annotation(&agent, &n, Some("red@data0"));
+    let (status, events) = reconciled(worker.reconcile("hot"));
+    assert_eq!(links(&pod), ["data0", "eth0"]);
+    assert!(on(&pod, "data0", RED), "{:?}", addresses_on(&pod, "data0"));
+    assert_eq!(status.len(), 2, "{status:?}");
+    let reasons: Vec<&str> = events.iter().map(|e| e.reason.as_str()).collect();
+    assert_eq!(reasons, ["RemovedInterface", "RemovedInterface", "AddedInterface"], "{events:?}");
+    assert!(!n.allocations().contains(&red_lease), "net1's lease {red_lease} is released");
+
+    // Refused by the policy (another namespace's NAD): an event, nothing changes.
+    annotate(&n, Some("red@data0,other/green"));
+    wait_annotation(&agent, &n, Some("red@data0,other/green"));
+    let (status, events) = reconciled(worker.reconcile("hot"));
+    assert!(status.is_empty(), "nothing is written: {status:?}");
+    assert!(events.len() == 1 && events[0].reason == "NetworkChangeFailed" && events[0].warning, "{events:?}");
+    assert!(events[0].message.contains("other"), "{events:?}");
+    assert_eq!(links(&pod), ["data0", "eth0"]);
+
+    // The sandbox's DEL takes the hot-plugged interface too; then the worker finds nothing to do.
+    assert_eq!(n.call("DEL", &pod, &conf).code, 0);
+    let left = n.leftovers_of_networks(&pod, &[BLUE.0, RED.0, GREEN.0]);
+    assert!(left.is_empty(), "{left:#?}");
+    assert!(matches!(worker.reconcile("hot"), Answer::NotAttached { .. }));
+}
+
+#[test]
+fn a_hot_plug_killed_midway_is_undone_by_the_next_reconcile() {
+    let (n, conflist) = node();
+    annotate(&n, Some("red"));
+    let agent = n.start_agent();
+    agent.wait_ready();
+    wait_annotation(&agent, &n, Some("red"));
+    let conf = n.selector_conf("1.0.0", json!({"dynamicNetworks": true}));
+    let pod = n.pod("hot");
+    assert_eq!(n.call("ADD", &pod, &conf).code, 0);
+    // What a worker killed after writing green's record, before its chain, leaves.
+    let mut record: Value = n.record(&pod);
+    record["ifname"] = "net2".into();
+    record["position"] = 2.into();
+    record["network"] = "green".into();
+    let green = n.conf_dir().join("green/10-green.conflist");
+    record["confPath"] = green.display().to_string().into();
+    record["conf"] = std::fs::read_to_string(&green).unwrap().into();
+    record["source"] = json!({"from": "annotation", "element": "green", "nad": "default/green", "inline": false});
+    record["hotplugged"] = true.into();
+    record.as_object_mut().unwrap().remove("result");
+    record.as_object_mut().unwrap().remove("furtherResults");
+    let path = n.data_dir().join(format!("attachments/{}:net2", pod.cid));
+    std::fs::write(&path, record.to_string()).unwrap();
+
+    let worker = Worker::start(&n, &conflist);
+    let (status, events) = reconciled(worker.reconcile("hot"));
+    assert!(!path.exists(), "the half-made record is gone");
+    assert_eq!(links(&pod), ["eth0", "net1"]);
+    assert!(status.is_empty() && events.is_empty(), "{status:?} {events:?}");
+    assert_eq!(n.call("DEL", &pod, &conf).code, 0);
+    let left = n.leftovers_of_networks(&pod, &[BLUE.0, RED.0, GREEN.0]);
+    assert!(left.is_empty(), "{left:#?}");
+}
