@@ -198,3 +198,30 @@ async fn report(shared: &Shared, seen: &Seen, annotations: BTreeMap<String, Stri
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn pod(phase: &str, host_network: bool, networks: Option<&str>) -> Pod {
+        let annotations = networks.map_or(json!({}), |n| json!({ NETWORKS: n }));
+        serde_json::from_value(json!({
+            "metadata": {"namespace": "web", "name": "p", "uid": "u1", "annotations": annotations},
+            "spec": {"hostNetwork": host_network, "containers": []},
+            "status": {"phase": phase},
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn only_running_pods_on_the_pod_network_are_told_and_deletions_always() {
+        assert!(change(&pod("Pending", false, Some("lan")), false).is_none(), "not started: its ADD decides");
+        assert!(change(&pod("Running", true, Some("lan")), false).is_none(), "the host's network: no attachment");
+        let Some(Change::Seen(seen)) = change(&pod("Running", false, Some("lan@net1")), false) else { panic!() };
+        assert_eq!((seen.uid.as_str(), seen.networks.as_deref()), ("u1", Some("lan@net1")));
+        let Some(Change::Seen(seen)) = change(&pod("Running", false, None), false) else { panic!() };
+        assert_eq!(seen.networks, None, "an annotation removed is a change too");
+        assert!(matches!(change(&pod("Pending", false, None), true), Some(Change::Deleted { uid }) if uid == "u1"));
+    }
+}
