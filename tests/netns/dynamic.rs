@@ -44,13 +44,15 @@ impl Worker {
                 .stderr(std::process::Stdio::null())
                 .spawn()
                 .expect("the worker starts");
+        // Dropped (killed and waited for) whether it comes up or not.
+        let worker = Worker { child, socket };
         for _ in 0..200 {
-            if UnixStream::connect(&socket).is_ok() {
-                return Worker { child, socket };
+            if UnixStream::connect(&worker.socket).is_ok() {
+                return worker;
             }
             std::thread::sleep(std::time::Duration::from_millis(25));
         }
-        panic!("the attach worker does not listen on {}", socket.display());
+        panic!("the attach worker does not listen on {}", worker.socket.display());
     }
 
     /// Ask about the pod, as the agent does.
