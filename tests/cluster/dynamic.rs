@@ -66,7 +66,8 @@ fn switch_on(cluster: &Cluster) {
     cluster.kubectl_ok(&["-n", "kube-system", "rollout", "status", "daemonset/yh-genie", "--timeout=300s"]);
     let conflist = cluster.worker("node-a").node_path("/etc/cni/net.d/00-yh-genie.conflist");
     cluster.wait_for_within(Duration::from_secs(150), "dynamicNetworks in node-a's conflist", || {
-        std::fs::read_to_string(&conflist).ok()?.contains("\"dynamicNetworks\": true").then_some(())
+        let list: Value = serde_json::from_str(&std::fs::read_to_string(&conflist).ok()?).ok()?;
+        (list["plugins"][0]["dynamicNetworks"] == true).then_some(())
     });
 }
 
