@@ -238,3 +238,45 @@ fn a_hot_plug_killed_midway_is_undone_by_the_next_reconcile() {
     let left = n.leftovers_of_networks(&pod, &[BLUE.0, RED.0, GREEN.0]);
     assert!(left.is_empty(), "{left:#?}");
 }
+
+#[test]
+fn two_pods_edited_at_once_each_get_their_network() {
+    let (n, conflist) = node();
+    for name in ["one", "two"] {
+        n.api.put_annotated_pod("default", name, json!({}), testkit::apiserver::literal("blue"));
+    }
+    let agent = n.start_agent();
+    agent.wait_ready();
+    let conf = n.selector_conf("1.0.0", json!({"dynamicNetworks": true}));
+    let pods: Vec<Pod> = ["one", "two"]
+        .into_iter()
+        .map(|name| {
+            agent.wait_holds(&n.agent_socket(), name, &format!("uid-default-{name}"), |_| true);
+            let pod = n.pod(name);
+            assert_eq!(n.call("ADD", &pod, &conf).code, 0);
+            pod
+        })
+        .collect();
+    for name in ["one", "two"] {
+        n.api.put_annotated_pod("default", name, json!({ NETWORKS: "red" }), testkit::apiserver::literal("blue"));
+        agent.wait_holds(&n.agent_socket(), name, &format!("uid-default-{name}"), |o| {
+            o.pod.metadata.annotations.as_ref().is_some_and(|a| a.contains_key(NETWORKS))
+        });
+    }
+    let worker = Worker::start(&n, &conflist);
+    let answers: Vec<Answer> = std::thread::scope(|s| {
+        let asks: Vec<_> = ["one", "two"].into_iter().map(|name| s.spawn(|| worker.reconcile(name))).collect();
+        asks.into_iter().map(|a| a.join().unwrap()).collect()
+    });
+    for answer in answers {
+        let (status, _) = reconciled(answer);
+        assert_eq!(status.len(), 2, "{status:?}");
+    }
+    let (a, b) = (addresses_on(&pods[0], "net1"), addresses_on(&pods[1], "net1"));
+    assert!(on(&pods[0], "net1", RED) && on(&pods[1], "net1", RED) && a != b, "{a:?} {b:?}");
+    for pod in &pods {
+        assert_eq!(n.call("DEL", pod, &conf).code, 0);
+        let left = n.leftovers_of_networks(pod, &[BLUE.0, RED.0]);
+        assert!(left.is_empty(), "{left:#?}");
+    }
+}
