@@ -12,6 +12,7 @@ use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::process::Child;
+use testkit::agent::{Agent, METRICS_PORT};
 use yh_genie::selector::dynamic::protocol::{Answer, Notice, Request, VERSION};
 use yh_genie::selector::requests::annotation::NETWORKS;
 
@@ -279,4 +280,71 @@ fn two_pods_edited_at_once_each_get_their_network() {
         let left = n.leftovers_of_networks(pod, &[BLUE.0, RED.0]);
         assert!(left.is_empty(), "{left:#?}");
     }
+}
+
+/// The pod `hot`, running (the agent tells the worker only about running pods), with the networks
+/// annotation `networks` (none: without it).
+fn put_running(n: &NetnsNode, networks: Option<&str>) {
+    let annotations = networks.map_or(json!({}), |v| json!({ NETWORKS: v }));
+    n.api.put_raw_pod(
+        "default",
+        "hot",
+        json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"namespace": "default", "name": "hot", "uid": "uid-default-hot", "annotations": annotations},
+            "spec": {"nodeName": testkit::apiserver::NODE_NAME, "containers": testkit::apiserver::literal("blue")},
+            "status": {"phase": "Running"},
+        }),
+    );
+}
+
+/// The interfaces of the pod's network-status on the API server, in order.
+fn status_on_server(n: &NetnsNode) -> Vec<String> {
+    let pod = n.api.pod("default", "hot").unwrap();
+    let Some(text) = pod["metadata"]["annotations"]["k8s.v1.cni.cncf.io/network-status"].as_str() else {
+        return Vec::new();
+    };
+    let status: Value = serde_json::from_str(text).unwrap();
+    status.as_array().unwrap().iter().map(|e| e["interface"].as_str().unwrap().to_string()).collect()
+}
+
+fn event_messages(n: &NetnsNode, reason: &str) -> Vec<String> {
+    n.api
+        .events()
+        .iter()
+        .filter(|e| e["reason"] == reason)
+        .map(|e| e["message"].as_str().unwrap().to_string())
+        .collect()
+}
+
+/// The whole path on one node: the agent (`--dynamic-networks`) sees the edit on its pod watch,
+/// asks the worker, and writes the status and the events on the API server.
+#[test]
+fn the_agent_applies_an_edit_through_the_worker_and_writes_status_and_events() {
+    let (n, conflist) = node();
+    put_running(&n, None);
+    let agent = Agent::start(&n.netns, &n.api, n.sb.path(), &n.agent_socket(), METRICS_PORT, &["--dynamic-networks"]);
+    agent.wait_ready();
+    agent.wait_holds(&n.agent_socket(), "hot", "uid-default-hot", |_| true);
+    let conf = n.selector_conf("1.0.0", json!({"dynamicNetworks": true}));
+    let pod = n.pod("hot");
+    assert_eq!(n.call("ADD", &pod, &conf).code, 0);
+    let _worker = Worker::start(&n, &conflist);
+
+    put_running(&n, Some("red"));
+    agent.wait_for("net1 in the pod's network-status", || status_on_server(&n) == ["eth0", "net1"]);
+    assert!(on(&pod, "net1", RED), "{:?}", links(&pod));
+    agent.wait_for("the AddedInterface event", || {
+        event_messages(&n, "AddedInterface").iter().any(|m| m.starts_with("Add net1 [10.77.42."))
+    });
+
+    put_running(&n, None);
+    agent.wait_for("net1 gone from the pod's network-status", || status_on_server(&n) == ["eth0"]);
+    assert_eq!(links(&pod), ["eth0"]);
+    agent.wait_for("the RemovedInterface event", || {
+        event_messages(&n, "RemovedInterface").iter().any(|m| m.starts_with("Remove net1 [10.77.42."))
+    });
+    assert_eq!(n.call("DEL", &pod, &conf).code, 0);
+    let left = n.leftovers_of_networks(&pod, &[BLUE.0, RED.0, GREEN.0]);
+    assert!(left.is_empty(), "{left:#?}");
 }
