@@ -215,10 +215,6 @@ fn start_holder(dir: &Path, netns: &Netns) -> NodeNamespaces {
     const SCRIPT: &str = r#"set -e
 d=$1
 plugins=$2
-# Shared inside the node, as systemd makes a node's mounts (never back to the machine: the
-# namespace is the machine's slave): a container mounting the node's / with HostToContainer
-# propagation then sees the pods' netns mounts made after it started.
-mount --make-rshared /
 mount --rbind /sys/fs/cgroup "$d/cgroup"
 mount -t sysfs sysfs /sys
 mount --move "$d/cgroup" /sys/fs/cgroup
@@ -233,6 +229,11 @@ while read -r n knob; do
   mount --bind "$d/sysctl/$n" "/proc/sys/$knob"
   mount -o remount,bind,ro "/proc/sys/$knob"
 done < "$d/sysctl.list"
+# Shared inside the node once it is laid out (a mount cannot be moved under a shared one), as
+# systemd makes a node's mounts, never back to the machine (the namespace is its slave): a
+# container mounting the node's / with HostToContainer propagation then sees the pods' netns
+# mounts made after it started.
+mount --make-rshared /
 cd "$d"
 echo ready
 exec sleep infinity"#;
