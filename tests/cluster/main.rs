@@ -52,8 +52,18 @@ const YH_GENIE_USER: &str = "system:serviceaccount:kube-system:yh-genie";
 type Shared = Arc<Mutex<Cluster>>;
 type Test = fn(&mut Cluster);
 
-/// Tests that fail today, run with `--include-ignored`: why. (None at present.)
-const IGNORED: &[(&str, &str)] = &[];
+/// Tests that fail today or have not passed yet, run with `--include-ignored`: why.
+const IGNORED: &[(&str, &str)] = &[
+    (
+        "dynamic_networks_follow_a_running_pods_annotation",
+        "not yet passed on the real cluster: the netns suite's tests/netns/dynamic.rs pass; run it with \
+         --include-ignored and drop it from this list once it passes",
+    ),
+    (
+        "dynamic_networks_latency_from_edit_to_answering_interface",
+        "runs after dynamic_networks_follow_a_running_pods_annotation, which switches dynamic networks on",
+    ),
+];
 
 const TESTS: &[(&str, Test)] = &[
     ("daemonset_ready_on_every_node", daemonset_ready_on_every_node),
