@@ -136,6 +136,7 @@ mod tests {
             config: "{}".into(),
             source: source(element, &format!("ns/{name}")),
             extras: Extras::default(),
+            device: None,
         }
     }
 
@@ -147,6 +148,7 @@ mod tests {
             config: "{}".into(),
             source: Source::DefaultNetwork { element: "ptp".into() },
             extras: Extras::default(),
+            device: None,
         }
     }
 
