@@ -190,7 +190,15 @@ async fn report(shared: &Shared, seen: &Seen, annotations: BTreeMap<String, Stri
     let reporter = Reporter { component: crate::selector::NAME, node: &shared.node };
     for event in &events {
         let outcome = retried(deadline, || {
-            create_event_of_type(&shared.client, &about, &reporter, &event.reason, &event.message, event.warning)
+            create_event_of_type(
+                &shared.client,
+                &about,
+                &reporter,
+                &event.reason,
+                &event.message,
+                event.warning,
+                std::time::SystemTime::now(),
+            )
         })
         .await;
         if outcome != Annotated::Written {

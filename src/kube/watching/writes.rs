@@ -71,7 +71,7 @@ pub async fn create_event(
     message: &str,
     at: std::time::SystemTime,
 ) -> Annotated {
-    create_event_of_type(client, pod, reporter, reason, message, false).await
+    create_event_of_type(client, pod, reporter, reason, message, false, at).await
 }
 
 /// `create_event`, a `Warning` when `warning`.
@@ -82,6 +82,7 @@ pub async fn create_event_of_type(
     reason: &str,
     message: &str,
     warning: bool,
+    at: std::time::SystemTime,
 ) -> Annotated {
     let (component, node) = (reporter.component, reporter.node);
     let api: Api<Event> = Api::namespaced(client.clone(), pod.namespace);
