@@ -69,10 +69,12 @@ pub enum EventOutcome {
 const EVENT_OUTCOMES: [(&str, EventOutcome); 3] =
     [("created", EventOutcome::Created), ("failed", EventOutcome::Failed), ("dropped", EventOutcome::Dropped)];
 
-const RESOURCES: [(&str, Kind); 3] = [
+const RESOURCES: [(&str, Kind); 5] = [
     ("pods", Kind::Pod),
     ("configmaps", Kind::ConfigMap),
     ("network-attachment-definitions", Kind::NetworkAttachmentDefinition),
+    ("resourceclaims", Kind::ResourceClaim),
+    ("resourceslices", Kind::ResourceSlice),
 ];
 
 /// Upper bounds of the answer latency histogram, in seconds: a local lookup, or a wait for a watch.

@@ -1,17 +1,20 @@
 //! The agent's watches (`kube::watching::list_watch`: streaming lists, resumes, relists spread in
 //! time, backoff), all on the agent's one connection: one on its node's pods (field selector
-//! `spec.nodeName`), one per ConfigMap those pods refer to (field selector `metadata.name` in its
-//! namespace) and one per namespace whose NetworkAttachmentDefinitions they use, started and
-//! stopped as the store says (`store::WatchKey` says why each kind is watched so). What each
+//! `spec.nodeName`), one per ConfigMap and per DRA ResourceClaim those pods refer to (field selector
+//! `metadata.name` in its namespace), one per namespace whose NetworkAttachmentDefinitions they
+//! use, and one on the node's ResourceSlices (field selector `spec.nodeName`) while a pod has
+//! resource claims, started and stopped as the store says (`store::WatchKey` says why each kind is watched so). What each
 //! delivers is trimmed as it arrives, and each reports whether it is current (`sync`).
 
 use super::Shared;
-use super::store::{ObjectState, WatchKey, trim_attachment, trim_config_map};
+use super::store::{ObjectState, WatchKey, trim_attachment, trim_config_map, trim_slice};
 use super::sync::Watched;
 use crate::kube::watching::list_watch::{Update, follow};
 use crate::kube::{Kind, NetworkAttachmentDefinition, ObjectKey};
 use ::kube::Api;
+use crate::devices::dra::trim_claim;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
+use k8s_openapi::api::resource::v1::{ResourceClaim, ResourceSlice};
 use std::sync::Arc;
 use tokio::task::AbortHandle;
 use tracing::{debug, info, warn};
@@ -74,39 +77,56 @@ pub(super) async fn pods(shared: Arc<Shared>, node: String) -> String {
 pub(super) fn start(shared: &Arc<Shared>, key: WatchKey) -> AbortHandle {
     shared.sync.started(Watched::Object(key.clone()));
     let task = match key {
-        WatchKey::ConfigMap(object) => tokio::spawn(config_map(shared.clone(), object)),
+        WatchKey::ConfigMap(object) if object.kind == Kind::ResourceClaim => {
+            let state = |claim| ObjectState::ResourceClaim(Box::new(trim_claim(claim)));
+            tokio::spawn(by_name::<ResourceClaim>(shared.clone(), object, state))
+        }
+        WatchKey::ConfigMap(object) => {
+            let state = |cm| ObjectState::ConfigMap(Box::new(trim_config_map(cm)));
+            tokio::spawn(by_name::<ConfigMap>(shared.clone(), object, state))
+        }
         WatchKey::Attachments(namespace) => tokio::spawn(attachments(shared.clone(), namespace)),
+        WatchKey::NodeDevices => tokio::spawn(node_slices(shared.clone())),
     };
     task.abort_handle()
 }
 
-/// Keep one ConfigMap's state in the store, until aborted (the last pod referring to it is gone).
-async fn config_map(shared: Arc<Shared>, key: ObjectKey) {
-    let api: Api<ConfigMap> = Api::namespaced(shared.client.clone(), &key.namespace);
+/// Keep one ConfigMap's or ResourceClaim's state in the store (`state` trims it), until aborted
+/// (the last pod referring to it is gone).
+async fn by_name<K>(shared: Arc<Shared>, key: ObjectKey, state: fn(K) -> ObjectState)
+where
+    K: ::kube::Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug
+        + Send
+        + 'static,
+{
+    let api: Api<K> = Api::namespaced(shared.client.clone(), &key.namespace);
     let watched = Watched::Object(WatchKey::ConfigMap(key.clone()));
     // What a list in progress found; absent if it ends without it.
-    let mut found: Option<ConfigMap> = None;
+    let mut found: Option<ObjectState> = None;
     let selector = format!("metadata.name={}", key.name);
     follow(api, Some(selector), &shared.streaming, |update| {
         let state = match update {
             Update::ListStarted { relist } => {
                 if relist {
-                    shared.metrics.relisted(Kind::ConfigMap);
+                    shared.metrics.relisted(key.kind);
                 }
                 found = None;
                 return;
             }
-            Update::Listed(cm) => {
-                found = Some(trim_config_map(cm));
+            Update::Listed(object) => {
+                found = Some(state(object));
                 return;
             }
             Update::ListDone => {
                 shared.sync.listed(&watched);
-                found.take().map_or(ObjectState::Absent, |cm| ObjectState::ConfigMap(Box::new(cm)))
+                found.take().unwrap_or(ObjectState::Absent)
             }
-            Update::Applied(cm) => {
+            Update::Applied(object) => {
                 shared.sync.confirmed(&watched);
-                ObjectState::ConfigMap(Box::new(trim_config_map(cm)))
+                state(object)
             }
             Update::Deleted(_) => {
                 shared.sync.confirmed(&watched);
@@ -115,7 +135,7 @@ async fn config_map(shared: Arc<Shared>, key: ObjectKey) {
             Update::Current => return shared.sync.confirmed(&watched),
             Update::Expired { .. } => return shared.sync.lost(&watched),
             Update::Failed { error, retry_in } => {
-                shared.metrics.watch_error(Kind::ConfigMap);
+                shared.metrics.watch_error(key.kind);
                 shared.sync.lost(&watched);
                 debug!("the watch of {key} failed ({error}); trying again in {:.1}s", retry_in.as_secs_f64());
                 return;
@@ -175,6 +195,56 @@ async fn attachments(shared: Arc<Shared>, namespace: String) {
                 "the watch of the NetworkAttachmentDefinitions of namespace {namespace} failed ({error}); trying again in {:.1}s",
                 retry_in.as_secs_f64()
             );
+        }
+    })
+    .await;
+}
+
+/// Keep the node's ResourceSlices in the store, until aborted (no pod of the node has resource
+/// claims any more).
+async fn node_slices(shared: Arc<Shared>) {
+    let api: Api<ResourceSlice> = Api::all(shared.client.clone());
+    let watched = Watched::Object(WatchKey::NodeDevices);
+    let mut listing: Vec<ResourceSlice> = Vec::new();
+    let kind = Kind::ResourceSlice;
+    let node = shared.node.clone();
+    let name = |slice: &ResourceSlice| slice.metadata.name.clone().unwrap_or_default();
+    follow(api, Some(format!("spec.nodeName={node}")), &shared.streaming, |update| match update {
+        Update::ListStarted { relist } => {
+            if relist {
+                shared.metrics.relisted(kind);
+            }
+            listing.clear();
+        }
+        Update::Listed(slice) => listing.push(trim_slice(slice)),
+        Update::ListDone => {
+            let listed = std::mem::take(&mut listing);
+            shared.update(|store| {
+                store.replace_slices(listed);
+                Default::default()
+            });
+            shared.sync.listed(&watched);
+        }
+        Update::Applied(slice) => {
+            shared.update(|store| {
+                store.apply_slice(&name(&slice), Some(trim_slice(slice)));
+                Default::default()
+            });
+            shared.sync.confirmed(&watched);
+        }
+        Update::Deleted(slice) => {
+            shared.update(|store| {
+                store.apply_slice(&name(&slice), None);
+                Default::default()
+            });
+            shared.sync.confirmed(&watched);
+        }
+        Update::Current => shared.sync.confirmed(&watched),
+        Update::Expired { .. } => shared.sync.lost(&watched),
+        Update::Failed { error, retry_in } => {
+            shared.metrics.watch_error(kind);
+            shared.sync.lost(&watched);
+            debug!("the watch of node {node}'s ResourceSlices failed ({error}); trying again in {:.1}s", retry_in.as_secs_f64());
         }
     })
     .await;

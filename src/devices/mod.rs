@@ -4,7 +4,8 @@
 //! each attachment through it needs one device of that resource, allocated to the pod by the
 //! kubelet before the sandbox was made. Two paths find what was allocated, and both produce a
 //! `PodDevices` (the device IDs allocated to one pod, by resource name, each list sorted):
-//! device plugins through the kubelet's PodResources API (`podresources`), and DRA resource claims.
+//! device plugins through the kubelet's PodResources API (`podresources`), and DRA resource claims
+//! (`dra`: the allocated devices' `k8s.cni.cncf.io/deviceID` by `k8s.cni.cncf.io/resourceName`).
 //! `assign` then gives each device attachment its device: the one the pod's networks annotation
 //! names (`deviceID`), which must be among the pod's own, else the first of the sorted list not yet
 //! given, so that a retried ADD gets the very same devices.
@@ -12,6 +13,7 @@
 //! What the device CNI gets (`deviceID`, `pciBusID`, the `CNIDeviceInfoFile` capability) and the
 //! device-info files are written by `handoff`.
 
+pub mod dra;
 pub mod handoff;
 pub mod podresources;
 

@@ -10,11 +10,12 @@
 
 use super::{Annotations, NetworkAttachmentDefinition, ObjectRef, PodSource, tls};
 use crate::cni::{CniError, code};
-use ::kube::api::{Patch, PatchParams};
+use ::kube::api::{ListParams, Patch, PatchParams};
 use ::kube::config::{KubeConfigOptions, Kubeconfig};
 use ::kube::{Api, Client, Config, Resource};
 use k8s_openapi::NamespaceResourceScope;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
+use k8s_openapi::api::resource::v1::{ResourceClaim, ResourceSlice};
 use serde::de::DeserializeOwned;
 use std::fmt::Debug;
 use std::future::Future;
@@ -129,14 +130,14 @@ impl ApiClient {
         K::DynamicType: Default,
     {
         let api: Api<K> = Api::namespaced(self.client.clone(), obj.namespace);
-        self.runtime.block_on(self.with_retries(obj, "get", &[404], || api.get(obj.name)))
+        self.runtime.block_on(self.with_retries(&obj, "get", &[404], || api.get(obj.name)))
     }
 
     /// Run `request` until it succeeds, is refused, or the budget runs out. `Ok(None)`: refused
     /// with one of the `absent` statuses (the object is not there, or not the one asked for).
     async fn with_retries<T, F, Fut>(
         &self,
-        obj: ObjectRef<'_>,
+        obj: &dyn std::fmt::Display,
         verb: &str,
         absent: &[u16],
         request: F,
@@ -185,7 +186,7 @@ impl ApiClient {
         )))
     }
 
-    fn refusal(&self, obj: ObjectRef<'_>, verb: &str, status: Option<u16>, text: &str) -> CniError {
+    fn refusal(&self, obj: &dyn std::fmt::Display, verb: &str, status: Option<u16>, text: &str) -> CniError {
         let server = &self.server;
         let msg = match status {
             Some(401) => format!(
@@ -230,6 +231,17 @@ impl PodSource for ApiClient {
     fn network_attachment(&self, namespace: &str, name: &str) -> Result<Option<NetworkAttachmentDefinition>, CniError> {
         self.get(ObjectRef::network_attachment(namespace, name))
     }
+    fn resource_claim(&self, namespace: &str, name: &str) -> Result<Option<ResourceClaim>, CniError> {
+        self.get(ObjectRef::resource_claim(namespace, name))
+    }
+    /// One LIST, answered from the API server's watch cache (resourceVersion 0).
+    fn node_resource_slices(&self, node: &str) -> Result<Vec<ResourceSlice>, CniError> {
+        let what = format!("the ResourceSlices of node {node}");
+        let api: Api<ResourceSlice> = Api::all(self.client.clone());
+        let params = ListParams::default().fields(&format!("spec.nodeName={node}")).match_any();
+        let listed = self.runtime.block_on(self.with_retries(&what, "list", &[], || api.list(&params)))?;
+        Ok(listed.map(|list| list.items).unwrap_or_default())
+    }
     /// A JSON merge patch of `metadata`: the annotations, and the uid the pod must still have. The
     /// uid is immutable, so the API server refuses the patch (422, "field is immutable") when the
     /// pod under this name is another one; nothing is written then.
@@ -246,7 +258,7 @@ impl PodSource for ApiClient {
         let params = PatchParams::default();
         let done = self
             .runtime
-            .block_on(self.with_retries(obj, "patch", &POD_REPLACED, || api.patch(name, &params, &patch)))?;
+            .block_on(self.with_retries(&obj, "patch", &POD_REPLACED, || api.patch(name, &params, &patch)))?;
         Ok(done.is_some())
     }
 }

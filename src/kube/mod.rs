@@ -1,7 +1,8 @@
 //! Kubernetes access for the selector, behind one small trait.
 //!
 //! The selector reads a pod, the ConfigMaps its containers' `CNI_NETWORK_CONFIG` refers to and the
-//! NetworkAttachmentDefinitions its `k8s.v1.cni.cncf.io/networks` annotation names, and writes one
+//! NetworkAttachmentDefinitions its `k8s.v1.cni.cncf.io/networks` annotation names (and, for a pod
+//! with DRA resource claims, those claims and its node's ResourceSlices), and writes one
 //! annotation back (`k8s.v1.cni.cncf.io/network-status`). `PodSource` is that interface,
 //! synchronous like the `Plugin` trait, so selection logic is tested with an in-memory fake and
 //! runs in production over `ApiClient`, which talks to the API server with the `kube` crate,
@@ -20,24 +21,28 @@ pub use nad::{NetworkAttachmentDefinition, NetworkAttachmentDefinitionSpec};
 
 use crate::cni::CniError;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
+use k8s_openapi::api::resource::v1::{ResourceClaim, ResourceSlice};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::fmt;
 
 /// Every request `ApiClient` makes, as RBAC names it: (API group, resource, verb). The installer's
 /// ClusterRole grants exactly these (tests/manifests.rs holds the two equal).
-pub const API_CALLS: [(&str, &str, &str); 4] = [
+pub const API_CALLS: [(&str, &str, &str); 6] = [
     ("", "pods", "get"),
     ("", "pods", "patch"),
     ("", "configmaps", "get"),
     ("k8s.cni.cncf.io", "network-attachment-definitions", "get"),
+    ("resource.k8s.io", "resourceclaims", "get"),
+    ("resource.k8s.io", "resourceslices", "list"),
 ];
 
 /// Every request the node agent makes (`watching`, `crate::agent`), as RBAC names them: it lists
 /// and watches its node's pods and the ConfigMaps and NetworkAttachmentDefinitions they refer to,
 /// patches a pod's network-status annotation and creates its `AddedInterface` events for the
-/// plugin. The ClusterRole grants these and `API_CALLS`, nothing else.
-pub const AGENT_API_CALLS: [(&str, &str, &str); 8] = [
+/// plugin. For pods with DRA resource claims it watches those claims and its node's ResourceSlices.
+/// The ClusterRole grants these and `API_CALLS`, nothing else.
+pub const AGENT_API_CALLS: [(&str, &str, &str); 12] = [
     ("", "pods", "list"),
     ("", "pods", "watch"),
     ("", "pods", "patch"),
@@ -46,6 +51,10 @@ pub const AGENT_API_CALLS: [(&str, &str, &str); 8] = [
     ("", "configmaps", "watch"),
     ("k8s.cni.cncf.io", "network-attachment-definitions", "list"),
     ("k8s.cni.cncf.io", "network-attachment-definitions", "watch"),
+    ("resource.k8s.io", "resourceclaims", "list"),
+    ("resource.k8s.io", "resourceclaims", "watch"),
+    ("resource.k8s.io", "resourceslices", "list"),
+    ("resource.k8s.io", "resourceslices", "watch"),
 ];
 
 /// An object's annotations, by key.
@@ -59,6 +68,9 @@ pub trait PodSource {
     fn pod(&self, namespace: &str, name: &str) -> Result<Option<Pod>, CniError>;
     fn config_map(&self, namespace: &str, name: &str) -> Result<Option<ConfigMap>, CniError>;
     fn network_attachment(&self, namespace: &str, name: &str) -> Result<Option<NetworkAttachmentDefinition>, CniError>;
+    fn resource_claim(&self, namespace: &str, name: &str) -> Result<Option<ResourceClaim>, CniError>;
+    /// The ResourceSlices whose devices are on `node` (field selector `spec.nodeName`).
+    fn node_resource_slices(&self, node: &str) -> Result<Vec<ResourceSlice>, CniError>;
     /// Merge `annotations` into the pod's, in one request, only if the pod under that name is still
     /// the one with `uid` (a pod recreated under the same name is another pod). `Ok(false)`: the
     /// pod is gone or is another one, and nothing was written.
@@ -79,6 +91,9 @@ pub enum Kind {
     Pod,
     ConfigMap,
     NetworkAttachmentDefinition,
+    ResourceClaim,
+    /// Cluster-scoped: an `ObjectRef` of one has no namespace.
+    ResourceSlice,
 }
 
 impl<'a> ObjectRef<'a> {
@@ -91,6 +106,9 @@ impl<'a> ObjectRef<'a> {
     pub fn network_attachment(namespace: &'a str, name: &'a str) -> Self {
         ObjectRef { kind: Kind::NetworkAttachmentDefinition, namespace, name }
     }
+    pub fn resource_claim(namespace: &'a str, name: &'a str) -> Self {
+        ObjectRef { kind: Kind::ResourceClaim, namespace, name }
+    }
 }
 
 impl fmt::Display for ObjectRef<'_> {
@@ -99,6 +117,8 @@ impl fmt::Display for ObjectRef<'_> {
             Kind::Pod => "pod",
             Kind::ConfigMap => "ConfigMap",
             Kind::NetworkAttachmentDefinition => "NetworkAttachmentDefinition",
+            Kind::ResourceClaim => "ResourceClaim",
+            Kind::ResourceSlice => "ResourceSlice",
         };
         write!(f, "{kind} {}/{}", self.namespace, self.name)
     }

@@ -15,13 +15,25 @@
 //!   configuration each) that change rarely; one watch per namespace (Multus watches every
 //!   namespace's) costs the API server one request at start where a watch per NAD costs one per
 //!   NAD, and a NAD a new pod names is known at once.
+//! - **A DRA ResourceClaim, by name** (`WatchKey::ConfigMap` with `Kind::ResourceClaim`), as a
+//!   ConfigMap: a claim has no node field to select on, and a namespace holds the claims of all its
+//!   pods on every node (one per pod made from a template, each written as it is allocated and
+//!   reserved), so a watch of a namespace's claims would send every agent the changes of the other
+//!   nodes' claims; a pod has few claims, and their watches are streams on the agent's one
+//!   connection like the rest.
+//! - **The node's ResourceSlices** (`WatchKey::NodeDevices`, field selector `spec.nodeName`): from
+//!   the first pod with resource claims to the last, so a cluster without DRA (or before 1.34,
+//!   which does not serve resource.k8s.io/v1) is never asked. Only the two attributes the plugin
+//!   reads are kept of each device.
 
-use crate::kube::agent_socket::protocol::{Held, PodObjects};
+use crate::devices::dra::{self, DeviceKey, NodeDevices};
+use crate::kube::agent_socket::protocol::{Held, PodObjects, PublishedDevice};
 use crate::kube::{Kind, NetworkAttachmentDefinition, ObjectKey};
 use crate::selector::choose::{is_sandbox_pod, references, trimmed, trimmed_meta};
 use crate::selector::config::defaults::PodDefaults;
 use crate::selector::config::policy::AttachmentPolicy;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
+use k8s_openapi::api::resource::v1::{Device, ResourceClaim, ResourceSlice, ResourceSliceSpec};
 use std::collections::{HashMap, VecDeque};
 use std::fmt;
 
@@ -29,7 +41,7 @@ use std::fmt;
 /// "unknown" at once instead of waiting for a pod that will not come.
 const REMEMBERED_DELETIONS: usize = 1024;
 
-/// A ConfigMap as its watch found it.
+/// A ConfigMap or a ResourceClaim as its watch found it.
 #[derive(Debug, Clone, PartialEq)]
 pub enum ObjectState {
     /// Its watch has not listed it yet.
@@ -37,22 +49,26 @@ pub enum ObjectState {
     /// Listed: it does not exist.
     Absent,
     ConfigMap(Box<ConfigMap>),
+    ResourceClaim(Box<ResourceClaim>),
 }
 
 /// One watch the store needs.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum WatchKey {
-    /// One ConfigMap, by name.
+    /// One ConfigMap or ResourceClaim (its key's kind), by name.
     ConfigMap(ObjectKey),
     /// Every NetworkAttachmentDefinition of a namespace.
     Attachments(String),
+    /// The ResourceSlices of the agent's node.
+    NodeDevices,
 }
 
 impl WatchKey {
     pub fn kind(&self) -> Kind {
         match self {
-            WatchKey::ConfigMap(_) => Kind::ConfigMap,
+            WatchKey::ConfigMap(key) => key.kind,
             WatchKey::Attachments(_) => Kind::NetworkAttachmentDefinition,
+            WatchKey::NodeDevices => Kind::ResourceSlice,
         }
     }
 }
@@ -62,6 +78,7 @@ impl fmt::Display for WatchKey {
         match self {
             WatchKey::ConfigMap(key) => key.fmt(f),
             WatchKey::Attachments(namespace) => write!(f, "the NetworkAttachmentDefinitions of namespace {namespace}"),
+            WatchKey::NodeDevices => f.write_str("the node's ResourceSlices"),
         }
     }
 }
@@ -101,6 +118,8 @@ pub enum Miss {
     Deleted,
     /// An object the pod refers to has not been listed by its watch yet.
     ObjectPending(ObjectKey),
+    /// The pod has resource claims, and the node's ResourceSlices have not been listed yet.
+    SlicesPending,
 }
 
 impl Miss {
@@ -111,7 +130,7 @@ impl Miss {
             Miss::NotSeen => "pod_not_seen",
             Miss::OtherUid { .. } => "other_uid",
             Miss::Deleted => "uid_deleted",
-            Miss::ObjectPending(_) => "object_not_listed",
+            Miss::ObjectPending(_) | Miss::SlicesPending => "object_not_listed",
         }
     }
     pub const LABELS: [&'static str; 5] =
@@ -126,6 +145,7 @@ impl fmt::Display for Miss {
             Miss::OtherUid { held } => write!(f, "the agent holds another pod of that name (uid {held})"),
             Miss::Deleted => f.write_str("that pod (uid) has been deleted"),
             Miss::ObjectPending(key) => write!(f, "{key} has not been listed yet"),
+            Miss::SlicesPending => f.write_str("the node's ResourceSlices have not been listed yet"),
         }
     }
 }
@@ -143,7 +163,8 @@ struct HeldPod {
     refs: Vec<ObjectKey>,
 }
 
-struct HeldConfigMap {
+/// A ConfigMap or a ResourceClaim.
+struct HeldObject {
     /// Pods referring to it.
     users: usize,
     state: ObjectState,
@@ -160,12 +181,24 @@ struct HeldNamespace {
     attachments: HashMap<String, NetworkAttachmentDefinition>,
 }
 
+/// The node's ResourceSlices, while a pod with resource claims is on it.
+#[derive(Default)]
+struct HeldSlices {
+    /// Pods with resource claims.
+    users: usize,
+    listed: bool,
+    /// Every slice of the node, trimmed to the devices' CNI attributes, by name.
+    slices: HashMap<String, ResourceSlice>,
+}
+
 pub struct Store {
     policy: AttachmentPolicy,
     defaults: PodDefaults,
     pods: HashMap<(String, String), HeldPod>,
-    config_maps: HashMap<ObjectKey, HeldConfigMap>,
+    /// The ConfigMaps and ResourceClaims the pods refer to.
+    objects: HashMap<ObjectKey, HeldObject>,
     namespaces: HashMap<String, HeldNamespace>,
+    slices: HeldSlices,
     deleted: VecDeque<String>,
     listed: bool,
 }
@@ -181,8 +214,9 @@ impl Store {
             policy,
             defaults,
             pods: HashMap::new(),
-            config_maps: HashMap::new(),
+            objects: HashMap::new(),
             namespaces: HashMap::new(),
+            slices: HeldSlices::default(),
             deleted: VecDeque::new(),
             listed: false,
         }
@@ -197,13 +231,14 @@ impl Store {
         self.pods.len()
     }
 
-    /// Objects of `kind` held: ConfigMaps referred to (listed or not yet), and the NADs of the
-    /// watched namespaces.
+    /// Objects of `kind` held: ConfigMaps and ResourceClaims referred to (listed or not yet), the
+    /// NADs of the watched namespaces, the node's ResourceSlices.
     pub fn object_count(&self, kind: Kind) -> usize {
         match kind {
             Kind::Pod => self.pods.len(),
-            Kind::ConfigMap => self.config_maps.len(),
+            Kind::ConfigMap | Kind::ResourceClaim => self.objects.keys().filter(|k| k.kind == kind).count(),
             Kind::NetworkAttachmentDefinition => self.namespaces.values().map(|n| n.attachments.len()).sum(),
+            Kind::ResourceSlice => self.slices.slices.len(),
         }
     }
 
@@ -211,7 +246,12 @@ impl Store {
     pub fn apply(&mut self, pod: &Pod) -> Watches {
         let Some(key) = pod_key(pod) else { return Watches::default() };
         let pod = trimmed(pod);
-        let refs = references(&self.policy, &self.defaults, &key.0, &pod);
+        let mut refs = references(&self.policy, &self.defaults, &key.0, &pod);
+        let claims = dra::claim_names(&pod);
+        refs.extend(claims.iter().map(|claim| ObjectKey::new(Kind::ResourceClaim, &key.0, claim)));
+        if !claims.is_empty() {
+            refs.push(node_slices());
+        }
         let mut watches = self.refer(&refs);
         if let Some(old) = self.pods.insert(key, HeldPod { pod, refs }) {
             watches.merge(self.release(&old.refs));
@@ -254,10 +294,28 @@ impl Store {
         watches
     }
 
-    /// What a ConfigMap's watch found. Ignored for one no pod refers to any more.
+    /// What a ConfigMap's or a ResourceClaim's watch found. Ignored for one no pod refers to any more.
     pub fn set_object(&mut self, key: &ObjectKey, state: ObjectState) {
-        if let Some(held) = self.config_maps.get_mut(key) {
+        if let Some(held) = self.objects.get_mut(key) {
             held.state = state;
+        }
+    }
+
+    /// The node's ResourceSlices, listed anew. Ignored when no pod needs them any more.
+    pub fn replace_slices(&mut self, slices: Vec<ResourceSlice>) {
+        if self.slices.users > 0 {
+            self.slices.slices = slices.into_iter().filter_map(|s| Some((s.metadata.name.clone()?, s))).collect();
+            self.slices.listed = true;
+        }
+    }
+
+    /// A slice of the node was added or changed (`Some`), or deleted.
+    pub fn apply_slice(&mut self, name: &str, slice: Option<ResourceSlice>) {
+        if self.slices.users > 0 {
+            match slice {
+                Some(slice) => drop(self.slices.slices.insert(name.to_string(), slice)),
+                None => drop(self.slices.slices.remove(name)),
+            }
         }
     }
 
@@ -340,14 +398,27 @@ impl Store {
                 Lookup::NotYet(miss)
             };
         }
-        let mut answer = PodObjects { pod: held.pod.clone(), config_maps: Vec::new(), network_attachments: Vec::new() };
+        let mut answer = PodObjects {
+            pod: held.pod.clone(),
+            config_maps: Vec::new(),
+            network_attachments: Vec::new(),
+            resource_claims: Vec::new(),
+            node_devices: None,
+        };
         for key in &held.refs {
             let pending = Lookup::NotYet(Miss::ObjectPending(key.clone()));
             match key.kind {
-                Kind::ConfigMap => match self.config_maps.get(key).map(|o| &o.state) {
+                Kind::ResourceSlice if !self.slices.listed => return Lookup::NotYet(Miss::SlicesPending),
+                Kind::ConfigMap | Kind::ResourceClaim => match self.objects.get(key).map(|o| &o.state) {
                     None | Some(ObjectState::Pending) => return pending,
+                    Some(ObjectState::Absent) if key.kind == Kind::ResourceClaim => {
+                        answer.resource_claims.push(held_object(key, None))
+                    }
                     Some(ObjectState::Absent) => answer.config_maps.push(held_object(key, None)),
                     Some(ObjectState::ConfigMap(cm)) => answer.config_maps.push(held_object(key, Some((**cm).clone()))),
+                    Some(ObjectState::ResourceClaim(claim)) => {
+                        answer.resource_claims.push(held_object(key, Some((**claim).clone())))
+                    }
                 },
                 Kind::NetworkAttachmentDefinition => match self.namespaces.get(&key.namespace) {
                     Some(namespace) if namespace.listed => {
@@ -355,10 +426,25 @@ impl Store {
                     }
                     _ => return pending,
                 },
-                Kind::Pod => {}
+                Kind::Pod | Kind::ResourceSlice => {}
             }
         }
+        if self.slices.listed && !answer.resource_claims.is_empty() {
+            answer.node_devices = Some(self.node_devices_of(&answer.resource_claims));
+        }
         Lookup::Found(Box::new(answer))
+    }
+
+    /// What the node's slices publish of the devices allocated to `claims`.
+    fn node_devices_of(&self, claims: &[Held<ResourceClaim>]) -> Vec<PublishedDevice> {
+        let devices = NodeDevices::from_slices(self.slices.slices.values());
+        let allocated: Vec<DeviceKey> = claims
+            .iter()
+            .filter_map(|held| held.object.as_ref()?.status.as_ref()?.allocation.as_ref()?.devices.as_ref()?.results.as_ref())
+            .flatten()
+            .map(|r| DeviceKey { driver: r.driver.clone(), pool: r.pool.clone(), device: r.device.clone() })
+            .collect();
+        devices.only(&allocated)
     }
 
     /// Count one more user of each of `refs`; the watches that were not running yet start.
@@ -366,11 +452,15 @@ impl Store {
         let mut watches = Watches::default();
         for key in refs {
             let users = match key.kind {
-                Kind::ConfigMap => {
+                Kind::ResourceSlice => {
+                    self.slices.users += 1;
+                    self.slices.users
+                }
+                Kind::ConfigMap | Kind::ResourceClaim => {
                     let held = self
-                        .config_maps
+                        .objects
                         .entry(key.clone())
-                        .or_insert_with(|| HeldConfigMap { users: 0, state: ObjectState::Pending });
+                        .or_insert_with(|| HeldObject { users: 0, state: ObjectState::Pending });
                     held.users += 1;
                     held.users
                 }
@@ -394,7 +484,15 @@ impl Store {
         let mut watches = Watches::default();
         for key in refs {
             let unused = match key.kind {
-                Kind::ConfigMap => release_one(&mut self.config_maps, key, |held| &mut held.users),
+                Kind::ResourceSlice => {
+                    self.slices.users -= 1;
+                    let unused = self.slices.users == 0;
+                    if unused {
+                        self.slices = HeldSlices::default();
+                    }
+                    unused
+                }
+                Kind::ConfigMap | Kind::ResourceClaim => release_one(&mut self.objects, key, |held| &mut held.users),
                 Kind::NetworkAttachmentDefinition => {
                     release_one(&mut self.namespaces, &key.namespace, |held| &mut held.users)
                 }
@@ -424,10 +522,16 @@ impl Store {
     }
 }
 
-/// The watch that keeps `key` (a ConfigMap or a NAD) current.
+/// The reference of a pod with resource claims to the node's ResourceSlices.
+fn node_slices() -> ObjectKey {
+    ObjectKey::new(Kind::ResourceSlice, "", "")
+}
+
+/// The watch that keeps `key` (a ConfigMap, a ResourceClaim, a NAD, the node's slices) current.
 fn watch_key(key: &ObjectKey) -> WatchKey {
     match key.kind {
         Kind::NetworkAttachmentDefinition => WatchKey::Attachments(key.namespace.clone()),
+        Kind::ResourceSlice => WatchKey::NodeDevices,
         _ => WatchKey::ConfigMap(key.clone()),
     }
 }
@@ -458,6 +562,30 @@ fn pod_key(pod: &Pod) -> Option<(String, String)> {
 /// A ConfigMap with only what selection reads: its `data` (and its name and version).
 pub fn trim_config_map(cm: ConfigMap) -> ConfigMap {
     ConfigMap { metadata: trimmed_meta(&cm.metadata), data: cm.data, ..Default::default() }
+}
+
+/// A ResourceSlice with only what the plugin reads: its driver, pool and node, and each device's
+/// name and CNI attributes.
+pub fn trim_slice(slice: ResourceSlice) -> ResourceSlice {
+    let keep = |name: &String| name == dra::RESOURCE_NAME_ATTRIBUTE || name == dra::DEVICE_ID_ATTRIBUTE;
+    let devices = slice.spec.devices.map(|devices| {
+        devices
+            .into_iter()
+            .map(|device| Device {
+                name: device.name,
+                attributes: device.attributes.map(|a| a.into_iter().filter(|(name, _)| keep(name)).collect()),
+                ..Default::default()
+            })
+            .collect()
+    });
+    let spec = ResourceSliceSpec {
+        driver: slice.spec.driver,
+        pool: slice.spec.pool,
+        node_name: slice.spec.node_name,
+        devices,
+        ..Default::default()
+    };
+    ResourceSlice { metadata: trimmed_meta(&slice.metadata), spec }
 }
 
 /// A NetworkAttachmentDefinition with only its `spec` and its `resourceName` annotation (and its

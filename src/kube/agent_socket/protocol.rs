@@ -13,6 +13,7 @@
 
 use crate::kube::NetworkAttachmentDefinition;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
+use k8s_openapi::api::resource::v1::ResourceClaim;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
@@ -88,6 +89,26 @@ pub struct PodObjects {
     pub config_maps: Vec<Held<ConfigMap>>,
     #[serde(default)]
     pub network_attachments: Vec<Held<NetworkAttachmentDefinition>>,
+    /// The pod's DRA resource claims, trimmed to their allocation and consumers. An agent of an
+    /// older release sends none: a plugin that needs one then takes the direct path.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub resource_claims: Vec<Held<ResourceClaim>>,
+    /// The network attributes of the devices allocated to those claims, as the ResourceSlices of
+    /// the pod's node publish them; `None` when the agent does not hold the node's slices.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_devices: Option<Vec<PublishedDevice>>,
+}
+
+/// A device of the node's ResourceSlices and what they publish of it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PublishedDevice {
+    pub driver: String,
+    pub pool: String,
+    pub device: String,
+    #[serde(default, rename = "deviceID", skip_serializing_if = "Option::is_none")]
+    pub device_id: Option<String>,
+    #[serde(default, rename = "resourceName", skip_serializing_if = "Option::is_none")]
+    pub resource_name: Option<String>,
 }
 
 /// One referenced object: its namespace and name, and the object, or `None` when it does not exist.
@@ -193,6 +214,8 @@ mod tests {
             pod,
             config_maps: vec![Held { namespace: "default".into(), name: "nets".into(), object: None }],
             network_attachments: vec![],
+            resource_claims: vec![],
+            node_devices: None,
         })));
         assert_eq!(Reply::parse(&reply.line()).unwrap(), reply);
     }

@@ -11,7 +11,7 @@ use crate::kube::{Kind, ObjectKey};
 use crate::selector::config::defaults::PodDefaults;
 use crate::selector::config::policy::AttachmentPolicy;
 use crate::selector::requests::annotation::{self, GENIE_CNI, MULTUS_DEFAULT_NETWORK, NETWORKS};
-use k8s_openapi::api::core::v1::{Container, Pod, PodSpec};
+use k8s_openapi::api::core::v1::{Container, Pod, PodSpec, PodStatus};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -59,11 +59,12 @@ pub fn references(policy: &AttachmentPolicy, defaults: &PodDefaults, namespace: 
 const READ_ANNOTATIONS: [&str; 4] = [NETWORKS, MULTUS_DEFAULT_NETWORK, GENIE_CNI, CONFIG_MIRROR];
 
 /// `pod` with only what `resolve` reads, so that `resolve` decides for it exactly as for `pod`:
-/// name, namespace, uid and resourceVersion; the annotations it reads (`READ_ANNOTATIONS`); and of the containers and
+/// name, namespace, uid and resourceVersion; the annotations it reads (`READ_ANNOTATIONS`); of the containers and
 /// init containers that set `CNI_NETWORK_CONFIG` or ask for extended resources (a device network's
-/// devices), their name, that one entry (the one that counts) and those resources. Everything else
-/// (status, managed fields, images, probes, volumes) is dropped: the agent holds every pod of its
-/// node this way, and hands it to the plugin.
+/// devices), their name, that one entry (the one that counts) and those resources; and what the
+/// DRA device lookup reads (the node's name, the resource claims and their statuses). Everything
+/// else (the rest of the status, managed fields, images, probes, volumes) is dropped: the agent
+/// holds every pod of its node this way, and hands it to the plugin.
 pub fn trimmed(pod: &Pod) -> Pod {
     let keep = |c: &Container| {
         let entry = env_entry(c);
@@ -86,14 +87,26 @@ pub fn trimmed(pod: &Pod) -> Pod {
         .map(|(key, value)| (key.clone(), value.clone()))
         .collect();
     let annotations = (!annotations.is_empty()).then_some(annotations);
+    // The node and the DRA resource claims, which the device lookup reads.
+    let spec = pod.spec.as_ref();
+    let status = pod.status.as_ref();
+    let claim_statuses = status.and_then(|s| s.resource_claim_statuses.clone());
+    let extended_claim = status.and_then(|s| s.extended_resource_claim_status.clone());
+    let status = (claim_statuses.is_some() || extended_claim.is_some()).then(|| PodStatus {
+        resource_claim_statuses: claim_statuses,
+        extended_resource_claim_status: extended_claim,
+        ..Default::default()
+    });
     Pod {
         metadata: ObjectMeta { annotations, ..trimmed_meta(meta) },
         spec: Some(PodSpec {
             containers: containers.iter().filter_map(keep).collect(),
             init_containers: (!init_containers.is_empty()).then_some(init_containers),
+            node_name: spec.and_then(|s| s.node_name.clone()),
+            resource_claims: spec.and_then(|s| s.resource_claims.clone()),
             ..Default::default()
         }),
-        status: None,
+        status,
     }
 }
 

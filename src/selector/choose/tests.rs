@@ -9,6 +9,7 @@ use crate::selector::config::policy::AttachmentPolicy;
 use crate::selector::requests::annotation;
 use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::resource::v1::{ResourceClaim, ResourceSlice};
 use serde_json::json;
 use std::cell::RefCell;
 use std::collections::BTreeMap;
@@ -79,6 +80,12 @@ impl PodSource for FakeApi {
     fn network_attachment(&self, ns: &str, name: &str) -> Result<Option<NetworkAttachmentDefinition>, CniError> {
         self.asked.borrow_mut().push(format!("NAD {ns}/{name}"));
         Ok(self.nads.get(&(ns.into(), name.into())).cloned())
+    }
+    fn resource_claim(&self, _: &str, _: &str) -> Result<Option<ResourceClaim>, CniError> {
+        unreachable!("selection reads no claims")
+    }
+    fn node_resource_slices(&self, _: &str) -> Result<Vec<ResourceSlice>, CniError> {
+        unreachable!("selection reads no slices")
     }
     fn annotate_pod(&self, _: &str, _: &str, _: &str, _: &BTreeMap<String, String>) -> Result<bool, CniError> {
         unreachable!("selection writes nothing")
