@@ -9,10 +9,10 @@
 use super::Shared;
 use super::store::{ObjectState, WatchKey, trim_attachment, trim_config_map, trim_slice};
 use super::sync::Watched;
+use crate::devices::dra::trim_claim;
 use crate::kube::watching::list_watch::{Update, follow};
 use crate::kube::{Kind, NetworkAttachmentDefinition, ObjectKey};
 use ::kube::Api;
-use crate::devices::dra::trim_claim;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use k8s_openapi::api::resource::v1::{ResourceClaim, ResourceSlice};
 use std::sync::Arc;
@@ -244,7 +244,10 @@ async fn node_slices(shared: Arc<Shared>) {
         Update::Failed { error, retry_in } => {
             shared.metrics.watch_error(kind);
             shared.sync.lost(&watched);
-            debug!("the watch of node {node}'s ResourceSlices failed ({error}); trying again in {:.1}s", retry_in.as_secs_f64());
+            debug!(
+                "the watch of node {node}'s ResourceSlices failed ({error}); trying again in {:.1}s",
+                retry_in.as_secs_f64()
+            );
         }
     })
     .await;

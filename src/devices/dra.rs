@@ -33,8 +33,8 @@ use crate::kube::agent_socket::protocol::{PodObjects, PublishedDevice};
 use crate::kube::{ObjectRef, PodSource};
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::resource::v1::{DeviceRequestAllocationResult, ResourceClaim, ResourceSlice};
-use serde::{Deserialize, Serialize};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::fmt;
 
@@ -434,9 +434,9 @@ fn network_device(devices: &NodeDevices, key: &DeviceKey) -> Result<(String, Str
         (None, None) => {
             Err(format!("its ResourceSlice gives it neither {RESOURCE_NAME_ATTRIBUTE} nor {DEVICE_ID_ATTRIBUTE}"))
         }
-        (Some(resource), None) => {
-            Err(format!("its ResourceSlice gives it {RESOURCE_NAME_ATTRIBUTE} {resource:?} but no {DEVICE_ID_ATTRIBUTE}"))
-        }
+        (Some(resource), None) => Err(format!(
+            "its ResourceSlice gives it {RESOURCE_NAME_ATTRIBUTE} {resource:?} but no {DEVICE_ID_ATTRIBUTE}"
+        )),
         (None, Some(id)) => {
             Err(format!("its ResourceSlice gives it {DEVICE_ID_ATTRIBUTE} {id:?} but no {RESOURCE_NAME_ATTRIBUTE}"))
         }
@@ -455,10 +455,9 @@ pub fn trim_claim(claim: ResourceClaim) -> ResourceClaim {
     use k8s_openapi::api::resource::v1::{AllocationResult, DeviceAllocationResult, ResourceClaimStatus};
     let status = claim.status.map(|status| ResourceClaimStatus {
         allocation: status.allocation.map(|allocation| AllocationResult {
-            devices: allocation.devices.map(|devices| DeviceAllocationResult {
-                results: devices.results,
-                config: None,
-            }),
+            devices: allocation
+                .devices
+                .map(|devices| DeviceAllocationResult { results: devices.results, config: None }),
             ..Default::default()
         }),
         reserved_for: status.reserved_for,

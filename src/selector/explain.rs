@@ -3,6 +3,7 @@
 //! agent holds the pod, what it would answer and what ADD would do with that.
 
 use crate::cni::CniError;
+use crate::devices::dra::{self, DraDevices};
 use crate::kube::agent_socket::client::exchange;
 use crate::kube::agent_socket::protocol::{Answer, Ask, Request};
 use crate::kube::{ApiClient, PodSource};
@@ -82,10 +83,11 @@ pub fn run(args: &[&str]) -> i32 {
         Err(e) => return failed(&options, &e, ""),
     };
     let direct = explain(&options, &config);
-    let mut agent = agent_section(&options, &config, direct.as_ref().ok().map(|(s, _)| s));
+    let devices = direct.as_ref().ok().and_then(|(_, _, devices)| devices.clone());
+    let mut agent = agent_section(&options, &config, direct.as_ref().ok().map(|(s, _, _)| s), devices.as_ref());
     agent.push_str(&hotplugged_section(&options, &config));
     match direct {
-        Ok((_, text)) => {
+        Ok((_, text, _)) => {
             print!("{text}{agent}");
             0
         }
@@ -121,7 +123,10 @@ fn failed(options: &Options, e: &CniError, agent: &str) -> i32 {
     1
 }
 
-fn explain(options: &Options, config: &SelectorConfig) -> Result<(Selection, String), CniError> {
+/// What the API server says: the selection, its text, and the pod's DRA devices if it has claims.
+type Explained = (Selection, String, Option<Result<DraDevices, CniError>>);
+
+fn explain(options: &Options, config: &SelectorConfig) -> Result<Explained, CniError> {
     let pod = Some((options.namespace.as_str(), options.pod.as_str()));
     let api = match &config.kubeconfig {
         Some(kubeconfig) => Some(ApiClient::connect(kubeconfig, config.api)?),
@@ -129,13 +134,52 @@ fn explain(options: &Options, config: &SelectorConfig) -> Result<(Selection, Str
     };
     // The runtimes the selector serves name the pod's first interface eth0.
     let selection = choose::select(config, "eth0", pod, None, api.as_ref().map(|a| a as &dyn PodSource))?;
-    let text = render(options, &selection)?;
-    Ok((selection, text))
+    let mut text = render(options, &selection)?;
+    let mut devices = None;
+    if let (Some(api), Some(identity)) = (&api, &selection.pod) {
+        let pod = api.pod(&options.namespace, &options.pod)?;
+        if let Some(pod) = pod.filter(|pod| !dra::claim_names(pod).is_empty()) {
+            let found = dra::allocated(&options.namespace, &pod, identity.uid.as_deref(), &mut dra::FromApi(api));
+            text.push_str(&dra_lines(&found));
+            devices = Some(found);
+        }
+    }
+    Ok((selection, text, devices))
+}
+
+/// The DRA devices of the pod's resource claims, by resource name, or why they cannot be read.
+fn dra_lines(found: &Result<DraDevices, CniError>) -> String {
+    let mut out = String::new();
+    match found {
+        Ok(devices) => {
+            let _ = writeln!(out, "DRA claims:    {}", devices.claims.join(", "));
+            for (resource, ids) in &devices.device_ids {
+                let _ = writeln!(out, "DRA devices:   {resource}: {}", ids.join(", "));
+            }
+            for why in &devices.passed_over {
+                let _ = writeln!(out, "passed over:   {why}");
+            }
+        }
+        Err(e) => {
+            let _ = writeln!(
+                out,
+                "DRA devices:   cannot be read: {e}\n               (an ADD whose NetworkAttachmentDefinition names a resource \
+                 fails with CNI error code {})",
+                e.code
+            );
+        }
+    }
+    out
 }
 
 /// Whether the node agent holds the pod, what it would answer, and what ADD would do with it,
 /// beside the API server's `direct` selection (if the pod has one).
-fn agent_section(options: &Options, config: &SelectorConfig, direct: Option<&Selection>) -> String {
+fn agent_section(
+    options: &Options,
+    config: &SelectorConfig,
+    direct: Option<&Selection>,
+    devices: Option<&Result<DraDevices, CniError>>,
+) -> String {
     let line = |text: String| format!("agent:         {text}\n");
     let Some(socket) = &config.agent_socket else {
         return line("none (agentSocket is empty): ADD asks the API server".into());
@@ -164,7 +208,23 @@ fn agent_section(options: &Options, config: &SelectorConfig, direct: Option<&Sel
         objects.config_maps.len() + objects.network_attachments.len()
     );
     let pod = (options.namespace.as_str(), options.pod.as_str());
-    match from_agent::resolve(config, "eth0", pod, &uid, &objects) {
+    let devices = devices.map(|direct| {
+        let mut answered = dra::FromAgent::new(&objects);
+        let found = dra::allocated(&options.namespace, &objects.pod, Some(&uid), &mut answered);
+        let text = match (&found, answered.lacking) {
+            (_, Some(lacking)) => format!("its answer lacks {lacking}: ADD asks the API server for the pod's devices"),
+            (Ok(found), None) if Ok(found) == direct.as_ref() => "the same DRA devices as above".to_string(),
+            (Ok(found), None) => {
+                let ids: Vec<String> =
+                    found.device_ids.iter().map(|(r, ids)| format!("{r}: {}", ids.join(", "))).collect();
+                format!("other DRA devices than the API server's (not current yet): {}", ids.join("; "))
+            }
+            (Err(e), None) => format!("its DRA devices cannot be read ({e}): ADD asks the API server"),
+        };
+        line(format!("DRA, from {}: {text}", socket.display()))
+    });
+    let devices = devices.unwrap_or_default();
+    let selection = match from_agent::resolve(config, "eth0", pod, &uid, &objects) {
         Err(why) => line(format!("{held}, but ADD cannot use its answer ({why}): ADD asks the API server")),
         Ok(selection) if Some(&selection) == direct => {
             line(format!("{held}: ADD (with K8S_POD_UID {uid}) takes its answer, the same networks as above"))
@@ -178,7 +238,8 @@ fn agent_section(options: &Options, config: &SelectorConfig, direct: Option<&Sel
                 networks.join(", ")
             ))
         }
-    }
+    };
+    selection + &devices
 }
 
 fn render(options: &Options, selection: &Selection) -> Result<String, CniError> {

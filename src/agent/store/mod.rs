@@ -440,7 +440,9 @@ impl Store {
         let devices = NodeDevices::from_slices(self.slices.slices.values());
         let allocated: Vec<DeviceKey> = claims
             .iter()
-            .filter_map(|held| held.object.as_ref()?.status.as_ref()?.allocation.as_ref()?.devices.as_ref()?.results.as_ref())
+            .filter_map(|held| {
+                held.object.as_ref()?.status.as_ref()?.allocation.as_ref()?.devices.as_ref()?.results.as_ref()
+            })
             .flatten()
             .map(|r| DeviceKey { driver: r.driver.clone(), pool: r.pool.clone(), device: r.device.clone() })
             .collect();

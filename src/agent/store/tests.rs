@@ -233,3 +233,98 @@ fn an_object_whose_last_user_goes_and_another_comes_in_one_listing_is_listed_aga
     store.set_object(&cm_key("x"), config_map("x", "red"));
     assert_eq!(found(&store, "b", Some("ub")).config_maps.len(), 1);
 }
+
+/// A pod with the DRA resource claim `claim` (made from a template), and no other reference.
+fn pod_with_claim(name: &str, uid: &str, claim: &str) -> Pod {
+    serde_json::from_value(json!({
+        "metadata": {"namespace": "default", "name": name, "uid": uid},
+        "spec": {"nodeName": "n1", "containers": [{"name": "app"}],
+                 "resourceClaims": [{"name": "nics", "resourceClaimTemplateName": "vfs"}]},
+        "status": {"resourceClaimStatuses": [{"name": "nics", "resourceClaimName": claim}]}
+    }))
+    .unwrap()
+}
+
+fn claim_key(name: &str) -> ObjectKey {
+    ObjectKey::new(Kind::ResourceClaim, "default", name)
+}
+
+/// The claim `name`, allocated `device` and reserved for the pod with uid `ua`.
+fn allocated_claim(name: &str, device: &str) -> ObjectState {
+    ObjectState::ResourceClaim(Box::new(
+        serde_json::from_value(json!({
+            "metadata": {"namespace": "default", "name": name, "managedFields": [{"manager": "kube-scheduler"}]},
+            "spec": {"devices": {"requests": [{"name": "vf", "exactly": {"deviceClassName": "vf"}}]}},
+            "status": {"allocation": {"devices": {"results": [
+                {"request": "vf", "driver": "net.example.com", "pool": "n1", "device": device}]}},
+                "reservedFor": [{"resource": "pods", "name": "a", "uid": "ua"}]}
+        }))
+        .unwrap(),
+    ))
+}
+
+fn node_slice() -> ResourceSlice {
+    let device = |name: &str, id: &str| {
+        json!({"name": name, "attributes": {
+            "k8s.cni.cncf.io/resourceName": {"string": "example.com/vf"},
+            "k8s.cni.cncf.io/deviceID": {"string": id},
+            "model": {"string": "big"}}})
+    };
+    serde_json::from_value(json!({
+        "metadata": {"name": "n1-net", "managedFields": [{"manager": "driver"}]},
+        "spec": {"driver": "net.example.com", "nodeName": "n1",
+                 "pool": {"name": "n1", "generation": 1, "resourceSliceCount": 1},
+                 "devices": [device("vf-0", "vf0"), device("vf-1", "vf1")]}
+    }))
+    .unwrap()
+}
+
+#[test]
+fn a_pod_with_resource_claims_has_its_claims_and_the_node_slices_watched_and_gets_its_devices() {
+    let mut store = Store::new(AttachmentPolicy::default());
+    store.replace_all(vec![]);
+    let claim_watch = WatchKey::ConfigMap(claim_key("a-nics"));
+    assert_eq!(
+        store.apply(&pod_with_claim("a", "ua", "a-nics")),
+        started(&[claim_watch.clone(), WatchKey::NodeDevices])
+    );
+    assert_eq!(miss(&store, "a", Some("ua")).1, Miss::ObjectPending(claim_key("a-nics")));
+    store.set_object(&claim_key("a-nics"), allocated_claim("a-nics", "vf-1"));
+    assert_eq!(miss(&store, "a", Some("ua")).1, Miss::SlicesPending);
+    store.replace_slices(vec![trim_slice(node_slice())]);
+    let answer = found(&store, "a", Some("ua"));
+    assert_eq!(answer.resource_claims.len(), 1);
+    let devices = answer.node_devices.as_ref().expect("the node's devices");
+    assert_eq!(devices.len(), 1, "only the allocated device: {devices:?}");
+    assert_eq!((devices[0].device.as_str(), devices[0].device_id.as_deref()), ("vf-1", Some("vf1")));
+    let found_devices = crate::devices::dra::allocated(
+        "default",
+        &answer.pod,
+        Some("ua"),
+        &mut crate::devices::dra::FromAgent::new(&answer),
+    )
+    .unwrap();
+    assert_eq!(found_devices.device_ids["example.com/vf"], ["vf1"]);
+    assert_eq!((store.object_count(Kind::ResourceClaim), store.object_count(Kind::ResourceSlice)), (1, 1));
+    assert_eq!(store.object_count(Kind::ConfigMap), 0, "claims are not ConfigMaps");
+
+    // A second pod with claims starts its claim's watch only; the last one gone stops the slices'.
+    assert_eq!(store.apply(&pod_with_claim("b", "ub", "b-nics")), started(&[WatchKey::ConfigMap(claim_key("b-nics"))]));
+    assert_eq!(store.delete(&pod_with_claim("a", "ua", "a-nics")), stopped(&[claim_watch]));
+    assert_eq!(
+        store.delete(&pod_with_claim("b", "ub", "b-nics")),
+        stopped(&[WatchKey::ConfigMap(claim_key("b-nics")), WatchKey::NodeDevices])
+    );
+    assert_eq!(store.object_count(Kind::ResourceSlice), 0, "forgotten with the watch");
+}
+
+#[test]
+fn slices_and_claims_are_held_trimmed() {
+    let slice = trim_slice(node_slice());
+    let text = serde_json::to_string(&slice).unwrap();
+    assert!(!text.contains("managedFields") && !text.contains("model"), "{text}");
+    assert!(text.contains("k8s.cni.cncf.io/deviceID") && text.contains("\"pool\""), "{text}");
+    let ObjectState::ResourceClaim(claim) = allocated_claim("c", "vf-0") else { unreachable!() };
+    let text = serde_json::to_string(&crate::devices::dra::trim_claim(*claim)).unwrap();
+    assert!(!text.contains("managedFields") && !text.contains("deviceClassName") && text.contains("vf-0"), "{text}");
+}

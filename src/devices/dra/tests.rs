@@ -136,15 +136,15 @@ fn devices_of_template_and_named_claims_are_sorted_by_resource_and_the_rest_pass
         [("example.com/red", vec!["red0"]), ("example.com/vf", vec!["0000:3b:02.0", "0000:3b:02.1"])],
         "sorted, whatever the allocation's order"
     );
-    assert_eq!(found.claims, ["shared-gpu", "web-0-nics-x7k"], "the named claim and the template's, in spec order");
+    assert_eq!(found.claims, ["web-0-nics-x7k", "shared-gpu"], "the template's claim and the named one, in spec order");
     assert_eq!(
         objects.asked,
-        ["claim default/shared-gpu", "slices of node-a", "claim default/web-0-nics-x7k"],
+        ["claim default/web-0-nics-x7k", "slices of node-a", "claim default/shared-gpu"],
         "the node's slices listed once"
     );
     let missing = found.missing("example.com/blue");
     for part in [
-        "shared-gpu, web-0-nics-x7k",
+        "web-0-nics-x7k, shared-gpu",
         "\"example.com/red\", \"example.com/vf\"",
         "device gpu-0 of pool node-a (driver gpu.example.com) of ResourceClaim default/shared-gpu: its ResourceSlice gives it neither",
         "device half of pool node-a (driver net.example.com) of ResourceClaim default/web-0-nics-x7k: its ResourceSlice gives it k8s.cni.cncf.io/resourceName \"example.com/vf\" but no k8s.cni.cncf.io/deviceID",
@@ -168,20 +168,25 @@ fn a_missing_piece_is_an_error_that_names_it() {
     // The claim of a template not made yet.
     let e = err(&pod(json!([{"name": "nics", "resourceClaimTemplateName": "two-vfs"}]), json!([])), vec![]);
     assert_eq!(e.code, code::TRY_AGAIN_LATER);
-    assert!(e.msg.contains("\"nics\"") && e.msg.contains("two-vfs") && e.msg.contains("no ResourceClaim yet"), "{}", e.msg);
+    assert!(
+        e.msg.contains("\"nics\"") && e.msg.contains("two-vfs") && e.msg.contains("no ResourceClaim yet"),
+        "{}",
+        e.msg
+    );
+    let nics = || claim("web-0-nics-x7k", &[]);
     // A claim that does not exist.
-    let e = err(&template_pod(), vec![]);
+    let e = err(&template_pod(), vec![nics()]);
     assert!(e.msg.contains("ResourceClaim default/shared-gpu") && e.msg.contains("does not exist"), "{}", e.msg);
     // A claim not allocated yet.
     let mut unallocated = claim("shared-gpu", &[]);
     unallocated.status.as_mut().unwrap().allocation = None;
-    let e = err(&template_pod(), vec![unallocated]);
+    let e = err(&template_pod(), vec![nics(), unallocated]);
     assert_eq!(e.code, code::TRY_AGAIN_LATER);
     assert!(e.msg.contains("ResourceClaim default/shared-gpu is not allocated yet"), "{}", e.msg);
     // A claim reserved for another pod.
     let mut others = claim("shared-gpu", &[]);
     others.status.as_mut().unwrap().reserved_for.as_mut().unwrap()[0].uid = "another".into();
-    let e = err(&template_pod(), vec![others]);
+    let e = err(&template_pod(), vec![nics(), others]);
     assert!(e.msg.contains("not reserved for this pod (uid pod-uid"), "{}", e.msg);
 }
 
@@ -213,7 +218,11 @@ fn extended_resources_map_requests_to_resource_names_and_every_device_must_match
     let found = run(&[(request, "net.example.com", "node-a", "vf-1")]).unwrap();
     assert_eq!(found.device_ids["example.com/vf"], ["0000:3b:02.0"]);
     let e = run(&[(request, "net.example.com", "node-a", "red-0")]).unwrap_err();
-    assert!(e.msg.contains("is \"example.com/red\"") && e.msg.contains("extended resource \"example.com/vf\""), "{}", e.msg);
+    assert!(
+        e.msg.contains("is \"example.com/red\"") && e.msg.contains("extended resource \"example.com/vf\""),
+        "{}",
+        e.msg
+    );
     let e = run(&[(request, "gpu.example.com", "node-a", "gpu-0")]).unwrap_err();
     assert!(e.msg.contains("neither"), "{}", e.msg);
     let e = run(&[("other", "net.example.com", "node-a", "vf-1")]).unwrap_err();

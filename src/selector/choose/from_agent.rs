@@ -164,7 +164,7 @@ mod tests {
                 "valueFrom": {"configMapKeyRef": {"name": "nets", "key": "k"}}}]}]}
         }))
         .unwrap();
-        PodObjects { pod, config_maps, network_attachments: nads }
+        PodObjects { pod, config_maps, network_attachments: nads, resource_claims: vec![], node_devices: None }
     }
 
     fn nets(value: Option<&str>) -> Held<ConfigMap> {

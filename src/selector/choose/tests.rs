@@ -620,14 +620,35 @@ fn a_trimmed_pod_is_small_and_resolves_as_the_whole_pod() {
         assert_eq!(resolved(&small), whole, "{pod:?}");
         assert_eq!(trimmed(&small), small, "trimming twice changes nothing");
         let text = serde_json::to_string(&small).unwrap();
-        for gone in ["managedFields", "status", "image", "volumes", "labels", "nodeName", "OTHER", "\"quiet\""] {
+        for gone in ["managedFields", "status", "image", "volumes", "labels", "OTHER", "\"quiet\""] {
             assert!(!text.contains(gone), "{gone} kept: {text}");
         }
+        assert_eq!(
+            small.spec.as_ref().unwrap().node_name,
+            pod.spec.as_ref().unwrap().node_name,
+            "the device lookup's node"
+        );
         assert_eq!(
             (small.metadata.uid.as_deref(), small.metadata.resource_version.as_deref()),
             (Some("u1"), Some("7"))
         );
     }
+}
+
+#[test]
+fn a_trimmed_pod_keeps_its_resource_claims_for_the_device_lookup() {
+    let pod: Pod = serde_json::from_value(json!({
+        "metadata": {"namespace": "default", "name": "p", "uid": "u1"},
+        "spec": {"nodeName": "n1", "containers": [{"name": "a", "image": "x"}],
+                 "resourceClaims": [{"name": "nics", "resourceClaimTemplateName": "two-vfs"}]},
+        "status": {"phase": "Pending", "resourceClaimStatuses": [{"name": "nics", "resourceClaimName": "p-nics-x7k"}],
+                   "extendedResourceClaimStatus": {"resourceClaimName": "p-extended-resources-abc", "requestMappings": []}}
+    }))
+    .unwrap();
+    let small = trimmed(&pod);
+    assert_eq!(crate::devices::dra::claims_of(&small).unwrap(), crate::devices::dra::claims_of(&pod).unwrap());
+    assert_eq!(crate::devices::dra::claim_names(&small), ["p-nics-x7k", "p-extended-resources-abc"]);
+    assert_eq!(small.status.as_ref().unwrap().phase, None);
 }
 
 #[test]
