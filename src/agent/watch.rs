@@ -134,6 +134,10 @@ where
             }
             Update::Current => return shared.sync.confirmed(&watched),
             Update::Expired { .. } => return shared.sync.lost(&watched),
+            Update::Failed { error, .. } if key.kind == Kind::ResourceClaim && not_served(&error) => {
+                shared.sync.listed(&watched);
+                ObjectState::Absent
+            }
             Update::Failed { error, retry_in } => {
                 shared.metrics.watch_error(key.kind);
                 shared.sync.lost(&watched);
@@ -241,6 +245,13 @@ async fn node_slices(shared: Arc<Shared>) {
         }
         Update::Current => shared.sync.confirmed(&watched),
         Update::Expired { .. } => shared.sync.lost(&watched),
+        Update::Failed { error, .. } if not_served(&error) => {
+            shared.update(|store| {
+                store.replace_slices(Vec::new());
+                Default::default()
+            });
+            shared.sync.listed(&watched);
+        }
         Update::Failed { error, retry_in } => {
             shared.metrics.watch_error(kind);
             shared.sync.lost(&watched);
@@ -251,4 +262,12 @@ async fn node_slices(shared: Arc<Shared>) {
         }
     })
     .await;
+}
+
+/// Whether a DRA watch failed because the API server does not serve resource.k8s.io/v1 (404: a
+/// cluster before 1.34, or one that turned DRA off). Its pods' claims are then of an older API the
+/// device lookup does not read: the watch counts as listed with nothing, so that the agent stays
+/// ready (and keeps asking, in case the API server is upgraded).
+fn not_served(error: &str) -> bool {
+    error.starts_with("404 ")
 }

@@ -345,6 +345,8 @@ pub fn allocated(
         let claim = objects.resource_claim(namespace, &used.claim)?.ok_or_else(|| {
             CniError::try_again(format!("{claim_ref}, a resource claim of the pod, does not exist (yet)"))
         })?;
+        found.claims.push(used.claim.clone());
+        let results = allocation_results(&claim_ref, &claim)?;
         if let Some(uid) = uid
             && !reserved_for(&claim, uid)
         {
@@ -356,8 +358,6 @@ pub fn allocated(
                 ),
             ));
         }
-        found.claims.push(used.claim.clone());
-        let results = allocation_results(&claim_ref, &claim)?;
         if results.is_empty() {
             continue;
         }

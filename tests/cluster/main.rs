@@ -39,6 +39,10 @@ use dynamic::*;
 mod races;
 use races::*;
 
+/// DRA: the project's test driver's devices, found for the pods whose claims they were allocated to.
+mod dra;
+use dra::*;
+
 const NS: &str = "yh-e2e";
 /// e2e/networks.yaml's ranges.
 const PTPNET: &str = "10.248.0.0/24";
@@ -87,6 +91,7 @@ const TESTS: &[(&str, Test)] = &[
     ("bandwidth_annotations_shape_the_pod_and_go_with_it", bandwidth_annotations_shape_the_pod_and_go_with_it),
     ("a_pod_deleted_mid_add_and_recreated_gets_its_network", a_pod_deleted_mid_add_and_recreated_gets_its_network),
     ("daemonset_rolled_while_pods_start_loses_nothing", daemonset_rolled_while_pods_start_loses_nothing),
+    ("dra_claims_give_pods_the_devices_their_slices_publish", dra_claims_give_pods_the_devices_their_slices_publish),
     ("dynamic_networks_follow_a_running_pods_annotation", dynamic_networks_follow_a_running_pods_annotation),
     ("dynamic_networks_latency_from_edit_to_answering_interface", dynamic_networks_latency),
     ("uninstall_leaves_the_nodes_as_the_docs_say", uninstall_leaves_the_nodes_as_the_docs_say),

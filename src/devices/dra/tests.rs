@@ -179,7 +179,8 @@ fn a_missing_piece_is_an_error_that_names_it() {
     assert!(e.msg.contains("ResourceClaim default/shared-gpu") && e.msg.contains("does not exist"), "{}", e.msg);
     // A claim not allocated yet.
     let mut unallocated = claim("shared-gpu", &[]);
-    unallocated.status.as_mut().unwrap().allocation = None;
+    let status = unallocated.status.as_mut().unwrap();
+    (status.allocation, status.reserved_for) = (None, None);
     let e = err(&template_pod(), vec![nics(), unallocated]);
     assert_eq!(e.code, code::TRY_AGAIN_LATER);
     assert!(e.msg.contains("ResourceClaim default/shared-gpu is not allocated yet"), "{}", e.msg);

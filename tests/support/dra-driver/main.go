@@ -104,12 +104,18 @@ func main() {
 	defer helper.Stop()
 	slice := resourceslice.Slice{}
 	for _, d := range devices {
-		published := resourceapi.Device{Name: d.name}
+		// "kind" (in the driver's own domain) lets a claim pick links or bare devices.
+		kind := "bare"
 		if d.link != "" {
-			published.Attributes = map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{
-				resourceNameAttribute: {StringValue: ptr.To(d.resourceName)},
-				deviceIDAttribute:     {StringValue: ptr.To(d.link)},
-			}
+			kind = "link"
+		}
+		published := resourceapi.Device{
+			Name:       d.name,
+			Attributes: map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{"kind": {StringValue: ptr.To(kind)}},
+		}
+		if d.link != "" {
+			published.Attributes[resourceNameAttribute] = resourceapi.DeviceAttribute{StringValue: ptr.To(d.resourceName)}
+			published.Attributes[deviceIDAttribute] = resourceapi.DeviceAttribute{StringValue: ptr.To(d.link)}
 		}
 		slice.Devices = append(slice.Devices, published)
 	}

@@ -1,0 +1,206 @@
+//! DRA on the real cluster (Kubernetes 1.34, resource.k8s.io/v1): the project's test DRA driver
+//! (tests/support/dra-driver, built by scripts/cluster/dra-driver.sh) runs inside node-a as a
+//! kubelet plugin and publishes its links as devices; a DeviceClass selects the driver, claims pick
+//! devices by their `k8s.cni.cncf.io/resourceName` attribute, and pods get them. What the device
+//! lookup finds for a pod is read with `yh-genie explain` on the node, from the API server and from
+//! the node agent, and the agent's watches are read from the API server's audit log.
+
+use super::YH_GENIE_USER;
+use serde_json::Value;
+use std::path::Path;
+use std::process::Command;
+use testkit::cluster::Cluster;
+use testkit::cluster::control_plane::api_url;
+use testkit::process::report;
+
+const DRA_NS: &str = "yh-dra";
+const DRIVER: &str = "net.yh-genie.test";
+
+/// The driver's binary, built once per source and cached.
+fn driver_binary() -> String {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/cluster/dra-driver.sh");
+    let out = Command::new(&script).output().unwrap_or_else(|e| panic!("{}: {e}", script.display()));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}: {stdout}{}", script.display(), String::from_utf8_lossy(&out.stderr));
+    report(&format!("cluster: {}", stdout.lines().next().unwrap_or_default()));
+    stdout.lines().last().expect("the binary's path").to_string()
+}
+
+/// `yh-genie explain` for a pod of `DRA_NS`, run on node-a as an operator runs it there.
+fn explain(cluster: &Cluster, pod: &str) -> String {
+    let out = cluster
+        .worker("node-a")
+        .node_command("/opt/cni/bin/yh-genie")
+        .args(["explain", "-n", DRA_NS, "--pod", pod])
+        .output()
+        .unwrap();
+    format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr))
+}
+
+fn manifests() -> String {
+    let pod = |name: &str, claims: &str| {
+        format!(
+            "apiVersion: v1
+kind: Pod
+metadata: {{name: {name}, namespace: {DRA_NS}}}
+spec:
+  nodeSelector: {{yh-genie-e2e/slot: a}}
+  terminationGracePeriodSeconds: 1
+  containers:
+  - name: main
+    image: busybox:1.36
+    command: [sleep, '3600']
+  resourceClaims:
+{claims}"
+        )
+    };
+    // One request of a claim's `spec.devices.requests`, its lines indented by `indent`.
+    let request = |indent: usize, name: &str, count: u32, expression: &str| {
+        let lines = [
+            format!("- name: {name}"),
+            "  exactly:".to_string(),
+            "    deviceClassName: yh-genie-test-net".to_string(),
+            "    allocationMode: ExactCount".to_string(),
+            format!("    count: {count}"),
+            "    selectors:".to_string(),
+            format!("    - cel: {{expression: '{expression}'}}"),
+        ];
+        lines.iter().map(|line| format!("{:indent$}{line}\n", "")).collect::<String>()
+    };
+    let resource = |name: &str| format!("device.attributes[\"k8s.cni.cncf.io\"].resourceName == \"{name}\"");
+    let bare = format!("device.attributes[\"{DRIVER}\"].kind == \"bare\"");
+    format!(
+        "apiVersion: v1
+kind: Namespace
+metadata: {{name: {DRA_NS}}}
+---
+apiVersion: resource.k8s.io/v1
+kind: DeviceClass
+metadata: {{name: yh-genie-test-net}}
+spec:
+  selectors:
+  - cel: {{expression: 'device.driver == \"{DRIVER}\"'}}
+---
+apiVersion: resource.k8s.io/v1
+kind: ResourceClaimTemplate
+metadata: {{name: two-vfs-and-a-gpu, namespace: {DRA_NS}}}
+spec:
+  spec:
+    devices:
+      requests:
+{}{}---
+apiVersion: resource.k8s.io/v1
+kind: ResourceClaim
+metadata: {{name: red, namespace: {DRA_NS}}}
+spec:
+  devices:
+    requests:
+{}---
+apiVersion: resource.k8s.io/v1
+kind: ResourceClaimTemplate
+metadata: {{name: five-vfs, namespace: {DRA_NS}}}
+spec:
+  spec:
+    devices:
+      requests:
+{}---
+{}---
+{}",
+        request(6, "vf", 2, &resource("yh-genie.test/vf")),
+        request(6, "gpu", 1, &bare),
+        request(4, "red", 1, &resource("yh-genie.test/red")),
+        request(6, "vf", 5, &resource("yh-genie.test/vf")),
+        pod(
+            "dra-a",
+            "  - {name: nics, resourceClaimTemplateName: two-vfs-and-a-gpu}\n  - {name: red, resourceClaimName: red}\n"
+        ),
+        pod("dra-unallocated", "  - {name: nics, resourceClaimTemplateName: five-vfs}\n"),
+    )
+}
+
+/// The driver publishes node-a's links in a ResourceSlice; a pod whose claims (one from a
+/// template, one named) take two `vf` links, the `red` link and a device without the CNI
+/// attributes runs; the device lookup gives it the links' device IDs by resource name, sorted,
+/// passes over the bare device saying why, and the node agent's answer gives the same; a pod whose
+/// claim cannot be allocated is named as such. The agent watched the claims by name and the node's
+/// slices by node, and was refused nothing.
+pub fn dra_claims_give_pods_the_devices_their_slices_publish(cluster: &mut Cluster) {
+    let binary = driver_binary();
+    let kubeconfig = cluster.pki.kubeconfig("dra-driver", "yh-genie-test-dra-driver", &["system:masters"], &api_url());
+    let worker = cluster.worker("node-a");
+    let mut command = worker.node_command(&binary);
+    command.args([
+        "--kubeconfig",
+        &kubeconfig.display().to_string(),
+        "--node",
+        "node-a",
+        "--driver-name",
+        DRIVER,
+        "--devices",
+        "yh-genie.test/vf=2,yh-genie.test/red=1",
+        "--bare",
+        "1",
+    ]);
+    let _driver = cluster.run.spawn("node-a-dra-driver", &mut command);
+    let slice = cluster.wait_for("the DRA driver's ResourceSlice of node-a", || {
+        let slices = cluster.get_json(&["get", "resourceslices", "--field-selector", "spec.nodeName=node-a"]);
+        slices["items"].as_array()?.iter().find(|s| s["spec"]["driver"] == DRIVER).cloned()
+    });
+    let devices: Vec<(String, Value)> = slice["spec"]["devices"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| {
+            (d["name"].as_str().unwrap().to_string(), d["attributes"]["k8s.cni.cncf.io/deviceID"]["string"].clone())
+        })
+        .collect();
+    assert_eq!(devices.len(), 4, "{slice}");
+    assert!(worker.must("ip -br link show vf0").contains("vf0"), "the driver made its links in the node");
+
+    cluster.apply_text(&manifests());
+    let pod = cluster.wait_pod_ready(DRA_NS, "dra-a");
+    let statuses = &pod["status"]["resourceClaimStatuses"];
+    let claim = statuses[0]["resourceClaimName"].as_str().unwrap_or_else(|| panic!("{statuses}")).to_string();
+
+    let direct = explain(cluster, "dra-a");
+    for line in [
+        format!("DRA claims:    {claim}, red"),
+        "DRA devices:   yh-genie.test/red: red0".to_string(),
+        "DRA devices:   yh-genie.test/vf: vf0, vf1".to_string(),
+        format!(
+            "passed over:   device bare-0 of pool node-a (driver {DRIVER}) of ResourceClaim {DRA_NS}/{claim}: \
+             its ResourceSlice gives it neither"
+        ),
+        "the same DRA devices as above".to_string(),
+    ] {
+        assert!(direct.contains(&line), "explain lacks {line:?}:\n{direct}");
+    }
+
+    cluster.wait_for("the unallocatable pod's claim made", || {
+        let pod = cluster.get_json(&["-n", DRA_NS, "get", "pod", "dra-unallocated"]);
+        pod["status"]["resourceClaimStatuses"][0]["resourceClaimName"].as_str().map(String::from)
+    });
+    let unallocated = explain(cluster, "dra-unallocated");
+    assert!(unallocated.contains("is not allocated yet") && unallocated.contains("CNI error code 11"), "{unallocated}");
+
+    let events = cluster.audit_events();
+    let agent: Vec<&Value> = events
+        .iter()
+        .filter(|e| e["user"]["username"] == YH_GENIE_USER && e["objectRef"]["apiGroup"] == "resource.k8s.io")
+        .collect();
+    let uri = |e: &&Value| e["requestURI"].as_str().unwrap_or_default().to_string();
+    let watched = |resource: &str, selector: &str| {
+        agent
+            .iter()
+            .any(|e| e["verb"] == "watch" && e["objectRef"]["resource"] == resource && uri(e).contains(selector))
+    };
+    let uris: Vec<String> = agent.iter().map(uri).collect();
+    assert!(watched("resourceslices", "fieldSelector=spec.nodeName%3Dnode-a"), "{uris:#?}");
+    assert!(watched("resourceclaims", &format!("fieldSelector=metadata.name%3D{claim}")), "{uris:#?}");
+    assert!(watched("resourceclaims", "fieldSelector=metadata.name%3Dred"), "{uris:#?}");
+    let refused: Vec<String> =
+        agent.iter().filter(|e| e["responseStatus"]["code"].as_u64().unwrap_or(200) >= 400).map(uri).collect();
+    assert_eq!(refused, Vec::<String>::new(), "yh-genie's DRA requests refused");
+    report(&format!("cluster: yh-genie's DRA requests: {uris:?}"));
+    cluster.kubectl_ok(&["delete", "namespace", DRA_NS, "--wait=true"]);
+}
