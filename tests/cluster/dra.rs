@@ -141,7 +141,8 @@ pub fn dra_claims_give_pods_the_devices_their_slices_publish(cluster: &mut Clust
         "--bare",
         "1",
     ]);
-    let _driver = cluster.run.spawn("node-a-dra-driver", &mut command);
+    // Ended at the end of the test (and with the run's processes if the test fails first).
+    let mut driver = cluster.run.spawn("node-a-dra-driver", &mut command);
     let slice = cluster.wait_for("the DRA driver's ResourceSlice of node-a", || {
         let slices = cluster.get_json(&["get", "resourceslices", "--field-selector", "spec.nodeName=node-a"]);
         slices["items"].as_array()?.iter().find(|s| s["spec"]["driver"] == DRIVER).cloned()
@@ -203,4 +204,6 @@ pub fn dra_claims_give_pods_the_devices_their_slices_publish(cluster: &mut Clust
     assert_eq!(refused, Vec::<String>::new(), "yh-genie's DRA requests refused");
     report(&format!("cluster: yh-genie's DRA requests: {uris:?}"));
     cluster.kubectl_ok(&["delete", "namespace", DRA_NS, "--wait=true"]);
+    driver.kill().unwrap();
+    driver.wait().unwrap();
 }
