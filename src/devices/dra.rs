@@ -19,7 +19,7 @@
 //! attachment the same device. Where Multus stops short, this is stricter, each time saying why:
 //! a claim the pod names directly (`resourceClaimName`, a claim shared by several pods) counts too
 //! (Multus reads only the claims made from templates); a claim reserved for other consumers but not
-//! this pod gives it nothing; of a pool published in several generations only the newest counts
+//! this pod is refused; of a pool published in several generations only the newest counts
 //! (the scheduler allocates from it); and a NAD whose resource no allocated device carries is an
 //! error naming the devices found and why each was passed over (Multus hands the plugin no device
 //! ID and lets it fail).
