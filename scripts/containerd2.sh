@@ -11,6 +11,8 @@ set -euo pipefail
 version=${CONTAINERD2_VERSION:-v2.4.2}
 cache=${YH_GENIE_CACHE:-/var/cache/yh-genie}
 out=$cache/containerd-$version
+# Go's module and build caches in the same place (scripts/kind/common.sh says why).
+export GOMODCACHE=${GOMODCACHE:-$cache/go/mod} GOCACHE=${GOCACHE:-$cache/go/build}
 commands=(containerd containerd-shim-runc-v2 ctr)
 
 go=${GO:-}

@@ -17,6 +17,8 @@ set -euo pipefail
 version=${KUBERNETES_VERSION:-v1.34.4}
 cache=${YH_GENIE_CACHE:-/var/cache/yh-genie}
 out=$cache/kubernetes-$version
+# Go's module and build caches in the same place (scripts/kind/common.sh says why).
+export GOMODCACHE=${GOMODCACHE:-$cache/go/mod} GOCACHE=${GOCACHE:-$cache/go/build}
 commands=(kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy kubectl kubeadm etcd
           e2e.test agnhost ginkgo coredns agnhost-localhost.crt agnhost-localhost.key)
 # Two commands are modules of their own, at the versions kubeadm deploys with this Kubernetes
