@@ -18,6 +18,12 @@ source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 k8s_bin=${1:?usage: scripts/kind/binaries.sh K8S_BIN_DIR}
 flannel_image=$(kind_manifest_image "$kind_repo/e2e/flannel.yaml")
 flannel_version=${flannel_image##*:}
+# The flannel backends e2e/flannel.yaml configures (flanneld is built with these alone).
+mapfile -t flannel_backends < <(sed -n 's/^ *"Type": *"\([a-z0-9-]*\)".*/\1/p' "$kind_repo/e2e/flannel.yaml" | sort -u)
+if ((${#flannel_backends[@]} == 0)); then
+	echo "e2e/flannel.yaml configures no backend (\"Backend\": {\"Type\": ...})" >&2
+	exit 1
+fi
 
 emit() { printf '%s=%s\n' "$1" "$2"; }
 
@@ -63,12 +69,43 @@ build_coredns() {
 	CGO_ENABLED=0 go_install "$1" "" "github.com/coredns/coredns@$coredns_version"
 }
 
-# As flannel's Makefile builds it on amd64: with cgo (its udp backend has C), linked statically.
+# flanneld as e2e/flannel.yaml runs it: flannel's own main package (main.go of the module, unchanged
+# but for its list of backends) with only the backends the manifest configures. flannel registers
+# each backend through a blank import in main.go and has no build tags for them, so the others
+# (ipsec, wireguard, udp, host-gw, ipip, alloc, extension, Tencent Cloud's VPC) would be compiled
+# and linked for nothing; without udp's C packet proxy, cgo is off and the binary static as it is.
+# Built in a scratch module that requires flannel at that version, so every dependency is the
+# version flannel's go.mod selects.
 build_flanneld() {
-	CGO_ENABLED=1 go_install "$1" \
-		"-X github.com/flannel-io/flannel/pkg/version.Version=$flannel_version -extldflags -static" \
-		"github.com/flannel-io/flannel@$flannel_version"
-	mv "$1/bin/flannel" "$1/bin/flanneld"
+	local dir=$1 source_dir work backend go_version
+	source_dir=$(cd / && "$kind_go" mod download -json "github.com/flannel-io/flannel@$flannel_version" |
+		sed -n 's/.*"Dir": "\(.*\)".*/\1/p')
+	work=$dir/module
+	rm -rf "$work" "$dir/bin.new"
+	mkdir -p "$work" "$dir/bin.new"
+	go_version=$(sed -n 's/^go //p' "$source_dir/go.mod")
+	printf 'module yh-genie.test/flanneld\ngo %s\nrequire github.com/flannel-io/flannel %s\n' \
+		"$go_version" "$flannel_version" >"$work/go.mod"
+	# Every blank import of a backend but the configured ones is dropped; each configured one must
+	# be there (a renamed package fails here rather than at the pods).
+	awk -v keep=" ${flannel_backends[*]} " '
+		/^\t_ "github.com\/flannel-io\/flannel\/pkg\/backend\/[a-z0-9]+"$/ {
+			name = $2; gsub(/"/, "", name); sub(/.*\//, "", name)
+			if (index(keep, " " name " ") == 0) next
+		}
+		{ print }' "$source_dir/main.go" >"$work/main.go"
+	for backend in "${flannel_backends[@]}"; do
+		if ! grep -qxF "	_ \"github.com/flannel-io/flannel/pkg/backend/$backend\"" "$work/main.go"; then
+			echo "flannel $flannel_version's main.go imports no backend '$backend' (e2e/flannel.yaml's)" >&2
+			return 1
+		fi
+	done
+	echo "flanneld $flannel_version with the backends ${flannel_backends[*]}" >&2
+	(cd "$work" && CGO_ENABLED=0 "$kind_go" build -mod=mod -p "${BUILD_JOBS:-2}" -trimpath \
+		-ldflags "-s -w -X github.com/flannel-io/flannel/pkg/version.Version=$flannel_version" \
+		-o "$dir/bin.new/flanneld" .)
+	rm -rf "${dir:?}/bin" "$work"
+	mv "$dir/bin.new" "$dir/bin"
 }
 
 # Debian's busybox-static of $KIND_BUSYBOX_SUITE, with apt's own client and lists kept apart from
@@ -89,22 +126,93 @@ fetch_busybox() {
 	mv "$dir/bin.new" "$dir/bin"
 }
 
-# cached NAME DIR BUILDER FILE...: runs BUILDER DIR unless every FILE exists in DIR/bin.
+# cached NAME DIR BUILDER FILE...: runs BUILDER DIR unless every FILE exists in DIR/bin. In a
+# subshell of its own, so that its CPU time is its own: the root filesystems' background job counts
+# in this shell's when it ends.
 cached() {
 	local name=$1 dir=$2 builder=$3 file missing=0
 	shift 3
 	for file in "$@"; do [[ -x $dir/bin/$file ]] || missing=1; done
 	if ((missing)); then
 		kind_log "building $name"
-		kind_timed "$name" "$builder" "$dir"
+		(kind_timed "$name" "$builder" "$dir")
 	fi
 }
+
+# Debian root filesystems, as tarballs for `docker import`. Like Debian's -slim images: minbase,
+# without documentation, man pages or translations; with the release's updates and security
+# fixes, as kind's base image upgrades its packages. Made in the background while the Go programs
+# below compile (those want the CPU, mmdebstrap mostly the network and the disk), one after the
+# other, each handing the packages it downloaded to the next through an archive kept for this run.
+debian_work=$(mktemp -d /var/tmp/yh-genie-kind-debian.XXXXXX)
+debian_pid=
+# kill_tree PID: PID and every process under it (mmdebstrap's apt and dpkg outlive a killed parent).
+kill_tree() {
+	local child
+	# shellcheck disable=SC2013 # the files hold process ids separated by spaces
+	for child in $(cat "/proc/$1/task/"*/children 2>/dev/null); do kill_tree "$child"; done
+	kill "$1" 2>/dev/null || true
+}
+# A failed Go build ends this script: the background job with it, before its work dir goes.
+trap '[[ -z $debian_pid ]] || { kill_tree "$debian_pid"; wait "$debian_pid" 2>/dev/null; }; rm -rf "$debian_work"' EXIT
+mkdir -p "$debian_work/archives"
+debian_rootfs() { # NAME PACKAGE...: prints the tarball
+	local name=$1 key tar
+	shift
+	key=$(printf '%s\n' "$KIND_DEBIAN_SUITE" "$KIND_DEBIAN_MIRROR" "$KIND_DEBIAN_SECURITY_MIRROR" "$@" | sha256sum | cut -c1-12)
+	tar=$kind_cache_root/kind-debian-$KIND_DEBIAN_SUITE/$name-$key.tar
+	if [[ ! -s $tar ]]; then
+		kind_log "making the Debian $KIND_DEBIAN_SUITE root filesystem '$name' (mmdebstrap)"
+		mkdir -p "${tar%/*}"
+		# The archive's packages in, the downloaded ones out; the tarball holds neither (mmdebstrap
+		# empties /var/cache/apt/archives at the end).
+		# shellcheck disable=SC2016 # "$1" is the hook's, the root filesystem being made
+		kind_timed "debian $name" mmdebstrap --quiet --variant=minbase --format=tar --include="$(
+			IFS=,
+			echo "$*"
+		)" \
+			--skip=essential/unlink \
+			--setup-hook='mkdir -p "$1"/var/cache/apt/archives' \
+			--setup-hook="sync-in $debian_work/archives /var/cache/apt/archives" \
+			--customize-hook="sync-out /var/cache/apt/archives $debian_work/archives" \
+			--aptopt='Acquire::Languages "none"' \
+			--dpkgopt='path-exclude=/usr/share/doc/*' --dpkgopt='path-include=/usr/share/doc/*/copyright' \
+			--dpkgopt='path-exclude=/usr/share/man/*' --dpkgopt='path-exclude=/usr/share/info/*' \
+			--dpkgopt='path-exclude=/usr/share/locale/*' \
+			"$KIND_DEBIAN_SUITE" "$tar.new" \
+			"deb $KIND_DEBIAN_MIRROR $KIND_DEBIAN_SUITE main" \
+			"deb $KIND_DEBIAN_MIRROR $KIND_DEBIAN_SUITE-updates main" \
+			"deb $KIND_DEBIAN_SECURITY_MIRROR $KIND_DEBIAN_SUITE-security main" >&2 || return 1
+		mv "$tar.new" "$tar" || return 1
+	fi
+	echo "$tar"
+}
+debian_all() {
+	local tar
+	# The node: what kind's base image installs (services, Kubernetes' needs, network storage, the
+	# container runtime's, kind's own tools).
+	tar=$(debian_rootfs node systemd \
+		conntrack iptables nftables iproute2 ethtool util-linux mount kmod \
+		libseccomp2 pigz fuse-overlayfs \
+		nfs-common open-iscsi \
+		bash ca-certificates curl jq procps)
+	emit rootfs_node "$tar"
+	# kube-proxy's and flanneld's: the netfilter tools they run.
+	tar=$(debian_rootfs netfilter iptables nftables ipset conntrack iproute2 kmod ca-certificates)
+	emit rootfs_netfilter "$tar"
+	# The stand-in for the Dockerfile's Rust image: a C toolchain for ring, certificates for the
+	# registry.
+	tar=$(debian_rootfs rust gcc libc6-dev ca-certificates)
+	emit rootfs_rust "$tar"
+}
+debian_all >"$debian_work/emitted" 2>"$debian_work/log" &
+debian_pid=$!
 
 cached "kind $KIND_VERSION" "$kind_cache_root/kind-tools-$KIND_VERSION" build_kind kind
 emit kind "$kind_cache_root/kind-tools-$KIND_VERSION/bin/kind"
 
 # containerd: scripts/containerd2.sh builds it (containerd, its runc shim, ctr) for tests/cri.rs; the
-# same script at kind's version.
+# same script at kind's version (scripts/kind/common.sh says why not the CRI suite's).
 containerd_bin=$(CONTAINERD2_VERSION=$KIND_CONTAINERD_VERSION kind_timed "containerd $KIND_CONTAINERD_VERSION" \
 	"$kind_repo/scripts/containerd2.sh" | tail -1)
 emit containerd_bin "$containerd_bin"
@@ -121,50 +229,22 @@ cached "CNI plugins $KIND_CNI_PLUGINS_VERSION" "$kind_cache_root/kind-cni-plugin
 	build_cni_plugins "${cni_names[@]}"
 emit cni_bin "$kind_cache_root/kind-cni-plugins-$KIND_CNI_PLUGINS_VERSION/bin"
 
-cached "flanneld $flannel_version" "$kind_cache_root/kind-flannel-$flannel_version" build_flanneld flanneld
-emit flanneld "$kind_cache_root/kind-flannel-$flannel_version/bin/flanneld"
+flannel_dir=$kind_cache_root/kind-flannel-$flannel_version-$(IFS=-; echo "${flannel_backends[*]}")
+cached "flanneld $flannel_version" "$flannel_dir" build_flanneld flanneld
+emit flanneld "$flannel_dir/bin/flanneld"
 
 cached "busybox ($KIND_BUSYBOX_SUITE)" "$kind_cache_root/kind-busybox-$KIND_BUSYBOX_SUITE" fetch_busybox busybox
 emit busybox "$kind_cache_root/kind-busybox-$KIND_BUSYBOX_SUITE/bin/busybox"
 
-# Debian root filesystems, as tarballs for `docker import`. Like Debian's -slim images: minbase,
-# without documentation, man pages or translations; with the release's updates and security
-# fixes, as kind's base image upgrades its packages.
-debian_rootfs() { # NAME PACKAGE...: prints the tarball
-	local name=$1 key tar
-	shift
-	key=$(printf '%s\n' "$KIND_DEBIAN_SUITE" "$KIND_DEBIAN_MIRROR" "$KIND_DEBIAN_SECURITY_MIRROR" "$@" | sha256sum | cut -c1-12)
-	tar=$kind_cache_root/kind-debian-$KIND_DEBIAN_SUITE/$name-$key.tar
-	if [[ ! -s $tar ]]; then
-		kind_log "making the Debian $KIND_DEBIAN_SUITE root filesystem '$name' (mmdebstrap)"
-		mkdir -p "${tar%/*}"
-		kind_timed "debian $name" mmdebstrap --quiet --variant=minbase --format=tar --include="$(
-			IFS=,
-			echo "$*"
-		)" \
-			--aptopt='Acquire::Languages "none"' \
-			--dpkgopt='path-exclude=/usr/share/doc/*' --dpkgopt='path-include=/usr/share/doc/*/copyright' \
-			--dpkgopt='path-exclude=/usr/share/man/*' --dpkgopt='path-exclude=/usr/share/info/*' \
-			--dpkgopt='path-exclude=/usr/share/locale/*' \
-			"$KIND_DEBIAN_SUITE" "$tar.new" \
-			"deb $KIND_DEBIAN_MIRROR $KIND_DEBIAN_SUITE main" \
-			"deb $KIND_DEBIAN_MIRROR $KIND_DEBIAN_SUITE-updates main" \
-			"deb $KIND_DEBIAN_SECURITY_MIRROR $KIND_DEBIAN_SUITE-security main" >&2
-		mv "$tar.new" "$tar"
-	fi
-	echo "$tar"
-}
-# The node: what kind's base image installs (services, Kubernetes' needs, network storage, the
-# container runtime's, kind's own tools).
-emit rootfs_node "$(debian_rootfs node systemd \
-	conntrack iptables nftables iproute2 ethtool util-linux mount kmod \
-	libseccomp2 pigz fuse-overlayfs \
-	nfs-common open-iscsi \
-	bash ca-certificates curl jq procps)"
-# kube-proxy's and flanneld's: the netfilter tools they run.
-emit rootfs_netfilter "$(debian_rootfs netfilter iptables nftables ipset conntrack iproute2 kmod ca-certificates)"
-# The stand-in for the Dockerfile's Rust image: a C toolchain for ring, certificates for the registry.
-emit rootfs_rust "$(debian_rootfs rust gcc libc6-dev ca-certificates)"
+debian_rc=0
+wait "$debian_pid" || debian_rc=$?
+debian_pid=
+cat "$debian_work/log" >&2
+if ((debian_rc != 0)); then
+	echo "making the Debian root filesystems failed ($debian_rc): mmdebstrap's output is above" >&2
+	exit 1
+fi
+cat "$debian_work/emitted"
 
 # etcd and CoreDNS as this Kubernetes' kubeadm deploys them: the local cluster's build
 # (scripts/cluster/build.sh) builds etcd, and CoreDNS when its version is the same; else built here.

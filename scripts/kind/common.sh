@@ -11,7 +11,9 @@
 
 # kind v0.30.0: its default node image is kindest/node:v1.34.0.
 KIND_VERSION=v0.30.0
-# What kind v0.30.0's base image (images/base/Dockerfile) builds in, and its Debian release.
+# What kind v0.30.0's base image (images/base/Dockerfile) builds in, and its Debian release. The
+# containerd is kind's own, not the CRI suite's newer release (scripts/containerd2.sh's default):
+# containerd 2.4 dumps its configuration as version 4, which kind v0.30.0's `kind load` refuses.
 KIND_CONTAINERD_VERSION=v2.1.4
 KIND_RUNC_VERSION=v1.3.0
 # kind pins crictl v1.33.0, which the Go module proxy does not serve; v1.34.0 matches Kubernetes 1.34.
@@ -27,6 +29,10 @@ KIND_DEBIAN_SECURITY_MIRROR=${KIND_DEBIAN_SECURITY_MIRROR:-http://deb.debian.org
 
 kind_repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 kind_cache_root=${YH_GENIE_CACHE:-/var/cache/yh-genie}
+# Go's module and build caches beside the programs they build (scripts/cluster/build.sh and
+# scripts/containerd2.sh use the same two), so a cold run downloads each module once and a kept
+# cache keeps them; both are keyed by content (module@version, and the compiler, flags and sources).
+export GOMODCACHE=${GOMODCACHE:-$kind_cache_root/go/mod} GOCACHE=${GOCACHE:-$kind_cache_root/go/build}
 
 kind_go=${GO:-}
 if [[ -z $kind_go ]]; then
@@ -39,18 +45,32 @@ kind_manifest_image() { awk '$1 == "image:" { print $2; exit }' "$1"; }
 # kind_hash FILE...: a short hash of the files' contents (and names), for cache keys.
 kind_hash() { (for f in "$@"; do printf '%s\n' "$f"; cat "$f"; done) | sha256sum | cut -c1-12; }
 
-# kind_timed NAME CMD...: runs CMD and prints how long it took on stderr, and as a line of the file
-# $KIND_TIMES when that is set (scripts/kind-e2e.sh prints them all at the end).
+# kind_timed NAME CMD...: runs CMD and prints how long it took on stderr, wall and CPU (user and
+# system time of the processes it ran, Docker's engine excepted: a `docker build` runs in the
+# engine), and as a line of the file $KIND_TIMES when that is set (scripts/kind-e2e.sh prints them
+# all at the end). The CPU time tells what a step costs on a machine that other work shares.
 kind_timed() {
-	local name=$1 started=$SECONDS rc=0 outcome=
+	local name=$1 started=$SECONDS rc=0 outcome="" cpu_before cpu
 	shift
+	kind_cpu_ticks
+	cpu_before=$kind_cpu
 	"$@" || rc=$?
+	kind_cpu_ticks
 	((rc == 0)) || outcome=" (failed: $rc)"
-	printf 'time: %s %d s%s\n' "$name" $((SECONDS - started)) "$outcome" >&2
+	cpu=$(((kind_cpu - cpu_before) / kind_clock_ticks))
+	printf 'time: %s %d s (CPU %d s)%s\n' "$name" $((SECONDS - started)) "$cpu" "$outcome" >&2
 	if [[ -n ${KIND_TIMES:-} ]]; then
-		printf '%s\t%d%s\n' "$name" $((SECONDS - started)) "$outcome" >>"$KIND_TIMES"
+		printf '%s\t%d s\tCPU %d s%s\n' "$name" $((SECONDS - started)) "$cpu" "$outcome" >>"$KIND_TIMES"
 	fi
 	return "$rc"
+}
+# kind_cpu_ticks: sets kind_cpu to the CPU time, in clock ticks, of this shell's children that have
+# ended (fields cutime and cstime of /proc/PID/stat; read without starting a process).
+kind_clock_ticks=$(getconf CLK_TCK)
+kind_cpu_ticks() {
+	local -a stat
+	read -r -a stat <"/proc/$BASHPID/stat"
+	kind_cpu=$((stat[15] + stat[16]))
 }
 
 kind_log() { printf '\n=== %s\n' "$*" >&2; }
