@@ -11,9 +11,9 @@ use std::sync::OnceLock;
 use yh_genie::cni::env::validate_ifname;
 use yh_genie::cni::{CniError, PluginConf};
 use yh_genie::kube::{NetworkAttachmentDefinition, NetworkAttachmentDefinitionSpec, PodSource};
-use yh_genie::selector::requests::annotation::{self, NETWORKS};
-use yh_genie::selector::config::SelectorConfig;
 use yh_genie::selector::choose;
+use yh_genie::selector::config::SelectorConfig;
+use yh_genie::selector::requests::annotation::{self, NETWORKS};
 
 /// A conf dir with two networks, `blue` and `lan`.
 fn conf_dir() -> &'static PathBuf {
@@ -44,10 +44,23 @@ impl PodSource for Fixed {
     fn network_attachment(&self, _: &str, name: &str) -> Result<Option<NetworkAttachmentDefinition>, CniError> {
         // `lan` names the conf dir's network; any other name holds the fuzzed bytes.
         let config = (name != "lan").then(|| self.config.clone());
-        Ok(Some(NetworkAttachmentDefinition { spec: Some(NetworkAttachmentDefinitionSpec { config }), ..Default::default() }))
+        Ok(Some(NetworkAttachmentDefinition {
+            spec: Some(NetworkAttachmentDefinitionSpec { config }),
+            ..Default::default()
+        }))
     }
     fn annotate_pod(&self, _: &str, _: &str, _: &str, _: &BTreeMap<String, String>) -> Result<bool, CniError> {
         Ok(true)
+    }
+    fn resource_claim(
+        &self,
+        _: &str,
+        _: &str,
+    ) -> Result<Option<k8s_openapi::api::resource::v1::ResourceClaim>, CniError> {
+        Ok(None)
+    }
+    fn node_resource_slices(&self, _: &str) -> Result<Vec<k8s_openapi::api::resource::v1::ResourceSlice>, CniError> {
+        Ok(Vec::new())
     }
 }
 

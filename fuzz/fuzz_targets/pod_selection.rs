@@ -9,9 +9,9 @@ use std::path::PathBuf;
 use std::sync::OnceLock;
 use yh_genie::cni::{CniError, PluginConf};
 use yh_genie::kube::{NetworkAttachmentDefinition, PodSource};
+use yh_genie::selector::choose;
 use yh_genie::selector::config::SelectorConfig;
 use yh_genie::selector::netconf::confdir::{self, NetworkName};
-use yh_genie::selector::choose;
 
 /// A conf dir with one network, `blue`, and a link that leads outside it.
 fn conf_dir() -> &'static PathBuf {
@@ -46,6 +46,16 @@ impl PodSource for Fixed {
     }
     fn annotate_pod(&self, _: &str, _: &str, _: &str, _: &BTreeMap<String, String>) -> Result<bool, CniError> {
         Ok(true)
+    }
+    fn resource_claim(
+        &self,
+        _: &str,
+        _: &str,
+    ) -> Result<Option<k8s_openapi::api::resource::v1::ResourceClaim>, CniError> {
+        Ok(None)
+    }
+    fn node_resource_slices(&self, _: &str) -> Result<Vec<k8s_openapi::api::resource::v1::ResourceSlice>, CniError> {
+        Ok(Vec::new())
     }
 }
 

@@ -9,10 +9,10 @@ use serde_json::{Value, json};
 use std::path::PathBuf;
 use std::sync::OnceLock;
 use yh_genie::cni::PluginConf;
-use yh_genie::selector::requests::annotation::{self, NETWORKS};
-use yh_genie::selector::config::SelectorConfig;
-use yh_genie::selector::choose::selection::Selection;
 use yh_genie::selector::choose;
+use yh_genie::selector::choose::selection::Selection;
+use yh_genie::selector::config::SelectorConfig;
+use yh_genie::selector::requests::annotation::{self, NETWORKS};
 use yh_genie::selector::requests::value;
 
 /// The kernel's rule for a literal name, written out independently of the code under test.
@@ -78,6 +78,19 @@ impl yh_genie::kube::PodSource for Annotated {
         _: &std::collections::BTreeMap<String, String>,
     ) -> Result<bool, yh_genie::cni::CniError> {
         Ok(true)
+    }
+    fn resource_claim(
+        &self,
+        _: &str,
+        _: &str,
+    ) -> Result<Option<k8s_openapi::api::resource::v1::ResourceClaim>, yh_genie::cni::CniError> {
+        Ok(None)
+    }
+    fn node_resource_slices(
+        &self,
+        _: &str,
+    ) -> Result<Vec<k8s_openapi::api::resource::v1::ResourceSlice>, yh_genie::cni::CniError> {
+        Ok(Vec::new())
     }
 }
 

@@ -15,8 +15,11 @@ fn conf_dir() -> &'static PathBuf {
     DIR.get_or_init(|| {
         let dir = std::env::temp_dir().join(format!("yh-genie-fuzz-values-{}", std::process::id()));
         std::fs::create_dir_all(dir.join("blue")).unwrap();
-        std::fs::write(dir.join("blue/blue.conflist"), r#"{"cniVersion":"1.0.0","name":"blue","plugins":[{"type":"bridge"}]}"#)
-            .unwrap();
+        std::fs::write(
+            dir.join("blue/blue.conflist"),
+            r#"{"cniVersion":"1.0.0","name":"blue","plugins":[{"type":"bridge"}]}"#,
+        )
+        .unwrap();
         let _ = std::os::unix::fs::symlink("/etc", dir.join("escape"));
         dir
     })
