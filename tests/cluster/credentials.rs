@@ -17,7 +17,8 @@ const REFUSAL: &str = "yh-genie may only update pods on the node its token is bo
 /// With the policies applied, node-a's credentials write the network-status annotation of a pod
 /// of node-a (what the plugin and the agent do with them; the real plugin's and agent's writes
 /// for a new pod pass too) and are refused: a pod of node-b, any other annotation, a label, a
-/// change of the spec; an Event reported as node-b, or of another reason than AddedInterface.
+/// change of the spec; an Event reported as node-b, or of a reason other than AddedInterface,
+/// RemovedInterface and NetworkChangeFailed.
 pub fn node_credentials_update_only_their_own_nodes_pods(cluster: &mut Cluster) {
     let repo = Path::new(env!("CARGO_MANIFEST_DIR"));
     let policy = repo.join("manifests/kubernetes-1.30").display().to_string();
@@ -93,7 +94,10 @@ pub fn node_credentials_update_only_their_own_nodes_pods(cluster: &mut Cluster) 
     let (ok, text) = kubectl_as_node_a(&["create", "-f", "-"], &event("node-b", "AddedInterface"));
     assert!(!ok && text.contains("as the node its token is bound to"), "an event reported as node-b: {text}");
     let (ok, text) = kubectl_as_node_a(&["create", "-f", "-"], &event("node-a", "Killing"));
-    assert!(!ok && text.contains("only create AddedInterface events"), "another reason: {text}");
+    assert!(
+        !ok && text.contains("only create AddedInterface, RemovedInterface and NetworkChangeFailed events"),
+        "another reason: {text}"
+    );
     cluster.kubectl_ok(&["delete", "-f", &policy]);
     cluster.delete_pod(NS, own);
 }
