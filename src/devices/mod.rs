@@ -80,7 +80,9 @@ pub struct Device {
 pub enum DeviceError {
     #[error(
         "network {network} is a device network of resource {resource:?}, but no container of the pod \
-         requests that resource: add it to a container's resources.limits (\"{resource}\": \"1\")"
+         requests that resource, and the pod has no DRA resource claims: add it to a container's \
+         resources.limits (\"{resource}\": \"1\"), or claim a device whose ResourceSlice carries \
+         k8s.cni.cncf.io/resourceName {resource:?}"
     )]
     NotRequested { network: String, resource: String },
     #[error(

@@ -537,6 +537,8 @@ fn the_agent_counts_the_plugins_operations_and_is_ready_only_when_synced_and_the
     );
     n.api.put_pod("default", "broken", literal("broken"));
     n.api.put_pod("default", "stray", literal("nosuch"));
+    // And one whose ConfigMap does not exist.
+    n.api.put_pod("default", "lost", from_config_map("gone", "k"));
 
     // The installer waits for the default network's file: the agent is not ready meanwhile.
     let subnet = n.sb.path().join("default-network.env");
@@ -544,9 +546,9 @@ fn the_agent_counts_the_plugins_operations_and_is_ready_only_when_synced_and_the
     let agent = Agent::start(&n.netns, &n.api, n.sb.path(), &n.agent_socket(), METRICS_PORT, &[wait_for.as_str()]);
     agent.wait_for("the agent's port", || agent.http_get("/healthz").is_some());
     agent.wait_for("the pods listed", || {
-        agent.metric("yh_genie_agent_watches{resource=\"configmaps\"}") == 1
+        agent.metric("yh_genie_agent_watches{resource=\"configmaps\"}") == 2
             && agent.metric("yh_genie_agent_cache_synced{resource=\"configmaps\"}") == 1
-            && agent.metric("yh_genie_agent_pods") == 4
+            && agent.metric("yh_genie_agent_pods") == 5
     });
     // (Once the installer's first pass has found the file missing.)
     let waiting = format!("the default network is not ready: the installer waits for {}", subnet.display());
@@ -575,14 +577,26 @@ fn the_agent_counts_the_plugins_operations_and_is_ready_only_when_synced_and_the
     let broken = n.pod("broken");
     agent.wait_holds(&n.agent_socket(), "broken", &uid("broken"), |_| true);
     assert_eq!(n.call("ADD", &broken, &conf).err()["code"], 11, "the plugin's own error");
+    // Refused from the agent's objects: final, the API server is not asked.
     let stray = n.pod("stray");
+    agent.wait_holds(&n.agent_socket(), "stray", &uid("stray"), |_| true);
     let refused = n.call("ADD", &stray, &conf).err();
     assert!(refused["msg"].as_str().unwrap().contains("nosuch"), "{refused}");
-    for pod in pods.iter().chain([&broken, &stray]) {
+    assert_eq!(n.api.plugin_requests(), before, "a refusal from the agent's objects asks the API server nothing");
+    // An absent object is confirmed with the API server (a pod and its ConfigMap made together may
+    // reach the agent's watches in either order).
+    let lost = n.pod("lost");
+    agent.wait_holds(&n.agent_socket(), "lost", &uid("lost"), |_| true);
+    let refused = n.call("ADD", &lost, &conf).err();
+    assert!(refused["msg"].as_str().unwrap().contains("ConfigMap default/gone not found"), "{refused}");
+    for pod in pods.iter().chain([&broken, &stray, &lost]) {
         n.call("DEL", pod, &conf).ok();
     }
     let plugin_requests = n.api.plugin_requests() - before;
-    assert!(plugin_requests > 0, "the stray pod's choice is confirmed with the API server");
+    assert_eq!(
+        plugin_requests, 2,
+        "the lost pod's absent ConfigMap is confirmed with the API server: GET pod, GET ConfigMap"
+    );
 
     // What an operator reads: every operation by command, network and outcome, failures by reason,
     // the plugin's API requests (the fake server's own count), where ADD's selections came from.
@@ -600,9 +614,13 @@ fn the_agent_counts_the_plugins_operations_and_is_ready_only_when_synced_and_the
         1
     );
     assert_eq!(agent.metric("yh_genie_cni_operation_errors_total{command=\"ADD\",network=\"\",reason=\"policy\"}"), 1);
+    assert_eq!(
+        agent.metric("yh_genie_cni_operation_errors_total{command=\"ADD\",network=\"\",reason=\"api_refused\"}"),
+        1
+    );
     assert_eq!(agent.metric("yh_genie_cni_api_requests_total{command=\"ADD\"}"), plugin_requests as u64);
     assert_eq!(agent.metric("yh_genie_cni_api_requests_total{command=\"DEL\"}"), 0);
-    assert_eq!(agent.metric("yh_genie_cni_add_selections_total{source=\"agent\"}"), 3);
+    assert_eq!(agent.metric("yh_genie_cni_add_selections_total{source=\"agent\"}"), 4);
     assert_eq!(agent.metric("yh_genie_cni_add_selections_total{source=\"api\"}"), 1);
     let (_, text) = agent.http_get("/metrics").unwrap();
     let le = |bound: &str| {

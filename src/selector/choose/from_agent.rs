@@ -4,10 +4,14 @@
 //! read). So the record carries the pod's uid, the files and where each choice came from exactly
 //! as on the direct path, and the only thing the agent decides is which objects it holds.
 //!
-//! Every way this can fail is a reason to take the direct path, never an ADD error: no socket,
-//! nobody listening, no answer within `WAIT`, an answer of another protocol version or that does
-//! not parse, "unknown", the pod of another uid, an answer that lacks an object `resolve` asks for,
-//! and objects that make `resolve` fail (the API server has the last word on an error).
+//! Every way the agent cannot answer is a reason to take the direct path: no socket, nobody
+//! listening, no answer within `WAIT`, an answer of another protocol version or that does not
+//! parse, "unknown", the pod of another uid, an answer that lacks an object `resolve` asks for.
+//! An answer that makes `resolve` fail is the ADD's error (`NotUsed::refusal`), asking the API
+//! server nothing, unless an object it names is absent: a pod and the ConfigMap or NAD it names,
+//! created together, may reach the agent on their two watches in either order, so the API server
+//! confirms an absence. Anything else the agent's copy says is as current as what a success would
+//! have used, and a refused sandbox is retried by the kubelet anyway.
 
 use super::objects::Objects;
 use super::resolve::resolve as resolve_pod;
@@ -34,6 +38,15 @@ pub const AGENT_WAIT: Duration = Duration::from_millis(900);
 pub struct NotUsed {
     pub why: String,
     pub answered: bool,
+    /// The pod's objects, as the agent holds them, refuse the pod: this is the ADD's error, and the
+    /// API server is not asked.
+    pub refusal: Option<CniError>,
+}
+
+impl NotUsed {
+    pub fn new(why: String, answered: bool) -> Self {
+        NotUsed { why, answered, refusal: None }
+    }
 }
 
 impl std::fmt::Display for NotUsed {
@@ -44,7 +57,8 @@ impl std::fmt::Display for NotUsed {
 
 /// The networks of `pod` (namespace, name), whose sandbox is for `uid`, from the agent at `socket`,
 /// which waits up to `agent_wait` for a pod its watch has not delivered yet (ADD: `AGENT_WAIT`; DEL
-/// asks about a pod that existed, and does not wait); why not, when its answer cannot be used.
+/// asks about a pod that existed, and does not wait), with the agent's answer (the device step
+/// reads the pod's DRA claims from it); why not, when its answer cannot be used.
 pub fn selection(
     config: &SelectorConfig,
     runtime_ifname: &str,
@@ -52,7 +66,7 @@ pub fn selection(
     uid: &str,
     socket: &Path,
     agent_wait: Duration,
-) -> Result<Selection, NotUsed> {
+) -> Result<(Selection, Box<PodObjects>), NotUsed> {
     let (namespace, name) = pod;
     let ask = Ask::Selection {
         namespace: namespace.into(),
@@ -60,16 +74,16 @@ pub fn selection(
         uid: Some(uid.into()),
         wait_ms: agent_wait.as_millis() as u64,
     };
-    let answer =
-        exchange(socket, &Request::new(ask), Instant::now() + WAIT).map_err(|why| NotUsed { why, answered: false })?;
-    let not_used = |why: String| NotUsed { why, answered: true };
+    let answer = exchange(socket, &Request::new(ask), Instant::now() + WAIT).map_err(|why| NotUsed::new(why, false))?;
+    let not_used = |why: String| NotUsed::new(why, true);
     let objects = match answer {
         Answer::Objects(objects) => objects,
         Answer::Unknown { why } => return Err(not_used(format!("the agent does not have it: {why}"))),
         Answer::Refused { why } => return Err(not_used(format!("the agent refused the request: {why}"))),
         Answer::Accepted => return Err(not_used("the agent answered a selection request with \"accepted\"".into())),
     };
-    resolve(config, runtime_ifname, pod, uid, &objects).map_err(not_used)
+    let selection = resolve(config, runtime_ifname, pod, uid, &objects)?;
+    Ok((selection, objects))
 }
 
 /// `resolve` over the agent's answer.
@@ -79,26 +93,37 @@ pub fn resolve(
     pod: (&str, &str),
     uid: &str,
     objects: &PodObjects,
-) -> Result<Selection, String> {
+) -> Result<Selection, NotUsed> {
+    let not_used = |why: String| NotUsed::new(why, true);
     let pod_ref = ObjectRef::pod(pod.0, pod.1);
     let named =
         objects.pod.metadata.namespace.as_deref() == Some(pod.0) && objects.pod.metadata.name.as_deref() == Some(pod.1);
     if !named {
-        return Err(format!("the agent answered with another pod than {pod_ref}"));
+        return Err(not_used(format!("the agent answered with another pod than {pod_ref}")));
     }
-    check_uid(pod_ref, &objects.pod, Some(uid)).map_err(|e| format!("the agent's answer: {}", e.msg))?;
-    let mut answered = Answered { objects, missing: None };
-    resolve_pod(config, runtime_ifname, pod, &objects.pod, &mut answered).map_err(|e| match answered.missing {
-        Some(object) => format!("the agent's answer lacks {object}"),
-        None => format!("the agent's objects give an error, which the API server is asked to confirm: {e}"),
+    check_uid(pod_ref, &objects.pod, Some(uid)).map_err(|e| not_used(format!("the agent's answer: {}", e.msg)))?;
+    let mut answered = Answered { objects, missing: None, absent: Vec::new() };
+    resolve_pod(config, runtime_ifname, pod, &objects.pod, &mut answered).map_err(|e| {
+        match (answered.missing, answered.absent.is_empty()) {
+            (Some(object), _) => not_used(format!("the agent's answer lacks {object}")),
+            (None, false) => not_used(format!(
+                "the agent's objects give an error, and {} absent, which the API server is asked to confirm: {e}",
+                answered.absent.join(" and ")
+            )),
+            (None, true) => {
+                NotUsed { why: format!("the agent's objects refuse the pod: {e}"), answered: true, refusal: Some(e) }
+            }
+        }
     })
 }
 
 /// `Objects` from the agent's answer. An object the answer does not hold is not "absent" (the
-/// agent may not have known the pod needs it): it makes the answer unusable.
+/// agent may not have known the pod needs it): it makes the answer unusable. The objects the agent
+/// holds as absent are noted: an error then is confirmed by the API server.
 struct Answered<'a> {
     objects: &'a PodObjects,
     missing: Option<String>,
+    absent: Vec<String>,
 }
 
 impl Answered<'_> {
@@ -107,12 +132,19 @@ impl Answered<'_> {
         self.missing = Some(what);
         e
     }
+
+    fn noting_absent<T>(&mut self, object: Option<T>, what: ObjectRef) -> Option<T> {
+        if object.is_none() {
+            self.absent.push(what.to_string());
+        }
+        object
+    }
 }
 
 impl Objects for Answered<'_> {
     fn config_map(&mut self, namespace: &str, name: &str) -> Result<Option<ConfigMap>, CniError> {
         match self.objects.config_maps.iter().find(|held| held.is(namespace, name)) {
-            Some(held) => Ok(held.object.clone()),
+            Some(held) => Ok(self.noting_absent(held.object.clone(), ObjectRef::config_map(namespace, name))),
             None => Err(self.lacks(ObjectRef::config_map(namespace, name).to_string())),
         }
     }
@@ -122,7 +154,7 @@ impl Objects for Answered<'_> {
         name: &str,
     ) -> Result<Option<NetworkAttachmentDefinition>, CniError> {
         match self.objects.network_attachments.iter().find(|held| held.is(namespace, name)) {
-            Some(held) => Ok(held.object.clone()),
+            Some(held) => Ok(self.noting_absent(held.object.clone(), ObjectRef::network_attachment(namespace, name))),
             None => Err(self.lacks(ObjectRef::network_attachment(namespace, name).to_string())),
         }
     }
@@ -195,7 +227,11 @@ mod tests {
     #[test]
     fn an_answer_the_plugin_cannot_use_says_why() {
         let (_dir, config) = node();
-        let why = |objects: PodObjects, uid: &str| resolve(&config, "eth0", POD, uid, &objects).unwrap_err();
+        let why = |objects: PodObjects, uid: &str| {
+            let not_used = resolve(&config, "eth0", POD, uid, &objects).unwrap_err();
+            assert!(not_used.refusal.is_none(), "{not_used}: the API server is asked");
+            not_used.why
+        };
         let lacks = why(answer("u1", vec![], vec![red_nad()]), "u1");
         assert!(lacks.contains("lacks ConfigMap default/nets"), "{lacks}");
         let lacks = why(answer("u1", vec![nets(Some("blue"))], vec![]), "u1");
@@ -207,5 +243,18 @@ mod tests {
         let mut renamed = answer("u1", vec![nets(Some("blue"))], vec![red_nad()]);
         renamed.pod.metadata.name = Some("web-1".into());
         assert!(why(renamed, "u1").contains("another pod"));
+    }
+
+    #[test]
+    fn a_refusal_decided_from_the_agents_objects_is_final() {
+        let (_dir, config) = node();
+        // The NAD is held, and present: its refusal is the ADD's error, asking the API server nothing.
+        let mut objects = answer("u1", vec![nets(Some("blue"))], vec![red_nad()]);
+        let annotations = objects.pod.metadata.annotations.as_mut().unwrap();
+        annotations.insert("k8s.v1.cni.cncf.io/networks".into(), "red@lan0, red@lan0".into());
+        let not_used = resolve(&config, "eth0", POD, "u1", &objects).unwrap_err();
+        let refusal = not_used.refusal.expect("final");
+        assert!(refusal.msg.contains("lan0"), "{refusal}");
+        assert!(not_used.why.contains("refuse the pod"), "{}", not_used.why);
     }
 }

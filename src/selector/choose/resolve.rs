@@ -68,12 +68,14 @@ pub fn resolve(
     Ok(Selection { pod: Some(identity), reason, attachments, notes })
 }
 
-/// A device network's attachment takes a device the kubelet allocated to the pod, which it does
-/// only for a resource a container asks for; a `deviceID` names a device of a device network.
+/// A device network's attachment takes a device allocated to the pod: by a device plugin, only for
+/// a resource a container asks for; through DRA, only to a pod with resource claims (which of
+/// their devices carries the resource is known once they are read, in ADD's device step). A
+/// `deviceID` names a device of a device network.
 fn check_device_requests(attachments: &[Attachment], pod: &Pod, whose: &str) -> Result<(), CniError> {
     for attachment in attachments {
         let refused = match (&attachment.device, &attachment.extras.device_id) {
-            (Some(device), _) if !requests_resource(pod, &device.resource) => {
+            (Some(device), _) if !requests_resource(pod, &device.resource) && !has_resource_claims(pod) => {
                 DeviceError::NotRequested { network: attachment.network.clone(), resource: device.resource.clone() }
             }
             (None, Some(device_id)) => {
@@ -84,6 +86,12 @@ fn check_device_requests(attachments: &[Attachment], pod: &Pod, whose: &str) -> 
         return Err(CniError::invalid_config(format!("{whose}: {refused}")));
     }
     Ok(())
+}
+
+/// Whether the pod has DRA resource claims.
+fn has_resource_claims(pod: &Pod) -> bool {
+    pod.spec.as_ref().and_then(|s| s.resource_claims.as_ref()).is_some_and(|claims| !claims.is_empty())
+        || pod.status.as_ref().is_some_and(|s| s.extended_resource_claim_status.is_some())
 }
 
 /// At most one `default-route` gateway per address family: the pod has one default route.

@@ -12,6 +12,7 @@ use crate::cni::{CniError, Invocation, code};
 use crate::kube::{ApiClient, ApiPolicy, ObjectRef, PodSource};
 use crate::selector::config::SelectorConfig;
 use crate::selector::requests::annotation;
+use k8s_openapi::api::core::v1::Pod;
 
 /// Choose the networks for `pod` (namespace, name), asking `source` (None: no Kubernetes access).
 /// `runtime_ifname` is the runtime's `CNI_IFNAME`, which the first network gets. `sandbox_uid` is
@@ -24,20 +25,34 @@ pub fn select(
     sandbox_uid: Option<&str>,
     source: Option<&dyn PodSource>,
 ) -> Result<Selection, CniError> {
+    select_with_pod(config, runtime_ifname, pod, sandbox_uid, source).map(|(selection, _)| selection)
+}
+
+/// `select`, with the pod object it read (none when it read none): ADD's device step reads the
+/// pod's DRA claims from it.
+pub fn select_with_pod(
+    config: &SelectorConfig,
+    runtime_ifname: &str,
+    pod: Option<(&str, &str)>,
+    sandbox_uid: Option<&str>,
+    source: Option<&dyn PodSource>,
+) -> Result<(Selection, Option<Pod>), CniError> {
     let Some((namespace, name)) = pod else {
-        return default_selection(config, runtime_ifname, Reason::NotAPod, "the caller is not a Kubernetes pod");
+        let why = "the caller is not a Kubernetes pod";
+        return Ok((default_selection(config, runtime_ifname, Reason::NotAPod, why)?, None));
     };
     let pod_ref = ObjectRef::pod(namespace, name);
     let Some(source) = source else {
         let why = format!("{pod_ref} cannot be looked up (no kubeconfig configured)");
-        return default_selection(config, runtime_ifname, Reason::KubernetesNotConfigured, &why);
+        return Ok((default_selection(config, runtime_ifname, Reason::KubernetesNotConfigured, &why)?, None));
     };
     pod_arg("K8S_POD_NAMESPACE", namespace)?;
     pod_arg("K8S_POD_NAME", name)?;
     let pod =
         source.pod(namespace, name)?.ok_or_else(|| CniError::new(code::KUBE_API, format!("{pod_ref} not found")))?;
     check_uid(pod_ref, &pod, sandbox_uid)?;
-    resolve(config, runtime_ifname, (namespace, name), &pod, &mut Fetching::new(source))
+    let selection = resolve(config, runtime_ifname, (namespace, name), &pod, &mut Fetching::new(source))?;
+    Ok((selection, Some(pod)))
 }
 
 /// Check a name from `CNI_ARGS` before it goes into an API URL, which `kube` builds by pasting the

@@ -1,23 +1,36 @@
 //! CNI ADD for the selector: choose the pod's networks (from the node agent when it knows the pod,
-//! else from the API server), record and attach them all, give the pod the default route it asked
-//! for, record the results, and report what was attached (the network-status annotation, the
-//! `AddedInterface` events). The runtime gets the result of the first network, on its interface.
+//! else from the API server), give its device networks their devices, record and attach them all,
+//! give the pod the default route it asked for, record the results, and report what was attached
+//! (the network-status annotation, the `AddedInterface` events). The runtime gets the result of the first network, on its interface.
 
 use super::status::readiness_indicator;
 use crate::cni::{CniError, CniResult, Invocation, PluginConf, code};
+use crate::kube::agent_socket::protocol::PodObjects;
 use crate::kube::agent_socket::report as to_agent;
 use crate::kube::{ApiClient, PodSource};
+use crate::selector::attach::devices::PodView;
 use crate::selector::attach::{self, RecordStore, Tombstones, default_route};
-use crate::selector::choose::{self, PodIdentity, Selection, from_agent};
+use crate::selector::choose::from_agent::{self, NotUsed};
+use crate::selector::choose::{self, PodIdentity, Selection};
 use crate::selector::config::{NetworkStatus, SelectorConfig};
 use crate::selector::report::{self, Via};
+use k8s_openapi::api::core::v1::Pod;
 
 pub fn add(inv: &Invocation, conf: &PluginConf) -> Result<CniResult, CniError> {
     let config = SelectorConfig::from_plugin_conf(conf)?;
     readiness_indicator(&config, code::TRY_AGAIN_LATER)?;
     to_agent::note_stage(to_agent::Stage::Selecting);
-    let Chosen { mut selection, via, mut api } = choose(&config, inv)?;
-    attach::devices::give(inv, &config, &mut selection.attachments)?;
+    let Chosen { mut selection, via, mut api, seen } = choose(&config, inv)?;
+    if attach::devices::wanted(&selection.attachments) {
+        let view = match (&seen, &api) {
+            (Seen::Agent(objects), _) => PodView::Agent(objects),
+            (Seen::Api(pod), Some(api)) => PodView::Api(pod, api),
+            _ => PodView::Unseen,
+        };
+        attach::devices::give(inv, &config, &mut selection.attachments, view)?;
+    }
+    // The pod's objects are not kept while the plugins run.
+    drop(seen);
     crate::logging::note_networks(selection.attachments.iter().map(|a| a.network.as_str()));
     let status_wanted = wants_status(&config, &selection);
     if !status_wanted {
@@ -68,16 +81,26 @@ fn wants_status(config: &SelectorConfig, selection: &Selection) -> bool {
     }
 }
 
-/// A selection, where it came from, and the API client that got it, if any.
+/// A selection, where it came from, the API client that got it, if any, and the pod object it was
+/// made from.
 struct Chosen {
     selection: Selection,
     via: Via,
     api: Option<ApiClient>,
+    seen: Seen,
+}
+
+/// The pod object a selection was made from: the agent's answer, or the API server's object.
+enum Seen {
+    Agent(Box<PodObjects>),
+    Api(Box<Pod>),
+    Nothing,
 }
 
 /// The pod's selection: from the node agent when there is one that knows the pod (no API request
-/// at all), else from the API server exactly as without an agent. The operation's log line says
-/// which (`selection="agent"`, or `"api: <why not the agent>"`). Without `K8S_POD_UID` the agent is
+/// at all), else from the API server exactly as without an agent. A refusal the agent's objects
+/// decide is the ADD's error, without asking the API server (see `from_agent`). The operation's
+/// log line says which (`selection="agent"`, or `"api: <why not the agent>"`). Without `K8S_POD_UID` the agent is
 /// not asked: it could not tell the sandbox's pod from another of the same name.
 fn choose(config: &SelectorConfig, inv: &Invocation) -> Result<Chosen, CniError> {
     let mut agent = None;
@@ -87,9 +110,14 @@ fn choose(config: &SelectorConfig, inv: &Invocation) -> Result<Chosen, CniError>
             (Some(_), None) => Some("no K8S_POD_UID in CNI_ARGS to ask the agent with".to_string()),
             (Some(socket), Some(uid)) => {
                 match from_agent::selection(config, &inv.ifname, pod, uid, socket, from_agent::AGENT_WAIT) {
-                    Ok(selection) => {
+                    Ok((selection, objects)) => {
                         crate::logging::note_selection("agent");
-                        return Ok(Chosen { selection, via: Via::Agent(socket.clone()), api: None });
+                        let seen = Seen::Agent(objects);
+                        return Ok(Chosen { selection, via: Via::Agent(socket.clone()), api: None, seen });
+                    }
+                    Err(NotUsed { refusal: Some(refusal), .. }) => {
+                        crate::logging::note_selection("agent");
+                        return Err(refusal);
                     }
                     Err(not_used) => {
                         // Up, but without the pod yet: it still takes the status and the events.
@@ -103,6 +131,7 @@ fn choose(config: &SelectorConfig, inv: &Invocation) -> Result<Chosen, CniError>
     }
     let api = choose::api_client(config, inv, config.api)?;
     let source = api.as_ref().map(|a| a as &dyn PodSource);
-    let selection = choose::select(config, &inv.ifname, inv.args.pod(), inv.args.pod_uid(), source)?;
-    Ok(Chosen { selection, via: Via::Direct { agent }, api })
+    let (selection, pod) = choose::select_with_pod(config, &inv.ifname, inv.args.pod(), inv.args.pod_uid(), source)?;
+    let seen = pod.map_or(Seen::Nothing, |pod| Seen::Api(Box::new(pod)));
+    Ok(Chosen { selection, via: Via::Direct { agent }, api, seen })
 }

@@ -87,8 +87,9 @@ fn del_without_record(config: &SelectorConfig, inv: &Invocation, only: Option<&[
     let from_agent = match (&config.agent_socket, inv.args.pod(), inv.args.pod_uid()) {
         (Some(socket), Some(pod), Some(uid)) => {
             from_agent::selection(config, &inv.ifname, pod, uid, socket, std::time::Duration::ZERO)
+                .map(|(selection, _)| selection)
         }
-        _ => Err(from_agent::NotUsed { why: "no agent to ask".to_string(), answered: false }),
+        _ => Err(from_agent::NotUsed::new("no agent to ask".to_string(), false)),
     };
     let chosen = match (from_agent, only) {
         (Ok(selection), _) => Ok(selection),

@@ -103,7 +103,7 @@ fn wanted(config: &SelectorConfig, request: &Request, owner: &str) -> Result<Sel
         other => return Err(format!("the node agent does not have the pod: {other:?}")),
     };
     let pod = (request.namespace.as_str(), request.name.as_str());
-    from_agent::resolve(config, owner, pod, &request.uid, &objects)
+    from_agent::resolve(config, owner, pod, &request.uid, &objects).map_err(|not_used| not_used.why)
 }
 
 /// The call of the runtime attachment `owner` for `command`, as the runtime made it.

@@ -1,8 +1,8 @@
 //! A fake Kubernetes API server for the tests and the benchmarks: real HTTPS on 127.0.0.1 of a
 //! test's node netns (where the plugins run), with a self-signed CA and a bearer token written into
 //! a kubeconfig. By concern:
-//! - `objects`: the pods, ConfigMaps and NetworkAttachmentDefinitions a test puts in, and what the
-//!   clients wrote (pod patches, Events);
+//! - `objects`: the pods, ConfigMaps, NetworkAttachmentDefinitions, DRA ResourceClaims and
+//!   ResourceSlices a test puts in, and what the clients wrote (pod patches, Events);
 //! - `store`: those objects as etcd and the watch cache hold them: every change a new revision;
 //! - `reads` and `watch`: `GET` of one object, list and watch of a namespace's or all of them, with
 //!   the field selectors `spec.nodeName` and `metadata.name`, resourceVersions, 410 Gone for a

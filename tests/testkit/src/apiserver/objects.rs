@@ -117,6 +117,20 @@ impl ApiServer {
         self.put(Resource::Nads, namespace, name, nad);
     }
 
+    /// Put a DRA ResourceClaim (`object` as the API server serves it, kind and apiVersion added).
+    pub fn put_resource_claim(&self, namespace: &str, name: &str, mut object: Value) {
+        object["apiVersion"] = "resource.k8s.io/v1".into();
+        object["kind"] = "ResourceClaim".into();
+        self.put(Resource::Claims, namespace, name, object);
+    }
+
+    /// Put a DRA ResourceSlice (cluster-scoped; `object` as the API server serves it).
+    pub fn put_resource_slice(&self, name: &str, mut object: Value) {
+        object["apiVersion"] = "resource.k8s.io/v1".into();
+        object["kind"] = "ResourceSlice".into();
+        self.put(Resource::Slices, "", name, object);
+    }
+
     /// Put a NetworkAttachmentDefinition; `config` is its `spec.config` (none: no config).
     pub fn put_nad(&self, namespace: &str, name: &str, config: Option<&str>) {
         let nad = json!({

@@ -97,6 +97,10 @@ fn route(method: &Method, uri: &Uri) -> Result<Route, (u16, &'static str)> {
         ["apis", "k8s.cni.cncf.io", "v1", "namespaces", ns, "network-attachment-definitions", rest @ ..] => {
             (Resource::Nads, Some(*ns), rest.first())
         }
+        ["apis", "resource.k8s.io", "v1", "namespaces", ns, "resourceclaims", rest @ ..] => {
+            (Resource::Claims, Some(*ns), rest.first())
+        }
+        ["apis", "resource.k8s.io", "v1", "resourceslices"] => (Resource::Slices, None, None),
         _ => return Err((404, "the server could not find the requested resource")),
     };
     let query: BTreeMap<String, String> = uri

@@ -16,6 +16,10 @@ pub enum Resource {
     Pods,
     ConfigMaps,
     Nads,
+    /// DRA's (resource.k8s.io/v1), namespaced.
+    Claims,
+    /// DRA's, cluster-scoped (namespace "").
+    Slices,
 }
 
 impl Resource {
@@ -24,6 +28,8 @@ impl Resource {
             Resource::Pods => "pods",
             Resource::ConfigMaps => "configmaps",
             Resource::Nads => "network-attachment-definitions",
+            Resource::Claims => "resourceclaims",
+            Resource::Slices => "resourceslices",
         }
     }
     /// The `kind` of one object.
@@ -32,6 +38,8 @@ impl Resource {
             Resource::Pods => "Pod",
             Resource::ConfigMaps => "ConfigMap",
             Resource::Nads => "NetworkAttachmentDefinition",
+            Resource::Claims => "ResourceClaim",
+            Resource::Slices => "ResourceSlice",
         }
     }
     fn list_kind(self) -> &'static str {
@@ -39,11 +47,14 @@ impl Resource {
             Resource::Pods => "PodList",
             Resource::ConfigMaps => "ConfigMapList",
             Resource::Nads => "NetworkAttachmentDefinitionList",
+            Resource::Claims => "ResourceClaimList",
+            Resource::Slices => "ResourceSliceList",
         }
     }
     pub fn api_version(self) -> &'static str {
         match self {
             Resource::Nads => "k8s.cni.cncf.io/v1",
+            Resource::Claims | Resource::Slices => "resource.k8s.io/v1",
             _ => "v1",
         }
     }
