@@ -64,9 +64,9 @@ spec:
 }
 
 /// Each device interface of the pod's network-status: (interface, device-info's PCI address).
-fn device_infos(cluster: &Cluster, pod: &str) -> Vec<(String, String)> {
+pub(super) fn device_infos(cluster: &Cluster, namespace: &str, pod: &str) -> Vec<(String, String)> {
     cluster.wait_for(&format!("{pod}'s network-status with its device-info"), || {
-        let object = cluster.get_json(&["-n", NS, "get", "pod", pod]);
+        let object = cluster.get_json(&["-n", namespace, "get", "pod", pod]);
         let text = object["metadata"]["annotations"]["k8s.v1.cni.cncf.io/network-status"].as_str()?.to_string();
         let entries: Vec<Value> = serde_json::from_str(&text).ok()?;
         let devices: Vec<(String, String)> = entries
@@ -82,12 +82,12 @@ fn device_infos(cluster: &Cluster, pod: &str) -> Vec<(String, String)> {
 }
 
 /// The links of the pod's network namespace.
-fn pod_links(cluster: &Cluster, pod: &str) -> Vec<String> {
-    let out = cluster.exec(NS, pod, &["cat", "/proc/net/dev"]);
+pub(super) fn pod_links(cluster: &Cluster, namespace: &str, pod: &str) -> Vec<String> {
+    let out = cluster.exec(namespace, pod, &["cat", "/proc/net/dev"]);
     out.lines().skip(2).filter_map(|l| l.split(':').next()).map(|l| l.trim().to_string()).collect()
 }
 
-fn node_has(cluster: &Cluster, link: &str) -> bool {
+pub(super) fn node_has(cluster: &Cluster, link: &str) -> bool {
     cluster.worker("node-a").node_command("ip").args(["link", "show", link]).output().unwrap().status.success()
 }
 
@@ -137,8 +137,8 @@ metadata:
     cluster.apply_text(&pod("dev-two", "vf-a1@net1, vf-a2@net2", &[(VF, 2)]));
     cluster.wait_pod_ready(NS, "dev-one");
     cluster.wait_pod_ready(NS, "dev-two");
-    let one = device_infos(cluster, "dev-one");
-    let two = device_infos(cluster, "dev-two");
+    let one = device_infos(cluster, NS, "dev-one");
+    let two = device_infos(cluster, NS, "dev-two");
     assert_eq!(one.len(), 1, "dev-one: {one:?}");
     assert_eq!(one[0].0, "net1");
     assert_eq!(two.iter().map(|(i, _)| i.as_str()).collect::<Vec<_>>(), ["net1", "net2"], "{two:?}");
@@ -147,7 +147,7 @@ metadata:
     given.sort();
     assert_eq!(given, VFS, "each VF goes to one attachment: {one:?} {two:?}");
     for (pod, infos) in [("dev-one", &one), ("dev-two", &two)] {
-        let links = pod_links(cluster, pod);
+        let links = pod_links(cluster, NS, pod);
         for (ifname, device) in infos.iter() {
             assert!(links.contains(ifname), "{pod}: no {ifname} in {links:?}");
             assert!(!node_has(cluster, device), "{pod}: {device} is still in the node's namespace");
@@ -159,7 +159,7 @@ metadata:
     assert!(node_has(cluster, &one[0].1), "dev-one's DEL did not give {} back to the node", one[0].1);
     cluster.apply_text(&pod("dev-mixed", "vf-a1, vf-b", &[(VF, 1), (VF_B, 1)]));
     cluster.wait_pod_ready(NS, "dev-mixed");
-    let mixed = device_infos(cluster, "dev-mixed");
+    let mixed = device_infos(cluster, NS, "dev-mixed");
     assert_eq!(mixed, [("net1".to_string(), one[0].1.clone()), ("net2".to_string(), VFS_B[0].to_string())]);
 
     // A pod that asks for no device of a device network's resource is refused, naming the resource.

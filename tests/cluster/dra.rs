@@ -3,7 +3,9 @@
 //! kubelet plugin and publishes its links as devices; a DeviceClass selects the driver, claims pick
 //! devices by their `k8s.cni.cncf.io/resourceName` attribute, and pods get them. What the device
 //! lookup finds for a pod is read with `yh-genie explain` on the node, from the API server and from
-//! the node agent, and the agent's watches are read from the API server's audit log.
+//! the node agent, and the agent's watches are read from the API server's audit log. A pod whose
+//! claim takes a link, on a NetworkAttachmentDefinition of that resource name, gets the link moved
+//! in by the test device CNI (tests/devices/), as an SR-IOV VF of dra-driver-sriov would be.
 
 use super::YH_GENIE_USER;
 use serde_json::Value;
@@ -15,6 +17,8 @@ use testkit::process::report;
 
 const DRA_NS: &str = "yh-dra";
 const DRIVER: &str = "net.yh-genie.test";
+/// Where the driver writes its links' device-info files: the device plugins' place, the selector's default.
+const DEVINFO: &str = "/var/run/k8s.cni.cncf.io/devinfo";
 
 /// The driver's binary, built once per source and cached.
 fn driver_binary() -> String {
@@ -137,9 +141,11 @@ pub fn dra_claims_give_pods_the_devices_their_slices_publish(cluster: &mut Clust
         "--driver-name",
         DRIVER,
         "--devices",
-        "yh-genie.test/vf=2,yh-genie.test/red=1",
+        "yh-genie.test/vf=2,yh-genie.test/red=1,yh-genie.test/net=1",
         "--bare",
         "1",
+        "--devinfo",
+        DEVINFO,
     ]);
     // Ended at the end of the test (and with the run's processes if the test fails first).
     let mut driver = cluster.run.spawn("node-a-dra-driver", &mut command);
@@ -155,7 +161,7 @@ pub fn dra_claims_give_pods_the_devices_their_slices_publish(cluster: &mut Clust
             (d["name"].as_str().unwrap().to_string(), d["attributes"]["k8s.cni.cncf.io/deviceID"]["string"].clone())
         })
         .collect();
-    assert_eq!(devices.len(), 4, "{slice}");
+    assert_eq!(devices.len(), 5, "{slice}");
     assert!(worker.must("ip -br link show vf0").contains("vf0"), "the driver made its links in the node");
 
     cluster.apply_text(&manifests());
@@ -184,6 +190,8 @@ pub fn dra_claims_give_pods_the_devices_their_slices_publish(cluster: &mut Clust
     let unallocated = explain(cluster, "dra-unallocated");
     assert!(unallocated.contains("is not allocated yet") && unallocated.contains("CNI error code 11"), "{unallocated}");
 
+    a_claimed_link_is_moved_into_the_pod_on_its_device_network(cluster);
+
     let events = cluster.audit_events();
     let agent: Vec<&Value> = events
         .iter()
@@ -206,4 +214,75 @@ pub fn dra_claims_give_pods_the_devices_their_slices_publish(cluster: &mut Clust
     cluster.kubectl_ok(&["delete", "namespace", DRA_NS, "--wait=true"]);
     driver.kill().unwrap();
     driver.wait().unwrap();
+}
+
+/// Pod dra-net claims the `net` link (from a template) and names NAD dra-net, whose resourceName is
+/// the link's: its ADD, answered by the node agent (no GET), hands the link's device ID to the test
+/// device CNI, which moves it in; network-status carries the device-info file the driver wrote;
+/// DEL gives the link back to the node.
+fn a_claimed_link_is_moved_into_the_pod_on_its_device_network(cluster: &Cluster) {
+    let (_, cni) = testkit::devices::support_binaries();
+    let worker = cluster.worker("node-a");
+    std::fs::copy(&cni, worker.node_path("/opt/cni/bin/test-device-cni")).unwrap();
+    let dir = worker.node_path("/etc/cni/net.d/dra-net");
+    std::fs::create_dir_all(&dir).unwrap();
+    let conf = serde_json::json!({"cniVersion": "1.0.0", "name": "dra-net", "plugins": [
+        {"type": "test-device-cni", "capabilities": {"CNIDeviceInfoFile": true}}]});
+    std::fs::write(dir.join("10-device.conflist"), conf.to_string()).unwrap();
+    let before = cluster.audit_events().len();
+    cluster.apply_text(&format!(
+        "apiVersion: k8s.cni.cncf.io/v1
+kind: NetworkAttachmentDefinition
+metadata:
+  name: dra-net
+  namespace: {DRA_NS}
+  annotations: {{k8s.v1.cni.cncf.io/resourceName: yh-genie.test/net}}
+---
+apiVersion: resource.k8s.io/v1
+kind: ResourceClaimTemplate
+metadata: {{name: one-net, namespace: {DRA_NS}}}
+spec:
+  spec:
+    devices:
+      requests:
+      - name: net
+        exactly:
+          deviceClassName: yh-genie-test-net
+          selectors:
+          - cel: {{expression: 'device.attributes[\"k8s.cni.cncf.io\"].resourceName == \"yh-genie.test/net\"'}}
+---
+apiVersion: v1
+kind: Pod
+metadata:
+  name: dra-net
+  namespace: {DRA_NS}
+  annotations: {{k8s.v1.cni.cncf.io/networks: dra-net}}
+spec:
+  nodeSelector: {{yh-genie-e2e/slot: a}}
+  terminationGracePeriodSeconds: 1
+  containers:
+  - name: main
+    image: busybox:1.36
+    command: [sleep, '3600']
+  resourceClaims:
+  - {{name: nic, resourceClaimTemplateName: one-net}}
+"
+    ));
+    cluster.wait_pod_ready(DRA_NS, "dra-net");
+    let infos = super::devices::device_infos(cluster, DRA_NS, "dra-net");
+    assert_eq!(infos, [("net1".to_string(), "net0".to_string())], "dra-net's network-status");
+    let links = super::devices::pod_links(cluster, DRA_NS, "dra-net");
+    assert!(links.contains(&"net1".to_string()), "dra-net: no net1 in {links:?}");
+    assert!(!super::devices::node_has(cluster, "net0"), "net0 is still in the node's namespace");
+    let gets: Vec<String> = cluster.audit_events()[before..]
+        .iter()
+        .filter(|e| {
+            e["user"]["username"] == YH_GENIE_USER && ["get", "list"].contains(&e["verb"].as_str().unwrap_or(""))
+        })
+        .filter(|e| e["requestURI"].as_str().is_some_and(|uri| !uri.contains("watch=true")))
+        .map(|e| format!("{} {}", e["verb"], e["requestURI"]))
+        .collect();
+    assert_eq!(gets, Vec::<String>::new(), "GETs and LISTs by yh-genie during dra-net's ADD");
+    cluster.delete_pod(DRA_NS, "dra-net");
+    assert!(super::devices::node_has(cluster, "net0"), "dra-net's DEL did not give net0 back to the node");
 }

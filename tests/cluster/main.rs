@@ -59,13 +59,6 @@ type Test = fn(&mut Cluster);
 /// Tests that fail today or have not passed yet, run with `--include-ignored`: why.
 const IGNORED: &[(&str, &str)] = &[
     (
-        "device_networks_get_the_devices_the_kubelet_gave_the_pod",
-        "fails its zero-GET check: the devices are given, sorted and moved as asserted, but the plugin \
-         GETs the pod it refuses (dev-none) and a NAD that pods use just after its creation (vf-b); \
-         those GETs also land in the window adds_make_no_api_get_and_requests_per_pod_lifecycle \
-         counts, so it stays out of the suite until the agent path answers both",
-    ),
-    (
         "dynamic_networks_follow_a_running_pods_annotation",
         "not yet passed on the real cluster: the netns suite's tests/netns/dynamic.rs pass; run it with \
          --include-ignored and drop it from this list once it passes",

@@ -20,6 +20,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -49,6 +50,8 @@ type device struct {
 
 type driver struct {
 	devices map[string]device
+	// Where device-info files are written; empty: none.
+	devinfo string
 }
 
 func main() {
@@ -58,6 +61,7 @@ func main() {
 		name       = flag.String("driver-name", "net.yh-genie.test", "the driver's name, as DeviceClasses select it")
 		specs      = flag.String("devices", "yh-genie.test/vf=2", "RESOURCE=COUNT,...: COUNT links per resource name")
 		bare       = flag.Int("bare", 0, "devices without the CNI attributes")
+		devinfo    = flag.String("devinfo", "", "where to write the links' device-info files, as a device plugin does (none: not written)")
 	)
 	klog.InitFlags(nil)
 	flag.Parse()
@@ -87,7 +91,7 @@ func main() {
 	if err := os.MkdirAll(dir, 0o750); err != nil {
 		fail(err)
 	}
-	plugin := &driver{devices: map[string]device{}}
+	plugin := &driver{devices: map[string]device{}, devinfo: *devinfo}
 	for _, d := range devices {
 		plugin.devices[d.name] = d
 	}
@@ -190,6 +194,10 @@ func (d *driver) PrepareResourceClaims(ctx context.Context, claims []*resourceap
 					result.Err = err
 					break
 				}
+				if err := d.writeDeviceInfo(dev); err != nil {
+					result.Err = err
+					break
+				}
 			}
 			result.Devices = append(result.Devices, kubeletplugin.Device{
 				Requests:   []string{allocated.Request},
@@ -200,6 +208,22 @@ func (d *driver) PrepareResourceClaims(ctx context.Context, claims []*resourceap
 		results[claim.UID] = result
 	}
 	return results, nil
+}
+
+// writeDeviceInfo writes the device-info file of a link where the SR-IOV device plugin writes its
+// VFs' (<devinfo>/dp/<resource name, / as ->-<device ID>-device.json), which the selector copies
+// for the attachment and reports in the pod's network-status.
+func (d *driver) writeDeviceInfo(dev device) error {
+	if d.devinfo == "" {
+		return nil
+	}
+	dir := filepath.Join(d.devinfo, "dp")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	name := strings.ReplaceAll(dev.resourceName, "/", "-") + "-" + dev.link + "-device.json"
+	info := fmt.Sprintf(`{"type":"pci","version":"1.1.0","pci":{"pci-address":%q}}`, dev.link)
+	return os.WriteFile(filepath.Join(dir, name), []byte(info), 0o644)
 }
 
 // UnprepareResourceClaims has nothing to undo: the device CNI gives the link back on DEL.
