@@ -17,34 +17,46 @@ pub fn write_atomic(path: &Path, bytes: &[u8], mode: u32) -> io::Result<()> {
 /// to a new inode, replacing an executable that is running is safe (no "Text file busy"): processes
 /// already running it keep the old inode, later execs get the new one.
 pub fn write_atomic_with(path: &Path, mode: u32, fill: impl FnOnce(&mut File) -> io::Result<()>) -> io::Result<()> {
-    replace(path, mode, fill, true)
+    replace(path, mode, fill, Durability::FileAndDirectory)
 }
 
-/// `write_atomic` of a new version of a file whose older version is already durable and remains a
-/// valid state: the new file is fsync'd and renamed over it, but the directory is not fsync'd. A
-/// crash of the process leaves the new version (the rename is done); a power loss may bring the
-/// older one back, whole, never a torn one. One fsync less, for files whose newer version only
-/// matters while the machine keeps running.
-pub fn replace_atomic(path: &Path, bytes: &[u8], mode: u32) -> io::Result<()> {
-    replace(path, mode, |f| f.write_all(bytes), false)
+/// Write `bytes` to `path` atomically against a crash of the process, not of the machine: a temp
+/// file renamed over `path`, nothing fsync'd. A process killed at any point leaves the old file or
+/// the new one, whole; after a power loss the file may be the old one, absent, empty or torn, so
+/// readers must take a file that does not parse as absent. For state that only matters while the
+/// machine keeps running, beside durable state that stays valid without it (a record's results:
+/// the sandboxes do not survive a power loss either). Costs no wait on the disk.
+pub fn write_volatile(path: &Path, bytes: &[u8], mode: u32) -> io::Result<()> {
+    replace(path, mode, |f| f.write_all(bytes), Durability::None)
 }
 
-fn replace(path: &Path, mode: u32, fill: impl FnOnce(&mut File) -> io::Result<()>, sync_dir: bool) -> io::Result<()> {
+/// How much of a `replace` is made durable.
+#[derive(Clone, Copy, PartialEq)]
+enum Durability {
+    /// The file and its directory: the new version survives a power loss.
+    FileAndDirectory,
+    /// Nothing: the new version survives a crash of the process.
+    None,
+}
+
+fn replace(path: &Path, mode: u32, fill: impl FnOnce(&mut File) -> io::Result<()>, durability: Durability) -> io::Result<()> {
     let dir = parent_dir(path);
     fs::DirBuilder::new().recursive(true).mode(0o700).create(dir)?;
-    let tmp = write_temp(path, mode, fill)?;
+    let tmp = write_temp_in(dir, path, mode, fill, durability == Durability::FileAndDirectory)?;
     crate::crash_point::reached("write_atomic.before-rename");
     if let Err(e) = fs::rename(&tmp, path) {
         let _ = fs::remove_file(&tmp);
         return Err(e);
     }
-    if !sync_dir {
-        // A new version of a durable file (`replace_atomic`: a record's results, right after the
-        // same ADD wrote it with `write_atomic_all`, which cleared its debris): no listing again.
-        return Ok(());
+    match durability {
+        Durability::FileAndDirectory => {
+            remove_abandoned_beside(path);
+            File::open(dir)?.sync_all()
+        }
+        // No listing for debris either: what killed volatile writers leave is cleared by the
+        // owner's sweep (`remove_abandoned_temps`), off the hot path.
+        Durability::None => Ok(()),
     }
-    remove_abandoned_beside(path);
-    File::open(dir)?.sync_all()
 }
 
 /// Remove the temp files that writes of `paths` (of one directory) left when their process died
@@ -74,7 +86,7 @@ pub fn write_atomic_staged(
     fill: impl FnOnce(&mut File) -> io::Result<()>,
 ) -> io::Result<()> {
     fs::DirBuilder::new().recursive(true).mode(0o700).create(staging)?;
-    let tmp = write_temp_in(staging, path, mode, fill)?;
+    let tmp = write_temp_in(staging, path, mode, fill, true)?;
     crate::crash_point::reached("write_atomic.before-rename");
     if let Err(e) = fs::rename(&tmp, path) {
         let _ = fs::remove_file(&tmp);
@@ -108,22 +120,23 @@ pub fn remove_abandoned_temps(dir: &Path) -> io::Result<Vec<String>> {
 /// A temp file beside `path` holding what `fill` wrote, with `mode` (set with fchmod, so the umask
 /// cannot narrow it), fsync'd: ready to be renamed over `path`. Removed again on an error.
 fn write_temp(path: &Path, mode: u32, fill: impl FnOnce(&mut File) -> io::Result<()>) -> io::Result<PathBuf> {
-    write_temp_in(parent_dir(path), path, mode, fill)
+    write_temp_in(parent_dir(path), path, mode, fill, true)
 }
 
-/// `write_temp` in `dir`.
+/// `write_temp` in `dir`; fsync'd only when `durable`.
 fn write_temp_in(
     dir: &Path,
     path: &Path,
     mode: u32,
     fill: impl FnOnce(&mut File) -> io::Result<()>,
+    durable: bool,
 ) -> io::Result<PathBuf> {
     let tmp = temp_in(dir, path)?;
     let written = (|| {
         let mut f = OpenOptions::new().write(true).create_new(true).mode(mode).open(&tmp)?;
         fill(&mut f)?;
         f.set_permissions(fs::Permissions::from_mode(mode))?;
-        f.sync_all()
+        if durable { f.sync_all() } else { Ok(()) }
     })();
     match written {
         Ok(()) => Ok(tmp),
@@ -298,7 +311,7 @@ mod tests {
         assert_eq!(fs::read(&p).unwrap(), b"two");
         assert_eq!(fs::metadata(&p).unwrap().permissions().mode() & 0o777, 0o600);
         assert_eq!(fs::read_dir(p.parent().unwrap()).unwrap().count(), 1);
-        replace_atomic(&p, b"three", 0o600).unwrap();
+        write_volatile(&p, b"three", 0o600).unwrap();
         assert_eq!(fs::read(&p).unwrap(), b"three");
         assert_eq!(fs::metadata(&p).unwrap().permissions().mode() & 0o777, 0o600);
         assert_eq!(fs::read_dir(p.parent().unwrap()).unwrap().count(), 1);

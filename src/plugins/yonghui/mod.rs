@@ -5,6 +5,11 @@
 //! The generated configuration is saved as `<dataDir>/<containerID>:<ifname>` before the delegate
 //! runs. DEL replays exactly those bytes and CHECK adds the runtime's `prevResult` to them, so tearing
 //! a pod down does not depend on subnet.env or the network config still being what they were at ADD.
+//! The save is atomic but not fsync'd (as flannel's): a crash of the process leaves it whole, and
+//! what a power loss can take from it, a DEL makes again from subnet.env. That DEL releases the same
+//! address (host-local releases by container and interface, whatever the range), and the pod's
+//! interfaces and its NAT rules did not survive the power loss either. Waiting on the disk for it
+//! would cost every ADD two journal commits.
 //!
 //! - [`subnet_env`]: the daemon's subnet.env.
 //! - [`config`]: yonghui's own keys.
@@ -47,17 +52,21 @@ impl Plugin for Yonghui {
             .inspect_err(|_| undo_add(&delegate, inv, &bytes, &saved))
     }
 
-    /// Replay the saved configuration to the delegate's DEL, then forget it. Nothing saved means
-    /// nothing to undo (already deleted, or ADD never got that far), except the temp file of a save
-    /// whose process was killed. If the delegate's DEL fails the file stays, so the runtime's retry
-    /// can finish the job. A file saved by the earlier release (`<dataDir>/<containerID>`) is
-    /// replayed too when it is this network's.
+    /// Replay the saved configuration to the delegate's DEL, then forget it. Nothing saved (already
+    /// deleted, ADD never got that far, or the save lost to a power loss): the delegate's DEL with
+    /// the configuration made again from subnet.env, which undoes nothing that is not there, and
+    /// the temp file of a save whose process was killed goes. If the delegate's DEL fails the file
+    /// stays, so the runtime's retry can finish the job. A file saved by the earlier release
+    /// (`<dataDir>/<containerID>`) is replayed too when it is this network's.
     fn del(&self, inv: &Invocation, conf: &PluginConf) -> Result<(), CniError> {
         let data_dir = config::data_dir(conf)?;
         let saved = SavedDelegate::new(&data_dir, &inv.container_id, &inv.ifname);
         match saved.read()? {
             Some(bytes) => replay_del(&saved, &bytes, inv)?,
-            None => saved.remove()?,
+            None => {
+                saved.remove()?;
+                del_regenerated(conf, inv)?;
+            }
         }
         let legacy = SavedDelegate::legacy(&data_dir, &inv.container_id);
         if let Some(bytes) = legacy.read()?
@@ -154,6 +163,19 @@ fn undo_add(delegate: &Delegate, inv: &Invocation, bytes: &[u8], saved: &SavedDe
     }
 }
 
+/// The delegate's DEL with the configuration generated from subnet.env now, for an attachment with
+/// nothing saved. Without a usable subnet.env or network configuration nothing is known to undo:
+/// success, as a DEL must not block a pod's removal on what cannot be repaired.
+fn del_regenerated(conf: &PluginConf, inv: &Invocation) -> Result<(), CniError> {
+    match NetConf::from_plugin_conf(conf).and_then(|conf| generate(&conf)) {
+        Ok(delegate) => run_delegate(&delegate.plugin_type, Command::Del, inv, &delegate.to_bytes()).map(drop),
+        Err(e) => {
+            tracing::info!("DEL of container {} interface {}: nothing saved, and {e}", inv.container_id, inv.ifname);
+            Ok(())
+        }
+    }
+}
+
 /// Replay `bytes` (a saved delegate configuration) to its delegate's DEL, then remove `saved`.
 fn replay_del(saved: &SavedDelegate, bytes: &[u8], inv: &Invocation) -> Result<(), CniError> {
     let delegate = match PluginConf::parse(bytes) {
@@ -207,9 +229,10 @@ impl SavedDelegate {
         self.path.parent().unwrap_or(Path::new("")).display().to_string()
     }
 
-    /// Written whole or not at all, readable by root only (it may carry runtimeConfig secrets).
+    /// Written whole or not at all (not fsync'd: the module's comment says why), readable by root
+    /// only (it may carry runtimeConfig secrets).
     fn save(&self, bytes: &[u8]) -> Result<(), CniError> {
-        durable::write_atomic(&self.path, bytes, 0o600).map_err(|e| {
+        durable::write_volatile(&self.path, bytes, 0o600).map_err(|e| {
             CniError::io(format!("cannot save the delegate configuration to {}: {e}", self.path.display()))
         })
     }

@@ -154,8 +154,25 @@ fn del_replays_the_saved_config_then_forgets_it_and_is_idempotent() {
     Yonghui.del(&node.inv(Command::Del), &node.conf(json!({"delegate": {"type": "other"}}))).unwrap();
     assert_eq!(node.stdin_of("DEL"), node.stdin_of("ADD"));
     assert!(!node.saved().exists());
+    assert_eq!(node.calls(), "ADD\nDEL\n");
+    // Again: nothing saved and no subnet.env, so nothing is known to undo.
     node.del().unwrap();
     assert_eq!(node.calls(), "ADD\nDEL\n");
+}
+
+/// A save lost to a power loss (it is not fsync'd): DEL makes the configuration again from
+/// subnet.env, and the delegate releases what the ADD took.
+#[test]
+fn del_without_a_saved_config_runs_the_delegate_with_one_made_again() {
+    let node = Node::new();
+    node.add().unwrap();
+    let added = node.stdin_of("ADD");
+    std::fs::remove_file(node.saved()).unwrap();
+    node.del().unwrap();
+    assert_eq!(node.calls(), "ADD\nDEL\n");
+    assert_eq!(node.stdin_of("DEL"), added);
+    node.del().unwrap();
+    assert_eq!(node.calls(), "ADD\nDEL\nDEL\n", "a DEL repeated is the delegate's DEL repeated");
 }
 
 #[test]
@@ -193,7 +210,7 @@ fn del_without_a_saved_config_forgets_a_save_that_was_interrupted() {
     std::fs::write(&temp, "{\"half\":").unwrap();
     node.del().unwrap();
     assert!(!temp.exists());
-    assert_eq!(node.calls(), "");
+    assert_eq!(node.calls(), "DEL\n", "the delegate's DEL, with the configuration made again");
 }
 
 #[test]

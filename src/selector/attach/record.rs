@@ -7,9 +7,14 @@
 //! runtime's `CNI_IFNAME`, whose DEL removes them all) and its position in the ADD.
 //!
 //! A record is written (atomically, durably) before any plugin of its network runs; once every
-//! network of the pod has succeeded, the record of the runtime's interface is written again with
-//! the results of them all. DEL removes the records after the networks' DELs. A record that cannot
-//! be read or parsed is logged and treated as absent: DEL then falls back to asking the API server.
+//! network of the pod has succeeded, the results of them all go into a file of their own beside
+//! the records (`<dataDir>/results/<containerID>:<ifname>`, of the runtime's interface), written
+//! atomically but not fsync'd: the record is what a DEL after a power loss needs, and the pod's
+//! sandbox did not survive it either, so waiting on the disk for the results would only slow every
+//! ADD. A record read back carries its results. DEL removes the records after the networks' DELs,
+//! then the results. A record that cannot be read or parsed is logged and treated as absent: DEL
+//! then falls back to asking the API server; results that cannot be read are logged and the record
+//! is taken as an ADD that did not complete.
 //!
 //! The format is still 1: this release added fields (`runtimeIfname`, `position`, `source`,
 //! `extras`) that a record written by the earlier release lacks, and their defaults describe it: the
@@ -162,11 +167,22 @@ fn serialized(record: &Record) -> Result<Vec<u8>, CniError> {
 /// The records of one `dataDir`.
 pub struct RecordStore {
     dir: PathBuf,
+    results_dir: PathBuf,
+}
+
+/// A completed ADD's results, as their file holds them: what `complete` adds to a record.
+#[derive(Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Results {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    result: Option<Value>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    further_results: BTreeMap<String, Value>,
 }
 
 impl RecordStore {
     pub fn new(data_dir: &Path) -> Self {
-        RecordStore { dir: data_dir.join("attachments") }
+        RecordStore { dir: data_dir.join("attachments"), results_dir: data_dir.join("results") }
     }
 
     /// `<dataDir>/attachments/<containerID>:<ifname>`. Neither part may contain `:` (the runtime's
@@ -176,19 +192,45 @@ impl RecordStore {
         self.dir.join(format!("{container_id}:{ifname}"))
     }
 
-    /// Write a record again with what ADD learned since `write_all` made it durable (the chains'
-    /// results). The directory is not fsync'd (`durable::replace_atomic`): after a power loss the
-    /// record may be the one without results, which DEL undoes as an ADD that did not complete (the
-    /// sandboxes did not survive either), as after a crash just before this write.
-    pub fn complete(&self, record: &Record) -> Result<(), CniError> {
-        let path = self.path(&record.container_id, &record.ifname);
-        let bytes = serialized(record)?;
-        durable::replace_atomic(&path, &bytes, 0o600)
-            .map_err(|e| CniError::io(format!("cannot write attachment record {}: {e}", path.display())))
+    /// `<dataDir>/results/<containerID>:<ifname>`.
+    fn results_path(&self, container_id: &str, ifname: &str) -> PathBuf {
+        self.results_dir.join(format!("{container_id}:{ifname}"))
     }
 
-    /// The record of (container, interface); `None` if there is none or it is unreadable (logged).
+    /// Keep what ADD learned since `write_all` made the record durable (the chains' results), in
+    /// the record's results file (`durable::write_volatile`: no wait on the disk). After a power
+    /// loss the results may be gone while the record stays: DEL undoes that as an ADD that did not
+    /// complete (DEL without `prevResult`), as after a crash just before this write.
+    pub fn complete(&self, record: &Record) -> Result<(), CniError> {
+        let path = self.results_path(&record.container_id, &record.ifname);
+        let results = Results { result: record.result.clone(), further_results: record.further_results.clone() };
+        let bytes = serde_json::to_vec(&results).map_err(|e| {
+            CniError::invalid_config(format!(
+                "cannot record the results of container {} interface {}: {e}",
+                record.container_id, record.ifname
+            ))
+        })?;
+        durable::write_volatile(&path, &bytes, 0o600)
+            .map_err(|e| CniError::io(format!("cannot write attachment results {}: {e}", path.display())))
+    }
+
+    /// The record of (container, interface) with its results; `None` if there is none or it is
+    /// unreadable (logged).
     pub fn read(&self, container_id: &str, ifname: &str) -> Option<Record> {
+        let mut record = self.read_record(container_id, ifname)?;
+        // A record written by the earlier release holds its results itself.
+        if record.result.is_none() && record.further_results.is_empty() {
+            let path = self.results_path(container_id, ifname);
+            if let Some(results) = read_results(&path) {
+                record.result = results.result;
+                record.further_results = results.further_results;
+            }
+        }
+        Some(record)
+    }
+
+    /// The record file of (container, interface) alone.
+    fn read_record(&self, container_id: &str, ifname: &str) -> Option<Record> {
         let path = self.path(container_id, ifname);
         match std::fs::read(&path) {
             Ok(bytes) => parse(&path, &bytes),
@@ -201,8 +243,14 @@ impl RecordStore {
     }
 
     /// Write `records` (of one container) together: each whole or absent after a crash, one fsync
-    /// each and one for the directory.
+    /// each and one for the directory. Results of an earlier ADD of the same interfaces (one never
+    /// DELeted) go first: a record is written without results, and must not be read back with
+    /// another ADD's. Their removal is ordered before the records' fsync by the filesystem's
+    /// journal, so a power loss cannot bring them back beside the new records.
     pub fn write_all(&self, records: &[&Record]) -> Result<(), CniError> {
+        for r in records {
+            self.remove_results(&r.container_id, &r.ifname)?;
+        }
         let files = records
             .iter()
             .map(|r| Ok((self.path(&r.container_id, &r.ifname), serialized(r)?)))
@@ -216,7 +264,20 @@ impl RecordStore {
     pub fn remove_all(&self, container_id: &str, ifnames: &[String]) -> Result<(), CniError> {
         let paths: Vec<PathBuf> = ifnames.iter().map(|ifname| self.path(container_id, ifname)).collect();
         durable::remove_all_durably(&paths)
-            .map_err(|e| CniError::io(format!("cannot remove attachment records in {}: {e}", self.dir.display())))
+            .map_err(|e| CniError::io(format!("cannot remove attachment records in {}: {e}", self.dir.display())))?;
+        // After the records: results without their record are read by no one (GC sweeps them).
+        ifnames.iter().try_for_each(|ifname| self.remove_results(container_id, ifname))
+    }
+
+    /// Remove the results of (container, interface), not made durable; none is success.
+    fn remove_results(&self, container_id: &str, ifname: &str) -> Result<(), CniError> {
+        let path = self.results_path(container_id, ifname);
+        match std::fs::remove_file(&path) {
+            Err(e) if e.kind() != io::ErrorKind::NotFound => {
+                Err(CniError::io(format!("cannot remove attachment results {}: {e}", path.display())))
+            }
+            _ => Ok(()),
+        }
     }
 
     /// Every record file of `container_id`, and every interface of it that has only the temp file
@@ -242,12 +303,26 @@ impl RecordStore {
         Ok(found)
     }
 
-    /// Remove the temp files of every record write whose process died before its rename (GC: a
-    /// killed ADD's temp file for a container the runtime has forgotten has no DEL to take it).
+    /// Remove the temp files of every record and results write whose process died before its
+    /// rename (GC: a killed ADD's temp file for a container the runtime has forgotten has no DEL to
+    /// take it), and results whose record is gone (a power loss may bring back results removed
+    /// after their record). How many files went.
     pub fn remove_abandoned(&self) -> Result<usize, CniError> {
-        durable::remove_abandoned_temps(&self.dir)
+        let mut removed = durable::remove_abandoned_temps(&self.dir)
             .map(|removed| removed.len())
-            .map_err(|e| CniError::io(format!("cannot clear abandoned temp files in {}: {e}", self.dir.display())))
+            .map_err(|e| CniError::io(format!("cannot clear abandoned temp files in {}: {e}", self.dir.display())))?;
+        removed += durable::remove_abandoned_temps(&self.results_dir).map(|removed| removed.len()).map_err(|e| {
+            CniError::io(format!("cannot clear abandoned temp files in {}: {e}", self.results_dir.display()))
+        })?;
+        let orphans = names_in(&self.results_dir)?.into_iter().filter(|name| !name.starts_with('.')).filter(|name| {
+            name.split_once(':').is_some_and(|(c, i)| !self.path(c, i).exists())
+        });
+        for name in orphans.collect::<Vec<_>>() {
+            let (c, i) = name.split_once(':').expect("filtered on ':'");
+            self.remove_results(c, i)?;
+            removed += 1;
+        }
+        Ok(removed)
     }
 
     /// Every readable record (for GC).
@@ -263,13 +338,36 @@ impl RecordStore {
     /// The names in the directory: record files, and the temp files of `write_atomic` (which start
     /// with a dot).
     fn names(&self) -> Result<Vec<String>, CniError> {
-        let entries = match std::fs::read_dir(&self.dir) {
-            Ok(entries) => entries,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
-            Err(e) => return Err(CniError::io(format!("cannot list {}: {e}", self.dir.display()))),
-        };
-        Ok(entries.filter_map(Result::ok).map(|e| e.file_name().to_string_lossy().into_owned()).collect())
+        names_in(&self.dir)
     }
+}
+
+/// The names in `dir`; a missing directory has none.
+fn names_in(dir: &Path) -> Result<Vec<String>, CniError> {
+    let entries = match std::fs::read_dir(dir) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(CniError::io(format!("cannot list {}: {e}", dir.display()))),
+    };
+    Ok(entries.filter_map(Result::ok).map(|e| e.file_name().to_string_lossy().into_owned()).collect())
+}
+
+/// The results in `path`; none if absent, or unreadable (logged: a power loss may leave the file
+/// empty or torn, and the record then reads as an ADD that did not complete).
+fn read_results(path: &Path) -> Option<Results> {
+    let bytes = match std::fs::read(path) {
+        Ok(bytes) => bytes,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return None,
+        Err(e) => {
+            tracing::warn!("cannot read attachment results {}: {e}; taking the ADD as not completed", path.display());
+            return None;
+        }
+    };
+    serde_json::from_slice(&bytes)
+        .inspect_err(|e| {
+            tracing::warn!("attachment results {} do not parse ({e}); taking the ADD as not completed", path.display())
+        })
+        .ok()
 }
 
 fn parse(path: &Path, bytes: &[u8]) -> Option<Record> {
@@ -328,7 +426,95 @@ mod tests {
         let e = store.write_all(&[&r]).unwrap_err();
         assert!(e.code == 7 && e.msg.contains("container c1 interface eth0"), "{e}");
         assert!(store.read("c1", "eth0").is_none());
-        assert_eq!(store.complete(&r).unwrap_err().code, 7);
+    }
+
+    fn result(address: &str) -> CniResult {
+        CniResult::from_json(&serde_json::json!({"ips": [{"address": address}]}), crate::cni::CniVersion::LATEST)
+            .unwrap()
+    }
+
+    #[test]
+    fn results_are_read_back_with_their_record_and_go_with_it() {
+        let d = tempfile::tempdir().unwrap();
+        let store = RecordStore::new(d.path());
+        let mut first = record("c1", "eth0", 0, "eth0");
+        let further = record("c1", "eth0", 1, "net1");
+        store.write_all(&[&first, &further]).unwrap();
+        first.set_result(&result("10.0.0.2/24"));
+        first.set_further_result("net1", &result("10.1.0.2/24"));
+        store.complete(&first).unwrap();
+
+        let record_file = std::fs::read_to_string(d.path().join("attachments/c1:eth0")).unwrap();
+        assert!(!record_file.contains("10.0.0.2"), "the durable record stays as written before the plugins");
+        let mut records: Vec<Record> = store
+            .of_container("c1")
+            .unwrap()
+            .into_iter()
+            .map(|f| match f {
+                Found::Record(r) => *r,
+                other => panic!("{other:?}"),
+            })
+            .collect();
+        super::super::networks::in_order(&mut records, "eth0");
+        assert_eq!(records[0].result().unwrap(), Some(result("10.0.0.2/24")));
+        assert_eq!(records[1].result().unwrap(), Some(result("10.1.0.2/24")));
+        assert_eq!(store.list().unwrap().len(), 2, "the results are no record of their own");
+
+        store.remove_all("c1", &["eth0".into(), "net1".into()]).unwrap();
+        assert!(store.of_container("c1").unwrap().is_empty());
+        assert_eq!(std::fs::read_dir(d.path().join("results")).unwrap().count(), 0);
+    }
+
+    /// After a power loss the results file may be empty or torn: the record reads as an ADD that
+    /// did not complete, which DEL undoes without `prevResult`.
+    #[test]
+    fn torn_results_read_as_an_add_that_did_not_complete() {
+        let d = tempfile::tempdir().unwrap();
+        let store = RecordStore::new(d.path());
+        let mut r = record("c1", "eth0", 0, "eth0");
+        store.write_all(&[&r]).unwrap();
+        r.set_result(&result("10.0.0.2/24"));
+        store.complete(&r).unwrap();
+        for torn in [&b""[..], b"{\"result\": {\"ips\""] {
+            std::fs::write(d.path().join("results/c1:eth0"), torn).unwrap();
+            let back = store.read("c1", "eth0").expect("the record itself is intact");
+            assert_eq!(back.result().unwrap(), None);
+        }
+    }
+
+    /// A runtime that ADDs an interface again without DELeting it: the new record must not be read
+    /// back with the earlier ADD's results, even if that ADD is killed before its own.
+    #[test]
+    fn a_new_record_does_not_take_the_results_of_an_earlier_add() {
+        let d = tempfile::tempdir().unwrap();
+        let store = RecordStore::new(d.path());
+        let mut r = record("c1", "eth0", 0, "eth0");
+        store.write_all(&[&r]).unwrap();
+        r.set_result(&result("10.0.0.2/24"));
+        store.complete(&r).unwrap();
+        store.write_all(&[&record("c1", "eth0", 0, "eth0")]).unwrap();
+        assert_eq!(store.read("c1", "eth0").unwrap().result().unwrap(), None);
+    }
+
+    /// Results whose record is gone (removed, and the removal of the results lost to a power
+    /// loss) and temp files of killed results writers are swept by GC; live ones stay.
+    #[test]
+    fn gc_sweeps_results_without_a_record() {
+        let d = tempfile::tempdir().unwrap();
+        let store = RecordStore::new(d.path());
+        let mut kept = record("c1", "eth0", 0, "eth0");
+        store.write_all(&[&kept]).unwrap();
+        kept.set_result(&result("10.0.0.2/24"));
+        store.complete(&kept).unwrap();
+        std::fs::write(d.path().join("results/gone:eth0"), b"{}").unwrap();
+        std::fs::write(d.path().join("results/.gone:eth1.tmp-999999999-000000000001"), b"{").unwrap();
+        assert_eq!(store.remove_abandoned().unwrap(), 2);
+        let left: Vec<_> = std::fs::read_dir(d.path().join("results"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        assert_eq!(left, ["c1:eth0"]);
+        assert!(store.read("c1", "eth0").unwrap().result.is_some());
     }
 
     #[test]
