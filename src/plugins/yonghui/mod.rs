@@ -61,20 +61,21 @@ impl Plugin for Yonghui {
     fn del(&self, inv: &Invocation, conf: &PluginConf) -> Result<(), CniError> {
         let data_dir = config::data_dir(conf)?;
         let saved = SavedDelegate::new(&data_dir, &inv.container_id, &inv.ifname);
+        let legacy = SavedDelegate::legacy(&data_dir, &inv.container_id);
+        let legacy_bytes = legacy.read()?.filter(|bytes| legacy.is_of(bytes, &conf.name));
         match saved.read()? {
             Some(bytes) => replay_del(&saved, &bytes, inv)?,
             None => {
                 saved.remove()?;
-                del_regenerated(conf, inv)?;
+                if legacy_bytes.is_none() {
+                    del_regenerated(conf, inv)?;
+                }
             }
         }
-        let legacy = SavedDelegate::legacy(&data_dir, &inv.container_id);
-        if let Some(bytes) = legacy.read()?
-            && legacy.is_of(&bytes, &conf.name)
-        {
-            replay_del(&legacy, &bytes, inv)?;
+        match legacy_bytes {
+            Some(bytes) => replay_del(&legacy, &bytes, inv),
+            None => Ok(()),
         }
-        Ok(())
     }
 
     /// Forward CHECK to the delegate with the saved configuration and the runtime's `prevResult`.

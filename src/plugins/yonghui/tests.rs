@@ -276,10 +276,12 @@ fn a_file_saved_by_the_earlier_release_is_left_to_the_network_it_belongs_to() {
     let e = Yonghui.check(&node.inv_on(Command::Check, "net1"), &other).unwrap_err();
     assert_eq!(e.code, 3);
     assert!(legacy.exists(), "not second's");
-    assert_eq!(node.calls(), "");
+    // second saved nothing of its own: its delegate's DEL, configured again from subnet.env.
+    assert_eq!(node.calls(), "DEL\n");
+    assert_eq!(node.stdin_of("DEL")["name"], "second");
     node.del().unwrap();
     assert!(!legacy.exists());
-    assert_eq!(node.calls(), "DEL\n");
+    assert_eq!(node.calls(), "DEL\nDEL\n");
 }
 
 #[test]
