@@ -39,7 +39,12 @@ enum Durability {
     None,
 }
 
-fn replace(path: &Path, mode: u32, fill: impl FnOnce(&mut File) -> io::Result<()>, durability: Durability) -> io::Result<()> {
+fn replace(
+    path: &Path,
+    mode: u32,
+    fill: impl FnOnce(&mut File) -> io::Result<()>,
+    durability: Durability,
+) -> io::Result<()> {
     let dir = parent_dir(path);
     fs::DirBuilder::new().recursive(true).mode(0o700).create(dir)?;
     let tmp = write_temp_in(dir, path, mode, fill, durability == Durability::FileAndDirectory)?;
@@ -240,6 +245,16 @@ pub fn remove_durably(path: &Path) -> io::Result<()> {
 /// `remove_durably` for several files of one directory together: one look for abandoned temp files,
 /// one fsync of the directory.
 pub fn remove_all_durably(paths: &[PathBuf]) -> io::Result<()> {
+    remove_all(paths, Durability::FileAndDirectory)
+}
+
+/// `remove_all_durably` without the fsync, for what `write_volatile` wrote: the files and their
+/// killed writers' temp files go, and a power loss may bring them back.
+pub fn remove_all_volatile(paths: &[PathBuf]) -> io::Result<()> {
+    remove_all(paths, Durability::None)
+}
+
+fn remove_all(paths: &[PathBuf], durability: Durability) -> io::Result<()> {
     let Some(first) = paths.first() else { return Ok(()) };
     let dir = parent_dir(first);
     if paths.iter().any(|path| parent_dir(path) != dir) {
@@ -263,7 +278,7 @@ pub fn remove_all_durably(paths: &[PathBuf]) -> io::Result<()> {
             }
         }
     }
-    if removed {
+    if removed && durability == Durability::FileAndDirectory {
         File::open(dir)?.sync_all()?;
     }
     Ok(())

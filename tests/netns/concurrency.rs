@@ -66,7 +66,7 @@ fn pods_added_at_once_share_a_new_bridge_get_distinct_addresses_and_are_deleted_
             assert!(addresses.insert(address.clone()), "{case}: {address} handed out twice");
             let record = n.record(pod);
             assert_eq!(record["network"], network.as_str(), "{case}");
-            assert_eq!(record["result"]["ips"], result["ips"], "{case}: the record keeps the pod's own result");
+            assert_eq!(n.results(pod)["result"]["ips"], result["ips"], "{case}: the pod's own result is kept");
             let saved: Value =
                 serde_json::from_slice(&std::fs::read(n.data_dir().join(format!("{}:eth0", pod.cid))).unwrap())
                     .unwrap();

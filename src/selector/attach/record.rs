@@ -249,7 +249,7 @@ impl RecordStore {
     /// journal, so a power loss cannot bring them back beside the new records.
     pub fn write_all(&self, records: &[&Record]) -> Result<(), CniError> {
         for r in records {
-            self.remove_results(&r.container_id, &r.ifname)?;
+            self.remove_results(&r.container_id, std::slice::from_ref(&r.ifname))?;
         }
         let files = records
             .iter()
@@ -262,22 +262,23 @@ impl RecordStore {
     /// Remove the records of these interfaces of a container (and temp files of their interrupted
     /// writes) together: one fsync of the directory.
     pub fn remove_all(&self, container_id: &str, ifnames: &[String]) -> Result<(), CniError> {
+        // The results first: killed between the two, the records stay and the runtime's next DEL
+        // takes them (each network's DEL again, without `prevResult`); the other way round would
+        // leave results that no DEL finds.
+        self.remove_results(container_id, ifnames)?;
         let paths: Vec<PathBuf> = ifnames.iter().map(|ifname| self.path(container_id, ifname)).collect();
         durable::remove_all_durably(&paths)
-            .map_err(|e| CniError::io(format!("cannot remove attachment records in {}: {e}", self.dir.display())))?;
-        // After the records: results without their record are read by no one (GC sweeps them).
-        ifnames.iter().try_for_each(|ifname| self.remove_results(container_id, ifname))
+            .map_err(|e| CniError::io(format!("cannot remove attachment records in {}: {e}", self.dir.display())))
     }
 
-    /// Remove the results of (container, interface), not made durable; none is success.
-    fn remove_results(&self, container_id: &str, ifname: &str) -> Result<(), CniError> {
-        let path = self.results_path(container_id, ifname);
-        match std::fs::remove_file(&path) {
-            Err(e) if e.kind() != io::ErrorKind::NotFound => {
-                Err(CniError::io(format!("cannot remove attachment results {}: {e}", path.display())))
-            }
-            _ => Ok(()),
-        }
+    /// Remove the results of these interfaces of a container, and the temp files of their killed
+    /// writers, not made durable (the records' removal that follows is, and the filesystem's
+    /// journal orders this before it); none is success.
+    fn remove_results(&self, container_id: &str, ifnames: &[String]) -> Result<(), CniError> {
+        let paths: Vec<PathBuf> = ifnames.iter().map(|ifname| self.results_path(container_id, ifname)).collect();
+        durable::remove_all_volatile(&paths).map_err(|e| {
+            CniError::io(format!("cannot remove attachment results in {}: {e}", self.results_dir.display()))
+        })
     }
 
     /// Every record file of `container_id`, and every interface of it that has only the temp file
@@ -314,12 +315,13 @@ impl RecordStore {
         removed += durable::remove_abandoned_temps(&self.results_dir).map(|removed| removed.len()).map_err(|e| {
             CniError::io(format!("cannot clear abandoned temp files in {}: {e}", self.results_dir.display()))
         })?;
-        let orphans = names_in(&self.results_dir)?.into_iter().filter(|name| !name.starts_with('.')).filter(|name| {
-            name.split_once(':').is_some_and(|(c, i)| !self.path(c, i).exists())
-        });
+        let orphans = names_in(&self.results_dir)?
+            .into_iter()
+            .filter(|name| !name.starts_with('.'))
+            .filter(|name| name.split_once(':').is_some_and(|(c, i)| !self.path(c, i).exists()));
         for name in orphans.collect::<Vec<_>>() {
             let (c, i) = name.split_once(':').expect("filtered on ':'");
-            self.remove_results(c, i)?;
+            self.remove_results(c, &[i.to_string()])?;
             removed += 1;
         }
         Ok(removed)

@@ -197,6 +197,12 @@ impl NetnsNode {
         serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
     }
 
+    /// The results of the pod's completed ADD, kept beside its record of eth0.
+    pub fn results(&self, pod: &Pod) -> Value {
+        let path = self.data_dir().join("results").join(format!("{}:eth0", pod.cid));
+        serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+    }
+
     /// Addresses host-local has handed out over every network, with the container id holding each.
     pub fn leases(&self) -> Vec<(String, String)> {
         host_local_leases(&self.ipam_dir())
