@@ -435,6 +435,17 @@ mod tests {
             .unwrap()
     }
 
+    /// The records of container c1's eth0 after an ADD that completed, with address 10.0.0.2.
+    fn completed_add() -> (tempfile::TempDir, RecordStore) {
+        let d = tempfile::tempdir().unwrap();
+        let store = RecordStore::new(d.path());
+        let mut r = record("c1", "eth0", 0, "eth0");
+        store.write_all(&[&r]).unwrap();
+        r.set_result(&result("10.0.0.2/24"));
+        store.complete(&r).unwrap();
+        (d, store)
+    }
+
     #[test]
     fn results_are_read_back_with_their_record_and_go_with_it() {
         let d = tempfile::tempdir().unwrap();
@@ -471,12 +482,7 @@ mod tests {
     /// did not complete, which DEL undoes without `prevResult`.
     #[test]
     fn torn_results_read_as_an_add_that_did_not_complete() {
-        let d = tempfile::tempdir().unwrap();
-        let store = RecordStore::new(d.path());
-        let mut r = record("c1", "eth0", 0, "eth0");
-        store.write_all(&[&r]).unwrap();
-        r.set_result(&result("10.0.0.2/24"));
-        store.complete(&r).unwrap();
+        let (d, store) = completed_add();
         for torn in [&b""[..], b"{\"result\": {\"ips\""] {
             std::fs::write(d.path().join("results/c1:eth0"), torn).unwrap();
             let back = store.read("c1", "eth0").expect("the record itself is intact");
@@ -488,12 +494,7 @@ mod tests {
     /// back with the earlier ADD's results, even if that ADD is killed before its own.
     #[test]
     fn a_new_record_does_not_take_the_results_of_an_earlier_add() {
-        let d = tempfile::tempdir().unwrap();
-        let store = RecordStore::new(d.path());
-        let mut r = record("c1", "eth0", 0, "eth0");
-        store.write_all(&[&r]).unwrap();
-        r.set_result(&result("10.0.0.2/24"));
-        store.complete(&r).unwrap();
+        let (d, store) = completed_add();
         store.write_all(&[&record("c1", "eth0", 0, "eth0")]).unwrap();
         assert_eq!(store.read("c1", "eth0").unwrap().result().unwrap(), None);
     }
@@ -502,12 +503,7 @@ mod tests {
     /// loss) and temp files of killed results writers are swept by GC; live ones stay.
     #[test]
     fn gc_sweeps_results_without_a_record() {
-        let d = tempfile::tempdir().unwrap();
-        let store = RecordStore::new(d.path());
-        let mut kept = record("c1", "eth0", 0, "eth0");
-        store.write_all(&[&kept]).unwrap();
-        kept.set_result(&result("10.0.0.2/24"));
-        store.complete(&kept).unwrap();
+        let (d, store) = completed_add();
         std::fs::write(d.path().join("results/gone:eth0"), b"{}").unwrap();
         std::fs::write(d.path().join("results/.gone:eth1.tmp-999999999-000000000001"), b"{").unwrap();
         assert_eq!(store.remove_abandoned().unwrap(), 2);
