@@ -494,7 +494,7 @@ mod tests {
     /// back with the earlier ADD's results, even if that ADD is killed before its own.
     #[test]
     fn a_new_record_does_not_take_the_results_of_an_earlier_add() {
-        let (d, store) = completed_add();
+        let (_dir, store) = completed_add();
         store.write_all(&[&record("c1", "eth0", 0, "eth0")]).unwrap();
         assert_eq!(store.read("c1", "eth0").unwrap().result().unwrap(), None);
     }
