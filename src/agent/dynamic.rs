@@ -4,8 +4,11 @@
 //! just started) the attach worker is asked to make the pod's attachments match it
 //! (`selector::dynamic`). The agent runs no plugin: the worker does, with the records and locks of
 //! the runtime's calls. Then the agent writes what the worker answered: the pod's whole
-//! network-status (guarded by the pod's uid and the resourceVersion its watch holds, retried with
-//! the newer one after a conflict: it comes from the records, so no retry loses an entry) and the events.
+//! network-status where the pod's differs (guarded by the pod's uid and the resourceVersion its
+//! watch holds, retried with the newer one after a conflict: it comes from the records, so no retry
+//! loses an entry) and the events. A status that could not be written is not given up: the pod is
+//! asked about again until it is, and so is a pod the worker refused (its `dynamicNetworks` may be
+//! switched on since).
 //!
 //! One pod at a time, the changes that came meanwhile folded into one: an edit made while another
 //! is applied is applied next, from the annotation as it is then.
@@ -13,6 +16,7 @@
 use super::Shared;
 use super::annotate::retried;
 use crate::kube::watching::{Annotated, EventPod, Reporter, annotate_at_version, create_event_of_type};
+use crate::selector::NETWORK_STATUS;
 use crate::selector::dynamic::protocol::{self, Answer, MAX_LINE, Request, VERSION};
 use crate::selector::requests::annotation::NETWORKS;
 use k8s_openapi::api::core::v1::Pod;
@@ -27,8 +31,12 @@ use tracing::{info, warn};
 /// An attach or detach waits at most this long for the runtime's call on the pod (the attachment
 /// lock's wait), then runs its plugins.
 const WORKER_TIMEOUT: Duration = Duration::from_secs(180);
-/// After the worker could not be reached, its pods are tried again this much later.
+/// After the worker could not be reached or the status not written, a pod is tried again this
+/// much later.
 const RETRY: Duration = Duration::from_secs(5);
+/// After the worker refused (`dynamicNetworks` off in its configuration), a pod is asked about
+/// again this much later.
+const REFUSED_RETRY: Duration = Duration::from_secs(30);
 /// How many times a pod without a completed attachment is asked about before its next event.
 const NOT_ATTACHED_TRIES: u32 = 3;
 /// How long the status and the events are retried.
@@ -72,21 +80,16 @@ pub(super) fn change(pod: &Pod, deleted: bool) -> Option<Change> {
 
 /// Apply the pods' annotations for as long as the agent runs.
 pub(super) async fn run(shared: Arc<Shared>, worker: PathBuf, mut changes: mpsc::UnboundedReceiver<Change>) -> String {
-    // By uid: the annotation last applied, and the pods whose annotation is yet to be.
+    // By uid: the annotation last applied (and its network-status written), and the pods whose
+    // annotation is yet to be, each with when it may be asked about next.
     let mut applied: HashMap<String, Option<String>> = HashMap::new();
-    let mut due: BTreeMap<String, Seen> = BTreeMap::new();
-    let mut retry_at: Option<Instant> = None;
+    let mut due: BTreeMap<String, (Seen, Instant)> = BTreeMap::new();
     // By uid: how many times the worker found no completed attachment of the pod.
     let mut not_attached: HashMap<String, u32> = HashMap::new();
     loop {
-        let first = match retry_at {
-            Some(at) => match tokio::time::timeout_at(at.into(), changes.recv()).await {
-                Ok(change) => change,
-                Err(_) => {
-                    retry_at = None;
-                    None
-                }
-            },
+        let next = due.values().map(|(_, at)| *at).min();
+        let first = match next {
+            Some(at) => tokio::time::timeout_at(at.into(), changes.recv()).await.ok().flatten(),
             None => changes.recv().await,
         };
         if first.is_none() && changes.is_closed() {
@@ -99,7 +102,8 @@ pub(super) async fn run(shared: Arc<Shared>, worker: PathBuf, mut changes: mpsc:
         for change in pending {
             match change {
                 Change::Seen(seen) if applied.get(&seen.uid) != Some(&seen.networks) => {
-                    due.insert(seen.uid.clone(), seen);
+                    // A new edit is asked about now, even if the one before it waits for a retry.
+                    due.insert(seen.uid.clone(), (seen, Instant::now()));
                 }
                 Change::Seen(seen) => drop(due.remove(&seen.uid)),
                 Change::Deleted { uid } => {
@@ -109,16 +113,23 @@ pub(super) async fn run(shared: Arc<Shared>, worker: PathBuf, mut changes: mpsc:
                 }
             }
         }
-        if retry_at.is_some() {
+        let now = Instant::now();
+        let Some(uid) =
+            due.iter().filter(|(_, (_, at))| *at <= now).min_by_key(|(_, (_, at))| *at).map(|(u, _)| u.clone())
+        else {
             continue;
-        }
-        let Some(uid) = due.keys().next().cloned() else { continue };
-        let seen = due.remove(&uid).expect("a key of due");
+        };
+        let (seen, _) = due.remove(&uid).expect("a key of due");
         match ask(&worker, &seen).await {
             Ok(Answer::Reconciled { annotations, events }) => {
                 not_attached.remove(&uid);
-                applied.insert(uid, seen.networks.clone());
-                report(&shared, &seen, annotations, events).await;
+                if report(&shared, &seen, annotations, events).await {
+                    applied.insert(uid, seen.networks.clone());
+                } else {
+                    // The worker is asked again: what it made stays, and it answers the status
+                    // from its records, so the retry writes every entry.
+                    due.insert(uid, (seen, Instant::now() + RETRY));
+                }
             }
             Ok(Answer::NotAttached { why }) => {
                 // Asked again at its next event, and a few times meanwhile: the runtime's ADD or
@@ -127,23 +138,24 @@ pub(super) async fn run(shared: Arc<Shared>, worker: PathBuf, mut changes: mpsc:
                 let tried = not_attached.entry(uid.clone()).or_insert(0);
                 *tried += 1;
                 if *tried < NOT_ATTACHED_TRIES {
-                    due.insert(uid, seen);
-                    retry_at = Some(Instant::now() + RETRY);
+                    due.insert(uid, (seen, Instant::now() + RETRY));
                 }
             }
             Ok(Answer::Refused { why }) => {
-                applied.insert(uid, seen.networks.clone());
-                warn!("the attach worker did not apply pod {}/{}'s networks: {why}", seen.namespace, seen.name);
+                // The worker's configuration may change (dynamicNetworks switched on, the
+                // installer's conflist rewritten): asked again, seldom.
+                warn!(
+                    "the attach worker did not apply pod {}/{}'s networks: {why}; asking again in {}s",
+                    seen.namespace,
+                    seen.name,
+                    REFUSED_RETRY.as_secs()
+                );
+                due.insert(uid, (seen, Instant::now() + REFUSED_RETRY));
             }
             Err(why) => {
                 warn!("cannot ask the attach worker about pod {}/{}: {why}", seen.namespace, seen.name);
-                due.insert(uid, seen);
-                retry_at = Some(Instant::now() + RETRY);
+                due.insert(uid, (seen, Instant::now() + RETRY));
             }
-        }
-        // Whatever is still due is taken at the next turn.
-        if !due.is_empty() && retry_at.is_none() {
-            retry_at = Some(Instant::now());
         }
     }
 }
@@ -165,27 +177,46 @@ async fn ask(worker: &Path, seen: &Seen) -> Result<Answer, String> {
         .map_err(|_| format!("no answer within {}s", WORKER_TIMEOUT.as_secs()))?
 }
 
-/// Write the pod's network-status, then its events.
-async fn report(shared: &Shared, seen: &Seen, annotations: BTreeMap<String, String>, events: Vec<protocol::Notice>) {
+/// Write the pod's network-status where it differs from the pod's, then the events; whether the
+/// pod's status is now the worker's (or the pod is gone).
+async fn report(
+    shared: &Shared,
+    seen: &Seen,
+    annotations: BTreeMap<String, String>,
+    events: Vec<protocol::Notice>,
+) -> bool {
     let pod = format!("pod {}/{}", seen.namespace, seen.name);
     let deadline = Instant::now() + WRITE_BUDGET;
-    if !annotations.is_empty() {
-        let outcome = retried(deadline, || async {
-            // The version the watch holds now: after a conflict, the newer one it delivered.
-            let held = {
-                let store = shared.store.lock().unwrap_or_else(|e| e.into_inner());
-                store.resource_version(&seen.namespace, &seen.name, &seen.uid)
-            };
-            let Some(version) = held else { return Annotated::PodGone };
-            annotate_at_version(&shared.client, &seen.namespace, &seen.name, &seen.uid, &version, &annotations).await
-        })
-        .await;
-        match outcome {
-            Annotated::Written => {}
-            Annotated::PodGone => return info!("{pod} is gone; its network-status and events are not written"),
-            other => warn!("the network-status of {pod} was not written: {other:?}"),
+    let changed = events.iter().any(|e| !e.warning);
+    let held = |shared: &Shared| {
+        let store = shared.store.lock().unwrap_or_else(|e| e.into_inner());
+        let held = store.network_status_and_version(&seen.namespace, &seen.name, &seen.uid);
+        held.map(|(status, version)| (status.map(String::from), version))
+    };
+    let outcome = match held(shared) {
+        None => Annotated::PodGone,
+        Some((current, _)) if !status_to_write(current.as_deref(), seen, changed, &annotations) => Annotated::Written,
+        Some(_) => {
+            retried(deadline, || async {
+                // The version the watch holds now: after a conflict, the newer one it delivered.
+                let Some((_, version)) = held(shared) else { return Annotated::PodGone };
+                annotate_at_version(&shared.client, &seen.namespace, &seen.name, &seen.uid, &version, &annotations)
+                    .await
+            })
+            .await
         }
-    }
+    };
+    let settled = match outcome {
+        Annotated::Written => true,
+        Annotated::PodGone => {
+            info!("{pod} is gone; its network-status and events are not written");
+            return true;
+        }
+        other => {
+            warn!("the network-status of {pod} was not written: {other:?}; asking again in {}s", RETRY.as_secs());
+            false
+        }
+    };
     let about = EventPod { namespace: &seen.namespace, name: &seen.name, uid: &seen.uid };
     let reporter = Reporter { component: crate::selector::NAME, node: &shared.node };
     for event in &events {
@@ -205,6 +236,20 @@ async fn report(shared: &Shared, seen: &Seen, annotations: BTreeMap<String, Stri
             warn!("the {} event \"{}\" of {pod} was not created: {outcome:?}", event.reason, event.message);
         }
     }
+    settled
+}
+
+/// Whether the worker's `wanted` network-status is to be written on the pod whose network-status is
+/// `current`: they differ (compared as JSON), and the worker `changed` the pod's networks or the
+/// pod has a network-status or the networks annotation (a pod with one network that never had
+/// either gets no write more than at its ADD).
+fn status_to_write(current: Option<&str>, seen: &Seen, changed: bool, wanted: &BTreeMap<String, String>) -> bool {
+    let Some(wanted) = wanted.get(NETWORK_STATUS) else { return false };
+    let parsed = |text: &str| serde_json::from_str::<serde_json::Value>(text).ok();
+    let same =
+        current.is_some_and(|have| have == wanted || parsed(have).is_some_and(|have| Some(have) == parsed(wanted)));
+    let concerned = changed || seen.networks.is_some() || current.is_some();
+    !same && concerned
 }
 
 #[cfg(test)]
@@ -231,5 +276,30 @@ mod tests {
         let Some(Change::Seen(seen)) = change(&pod("Running", false, None), false) else { panic!() };
         assert_eq!(seen.networks, None, "an annotation removed is a change too");
         assert!(matches!(change(&pod("Pending", false, None), true), Some(Change::Deleted { uid }) if uid == "u1"));
+    }
+
+    #[test]
+    fn the_status_is_written_where_it_differs_on_pods_that_use_the_annotation_or_had_a_status() {
+        let seen = |networks: Option<&str>| Seen {
+            namespace: "web".into(),
+            name: "p".into(),
+            uid: "u1".into(),
+            networks: networks.map(String::from),
+        };
+        let status = |text: &str| BTreeMap::from([(NETWORK_STATUS.to_string(), text.to_string())]);
+        let two = status(r#"[{"name": "ptp", "interface": "eth0"}, {"name": "web/lan", "interface": "net1"}]"#);
+        let none = None;
+        assert!(status_to_write(none, &seen(Some("lan")), false, &two), "an attach whose status was never written");
+        let same_json = r#"[{"interface": "eth0", "name": "ptp"}, {"interface": "net1", "name": "web/lan"}]"#;
+        assert!(!status_to_write(Some(same_json), &seen(Some("lan")), true, &two), "the same JSON, written otherwise");
+        let one = status(r#"[{"name": "ptp", "interface": "eth0"}]"#);
+        let had_two = Some(two[NETWORK_STATUS].as_str());
+        assert!(
+            status_to_write(had_two, &seen(None), false, &one),
+            "the annotation removed: net1 goes from the status"
+        );
+        assert!(status_to_write(none, &seen(None), true, &one), "a change is always written");
+        assert!(!status_to_write(none, &seen(None), false, &one), "a pod with one network and no status gets none");
+        assert!(!status_to_write(had_two, &seen(None), true, &BTreeMap::new()), "networkStatus: never");
     }
 }

@@ -145,9 +145,11 @@ fn a_running_pods_networks_follow_its_annotation_and_its_del_takes_them_all() {
     assert_eq!(n.call("ADD", &pod, &conf).code, 0);
     let worker = Worker::start(&n, &conflist);
 
-    // Nothing asked: nothing changes, and nothing is written.
+    // Nothing asked: nothing changes; the status is the pod's as it is (the agent writes it only
+    // where the pod's differs).
     let (status, events) = reconciled(worker.reconcile("hot"));
-    assert!(status.is_empty() && events.is_empty(), "{status:?} {events:?}");
+    assert_eq!(status, [("eth0".to_string(), "blue".to_string())]);
+    assert!(events.is_empty(), "{events:?}");
 
     // Added: red on net1, green on the interface asked for.
     annotate(&n, Some("red,green@data0"));
@@ -173,9 +175,10 @@ fn a_running_pods_networks_follow_its_annotation_and_its_del_takes_them_all() {
     assert_eq!(record["runtimeIfname"], "eth0");
     let red_lease = addresses_on(&pod, "net1")[0].clone();
 
-    // Asked again for the same: nothing changes.
-    let (status, events) = reconciled(worker.reconcile("hot"));
-    assert!(status.is_empty() && events.is_empty(), "{events:?}");
+    // Asked again for the same: nothing changes, the same status.
+    let (again, events) = reconciled(worker.reconcile("hot"));
+    assert_eq!(again, status);
+    assert!(events.is_empty(), "{events:?}");
 
     // One edit that removes red from net1 (by network: no interface named) and puts red behind
     // data0 in green's place.
@@ -192,8 +195,8 @@ fn a_running_pods_networks_follow_its_annotation_and_its_del_takes_them_all() {
     // Refused by the policy (another namespace's NAD): an event, nothing changes.
     annotate(&n, Some("red@data0,other/green"));
     wait_annotation(&agent, &n, Some("red@data0,other/green"));
-    let (status, events) = reconciled(worker.reconcile("hot"));
-    assert!(status.is_empty(), "nothing is written: {status:?}");
+    let (refused, events) = reconciled(worker.reconcile("hot"));
+    assert_eq!(refused, status, "the status is as it was");
     assert!(events.len() == 1 && events[0].reason == "NetworkChangeFailed" && events[0].warning, "{events:?}");
     assert!(events[0].message.contains("other"), "{events:?}");
     assert_eq!(links(&pod), ["data0", "eth0"]);
@@ -234,9 +237,41 @@ fn a_hot_plug_killed_midway_is_undone_by_the_next_reconcile() {
     let (status, events) = reconciled(worker.reconcile("hot"));
     assert!(!path.exists(), "the half-made record is gone");
     assert_eq!(links(&pod), ["eth0", "net1"]);
-    assert!(status.is_empty() && events.is_empty(), "{status:?} {events:?}");
+    assert_eq!(status.iter().map(|(i, _)| i.as_str()).collect::<Vec<_>>(), ["eth0", "net1"]);
+    assert!(events.is_empty(), "{events:?}");
     assert_eq!(n.call("DEL", &pod, &conf).code, 0);
     let left = n.leftovers_of_networks(&pod, &[BLUE.0, RED.0, GREEN.0]);
+    assert!(left.is_empty(), "{left:#?}");
+}
+
+#[test]
+fn a_network_attached_at_creation_is_detached_and_leaves_no_result_behind() {
+    let (n, conflist) = node();
+    annotate(&n, Some("red"));
+    let agent = n.start_agent();
+    agent.wait_ready();
+    wait_annotation(&agent, &n, Some("red"));
+    let conf = n.selector_conf("1.0.0", json!({"dynamicNetworks": true}));
+    let pod = n.pod("hot");
+    assert_eq!(n.call("ADD", &pod, &conf).code, 0);
+    assert!(on(&pod, "net1", RED), "{:?}", links(&pod));
+    assert!(n.record(&pod)["furtherResults"].get("net1").is_some(), "{}", n.record(&pod));
+    let lease = addresses_on(&pod, "net1")[0].clone();
+    let worker = Worker::start(&n, &conflist);
+
+    annotate(&n, None);
+    wait_annotation(&agent, &n, None);
+    let (status, events) = reconciled(worker.reconcile("hot"));
+    assert_eq!(links(&pod), ["eth0"]);
+    assert_eq!(status, [("eth0".to_string(), "blue".to_string())]);
+    assert!(events.len() == 1 && events[0].reason == "RemovedInterface", "{events:?}");
+    assert!(!n.allocations().contains(&lease), "net1's lease {lease} is released");
+    // The runtime's record keeps no result of net1: a later hot-plug there that does not complete
+    // is not taken for one that did.
+    assert!(n.record(&pod)["furtherResults"].get("net1").is_none(), "{}", n.record(&pod));
+
+    assert_eq!(n.call("DEL", &pod, &conf).code, 0);
+    let left = n.leftovers_of_networks(&pod, &[BLUE.0, RED.0]);
     assert!(left.is_empty(), "{left:#?}");
 }
 
@@ -346,5 +381,78 @@ fn the_agent_applies_an_edit_through_the_worker_and_writes_status_and_events() {
     });
     assert_eq!(n.call("DEL", &pod, &conf).code, 0);
     let left = n.leftovers_of_networks(&pod, &[BLUE.0, RED.0, GREEN.0]);
+    assert!(left.is_empty(), "{left:#?}");
+}
+
+/// The agent stopped after the worker attached, before the status was written (or the API server
+/// refused it for longer than the agent retries): the agent that starts next asks about every running
+/// pod and writes the status the records say, with no new event.
+#[test]
+fn a_status_not_written_after_an_attach_is_written_by_the_next_agent() {
+    let (n, conflist) = node();
+    put_running(&n, None);
+    let conf = n.selector_conf("1.0.0", json!({"dynamicNetworks": true}));
+    let pod = n.pod("hot");
+    let worker = Worker::start(&n, &conflist);
+    {
+        // An agent that answers the worker but applies no edit: the attach below is the worker's
+        // work for an agent killed before its status write.
+        let agent = n.start_agent();
+        agent.wait_ready();
+        agent.wait_holds(&n.agent_socket(), "hot", "uid-default-hot", |_| true);
+        assert_eq!(n.call("ADD", &pod, &conf).code, 0);
+        put_running(&n, Some("red"));
+        wait_annotation(&agent, &n, Some("red"));
+        let (status, _) = reconciled(worker.reconcile("hot"));
+        assert_eq!(status.len(), 2, "{status:?}");
+        assert!(on(&pod, "net1", RED), "{:?}", links(&pod));
+    }
+    assert!(!status_on_server(&n).contains(&"net1".to_string()), "{:?}", status_on_server(&n));
+
+    let agent = Agent::start(&n.netns, &n.api, n.sb.path(), &n.agent_socket(), METRICS_PORT, &["--dynamic-networks"]);
+    agent.wait_ready();
+    agent.wait_for("net1 in the pod's network-status", || status_on_server(&n) == ["eth0", "net1"]);
+    let added = event_messages(&n, "AddedInterface");
+    assert!(added.iter().all(|m| !m.starts_with("Add net1")), "nothing new was attached: {added:?}");
+    assert_eq!(links(&pod), ["eth0", "net1"]);
+    assert_eq!(n.call("DEL", &pod, &conf).code, 0);
+    let left = n.leftovers_of_networks(&pod, &[BLUE.0, RED.0]);
+    assert!(left.is_empty(), "{left:#?}");
+}
+
+/// An edit made while the node's configuration has `dynamicNetworks` off (the ConfigMap edited, the
+/// installer not yet through) is refused by the worker, and applied once it is on: the agent asks
+/// again.
+#[test]
+fn an_edit_refused_while_switched_off_is_applied_once_switched_on() {
+    let (n, conflist) = node();
+    let switched = |on: bool| {
+        let mut list: Value = serde_json::from_str(&std::fs::read_to_string(&conflist).unwrap()).unwrap();
+        list["plugins"][0]["dynamicNetworks"] = on.into();
+        std::fs::write(&conflist, list.to_string()).unwrap();
+    };
+    switched(false);
+    put_running(&n, None);
+    let agent = Agent::start(&n.netns, &n.api, n.sb.path(), &n.agent_socket(), METRICS_PORT, &["--dynamic-networks"]);
+    agent.wait_ready();
+    agent.wait_holds(&n.agent_socket(), "hot", "uid-default-hot", |_| true);
+    let conf = n.selector_conf("1.0.0", json!({"dynamicNetworks": true}));
+    let pod = n.pod("hot");
+    assert_eq!(n.call("ADD", &pod, &conf).code, 0);
+    let _worker = Worker::start(&n, &conflist);
+
+    put_running(&n, Some("red"));
+    agent.wait_for("the worker's refusal logged", || agent.logged().contains("dynamicNetworks is not true"));
+    assert_eq!(links(&pod), ["eth0"]);
+    switched(true);
+    // The agent asks again every 30 s.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while status_on_server(&n) != ["eth0", "net1"] {
+        assert!(std::time::Instant::now() < deadline, "net1 never attached; agent log:\n{}", agent.logged());
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    assert!(on(&pod, "net1", RED), "{:?}", links(&pod));
+    assert_eq!(n.call("DEL", &pod, &conf).code, 0);
+    let left = n.leftovers_of_networks(&pod, &[BLUE.0, RED.0]);
     assert!(left.is_empty(), "{left:#?}");
 }

@@ -29,6 +29,7 @@
 use crate::devices::dra::{self, DeviceKey, NodeDevices};
 use crate::kube::agent_socket::protocol::{Held, PodObjects, PublishedDevice};
 use crate::kube::{Kind, NetworkAttachmentDefinition, ObjectKey};
+use crate::selector::NETWORK_STATUS;
 use crate::selector::choose::{is_sandbox_pod, references, trimmed, trimmed_meta};
 use crate::selector::config::defaults::PodDefaults;
 use crate::selector::config::policy::AttachmentPolicy;
@@ -161,6 +162,9 @@ pub enum Lookup {
 struct HeldPod {
     pod: Pod,
     refs: Vec<ObjectKey>,
+    /// Its `k8s.v1.cni.cncf.io/network-status` (trimmed from `pod`: the selector never reads it),
+    /// which dynamic networks compare with the records before writing it.
+    network_status: Option<String>,
 }
 
 /// A ConfigMap or a ResourceClaim.
@@ -245,6 +249,7 @@ impl Store {
     /// A pod was added or changed.
     pub fn apply(&mut self, pod: &Pod) -> Watches {
         let Some(key) = pod_key(pod) else { return Watches::default() };
+        let network_status = pod.metadata.annotations.as_ref().and_then(|a| a.get(NETWORK_STATUS)).cloned();
         let pod = trimmed(pod);
         let mut refs = references(&self.policy, &self.defaults, &key.0, &pod);
         let claims = dra::claim_names(&pod);
@@ -253,7 +258,7 @@ impl Store {
             refs.push(node_slices());
         }
         let mut watches = self.refer(&refs);
-        if let Some(old) = self.pods.insert(key, HeldPod { pod, refs }) {
+        if let Some(old) = self.pods.insert(key, HeldPod { pod, refs, network_status }) {
             watches.merge(self.release(&old.refs));
             self.replaced(old.pod);
         }
@@ -372,10 +377,14 @@ impl Store {
         watches
     }
 
-    /// The resourceVersion of the pod `namespace/name` held, if it is `uid`.
-    pub fn resource_version(&self, namespace: &str, name: &str, uid: &str) -> Option<String> {
+    /// The network-status and the resourceVersion of the pod `namespace/name` held, if it is `uid`.
+    pub fn network_status_and_version(&self, namespace: &str, name: &str, uid: &str) -> Option<(Option<&str>, String)> {
         let held = self.pods.get(&(namespace.to_string(), name.to_string()))?;
-        (held.pod.metadata.uid.as_deref() == Some(uid)).then(|| held.pod.metadata.resource_version.clone())?
+        let metadata = &held.pod.metadata;
+        if metadata.uid.as_deref() != Some(uid) {
+            return None;
+        }
+        Some((held.network_status.as_deref(), metadata.resource_version.clone()?))
     }
 
     /// The pod `namespace/name` and its objects, if held for `uid` (any uid when `None`).

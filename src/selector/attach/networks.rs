@@ -206,11 +206,12 @@ pub fn records_of(store: &RecordStore, runtime: &Invocation) -> Result<(Vec<Reco
 }
 
 /// The records of the runtime attachment on `owner`, in ADD order, each with its result: the
-/// further networks' results are in the record of the runtime's interface.
+/// further networks' results are in the record of the runtime's interface. A hot-plugged record
+/// holds its own: without one it did not complete, whatever the runtime's record says of its name.
 pub fn in_order(records: &mut [Record], owner: &str) {
     records.sort_by_key(|r| r.position);
     let further = records.iter().find(|r| r.ifname == owner).map(|r| r.further_results.clone());
-    for record in records.iter_mut().filter(|r| r.result.is_none()) {
+    for record in records.iter_mut().filter(|r| r.result.is_none() && !r.hotplugged) {
         record.result = further.as_ref().and_then(|f| f.get(&record.ifname).cloned());
     }
 }

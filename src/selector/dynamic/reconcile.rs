@@ -17,7 +17,7 @@ use super::protocol::{ADDED_INTERFACE, Answer, Notice, REMOVED_INTERFACE, Reques
 use crate::cni::{CniArgs, CniError, CniResult, Command, Invocation, attachment_lock};
 use crate::selector::attach::{self, Found, Record, RecordStore, Tombstones, chain};
 use crate::selector::choose::{Attachment, Selection, from_agent};
-use crate::selector::config::SelectorConfig;
+use crate::selector::config::{NetworkStatus, SelectorConfig};
 use crate::selector::report::network_status;
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -56,9 +56,15 @@ pub fn reconcile(config: &SelectorConfig, request: &Request) -> Answer {
         }
         Err(why) => events.push(Notice::failed(format!("the networks annotation was not applied: {why}"))),
     }
-    let records = current(&store, &owner).unwrap_or_default();
-    let changed = events.iter().any(|e| !e.warning);
-    let annotations = if changed { network_status::annotations(&status(&records)) } else { BTreeMap::new() };
+    // The whole status every time, changed or not (unless the admin wants none): the agent writes
+    // it where the pod's differs, so a write lost to a crash or an API outage after the attach is
+    // made good by the next ask.
+    let annotations = match config.network_status {
+        NetworkStatus::Never => BTreeMap::new(),
+        NetworkStatus::Auto | NetworkStatus::Always => {
+            network_status::annotations(&status(&current(&store, &owner).unwrap_or_default()))
+        }
+    };
     Answer::Reconciled { annotations, events }
 }
 
@@ -199,6 +205,7 @@ fn attach_one(
     crate::crash_point::reached("dynamic.attach.recorded");
     match chain::add(&list, &call) {
         Ok(result) => {
+            crate::crash_point::reached("dynamic.attach.chain-done");
             record.set_result(&result);
             store.complete(&record)?;
             Ok(message("Add", &record, &result))
@@ -220,11 +227,22 @@ fn detach(config: &SelectorConfig, store: &RecordStore, owner: &Record, record: 
         .ok_or_else(|| CniError::io(format!("the record of interface {} cannot be used", record.ifname)))?;
     chain::del(&list, &attach::recorded_call(&runtime, config, record), result.as_ref())?;
     crate::crash_point::reached("dynamic.detach.deleted");
+    forget_further_result(store, owner, &record.ifname)?;
     store.remove_all(&record.container_id, std::slice::from_ref(&record.ifname))?;
     Ok(match &result {
         Some(result) => message("Remove", record, result),
         None => format!("Remove {} from {}", record.ifname, status_name(record)),
     })
+}
+
+/// Drop the result the runtime's ADD kept for `ifname` in the record of its own interface: the
+/// interface is detached, and a later attachment on the same name has a result of its own.
+fn forget_further_result(store: &RecordStore, owner: &Record, ifname: &str) -> Result<(), CniError> {
+    let Some(mut record) = store.read(&owner.container_id, &owner.ifname) else { return Ok(()) };
+    if record.further_results.remove(ifname).is_none() {
+        return Ok(());
+    }
+    store.write_all(&[&record])
 }
 
 /// `Add net1 [10.1.2.3/24] from web/lan`, as Multus words its `AddedInterface` events.
@@ -249,8 +267,6 @@ fn status(records: &[Record]) -> Vec<network_status::Entry> {
     records
         .iter()
         .filter_map(|r| Some((r, r.result().ok()??)))
-        .flat_map(|(r, result)| {
-            network_status::entries(&r.network, r.source.as_ref(), &r.ifname, &result, r.position == 0)
-        })
+        .flat_map(|(r, result)| network_status::of_record(r, &result, r.position == 0))
         .collect()
 }

@@ -8,7 +8,7 @@
 use crate::cni::CniResult;
 use crate::cni::result::Dns;
 use crate::kube::PodSource;
-use crate::selector::attach::Attached;
+use crate::selector::attach::{Attached, Record};
 use crate::selector::choose::{PodIdentity, Source};
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -82,19 +82,19 @@ pub fn annotations(entries: &[Entry]) -> BTreeMap<String, String> {
 
 /// The annotations that say what `attached` got, the first network the pod's default.
 pub fn of_attached(attached: &[Attached]) -> BTreeMap<String, String> {
-    let all: Vec<Entry> = attached
-        .iter()
-        .enumerate()
-        .flat_map(|(i, a)| {
-            let mut own = entries(&a.record.network, a.record.source.as_ref(), &a.record.ifname, &a.result, i == 0);
-            // A device network's device-info, as its device plugin and CNI left it.
-            if let Some(info) = a.record.device.as_ref().and_then(crate::devices::handoff::read_info) {
-                own[0].device_info = Some(info);
-            }
-            own
-        })
-        .collect();
+    let all: Vec<Entry> =
+        attached.iter().enumerate().flat_map(|(i, a)| of_record(&a.record, &a.result, i == 0)).collect();
     annotations(&all)
+}
+
+/// The entries of one attachment's record with its result (`default`: the pod's first network).
+pub fn of_record(record: &Record, result: &CniResult, default: bool) -> Vec<Entry> {
+    let mut own = entries(&record.network, record.source.as_ref(), &record.ifname, result, default);
+    // A device network's device-info, as its device plugin and CNI left it.
+    if let Some(info) = record.device.as_ref().and_then(crate::devices::handoff::read_info) {
+        own[0].device_info = Some(info);
+    }
+    own
 }
 
 /// Write `annotations` on `pod` (whose uid must still be `uid`). Logs what happened; never fails.
