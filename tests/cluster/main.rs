@@ -57,17 +57,7 @@ type Shared = Arc<Mutex<Cluster>>;
 type Test = fn(&mut Cluster);
 
 /// Tests that fail today or have not passed yet, run with `--include-ignored`: why.
-const IGNORED: &[(&str, &str)] = &[
-    (
-        "dynamic_networks_follow_a_running_pods_annotation",
-        "not yet passed on the real cluster: the netns suite's tests/netns/dynamic.rs pass; run it with \
-         --include-ignored and drop it from this list once it passes",
-    ),
-    (
-        "dynamic_networks_latency_from_edit_to_answering_interface",
-        "runs after dynamic_networks_follow_a_running_pods_annotation, which switches dynamic networks on",
-    ),
-];
+const IGNORED: &[(&str, &str)] = &[];
 
 const TESTS: &[(&str, Test)] = &[
     ("daemonset_ready_on_every_node", daemonset_ready_on_every_node),
@@ -93,6 +83,10 @@ const TESTS: &[(&str, Test)] = &[
     ("daemonset_rolled_while_pods_start_loses_nothing", daemonset_rolled_while_pods_start_loses_nothing),
     ("dra_claims_give_pods_the_devices_their_slices_publish", dra_claims_give_pods_the_devices_their_slices_publish),
     ("dynamic_networks_follow_a_running_pods_annotation", dynamic_networks_follow_a_running_pods_annotation),
+    (
+        "dynamic_networks_survive_kills_deletions_and_simultaneous_edits",
+        dynamic_networks_survive_kills_deletions_and_simultaneous_edits,
+    ),
     ("dynamic_networks_latency_from_edit_to_answering_interface", dynamic_networks_latency),
     ("uninstall_leaves_the_nodes_as_the_docs_say", uninstall_leaves_the_nodes_as_the_docs_say),
     // After the uninstall: it starts from a node without yh-genie.
