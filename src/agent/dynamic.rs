@@ -20,7 +20,7 @@ use crate::selector::NETWORK_STATUS;
 use crate::selector::dynamic::protocol::{self, Answer, MAX_LINE, Request, VERSION};
 use crate::selector::requests::annotation::NETWORKS;
 use k8s_openapi::api::core::v1::Pod;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -86,6 +86,8 @@ pub(super) async fn run(shared: Arc<Shared>, worker: PathBuf, mut changes: mpsc:
     let mut due: BTreeMap<String, (Seen, Instant)> = BTreeMap::new();
     // By uid: how many times the worker found no completed attachment of the pod.
     let mut not_attached: HashMap<String, u32> = HashMap::new();
+    // By uid: the pods whose refusal is logged (once each, not every time they are asked again).
+    let mut refused: HashSet<String> = HashSet::new();
     loop {
         let next = due.values().map(|(_, at)| *at).min();
         let first = match next {
@@ -109,6 +111,7 @@ pub(super) async fn run(shared: Arc<Shared>, worker: PathBuf, mut changes: mpsc:
                 Change::Deleted { uid } => {
                     applied.remove(&uid);
                     not_attached.remove(&uid);
+                    refused.remove(&uid);
                     due.remove(&uid);
                 }
             }
@@ -123,6 +126,7 @@ pub(super) async fn run(shared: Arc<Shared>, worker: PathBuf, mut changes: mpsc:
         match ask(&worker, &seen).await {
             Ok(Answer::Reconciled { annotations, events }) => {
                 not_attached.remove(&uid);
+                refused.remove(&uid);
                 if report(&shared, &seen, annotations, events).await {
                     applied.insert(uid, seen.networks.clone());
                 } else {
@@ -144,12 +148,13 @@ pub(super) async fn run(shared: Arc<Shared>, worker: PathBuf, mut changes: mpsc:
             Ok(Answer::Refused { why }) => {
                 // The worker's configuration may change (dynamicNetworks switched on, the
                 // installer's conflist rewritten): asked again, seldom.
-                warn!(
-                    "the attach worker did not apply pod {}/{}'s networks: {why}; asking again in {}s",
-                    seen.namespace,
-                    seen.name,
-                    REFUSED_RETRY.as_secs()
-                );
+                let pod = format!("{}/{}", seen.namespace, seen.name);
+                let again = REFUSED_RETRY.as_secs();
+                if refused.insert(uid.clone()) {
+                    warn!("the attach worker did not apply pod {pod}'s networks: {why}; asking again every {again}s");
+                } else {
+                    tracing::debug!("the attach worker did not apply pod {pod}'s networks: {why}");
+                }
                 due.insert(uid, (seen, Instant::now() + REFUSED_RETRY));
             }
             Err(why) => {
