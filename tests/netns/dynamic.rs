@@ -255,7 +255,7 @@ fn a_network_attached_at_creation_is_detached_and_leaves_no_result_behind() {
     let pod = n.pod("hot");
     assert_eq!(n.call("ADD", &pod, &conf).code, 0);
     assert!(on(&pod, "net1", RED), "{:?}", links(&pod));
-    assert!(n.record(&pod)["furtherResults"].get("net1").is_some(), "{}", n.record(&pod));
+    assert!(n.results(&pod)["furtherResults"].get("net1").is_some(), "{}", n.results(&pod));
     let lease = addresses_on(&pod, "net1")[0].clone();
     let worker = Worker::start(&n, &conflist);
 
@@ -268,7 +268,7 @@ fn a_network_attached_at_creation_is_detached_and_leaves_no_result_behind() {
     assert!(!n.allocations().contains(&lease), "net1's lease {lease} is released");
     // The runtime's record keeps no result of net1: a later hot-plug there that does not complete
     // is not taken for one that did.
-    assert!(n.record(&pod)["furtherResults"].get("net1").is_none(), "{}", n.record(&pod));
+    assert!(n.results(&pod)["furtherResults"].get("net1").is_none(), "{}", n.results(&pod));
 
     assert_eq!(n.call("DEL", &pod, &conf).code, 0);
     let left = n.leftovers_of_networks(&pod, &[BLUE.0, RED.0]);

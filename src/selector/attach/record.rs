@@ -218,13 +218,11 @@ impl RecordStore {
     /// unreadable (logged).
     pub fn read(&self, container_id: &str, ifname: &str) -> Option<Record> {
         let mut record = self.read_record(container_id, ifname)?;
-        // A record written by the earlier release holds its results itself.
-        if record.result.is_none() && record.further_results.is_empty() {
-            let path = self.results_path(container_id, ifname);
-            if let Some(results) = read_results(&path) {
-                record.result = results.result;
-                record.further_results = results.further_results;
-            }
+        // A record written by the earlier release holds its results itself; results written
+        // since (`complete`) are newer.
+        if let Some(results) = read_results(&self.results_path(container_id, ifname)) {
+            record.result = results.result;
+            record.further_results = results.further_results;
         }
         Some(record)
     }

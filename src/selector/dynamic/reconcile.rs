@@ -242,7 +242,7 @@ fn forget_further_result(store: &RecordStore, owner: &Record, ifname: &str) -> R
     if record.further_results.remove(ifname).is_none() {
         return Ok(());
     }
-    store.write_all(&[&record])
+    store.complete(&record)
 }
 
 /// `Add net1 [10.1.2.3/24] from web/lan`, as Multus words its `AddedInterface` events.
