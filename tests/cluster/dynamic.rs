@@ -225,17 +225,20 @@ fn leases_of(cluster: &Cluster, network: &str, sandbox: &str) -> Vec<String> {
 }
 
 /// The attachment records node-a holds for `sandbox`: (interface, whether it has its own result,
-/// as the runtime's interface and hot-plugged ones have once complete).
+/// as the runtime's interface and hot-plugged ones have once complete; kept beside the records).
 fn records_of(cluster: &Cluster, sandbox: &str) -> Vec<(String, bool)> {
-    let dir = cluster.worker("node-a").node_path("/var/lib/cni/yh-genie/attachments");
+    let node = cluster.worker("node-a");
+    let dir = node.node_path("/var/lib/cni/yh-genie/attachments");
+    let results = node.node_path("/var/lib/cni/yh-genie/results");
     let mut records: Vec<(String, bool)> = std::fs::read_dir(&dir)
         .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
         .filter_map(|e| e.ok())
         .filter_map(|e| {
             let name = e.file_name().to_string_lossy().into_owned();
             let ifname = name.strip_prefix(&format!("{sandbox}:"))?.to_string();
-            let record: Value = serde_json::from_str(&std::fs::read_to_string(e.path()).ok()?).ok()?;
-            Some((ifname, record.get("result").is_some()))
+            let own: Option<Value> =
+                std::fs::read_to_string(results.join(&name)).ok().and_then(|text| serde_json::from_str(&text).ok());
+            Some((ifname, own.is_some_and(|own| own.get("result").is_some())))
         })
         .collect();
     records.sort();
