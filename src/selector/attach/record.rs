@@ -246,8 +246,16 @@ impl RecordStore {
     /// another ADD's. Their removal is ordered before the records' fsync by the filesystem's
     /// journal, so a power loss cannot bring them back beside the new records.
     pub fn write_all(&self, records: &[&Record]) -> Result<(), CniError> {
+        // One unlink each, no listing for killed writers' temp files: this is every ADD's path,
+        // and the results directory holds a file per pod of the node (DEL and GC sweep them).
         for r in records {
-            self.remove_results(&r.container_id, std::slice::from_ref(&r.ifname))?;
+            let path = self.results_path(&r.container_id, &r.ifname);
+            match std::fs::remove_file(&path) {
+                Err(e) if e.kind() != io::ErrorKind::NotFound => {
+                    return Err(CniError::io(format!("cannot remove attachment results {}: {e}", path.display())));
+                }
+                _ => {}
+            }
         }
         let files = records
             .iter()
