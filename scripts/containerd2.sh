@@ -13,6 +13,10 @@ cache=${YH_GENIE_CACHE:-/var/cache/yh-genie}
 out=$cache/containerd-$version
 # Go's module and build caches in the same place (scripts/kind/common.sh says why).
 export GOMODCACHE=${GOMODCACHE:-$cache/go/mod} GOCACHE=${GOCACHE:-$cache/go/build}
+# One build of a version at a time (scripts/test.sh may be building it in the background).
+mkdir -p "$cache"
+exec 9>"$cache/containerd-$version.lock"
+flock 9
 commands=(containerd containerd-shim-runc-v2 ctr)
 
 go=${GO:-}

@@ -18,12 +18,24 @@
 # the Docker engine's images and build cache in kind-docker/). docs/kind.md says what is built and
 # how it differs from kind's published node image, and what each step costs. Needs root.
 # Usage: scripts/kind-e2e.sh   (KEEP_CLUSTER=1 is refused: the engine stops at the end)
+#        scripts/kind-e2e.sh --prepare   steps 1 to 3 only, into the cache (scripts/test.sh runs
+#                                        this in the background while the other tiers run)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # shellcheck source=scripts/kind/common.sh
 source scripts/kind/common.sh
 # shellcheck source=scripts/kind/dockerd.sh
 source scripts/kind/dockerd.sh
+
+prepare_only=0
+case ${1:-} in
+	"") ;;
+	--prepare) prepare_only=1 ;;
+	*)
+		echo "usage: scripts/kind-e2e.sh [--prepare]" >&2
+		exit 2
+		;;
+esac
 
 if [[ $(id -u) -ne 0 ]]; then
 	echo "scripts/kind-e2e.sh needs root: it runs its own Docker engine" >&2
@@ -47,7 +59,10 @@ teardown() {
 	kind_log "times (s)"
 	column -t -s $'\t' "$KIND_TIMES" >&2 || cat "$KIND_TIMES" >&2
 	rm -f "$KIND_TIMES"
-	printf 'scripts/kind-e2e.sh: %s in %d s\n' "$( ((rc == 0)) && echo PASS || echo "FAIL ($rc)")" $((SECONDS - started)) >&2
+	local outcome=PASS
+	((prepare_only)) && outcome=prepared
+	((rc == 0)) || outcome="FAIL ($rc)"
+	printf 'scripts/kind-e2e.sh: %s in %d s\n' "$outcome" $((SECONDS - started)) >&2
 	exit "$rc"
 }
 trap teardown EXIT
@@ -88,6 +103,9 @@ kind_log "Kubernetes (scripts/cluster/build.sh)"
 k8s_bin=$(kind_timed "kubernetes binaries" scripts/cluster/build.sh | tail -1)
 kind_timed "binaries (all)" scripts/kind/binaries.sh "$k8s_bin" >"$run/artifacts"
 cat "$run/artifacts" >&2
+if ((prepare_only)); then
+	exit 0
+fi
 
 kind_log "starting dockerd"
 kind_timed "dockerd start" kind_dockerd_start "$run/dockerd" "$kind_cache_root/kind-docker"

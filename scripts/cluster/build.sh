@@ -19,6 +19,11 @@ cache=${YH_GENIE_CACHE:-/var/cache/yh-genie}
 out=$cache/kubernetes-$version
 # Go's module and build caches in the same place (scripts/kind/common.sh says why).
 export GOMODCACHE=${GOMODCACHE:-$cache/go/mod} GOCACHE=${GOCACHE:-$cache/go/build}
+# One build of a version at a time: scripts/test.sh starts this build in the background at the
+# beginning of a run, and a tier that needs it waits here for that build instead of starting its own.
+mkdir -p "$cache"
+exec 9>"$cache/kubernetes-$version.lock"
+flock 9
 commands=(kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy kubectl kubeadm etcd
           e2e.test agnhost ginkgo coredns agnhost-localhost.crt agnhost-localhost.key)
 # Two commands are modules of their own, at the versions kubeadm deploys with this Kubernetes

@@ -18,6 +18,10 @@ fi
 key=$(cat "$source_dir"/go.mod "$source_dir"/go.sum "$source_dir"/*.go | sha256sum | cut -c1-16)
 out=$cache/dra-driver-$key
 binary=$out/yh-genie-test-dra-driver
+# One build at a time (scripts/test.sh may be building it in the background).
+mkdir -p "$cache"
+exec 9>"$out.lock"
+flock 9
 if [ -x "$binary" ]; then
   echo "test DRA driver: cached in $out"
   echo "$binary"

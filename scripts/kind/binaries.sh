@@ -14,6 +14,11 @@
 set -euo pipefail
 # shellcheck source=scripts/kind/common.sh
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+# One run at a time (scripts/test.sh may be running it in the background): a second waits, then
+# finds everything cached.
+mkdir -p "$kind_cache_root"
+exec 9>"$kind_cache_root/kind-binaries.lock"
+flock 9
 
 k8s_bin=${1:?usage: scripts/kind/binaries.sh K8S_BIN_DIR}
 flannel_image=$(kind_manifest_image "$kind_repo/e2e/flannel.yaml")
