@@ -36,47 +36,21 @@ pub fn normalized(image: &str) -> String {
 }
 
 /// yh-genie built as one static executable (the C library linked in: no loader on the host it is
-/// copied to), as the Dockerfile's musl build makes it; in its own target dir so that the test
-/// build's flags and artifacts are not disturbed, with the `cluster-image` profile (release
-/// without LTO, incremental). That target dir is kept outside the checkout, beside the cached
-/// Kubernetes (`$YH_GENIE_CACHE`, default /var/cache/yh-genie), so that a fresh clone on the same
-/// machine (CI's) rebuilds only yh-genie itself, not its dependencies (a quarter of an hour on two
-/// cores). `YH_GENIE_IMAGE_BINARY` names a binary to use instead.
+/// copied to), as the Dockerfile's musl build makes it: `scripts/cluster/static-binary.sh` builds
+/// it, cached outside the checkout (scripts/test.sh runs the same script in the background ahead of
+/// the cluster tier). `YH_GENIE_IMAGE_BINARY` names a binary to use instead.
 pub fn static_yh_genie() -> PathBuf {
     if let Some(binary) = std::env::var_os("YH_GENIE_IMAGE_BINARY") {
         return check_static(PathBuf::from(binary));
     }
-    let root = crate::repository();
-    let cache = std::env::var_os("YH_GENIE_CACHE").map_or_else(|| PathBuf::from("/var/cache/yh-genie"), PathBuf::from);
-    let target_dir = cache.join("image-target");
-    let triple = format!("{}-unknown-linux-gnu", std::env::consts::ARCH);
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let status =
-        Command::new(cargo)
-            .current_dir(root)
-            .args([
-                "build",
-                "--profile",
-                "cluster-image",
-                "--locked",
-                "--bin",
-                "yh-genie",
-                "--target",
-                &triple,
-                "--target-dir",
-            ])
-            .arg(&target_dir)
-            // Not the test's environment: cargo test sets variables (CARGO_PKG_*, ...) that build
-            // scripts watch, and each difference would rebuild ring and what depends on it.
-            .env_clear()
-            .envs(std::env::vars().filter(|(k, _)| {
-                ["PATH", "HOME", "RUSTUP_HOME", "CARGO_HOME", "RUSTUP_TOOLCHAIN"].contains(&k.as_str())
-            }))
-            .env("RUSTFLAGS", "-C target-feature=+crt-static")
-            .status()
-            .expect("cargo runs");
-    assert!(status.success(), "building the static yh-genie failed");
-    check_static(target_dir.join(triple).join("cluster-image/yh-genie"))
+    let output = Command::new(crate::repository().join("scripts/cluster/static-binary.sh"))
+        .stderr(std::process::Stdio::inherit())
+        .output()
+        .expect("scripts/cluster/static-binary.sh runs");
+    assert!(output.status.success(), "building the static yh-genie failed (scripts/cluster/static-binary.sh)");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let binary = stdout.lines().last().expect("scripts/cluster/static-binary.sh prints the binary's path");
+    check_static(PathBuf::from(binary))
 }
 
 fn check_static(binary: PathBuf) -> PathBuf {
