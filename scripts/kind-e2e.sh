@@ -100,7 +100,7 @@ prereqs() {
 kind_timed "debian packages" prereqs
 
 kind_log "Kubernetes (scripts/cluster/build.sh)"
-k8s_bin=$(kind_timed "kubernetes binaries" scripts/cluster/build.sh | tail -1)
+k8s_bin=$(kind_timed "kubernetes binaries" scripts/cluster/build.sh --without-e2e | tail -1)
 kind_timed "binaries (all)" scripts/kind/binaries.sh "$k8s_bin" >"$run/artifacts"
 cat "$run/artifacts" >&2
 if ((prepare_only)); then

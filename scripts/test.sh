@@ -60,28 +60,32 @@ elif ! command -v shellcheck >/dev/null; then
   exit 1
 fi
 
-# The slow builds the later tiers need, each cached by version (Kubernetes and the test DRA driver
-# for cluster, containerd 2.x for cri, kind's programs and root filesystems for kind, the fuzz
-# targets for fuzz), start at once in the background, one after another at a lower priority, when
-# other tiers come first: they use the CPU those tiers leave idle (tests waiting on namespaces,
-# containerd, control planes). Each build holds a lock while it runs, so a tier that needs it waits
-# for it rather than building it twice; one that failed in the background is built again by that
-# tier, where its error shows. Nothing of it outlives the run.
+# The slow builds the later tiers need, each cached outside the checkout (Kubernetes, the static
+# yh-genie of its images and the test DRA driver for cluster, containerd 2.x for cri, kind's
+# programs and root filesystems for kind, the fuzz targets for fuzz), start at once in the
+# background, one after another at a lower priority, when other tiers come first: they use the CPU
+# those tiers leave idle (tests waiting on namespaces, containerd, control planes). Each build holds
+# a lock while it runs (cargo's own, for the two cargo builds), so a tier that needs it waits for it
+# rather than building it twice; one that failed in the background is built again by that tier,
+# where its error shows. Nothing of it outlives the run.
 background_pid=
 background_log=
 start_background_builds() {
   local steps=()
   wants cri && steps+=("scripts/containerd2.sh")
-  if wants cluster || wants kind; then steps+=("scripts/cluster/build.sh"); fi
-  wants cluster && steps+=("scripts/cluster/dra-driver.sh")
+  if wants cluster || wants kind; then steps+=("scripts/cluster/build.sh --without-e2e"); fi
+  # tests/cluster's needs first, then the e2e suite's, which only the conformance run after it needs.
+  wants cluster && steps+=("scripts/cluster/static-binary.sh" "scripts/cluster/dra-driver.sh" "scripts/cluster/build.sh")
   wants kind && [ -x scripts/kind-e2e.sh ] && steps+=("scripts/kind-e2e.sh --prepare")
   wants fuzz && steps+=("scripts/fuzz.sh --build")
   [ ${#steps[@]} -gt 0 ] || return 0
   background_log=$(mktemp /tmp/yh-genie-background.XXXXXX)
   echo "== background builds (log: $background_log): ${steps[*]}"
-  local script="set -e;" step
+  # A session of its own (setsid), so that the end of the run stops all of it; with the kernel's
+  # autogroups, a session is also a scheduling group of its own, whose niceness is set apart from
+  # its processes': both at 10.
+  local script="set -e; echo 10 >/proc/self/autogroup 2>/dev/null || true;" step
   for step in "${steps[@]}"; do script+=" echo '>> $step'; $step;"; done
-  # Its own process group (setsid), so that the end of the run stops all of it.
   setsid nice -n 10 bash -c "$script echo \">> done in \$SECONDS s\"" >"$background_log" 2>&1 &
   background_pid=$!
 }
@@ -135,10 +139,12 @@ tier_cri() {
 }
 
 tier_cluster() {
-  # The cluster's Kubernetes binaries, its e2e suite and CoreDNS: built once per version, cached in
-  # /var/cache/yh-genie (a cold build takes half an hour or more on 2 cores).
-  scripts/cluster/build.sh | grep -v '^/'
+  # The cluster's Kubernetes binaries, then its e2e suite and CoreDNS for the conformance run: built
+  # once per version, cached in /var/cache/yh-genie (a cold build takes half an hour or more on 2
+  # cores).
+  scripts/cluster/build.sh --without-e2e | grep -v '^/'
   cargo test --test cluster
+  scripts/cluster/build.sh | grep -v '^/'
   cargo test --test conformance
   # bench/scale.sh's driver in its smoke mode (2 nodes, 3 pods each, debug build) on the same
   # Kubernetes build: it still works.

@@ -7,6 +7,9 @@
 # later runs and fresh clones on the same machine reuse them. Prints what it built and how long it
 # took. Usage:
 #   scripts/cluster/build.sh            # prints the bin dir on its last line
+#   scripts/cluster/build.sh --without-e2e   # only the cluster's own commands, without the e2e
+#                                            # suite and what only it uses (e2e.test, agnhost,
+#                                            # ginkgo, CoreDNS): what tests/cluster and kind need
 #
 # k8s.io/kubernetes replaces its staging modules (k8s.io/api, client-go, ...) with paths of its own
 # tree, which `go install pkg@version` refuses; a scratch module that requires it and pins every
@@ -24,8 +27,12 @@ export GOMODCACHE=${GOMODCACHE:-$cache/go/mod} GOCACHE=${GOCACHE:-$cache/go/buil
 mkdir -p "$cache"
 exec 9>"$cache/kubernetes-$version.lock"
 flock 9
-commands=(kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy kubectl kubeadm etcd
-          e2e.test agnhost ginkgo coredns agnhost-localhost.crt agnhost-localhost.key)
+commands=(kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy kubectl kubeadm etcd)
+case ${1:-} in
+  "") commands+=(e2e.test agnhost ginkgo coredns agnhost-localhost.crt agnhost-localhost.key) ;;
+  --without-e2e) ;;
+  *) echo "usage: scripts/cluster/build.sh [--without-e2e]" >&2; exit 2 ;;
+esac
 # Two commands are modules of their own, at the versions kubeadm deploys with this Kubernetes
 # (`kubeadm config images list`): etcd, the cluster's store (kubeadm 1.34 refuses an external etcd
 # older than 3.5.24; Debian 12's is 3.4.23), and CoreDNS, the cluster DNS of the e2e suite's DNS

@@ -72,7 +72,7 @@ impl Cluster {
     fn start_with(e2e_images: bool) -> Self {
         crate::require_root();
         let started = Instant::now();
-        let bin = kubernetes_bin();
+        let bin = if e2e_images { kubernetes_bin_with_e2e() } else { kubernetes_bin() };
         let run = RunDir::new("cluster");
         let mut images = build_images(&run);
         if e2e_images {
@@ -260,10 +260,21 @@ fn connect(underlay: &Netns, member: &Netns, port: &str, ip: &str) {
     member.must(&format!("ip addr add {ip}/24 dev ul0 && ip link set ul0 up"));
 }
 
-/// The Kubernetes binaries' directory, built (once per version) by scripts/cluster/build.sh.
+/// The Kubernetes binaries' directory, built (once per version) by scripts/cluster/build.sh: the
+/// cluster's commands only.
 pub fn kubernetes_bin() -> PathBuf {
+    build_kubernetes(&["--without-e2e"])
+}
+
+/// The same directory with Kubernetes' e2e suite and what it runs (e2e.test, ginkgo, agnhost,
+/// CoreDNS) too.
+pub fn kubernetes_bin_with_e2e() -> PathBuf {
+    build_kubernetes(&[])
+}
+
+fn build_kubernetes(args: &[&str]) -> PathBuf {
     let script = crate::repository().join("scripts/cluster/build.sh");
-    let out = Command::new(&script).output().expect("scripts/cluster/build.sh runs");
+    let out = Command::new(&script).args(args).output().expect("scripts/cluster/build.sh runs");
     let (ok, stdout, stderr) = texts(out);
     assert!(ok, "scripts/cluster/build.sh failed:\n{stderr}{stdout}");
     for line in stdout.lines().filter(|l| l.starts_with("built") || l.starts_with("kubernetes")) {
