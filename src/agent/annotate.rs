@@ -72,6 +72,26 @@ pub(super) fn offer(shared: &Shared, job: Job) -> Answer {
     }
 }
 
+/// Take a job whose plugin does not wait for the answer (only events): what `offer` would have
+/// answered it is logged and counted here instead.
+pub(super) fn take_unanswered(shared: &Shared, job: Job) {
+    let (job, why) = match shared.annotations.try_send(job) {
+        Ok(()) => return,
+        Err(mpsc::error::TrySendError::Full(job)) => (job, format!("{QUEUE} writes are waiting already")),
+        Err(mpsc::error::TrySendError::Closed(job)) => (job, "the status writer has stopped".into()),
+    };
+    warn!(
+        "the {} {ADDED_INTERFACE} events of pod {}/{} (uid {}) are dropped: {why}",
+        job.events.len(),
+        job.namespace,
+        job.name,
+        job.uid
+    );
+    for _ in &job.events {
+        shared.metrics.event(EventOutcome::Dropped);
+    }
+}
+
 /// Write every job that comes, `CONCURRENT` at a time.
 pub(super) async fn run(shared: Arc<Shared>, mut jobs: mpsc::Receiver<Job>) -> String {
     let slots = Arc::new(Semaphore::new(CONCURRENT));

@@ -15,7 +15,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{UnixListener, UnixStream};
-use tracing::warn;
+use tracing::{debug, warn};
 
 /// How long a client may take to send its request line, and to take the reply.
 const CLIENT_TIMEOUT: Duration = Duration::from_secs(5);
@@ -86,8 +86,12 @@ async fn connection(shared: Arc<Shared>, stream: UnixStream) {
                 shared.metrics.answered(outcome, started.elapsed());
                 answer
             }
-            Ok(Request { ask: Ask::Annotate { namespace, name, uid, annotations, events }, .. }) => {
+            Ok(Request { ask: Ask::Annotate { namespace, name, uid, annotations, events, no_answer }, .. }) => {
                 let job = annotate::Job { namespace, name, uid, annotations, events, accepted: Instant::now() };
+                if no_answer {
+                    // The plugin has gone already: nobody to answer, so the agent says it itself.
+                    return annotate::take_unanswered(&shared, job);
+                }
                 annotate::offer(&shared, job)
             }
             Err(why) => refused(&shared, why, started),
@@ -98,7 +102,11 @@ async fn connection(shared: Arc<Shared>, stream: UnixStream) {
     };
     // The plugin may have given up already, or stopped reading: nothing to do about it, but its
     // connection is not kept for it.
-    let _ = tokio::time::timeout(CLIENT_TIMEOUT, write.write_all(&Reply::new(answer).line())).await;
+    match tokio::time::timeout(CLIENT_TIMEOUT, write.write_all(&Reply::new(answer).line())).await {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => debug!("the plugin did not take the agent's reply: {e}"),
+        Err(_) => debug!("the plugin did not take the agent's reply in {}s", CLIENT_TIMEOUT.as_secs()),
+    }
 }
 
 fn refused(shared: &Shared, why: String, started: Instant) -> Answer {

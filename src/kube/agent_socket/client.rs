@@ -21,6 +21,20 @@ pub fn exchange(socket: &Path, request: &Request, deadline: Instant) -> Result<A
     Ok(Reply::parse(&reply)?.answer)
 }
 
+/// Send `request` to the agent listening on `socket` and close the connection without reading an
+/// answer, before `deadline`. For a request whose answer would change nothing the plugin does: the
+/// line lands in the socket's buffer (even while the connection still waits in the agent's
+/// backlog), the agent reads it on its own time, and the plugin's operation does not wait for the
+/// agent to be scheduled, which on a node busy with its own work costs milliseconds per exchange.
+/// The error says why the line was not sent; once sent, what becomes of it is the agent's to say.
+pub fn send_without_answer(socket: &Path, request: &Request, deadline: Instant) -> Result<(), String> {
+    let mut stream = connect_now(socket)?;
+    stream.set_write_timeout(Some(remaining(deadline)?)).map_err(|e| format!("socket: {e}"))?;
+    stream.write_all(&to_line(request)).map_err(|e| io_failure("sending to", socket, &e))?;
+    // Dropping the stream closes it: the agent reads the line, then the end of the connection.
+    Ok(())
+}
+
 /// Connect without waiting: the socket missing, nobody listening, or a backlog full are failures
 /// at once.
 fn connect_now(path: &Path) -> Result<UnixStream, String> {
@@ -130,5 +144,27 @@ mod tests {
         let path = dir.path().join("stuck.sock");
         let _stuck = UnixListener::bind(&path).unwrap();
         assert!(exchange(&path, &ask(), soon()).unwrap_err().contains("in time"));
+    }
+
+    #[test]
+    fn a_request_sent_without_answer_is_read_whole_after_the_plugin_has_gone() {
+        let soon = || Instant::now() + Duration::from_millis(200);
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("agent.sock");
+        // Not accepting yet: the line waits in the connection's buffer, the sender does not.
+        let listener = UnixListener::bind(&path).unwrap();
+        send_without_answer(&path, &ask(), soon()).unwrap();
+        let (mut conn, _) = listener.accept().unwrap();
+        let mut received = Vec::new();
+        conn.read_to_end(&mut received).unwrap();
+        assert_eq!(received, to_line(&ask()), "the whole line, then the end of the connection");
+        assert_eq!(Request::parse(&received).unwrap(), ask());
+        // The agent's reply, if it sends one, goes nowhere and harms nothing.
+        assert!(conn.write_all(b"{\"version\":1,\"answer\":\"accepted\"}\n").is_err());
+
+        drop(listener);
+        assert!(send_without_answer(&path, &ask(), soon()).unwrap_err().contains("no agent is listening"));
+        let missing = dir.path().join("none.sock");
+        assert!(send_without_answer(&missing, &ask(), soon()).unwrap_err().contains("there is no agent socket"));
     }
 }

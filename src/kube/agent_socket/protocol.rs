@@ -9,7 +9,9 @@
 //!   watch to deliver it. Without `uid` (`yh-genie explain`) it answers with whatever it holds.
 //! - `Ask::Annotate`: annotations to write on the pod after its ADD, only while the pod under that
 //!   name is still `uid`, and the messages of the `AddedInterface` events to create about it. The
-//!   agent takes it (`Accepted`) and writes them on its own time.
+//!   agent takes it (`Accepted`) and writes them on its own time. With `noAnswer` (only events, which
+//!   the plugin would not write itself anyway) the plugin has closed its end once the line is sent:
+//!   the agent sends no reply, and says itself when it cannot take the request.
 
 use crate::kube::NetworkAttachmentDefinition;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
@@ -56,6 +58,10 @@ pub enum Ask {
         /// from default/lan`), as Multus creates them. An agent of an older release ignores them.
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
         events: Vec<String>,
+        /// The plugin does not wait for the answer. An agent of an older release answers all the
+        /// same, to a connection already closed.
+        #[serde(default, rename = "noAnswer", skip_serializing_if = "std::ops::Not::not")]
+        no_answer: bool,
     },
 }
 
@@ -218,6 +224,26 @@ mod tests {
             node_devices: None,
         })));
         assert_eq!(Reply::parse(&reply.line()).unwrap(), reply);
+    }
+
+    #[test]
+    fn an_annotate_says_no_answer_only_when_none_is_wanted() {
+        let annotate = |no_answer| Ask::Annotate {
+            namespace: "default".into(),
+            name: "web-0".into(),
+            uid: "u1".into(),
+            annotations: BTreeMap::new(),
+            events: vec!["Add eth0 [10.1.2.3/24] from default/lan".into()],
+            no_answer,
+        };
+        let line = to_line(&Request::new(annotate(true)));
+        let sent: serde_json::Value = serde_json::from_slice(&line).unwrap();
+        assert_eq!(sent["noAnswer"], true, "{sent}");
+        assert_eq!(Request::parse(&line).unwrap(), Request::new(annotate(true)));
+        // Waiting for the answer is what a line without the key means, as an older plugin sends it.
+        let line = to_line(&Request::new(annotate(false)));
+        assert!(!String::from_utf8_lossy(&line).contains("noAnswer"));
+        assert_eq!(Request::parse(&line).unwrap(), Request::new(annotate(false)));
     }
 
     #[test]

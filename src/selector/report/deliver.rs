@@ -1,14 +1,15 @@
 //! Who writes what ADD reports: the network-status annotation (`network_status`, when
 //! `networkStatus` asks for it) and, through the node agent, one `AddedInterface` Event per
-//! interface (`events`). Both are handed to the agent when it is up (it gave the selection, or answered that its watch had not
-//! delivered the pod yet): it writes them on its own time, so ADD makes no API request for them.
-//! Without the agent (or when it does not take them) the status is written here, in one request
-//! with a budget of its own; the events are not (they would cost every ADD a request). Neither
-//! ever fails the ADD.
+//! interface (`events`). Both are handed to the agent when it is up (it gave the selection, or
+//! answered that its watch had not delivered the pod yet): it writes them on its own time, so ADD
+//! makes no API request for them. Without the agent (or when it does not take them) the status is
+//! written here, in one request with a budget of its own; the events are not (they would cost every
+//! ADD a request). So only a status waits for the agent's answer: events alone (a pod of one
+//! network, the common case) are sent without waiting for it. Neither ever fails the ADD.
 
 use super::events;
 use super::network_status::{self, NETWORK_STATUS};
-use crate::kube::agent_socket::client::exchange;
+use crate::kube::agent_socket::client::{exchange, send_without_answer};
 use crate::kube::agent_socket::protocol::{Answer, Ask, Request};
 use crate::kube::{ApiClient, ApiPolicy};
 use crate::selector::attach::Attached;
@@ -81,7 +82,9 @@ pub fn report(
 const HAND_OVER: Duration = Duration::from_millis(250);
 
 /// Hand the pod's annotations (none: no status to write) and the messages of its `AddedInterface`
-/// events to the agent, which writes them (with the uid guard) on its own time.
+/// events to the agent, which writes them (with the uid guard) on its own time. Without a status,
+/// the agent's answer would change nothing here (events the agent does not take are not created by
+/// the plugin either), so it is not waited for.
 fn hand_over(
     socket: &Path,
     pod: &PodIdentity,
@@ -89,14 +92,20 @@ fn hand_over(
     annotations: &BTreeMap<String, String>,
     events: &[String],
 ) -> Result<(), String> {
+    let no_answer = annotations.is_empty();
     let ask = Ask::Annotate {
         namespace: pod.namespace.clone(),
         name: pod.name.clone(),
         uid: uid.into(),
         annotations: annotations.clone(),
         events: events.to_vec(),
+        no_answer,
     };
-    match exchange(socket, &Request::new(ask), Instant::now() + HAND_OVER)? {
+    let deadline = Instant::now() + HAND_OVER;
+    if no_answer {
+        return send_without_answer(socket, &Request::new(ask), deadline);
+    }
+    match exchange(socket, &Request::new(ask), deadline)? {
         Answer::Accepted => Ok(()),
         Answer::Refused { why } => Err(why),
         other => Err(format!("unexpected answer {other:?}")),
