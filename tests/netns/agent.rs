@@ -9,10 +9,12 @@ use crate::support::agent::{AgentAnswers, answer};
 use crate::support::driver::{Reply, cnidrive_run};
 use crate::support::node::{NetnsNode, Pod, addresses_on, pod_addresses};
 use serde_json::json;
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::net::UnixListener;
 use std::time::{Duration, Instant};
 use testkit::agent::{Agent, METRICS_PORT};
 use testkit::apiserver::{Call, from_config_map, literal};
-use yh_genie::kube::agent_socket::protocol::{Answer, PodObjects};
+use yh_genie::kube::agent_socket::protocol::{Answer, Ask, PodObjects, Reply as AgentReply, Request};
 
 const BLUE: (&str, u8) = ("blue", 31);
 const RED: (&str, u8) = ("red", 32);
@@ -252,6 +254,98 @@ fn without_a_usable_agent_add_takes_the_direct_path_and_says_why() {
     n.call("DEL", &pod, &always).ok();
     n.assert_nothing_left(&pod, "direct path, agent up");
     drop(agent);
+}
+
+#[test]
+fn the_event_of_a_one_network_add_reaches_the_api_server_through_the_agent() {
+    let n = node();
+    n.api.put_pod("default", "web-0", literal("blue"));
+    let agent = n.start_agent();
+    agent.wait_ready();
+    agent.wait_holds(&n.agent_socket(), "web-0", &uid("web-0"), |_| true);
+    let conf = n.selector_conf("1.0.0", json!({}));
+
+    let pod = n.pod("web-0");
+    let before = n.api.plugin_requests();
+    let reply = add(&n, &pod, &conf);
+    assert_eq!(selection(&reply), "agent");
+    assert!(on(&pod, BLUE), "{:?}", pod_addresses(&pod));
+    // One network: no status is wanted, only the event, which the agent took without a word.
+    assert!(!reply.stderr.contains("did not take"), "{}", reply.stderr);
+    agent
+        .wait_for("the AddedInterface event", || agent.metric("yh_genie_agent_events_total{outcome=\"created\"}") == 1);
+    let events = n.api.events();
+    assert_eq!(events.len(), 1, "{events:?}");
+    assert_eq!(events[0]["message"], format!("Add eth0 [{}] from blue", pod_addresses(&pod)[0]), "{events:?}");
+    assert_eq!(events[0]["involvedObject"]["uid"], uid("web-0"), "{events:?}");
+    assert_eq!(n.api.plugin_requests(), before, "the plugin makes no API request for it");
+    assert!(n.api.patches().is_empty(), "no status for a pod of one network");
+    // The plugin was gone before the agent read its request: the agent has nothing to say of it.
+    let logged = agent.logged();
+    assert!(!logged.contains("WARN") && !logged.contains("ERROR"), "{logged}");
+
+    n.call("DEL", &pod, &conf).ok();
+    n.assert_nothing_left(&pod, "one network through the agent");
+}
+
+#[test]
+fn an_agent_that_never_answers_the_hand_over_still_gets_the_event_and_the_add_is_whole() {
+    let n = node();
+    n.api.put_pod("default", "web-0", literal("blue"));
+    let socket = n.agent_socket();
+    // The agent's answer for the pod, for a stand-in to give: the selection through the agent.
+    let mut agent = n.start_agent();
+    agent.wait_holds(&socket, "web-0", &uid("web-0"), |_| true);
+    let Ok(Answer::Objects(objects)) = answer(&socket, "default", "web-0", Some(&uid("web-0"))) else {
+        panic!("the agent holds the pod")
+    };
+    agent.kill();
+    std::fs::remove_file(&socket).unwrap();
+    // The stand-in answers the selection, then reads the hand-over and never answers it.
+    let listener = UnixListener::bind(&socket).unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let stand_in = std::thread::spawn(move || {
+        let deadline = Instant::now() + testkit::agent::PATIENCE;
+        loop {
+            let connection = match listener.accept() {
+                Ok((connection, _)) => connection,
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock && Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_millis(5));
+                    continue;
+                }
+                Err(e) => panic!("no hand-over came: {e}"),
+            };
+            connection.set_nonblocking(false).unwrap();
+            let mut line = Vec::new();
+            BufReader::new(&connection).read_until(b'\n', &mut line).unwrap();
+            match Request::parse(&line).unwrap().ask {
+                Ask::Selection { .. } => {
+                    (&connection).write_all(&AgentReply::new(Answer::Objects(objects.clone())).line()).unwrap();
+                }
+                // Kept open, unanswered, until the test has looked.
+                annotate => return (annotate, connection),
+            }
+        }
+    });
+
+    let pod = n.pod("web-0");
+    let conf = n.selector_conf("1.0.0", json!({}));
+    let reply = add(&n, &pod, &conf);
+    assert_eq!(selection(&reply), "agent");
+    let address = pod_addresses(&pod)[0].clone();
+    assert!(on(&pod, BLUE), "{address}");
+    assert_eq!(reply.json()["ips"][0]["address"], address.as_str(), "{reply:?}");
+    assert!(!reply.stderr.contains("did not take"), "nothing is missing: {}", reply.stderr);
+    let (handed_over, _unanswered) = stand_in.join().unwrap();
+    let Ask::Annotate { namespace, name, uid: handed_uid, annotations, events, no_answer } = handed_over else {
+        panic!("{handed_over:?}")
+    };
+    assert_eq!((namespace.as_str(), name.as_str(), handed_uid), ("default", "web-0", uid("web-0")));
+    assert_eq!(events, [format!("Add eth0 [{address}] from blue")]);
+    assert!(annotations.is_empty() && no_answer, "only the event, no answer awaited");
+
+    n.call("DEL", &pod, &conf).ok();
+    n.assert_nothing_left(&pod, "an agent that never answers");
 }
 
 #[test]
