@@ -37,8 +37,12 @@ impl RunDir {
         std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
         std::fs::create_dir_all(dir.path().join("log")).unwrap();
         let me = std::process::id();
-        std::fs::write(dir.path().join(OWNER), format!("{me} {}", start_time(me).expect("this process's start time")))
-            .unwrap();
+        // Written whole under another name, then renamed: another test thread's sweep that read the
+        // owner file while it was still empty would take this live run for a dead one and remove it.
+        let owner = format!("{me} {}", start_time(me).expect("this process's start time"));
+        let unfinished = dir.path().join(format!("{OWNER}.new"));
+        std::fs::write(&unfinished, owner).unwrap();
+        std::fs::rename(&unfinished, dir.path().join(OWNER)).unwrap();
         RunDir { dir }
     }
 
