@@ -34,12 +34,13 @@ use testkit::apiserver::ApiServer;
 use testkit::netns::Netns;
 use testkit::process::unique;
 use testkit::sandbox::{Plugins, Sandbox};
+use yh_genie::cni::attachment_lock;
 
 /// yh-genie as the benchmark's sandbox installs it.
 const PLUGINS: Plugins = Plugins {
     selector: yh_genie::selector::NAME,
     plugins: &yh_genie::plugins::NAMES,
-    lock_dir_var: yh_genie::cni::attachment_lock::DIR_VAR,
+    lock_dir_var: attachment_lock::DIR_VAR,
 };
 
 struct Options {
@@ -145,6 +146,10 @@ struct Bench {
     // Before the backend in drop order: nothing is left holding the sandbox's files.
     backend: Backend,
     sb: Sandbox,
+    /// The node's volatile directory, `/run/yh-genie` on a node (the attachment locks, the
+    /// selector's results; yonghui's saved configurations are in its `yonghui/`): on tmpfs, as a
+    /// node's `/run` is. Made in `/dev/shm`, since the machine's `/run` may be on its disk.
+    run_dir: tempfile::TempDir,
     node: Netns,
 }
 
@@ -163,7 +168,13 @@ impl Bench {
             enter(&node);
             Backend::Real(RealCluster::start(&node, &sb.path().join("cluster")))
         };
-        Bench { backend, sb, node }
+        let run_dir = tempfile::Builder::new().prefix("yh-genie-bench-run").tempdir_in("/dev/shm").expect("/dev/shm");
+        Bench { backend, sb, run_dir, node }
+    }
+
+    /// The attachment locks' directory in the node's volatile directory (the results beside them).
+    fn lock_dir(&self) -> PathBuf {
+        self.run_dir.path().join("attachments")
     }
 
     fn agent_socket(&self) -> PathBuf {
@@ -248,7 +259,7 @@ impl Bench {
             "FLANNEL_NETWORK=10.90.0.0/16\nFLANNEL_SUBNET=10.90.1.1/24\nFLANNEL_MTU=1450\nFLANNEL_IPMASQ=true\n",
         );
         json!({"cniVersion": "1.0.0", "name": name, "plugins": [{
-            "type": "yonghui", "subnetFile": subnet_file, "dataDir": self.sb.path().join("yonghui"),
+            "type": "yonghui", "subnetFile": subnet_file, "dataDir": self.run_dir.path().join("yonghui"),
             "delegate": {"bridge": unique("yb")}, "ipam": ipam}]})
     }
 
@@ -345,6 +356,7 @@ impl Bench {
             .env("CNI_IFNAME", &step.ifname)
             .env("CNI_ARGS", &pod.args)
             .env("CNI_PATH", self.sb.bin())
+            .env(attachment_lock::DIR_VAR, self.lock_dir())
             // cargo sets it for the bench process; a runtime does not, and it slows the dynamic loader.
             .env_remove("LD_LIBRARY_PATH")
             .stdin(Stdio::piped())
@@ -820,6 +832,7 @@ fn trace_one_add(b: &Bench, case: &Case, file: &Path) {
         .env("CNI_IFNAME", &step.ifname)
         .env("CNI_ARGS", &pod.args)
         .env("CNI_PATH", b.sb.bin())
+        .env(attachment_lock::DIR_VAR, b.lock_dir())
         .env_remove("LD_LIBRARY_PATH")
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())

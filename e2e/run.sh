@@ -371,8 +371,8 @@ check_workload() {
 		records+=("$node:/var/lib/cni/networks/$net/$ip")
 		if [[ $net == yonghui ]]; then
 			sandbox=$(sandbox_id "$node" "$pod") || fail "$pod: no single ready sandbox on $node"
-			# yonghui keeps its delegate's configuration per attachment: <sandbox>:<interface>.
-			records+=("$node:/var/lib/cni/yonghui/$sandbox:eth0")
+			# yonghui keeps its delegate's configuration per attachment, on tmpfs: <sandbox>:<interface>.
+			records+=("$node:/run/yh-genie/yonghui/$sandbox:eth0")
 		fi
 	done
 	for entry in "${records[@]}"; do

@@ -55,6 +55,13 @@ pub fn dir(from_env: Option<String>) -> PathBuf {
     from_env.map_or_else(|| PathBuf::from(DEFAULT_DIR), PathBuf::from)
 }
 
+/// The node's volatile state: the lock directory's parent, `/run/yh-genie` by default. It is tmpfs
+/// on a node, emptied by a reboot as the pods' sandboxes are, so what needs no fsync lives there
+/// (the selector's results). Tests that move the locks (`DIR_VAR`) move it with them.
+pub fn volatile_dir(lock_dir: &Path) -> PathBuf {
+    lock_dir.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(lock_dir).to_path_buf()
+}
+
 /// The descriptor of the lock this process holds, if any.
 pub fn held() -> Option<RawFd> {
     *HELD.lock().unwrap_or_else(|e| e.into_inner())

@@ -98,7 +98,7 @@ pub fn run(args: &[&str]) -> i32 {
 /// The networks attached to the running pod on this node after it started (`dynamicNetworks`),
 /// from the records: nothing when there are none.
 fn hotplugged_section(options: &Options, config: &SelectorConfig) -> String {
-    let records = crate::selector::attach::RecordStore::new(&config.data_dir).list().unwrap_or_default();
+    let records = crate::selector::attach::RecordStore::of_node(&config.data_dir).list().unwrap_or_default();
     let of_pod = records.iter().filter(|r| {
         r.hotplugged && r.pod.as_ref().is_some_and(|p| p.namespace == options.namespace && p.name == options.pod)
     });

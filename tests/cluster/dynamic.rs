@@ -225,11 +225,12 @@ fn leases_of(cluster: &Cluster, network: &str, sandbox: &str) -> Vec<String> {
 }
 
 /// The attachment records node-a holds for `sandbox`: (interface, whether it has its own result,
-/// as the runtime's interface and hot-plugged ones have once complete; kept beside the records).
+/// as the runtime's interface and hot-plugged ones have once complete; kept in the node's
+/// `/run/yh-genie`, where the attach worker writes them too).
 fn records_of(cluster: &Cluster, sandbox: &str) -> Vec<(String, bool)> {
     let node = cluster.worker("node-a");
     let dir = node.node_path("/var/lib/cni/yh-genie/attachments");
-    let results = node.node_path("/var/lib/cni/yh-genie/results");
+    let results = node.node_path("/run/yh-genie/results/var/lib/cni/yh-genie");
     let mut records: Vec<(String, bool)> = std::fs::read_dir(&dir)
         .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
         .filter_map(|e| e.ok())

@@ -8,7 +8,11 @@ use serde_json::{Map, Value};
 use std::path::PathBuf;
 
 pub const DEFAULT_SUBNET_FILE: &str = "/run/yonghui/subnet.env";
-pub const DEFAULT_DATA_DIR: &str = "/var/lib/cni/yonghui";
+/// On tmpfs: the saved configurations need not outlive a reboot (the module's comment says why).
+pub const DEFAULT_DATA_DIR: &str = "/run/yh-genie/yonghui";
+/// Where earlier releases saved them by default, on disk: DEL and CHECK look there too when
+/// `dataDir` is not set, for the pods those releases ADDed.
+pub const EARLIER_DEFAULT_DATA_DIR: &str = "/var/lib/cni/yonghui";
 
 /// The configuration ADD works from. DEL and CHECK need only [`data_dir`].
 #[derive(Debug, Clone, PartialEq)]
@@ -68,6 +72,16 @@ pub fn data_dir(conf: &PluginConf) -> Result<PathBuf, CniError> {
     path(conf, "dataDir", DEFAULT_DATA_DIR)
 }
 
+/// Where DEL and CHECK look for a saved configuration, in order: `dataDir`, or without one the
+/// default and the earlier default.
+pub fn data_dirs(conf: &PluginConf) -> Result<Vec<PathBuf>, CniError> {
+    let dir = data_dir(conf)?;
+    Ok(match conf.raw.get("dataDir") {
+        None | Some(Value::Null) => vec![dir, PathBuf::from(EARLIER_DEFAULT_DATA_DIR)],
+        Some(_) => vec![dir],
+    })
+}
+
 /// The rules flannel has for `delegate`, plus one of our own: yonghui cannot delegate to itself.
 fn check_delegate(delegate: &Map<String, Value>) -> Result<(), CniError> {
     if delegate.contains_key("name") {
@@ -123,7 +137,7 @@ mod tests {
     fn defaults() {
         let c = load(json!({"cniVersion": "1.0.0", "name": "mynet", "type": "yonghui"})).unwrap();
         assert_eq!(c.subnet_file, PathBuf::from("/run/yonghui/subnet.env"));
-        assert_eq!(c.data_dir, PathBuf::from("/var/lib/cni/yonghui"));
+        assert_eq!(c.data_dir, PathBuf::from("/run/yh-genie/yonghui"));
         assert!(c.delegate.is_empty() && c.ipam.is_none() && c.runtime_config.is_none());
         assert_eq!(c.delegate_type(), None);
     }
@@ -176,5 +190,12 @@ mod tests {
         .unwrap();
         assert!(NetConf::from_plugin_conf(&conf).is_err());
         assert_eq!(data_dir(&conf).unwrap(), PathBuf::from("/d"));
+        assert_eq!(data_dirs(&conf).unwrap(), [PathBuf::from("/d")], "an admin's dataDir is the only place");
+        let defaulted = PluginConf::from_value(json!({"cniVersion": "1.0.0", "name": "n", "type": "yonghui"})).unwrap();
+        assert_eq!(
+            data_dirs(&defaulted).unwrap(),
+            [PathBuf::from("/run/yh-genie/yonghui"), PathBuf::from("/var/lib/cni/yonghui")],
+            "without one, where earlier releases saved by default too"
+        );
     }
 }

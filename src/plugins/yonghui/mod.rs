@@ -5,11 +5,13 @@
 //! The generated configuration is saved as `<dataDir>/<containerID>:<ifname>` before the delegate
 //! runs. DEL replays exactly those bytes and CHECK adds the runtime's `prevResult` to them, so tearing
 //! a pod down does not depend on subnet.env or the network config still being what they were at ADD.
-//! The save is atomic but not fsync'd (as flannel's): a crash of the process leaves it whole, and
-//! what a power loss can take from it, a DEL makes again from subnet.env. That DEL releases the same
-//! address (host-local releases by container and interface, whatever the range), and the pod's
-//! interfaces and its NAT rules did not survive the power loss either. Waiting on the disk for it
-//! would cost every ADD two journal commits.
+//! The save is atomic but not fsync'd (as flannel's), and by default on tmpfs
+//! (`/run/yh-genie/yonghui`): a crash of the process leaves it whole, and what a reboot or a power
+//! loss takes, a DEL makes again from subnet.env. That DEL releases the same address (host-local
+//! releases by container and interface, whatever the range), and the pod's interfaces and its NAT
+//! rules did not survive either. Keeping it on disk would cost every ADD a file made there, and
+//! waiting on the disk for it two fsyncs. DEL and CHECK also look where earlier releases saved by
+//! default (`/var/lib/cni/yonghui`).
 //!
 //! - [`subnet_env`]: the daemon's subnet.env.
 //! - [`config`]: yonghui's own keys.
@@ -58,47 +60,44 @@ impl Plugin for Yonghui {
     /// the temp file of a save whose process was killed goes. If the delegate's DEL fails the file
     /// stays, so the runtime's retry can finish the job. A file saved by the earlier release
     /// (`<dataDir>/<containerID>`) is replayed too when it is this network's.
+    /// Without `dataDir`, both the default and the earlier default are looked in.
     fn del(&self, inv: &Invocation, conf: &PluginConf) -> Result<(), CniError> {
-        let data_dir = config::data_dir(conf)?;
-        let saved = SavedDelegate::new(&data_dir, &inv.container_id, &inv.ifname);
-        let legacy = SavedDelegate::legacy(&data_dir, &inv.container_id);
-        let legacy_bytes = legacy.read()?.filter(|bytes| legacy.is_of(bytes, &conf.name));
-        match saved.read()? {
-            Some(bytes) => replay_del(&saved, &bytes, inv)?,
-            None => {
-                saved.remove()?;
-                if legacy_bytes.is_none() {
-                    del_regenerated(conf, inv)?;
+        let mut replayed = false;
+        for data_dir in config::data_dirs(conf)? {
+            let saved = SavedDelegate::new(&data_dir, &inv.container_id, &inv.ifname);
+            match saved.read()? {
+                Some(bytes) => {
+                    replay_del(&saved, &bytes, inv)?;
+                    replayed = true;
                 }
+                None => saved.remove()?,
+            }
+            let legacy = SavedDelegate::legacy(&data_dir, &inv.container_id);
+            if let Some(bytes) = legacy.read()?.filter(|bytes| legacy.is_of(bytes, &conf.name)) {
+                replay_del(&legacy, &bytes, inv)?;
+                replayed = true;
             }
         }
-        match legacy_bytes {
-            Some(bytes) => replay_del(&legacy, &bytes, inv),
-            None => Ok(()),
+        if !replayed {
+            del_regenerated(conf, inv)?;
         }
+        Ok(())
     }
 
     /// Forward CHECK to the delegate with the saved configuration and the runtime's `prevResult`.
     fn check(&self, inv: &Invocation, conf: &PluginConf) -> Result<(), CniError> {
-        let data_dir = config::data_dir(conf)?;
-        let saved = SavedDelegate::new(&data_dir, &inv.container_id, &inv.ifname);
-        let legacy = SavedDelegate::legacy(&data_dir, &inv.container_id);
-        let (saved, bytes) = match saved.read()? {
-            Some(bytes) => (saved, bytes),
-            None => match legacy.read()? {
-                Some(bytes) if legacy.is_of(&bytes, &conf.name) => (legacy, bytes),
-                _ => {
-                    return Err(CniError::new(
-                        code::UNKNOWN_CONTAINER,
-                        format!(
-                            "no saved delegate configuration for container {} interface {} in {}",
-                            inv.container_id,
-                            inv.ifname,
-                            saved.dir()
-                        ),
-                    ));
-                }
-            },
+        let data_dirs = config::data_dirs(conf)?;
+        let Some((saved, bytes)) = find_saved(&data_dirs, inv, &conf.name)? else {
+            let dirs: Vec<String> = data_dirs.iter().map(|d| d.display().to_string()).collect();
+            return Err(CniError::new(
+                code::UNKNOWN_CONTAINER,
+                format!(
+                    "no saved delegate configuration for container {} interface {} in {}",
+                    inv.container_id,
+                    inv.ifname,
+                    dirs.join(" or ")
+                ),
+            ));
         };
         let mut delegate = PluginConf::parse(&bytes)
             .map_err(|e| e.context(format!("saved delegate configuration {}", saved.path.display())))?;
@@ -195,6 +194,26 @@ fn replay_del(saved: &SavedDelegate, bytes: &[u8], inv: &Invocation) -> Result<(
     saved.remove()
 }
 
+/// The first saved configuration of this attachment in `data_dirs`: its own file, or one the
+/// earlier release saved per container that is this network's.
+fn find_saved(
+    data_dirs: &[PathBuf],
+    inv: &Invocation,
+    network: &str,
+) -> Result<Option<(SavedDelegate, Vec<u8>)>, CniError> {
+    for data_dir in data_dirs {
+        let saved = SavedDelegate::new(data_dir, &inv.container_id, &inv.ifname);
+        if let Some(bytes) = saved.read()? {
+            return Ok(Some((saved, bytes)));
+        }
+        let legacy = SavedDelegate::legacy(data_dir, &inv.container_id);
+        if let Some(bytes) = legacy.read()?.filter(|bytes| legacy.is_of(bytes, network)) {
+            return Ok(Some((legacy, bytes)));
+        }
+    }
+    Ok(None)
+}
+
 /// `<dataDir>/<containerID>:<ifname>`: the delegate configuration one attachment's ADD used, so a
 /// pod on two yonghui networks, or on one by another interface than the runtime's, keeps one file
 /// each. Both parts are safe in a file name: the runtime's environment is validated (container ids
@@ -224,10 +243,6 @@ impl SavedDelegate {
             Ok(delegate) => delegate.name == network,
             Err(_) => true,
         }
-    }
-
-    fn dir(&self) -> String {
-        self.path.parent().unwrap_or(Path::new("")).display().to_string()
     }
 
     /// Written whole or not at all (not fsync'd: the module's comment says why), readable by root

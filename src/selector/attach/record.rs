@@ -7,21 +7,22 @@
 //! runtime's `CNI_IFNAME`, whose DEL removes them all) and its position in the ADD.
 //!
 //! A record is written (atomically, durably) before any plugin of its network runs; once every
-//! network of the pod has succeeded, the results of them all go into a file of their own beside
-//! the records (`<dataDir>/results/<containerID>:<ifname>`, of the runtime's interface), written
-//! atomically but not fsync'd: the record is what a DEL after a power loss needs, and the pod's
-//! sandbox did not survive it either, so waiting on the disk for the results would only slow every
-//! ADD. A record read back carries its results. DEL removes the records after the networks' DELs,
-//! then the results. A record that cannot be read or parsed is logged and treated as absent: DEL
-//! then falls back to asking the API server; results that cannot be read are logged and the record
-//! is taken as an ADD that did not complete.
+//! network of the pod has succeeded, the results of them all go into a file of their own in the
+//! node's volatile directory (`/run/yh-genie/results<dataDir>/<containerID>:<ifname>`, of the
+//! runtime's interface; tmpfs on a node), written atomically and never fsync'd: the record is what
+//! a DEL after a power loss or a reboot needs, and the pod's sandbox did not survive either, so
+//! keeping the results on disk would only slow every ADD. A record read back carries its results.
+//! DEL removes the results, then the records. A record that cannot be read or parsed is logged and
+//! treated as absent: DEL then falls back to asking the API server; results that are absent or
+//! cannot be read are logged and the record is taken as an ADD that did not complete. Results the
+//! earlier release kept on disk (`<dataDir>/results/`) are still read, and removed with their pod.
 //!
 //! The format is still 1: this release added fields (`runtimeIfname`, `position`, `source`,
 //! `extras`) that a record written by the earlier release lacks, and their defaults describe it: the
 //! only attachment of its own interface. `confPath` is absent for a NetworkAttachmentDefinition's
 //! inline configuration.
 
-use crate::cni::{CniError, CniResult, ConfList, Invocation};
+use crate::cni::{CniError, CniResult, ConfList, Invocation, attachment_lock};
 use crate::durable;
 use crate::selector::choose::selection::{self, Attachment, PodIdentity, Source};
 use crate::selector::requests::annotation::Extras;
@@ -167,7 +168,10 @@ fn serialized(record: &Record) -> Result<Vec<u8>, CniError> {
 /// The records of one `dataDir`.
 pub struct RecordStore {
     dir: PathBuf,
+    /// The results, on tmpfs: one directory per `dataDir`, so that a GC of one never takes another's.
     results_dir: PathBuf,
+    /// `<dataDir>/results`, where the earlier release kept them on disk: read, and swept, only.
+    earlier_results_dir: PathBuf,
 }
 
 /// A completed ADD's results, as their file holds them: what `complete` adds to a record.
@@ -181,8 +185,21 @@ struct Results {
 }
 
 impl RecordStore {
-    pub fn new(data_dir: &Path) -> Self {
-        RecordStore { dir: data_dir.join("attachments"), results_dir: data_dir.join("results") }
+    /// The records of `data_dir`, their results under `volatile_dir` (`results<dataDir>`).
+    pub fn new(data_dir: &Path, volatile_dir: &Path) -> Self {
+        let data_dir_below_root = data_dir.strip_prefix("/").unwrap_or(data_dir);
+        RecordStore {
+            dir: data_dir.join("attachments"),
+            results_dir: volatile_dir.join("results").join(data_dir_below_root),
+            earlier_results_dir: data_dir.join("results"),
+        }
+    }
+
+    /// The records of `data_dir` as this node keeps them: their results in the node's volatile
+    /// directory beside the attachment locks (`/run/yh-genie`, or what `YH_GENIE_LOCK_DIR` says).
+    pub fn of_node(data_dir: &Path) -> Self {
+        let locks = attachment_lock::dir(std::env::var(attachment_lock::DIR_VAR).ok());
+        Self::new(data_dir, &attachment_lock::volatile_dir(&locks))
     }
 
     /// `<dataDir>/attachments/<containerID>:<ifname>`. Neither part may contain `:` (the runtime's
@@ -192,9 +209,14 @@ impl RecordStore {
         self.dir.join(format!("{container_id}:{ifname}"))
     }
 
-    /// `<dataDir>/results/<containerID>:<ifname>`.
+    /// `<volatile dir>/results<dataDir>/<containerID>:<ifname>`.
     fn results_path(&self, container_id: &str, ifname: &str) -> PathBuf {
         self.results_dir.join(format!("{container_id}:{ifname}"))
+    }
+
+    /// `<dataDir>/results/<containerID>:<ifname>`, as the earlier release kept them.
+    fn earlier_results_path(&self, container_id: &str, ifname: &str) -> PathBuf {
+        self.earlier_results_dir.join(format!("{container_id}:{ifname}"))
     }
 
     /// Keep what ADD learned since `write_all` made the record durable (the chains' results), in
@@ -218,9 +240,11 @@ impl RecordStore {
     /// unreadable (logged).
     pub fn read(&self, container_id: &str, ifname: &str) -> Option<Record> {
         let mut record = self.read_record(container_id, ifname)?;
-        // A record written by the earlier release holds its results itself; results written
-        // since (`complete`) are newer.
-        if let Some(results) = read_results(&self.results_path(container_id, ifname)) {
+        // A record written by an earlier release holds its results itself, or they are in its
+        // results directory on disk; results written since (`complete`) are newer.
+        let results = read_results(&self.results_path(container_id, ifname))
+            .or_else(|| read_results(&self.earlier_results_path(container_id, ifname)));
+        if let Some(results) = results {
             record.result = results.result;
             record.further_results = results.further_results;
         }
@@ -243,19 +267,21 @@ impl RecordStore {
     /// Write `records` (of one container) together: each whole or absent after a crash, one fsync
     /// each and one for the directory. Results of an earlier ADD of the same interfaces (one never
     /// DELeted) go first: a record is written without results, and must not be read back with
-    /// another ADD's. Their removal is ordered before the records' fsync by the filesystem's
-    /// journal, so a power loss cannot bring them back beside the new records.
+    /// another ADD's. A power loss cannot bring them back beside the new records: those on tmpfs
+    /// are gone with it, and the removal of one the earlier release kept on disk is made durable
+    /// before the records are written.
     pub fn write_all(&self, records: &[&Record]) -> Result<(), CniError> {
         // One unlink each, no listing for killed writers' temp files: this is every ADD's path,
         // and the results directory holds a file per pod of the node (DEL and GC sweep them).
+        let mut removed_from_disk = false;
         for r in records {
-            let path = self.results_path(&r.container_id, &r.ifname);
-            match std::fs::remove_file(&path) {
-                Err(e) if e.kind() != io::ErrorKind::NotFound => {
-                    return Err(CniError::io(format!("cannot remove attachment results {}: {e}", path.display())));
-                }
-                _ => {}
-            }
+            remove_if_there(&self.results_path(&r.container_id, &r.ifname))?;
+            removed_from_disk |= remove_if_there(&self.earlier_results_path(&r.container_id, &r.ifname))?;
+        }
+        if removed_from_disk {
+            std::fs::File::open(&self.earlier_results_dir).and_then(|dir| dir.sync_all()).map_err(|e| {
+                CniError::io(format!("cannot sync the removal in {}: {e}", self.earlier_results_dir.display()))
+            })?;
         }
         let files = records
             .iter()
@@ -278,13 +304,17 @@ impl RecordStore {
     }
 
     /// Remove the results of these interfaces of a container, and the temp files of their killed
-    /// writers, not made durable (the records' removal that follows is, and the filesystem's
-    /// journal orders this before it); none is success.
+    /// writers, in both places; none is success. Not made durable: results on tmpfs cannot outlive
+    /// a power loss, and results the earlier release left on disk that come back after one are
+    /// results whose record is gone, which GC sweeps.
     fn remove_results(&self, container_id: &str, ifnames: &[String]) -> Result<(), CniError> {
-        let paths: Vec<PathBuf> = ifnames.iter().map(|ifname| self.results_path(container_id, ifname)).collect();
-        durable::remove_all_volatile(&paths).map_err(|e| {
-            CniError::io(format!("cannot remove attachment results in {}: {e}", self.results_dir.display()))
-        })
+        for dir in [&self.results_dir, &self.earlier_results_dir] {
+            let paths: Vec<PathBuf> =
+                ifnames.iter().map(|ifname| dir.join(format!("{container_id}:{ifname}"))).collect();
+            durable::remove_all_volatile(&paths)
+                .map_err(|e| CniError::io(format!("cannot remove attachment results in {}: {e}", dir.display())))?;
+        }
+        Ok(())
     }
 
     /// Every record file of `container_id`, and every interface of it that has only the temp file
@@ -318,17 +348,19 @@ impl RecordStore {
         let mut removed = durable::remove_abandoned_temps(&self.dir)
             .map(|removed| removed.len())
             .map_err(|e| CniError::io(format!("cannot clear abandoned temp files in {}: {e}", self.dir.display())))?;
-        removed += durable::remove_abandoned_temps(&self.results_dir).map(|removed| removed.len()).map_err(|e| {
-            CniError::io(format!("cannot clear abandoned temp files in {}: {e}", self.results_dir.display()))
-        })?;
-        let orphans = names_in(&self.results_dir)?
-            .into_iter()
-            .filter(|name| !name.starts_with('.'))
-            .filter(|name| name.split_once(':').is_some_and(|(c, i)| !self.path(c, i).exists()));
-        for name in orphans.collect::<Vec<_>>() {
-            let (c, i) = name.split_once(':').expect("filtered on ':'");
-            self.remove_results(c, &[i.to_string()])?;
-            removed += 1;
+        for dir in [&self.results_dir, &self.earlier_results_dir] {
+            removed += durable::remove_abandoned_temps(dir)
+                .map(|removed| removed.len())
+                .map_err(|e| CniError::io(format!("cannot clear abandoned temp files in {}: {e}", dir.display())))?;
+            let orphans = names_in(dir)?
+                .into_iter()
+                .filter(|name| !name.starts_with('.'))
+                .filter(|name| name.split_once(':').is_some_and(|(c, i)| !self.path(c, i).exists()));
+            for name in orphans.collect::<Vec<_>>() {
+                let (c, i) = name.split_once(':').expect("filtered on ':'");
+                self.remove_results(c, &[i.to_string()])?;
+                removed += 1;
+            }
         }
         Ok(removed)
     }
@@ -347,6 +379,15 @@ impl RecordStore {
     /// with a dot).
     fn names(&self) -> Result<Vec<String>, CniError> {
         names_in(&self.dir)
+    }
+}
+
+/// Remove `path` if it is there: whether it was.
+fn remove_if_there(path: &Path) -> Result<bool, CniError> {
+    match std::fs::remove_file(path) {
+        Ok(()) => Ok(true),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(false),
+        Err(e) => Err(CniError::io(format!("cannot remove attachment results {}: {e}", path.display()))),
     }
 }
 
@@ -405,6 +446,16 @@ mod tests {
         inv
     }
 
+    /// The store of a node whose data dir is `d` and whose volatile directory is `d/run`.
+    fn store_in(d: &Path) -> RecordStore {
+        RecordStore::new(d, &d.join("run"))
+    }
+
+    /// Where `store_in(d)` keeps results: `<volatile dir>/results<dataDir>`.
+    fn results_dir(d: &Path) -> PathBuf {
+        d.join("run/results").join(d.strip_prefix("/").unwrap())
+    }
+
     const CONF: &str = r#"{"cniVersion":"1.0.0","name":"blue","plugins":[{"type":"bridge"}]}"#;
 
     fn attachment(ifname: &str) -> Attachment {
@@ -428,7 +479,7 @@ mod tests {
     fn an_attachment_with_a_path_json_cannot_hold_is_refused_and_nothing_written() {
         use std::os::unix::ffi::OsStrExt;
         let d = tempfile::tempdir().unwrap();
-        let store = RecordStore::new(d.path());
+        let store = store_in(d.path());
         let mut r = record("c1", "eth0", 0, "eth0");
         r.conf_path = Some(PathBuf::from(std::ffi::OsStr::from_bytes(b"/etc/cni/net.d/a/\xff.conf")));
         let e = store.write_all(&[&r]).unwrap_err();
@@ -444,7 +495,7 @@ mod tests {
     /// The records of container c1's eth0 after an ADD that completed, with address 10.0.0.2.
     fn completed_add() -> (tempfile::TempDir, RecordStore) {
         let d = tempfile::tempdir().unwrap();
-        let store = RecordStore::new(d.path());
+        let store = store_in(d.path());
         let mut r = record("c1", "eth0", 0, "eth0");
         store.write_all(&[&r]).unwrap();
         r.set_result(&result("10.0.0.2/24"));
@@ -455,7 +506,7 @@ mod tests {
     #[test]
     fn results_are_read_back_with_their_record_and_go_with_it() {
         let d = tempfile::tempdir().unwrap();
-        let store = RecordStore::new(d.path());
+        let store = store_in(d.path());
         let mut first = record("c1", "eth0", 0, "eth0");
         let further = record("c1", "eth0", 1, "net1");
         store.write_all(&[&first, &further]).unwrap();
@@ -481,7 +532,51 @@ mod tests {
 
         store.remove_all("c1", &["eth0".into(), "net1".into()]).unwrap();
         assert!(store.of_container("c1").unwrap().is_empty());
-        assert_eq!(std::fs::read_dir(d.path().join("results")).unwrap().count(), 0);
+        assert_eq!(std::fs::read_dir(results_dir(d.path())).unwrap().count(), 0);
+    }
+
+    /// The results are kept on the node's volatile directory (tmpfs), one directory per data dir:
+    /// nothing of them is on the data dir's disk.
+    #[test]
+    fn results_are_kept_in_the_volatile_directory_of_their_data_dir() {
+        let (d, store) = completed_add();
+        let kept: Value =
+            serde_json::from_slice(&std::fs::read(results_dir(d.path()).join("c1:eth0")).unwrap()).unwrap();
+        assert_eq!(kept["result"]["ips"][0]["address"], "10.0.0.2/24");
+        assert!(!d.path().join("results").exists(), "nothing under the data dir but the records");
+        let other_data_dir = d.path().join("other");
+        let other = RecordStore::new(&other_data_dir, &d.path().join("run"));
+        other.write_all(&[&record("c9", "eth0", 0, "eth0")]).unwrap();
+        assert_eq!(other.remove_abandoned().unwrap(), 0, "another data dir's GC leaves these results alone");
+        assert!(store.read("c1", "eth0").unwrap().result.is_some());
+    }
+
+    /// A pod ADDed by the earlier release has its results on disk, `<dataDir>/results/`: read
+    /// with its record, gone with it, never read beside a new ADD's record, swept once orphaned.
+    #[test]
+    fn results_the_earlier_release_kept_on_disk_are_read_and_removed() {
+        let d = tempfile::tempdir().unwrap();
+        let store = store_in(d.path());
+        let earlier = d.path().join("results");
+        std::fs::create_dir_all(&earlier).unwrap();
+        let on_disk =
+            |address: &str| format!(r#"{{"result": {{"cniVersion": "1.1.0", "ips": [{{"address": "{address}"}}]}}}}"#);
+        for cid in ["c1", "c2", "c3"] {
+            store.write_all(&[&record(cid, "eth0", 0, "eth0")]).unwrap();
+            std::fs::write(earlier.join(format!("{cid}:eth0")), on_disk("10.0.0.7/24")).unwrap();
+        }
+        std::fs::write(earlier.join("gone:eth0"), on_disk("10.0.0.9/24")).unwrap();
+
+        assert_eq!(store.read("c1", "eth0").unwrap().result().unwrap(), Some(result("10.0.0.7/24")));
+        store.remove_all("c1", &["eth0".into()]).unwrap();
+        assert!(!earlier.join("c1:eth0").exists());
+        store.write_all(&[&record("c2", "eth0", 0, "eth0")]).unwrap();
+        assert_eq!(store.read("c2", "eth0").unwrap().result().unwrap(), None, "a new ADD's record");
+        assert!(!earlier.join("c2:eth0").exists());
+        assert_eq!(store.remove_abandoned().unwrap(), 1);
+        let left: Vec<_> =
+            std::fs::read_dir(&earlier).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
+        assert_eq!(left, ["c3:eth0"]);
     }
 
     /// After a power loss the results file may be empty or torn: the record reads as an ADD that
@@ -490,7 +585,7 @@ mod tests {
     fn torn_results_read_as_an_add_that_did_not_complete() {
         let (d, store) = completed_add();
         for torn in [&b""[..], b"{\"result\": {\"ips\""] {
-            std::fs::write(d.path().join("results/c1:eth0"), torn).unwrap();
+            std::fs::write(results_dir(d.path()).join("c1:eth0"), torn).unwrap();
             let back = store.read("c1", "eth0").expect("the record itself is intact");
             assert_eq!(back.result().unwrap(), None);
         }
@@ -510,10 +605,10 @@ mod tests {
     #[test]
     fn gc_sweeps_results_without_a_record() {
         let (d, store) = completed_add();
-        std::fs::write(d.path().join("results/gone:eth0"), b"{}").unwrap();
-        std::fs::write(d.path().join("results/.gone:eth1.tmp-999999999-000000000001"), b"{").unwrap();
+        std::fs::write(results_dir(d.path()).join("gone:eth0"), b"{}").unwrap();
+        std::fs::write(results_dir(d.path()).join(".gone:eth1.tmp-999999999-000000000001"), b"{").unwrap();
         assert_eq!(store.remove_abandoned().unwrap(), 2);
-        let left: Vec<_> = std::fs::read_dir(d.path().join("results"))
+        let left: Vec<_> = std::fs::read_dir(results_dir(d.path()))
             .unwrap()
             .map(|e| e.unwrap().file_name().into_string().unwrap())
             .collect();
@@ -524,7 +619,7 @@ mod tests {
     #[test]
     fn round_trip_with_result_and_exact_conf_bytes() {
         let d = tempfile::tempdir().unwrap();
-        let store = RecordStore::new(d.path());
+        let store = store_in(d.path());
         let pod = PodIdentity { namespace: "ns".into(), name: "p".into(), uid: Some("u".into()) };
         let runtime = inv("c1", "eth0");
         let mut r = Record::new(&runtime, &runtime, 0, &attachment("eth0"), CONF.into(), Some(pod));
@@ -570,7 +665,7 @@ mod tests {
 }"#,
         )
         .unwrap();
-        let store = RecordStore::new(d.path());
+        let store = store_in(d.path());
         let r = store.read("c1", "eth0").unwrap();
         assert_eq!((r.owner(), r.position, r.source.as_ref()), ("eth0", 0, None));
         assert_eq!(r.conf_list().unwrap().plugin_type(0), "bridge");
@@ -581,7 +676,7 @@ mod tests {
     #[test]
     fn keyed_by_container_and_interface_and_found_by_container() {
         let d = tempfile::tempdir().unwrap();
-        let store = RecordStore::new(d.path());
+        let store = store_in(d.path());
         for (cid, ifname) in [("a_b", "c"), ("a", "b_c"), ("a", "eth1")] {
             store.write_all(&[&record(cid, ifname, 0, ifname)]).unwrap();
         }
@@ -612,7 +707,7 @@ mod tests {
     #[test]
     fn gc_sweeps_the_temp_files_of_killed_writers_of_any_record() {
         let d = tempfile::tempdir().unwrap();
-        let store = RecordStore::new(d.path());
+        let store = store_in(d.path());
         store.write_all(&[&record("c1", "eth0", 0, "eth0")]).unwrap();
         let mut child = std::process::Command::new("true").spawn().unwrap();
         child.wait().unwrap();
@@ -628,7 +723,7 @@ mod tests {
     #[test]
     fn unparsable_records_count_as_absent() {
         let d = tempfile::tempdir().unwrap();
-        let store = RecordStore::new(d.path());
+        let store = store_in(d.path());
         std::fs::create_dir_all(d.path().join("attachments")).unwrap();
         std::fs::write(d.path().join("attachments/c1:eth0"), "{torn").unwrap();
         std::fs::write(d.path().join("attachments/c2:eth0"), r#"{"format": 99}"#).unwrap();
@@ -640,6 +735,6 @@ mod tests {
         std::fs::write(d.path().join("attachments/.c1:eth0.tmp-1-abc"), "{").unwrap();
         assert!(matches!(&store.of_container("c3").unwrap()[..], [Found::Interrupted(i)] if i == "net1"));
         assert!(matches!(&store.of_container("c1").unwrap()[..], [Found::Unreadable(_)]), "a record is there");
-        assert!(RecordStore::new(&d.path().join("nothing")).list().unwrap().is_empty());
+        assert!(store_in(&d.path().join("nothing")).list().unwrap().is_empty());
     }
 }

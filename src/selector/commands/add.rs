@@ -42,7 +42,7 @@ pub fn add(inv: &Invocation, conf: &PluginConf) -> Result<CniResult, CniError> {
         name: name.to_string(),
         uid: inv.args.pod_uid().map(String::from).or(selection.pod.as_ref().and_then(|p| p.uid.clone())),
     });
-    let store = RecordStore::new(&config.data_dir);
+    let store = RecordStore::of_node(&config.data_dir);
     // A DEL of this attachment that completed before no longer holds once this ADD makes it.
     Tombstones::new(&config.data_dir).remove(&inv.container_id, &inv.ifname);
     to_agent::note_stage(to_agent::Stage::Attaching);

@@ -8,7 +8,7 @@ use crate::selector::config::SelectorConfig;
 
 pub fn check(inv: &Invocation, conf: &PluginConf) -> Result<(), CniError> {
     let config = SelectorConfig::from_plugin_conf(conf)?;
-    let store = RecordStore::new(&config.data_dir);
+    let store = RecordStore::of_node(&config.data_dir);
     let (records, _) = attach::records_of(&store, inv)?;
     if !records.iter().any(|r| r.ifname == inv.ifname) {
         return Err(CniError::new(

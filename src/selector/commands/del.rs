@@ -14,7 +14,7 @@ use crate::selector::config::SelectorConfig;
 
 pub fn del(inv: &Invocation, conf: &PluginConf) -> Result<(), CniError> {
     let config = SelectorConfig::from_plugin_conf(conf)?;
-    let store = RecordStore::new(&config.data_dir);
+    let store = RecordStore::of_node(&config.data_dir);
     let tombstones = Tombstones::new(&config.data_dir);
     let (records, others) = attach::records_of(&store, inv)?;
     crate::logging::note_networks(records.iter().map(|r| r.network.as_str()));

@@ -49,7 +49,7 @@ pub fn valid_attachments(conf: &PluginConf) -> Result<Vec<(String, String)>, Cni
 /// DEL the stale attachments, then GC every network with its live ones. Every step is tried; the
 /// first error is returned.
 fn collect(inv: &Invocation, config: &SelectorConfig, valid: &HashSet<(String, String)>) -> Result<(), CniError> {
-    let store = RecordStore::new(&config.data_dir);
+    let store = RecordStore::of_node(&config.data_dir);
     let (stale, live): (Vec<Record>, Vec<Record>) =
         store.list()?.into_iter().partition(|r| !valid.contains(&(r.container_id.clone(), r.owner().to_string())));
     let mut first_error = del_stale(inv, config, &store, stale).err();

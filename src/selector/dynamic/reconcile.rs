@@ -32,7 +32,7 @@ pub fn reconcile(config: &SelectorConfig, request: &Request) -> Answer {
             why: "dynamicNetworks is not true in the selector's configuration (docs/dynamic-networks.md)".into(),
         };
     }
-    let store = RecordStore::new(&config.data_dir);
+    let store = RecordStore::of_node(&config.data_dir);
     let Some(owner) = owner_record(&store, &request.uid) else {
         return Answer::NotAttached { why: format!("no completed attachment of pod uid {} on this node", request.uid) };
     };

@@ -35,6 +35,7 @@ const SANDBOX_IMAGE: &str = "yh-genie.test/pause:cri";
 const SUBNET_FILE: &str = "/run/flannel/subnet.env";
 /// The attachment lock directory every plugin uses by default: also in the node's `/run`.
 const LOCK_DIR: &str = "/run/yh-genie/attachments";
+const RESULTS_DIR: &str = "/run/yh-genie/results";
 /// The node agent's socket (`install --agent`'s default): in the node's `/run`.
 const AGENT_SOCKET: &str = "/run/yh-genie/agent.sock";
 /// The node's address on `par0`, the macvlan parent.
@@ -428,8 +429,9 @@ impl CriNode {
     }
 
     /// Everything pods have left on the node, over every kind of state: host-local leases,
-    /// attachment records and the plugins' own records, attachment lock files, containerd's CNI
-    /// result cache, host veths, NAT rules, pod netns and the mounts containerd made for sandboxes.
+    /// attachment records and the plugins' own records, attachment lock files and results,
+    /// containerd's CNI result cache, host veths, NAT rules, pod netns and the mounts containerd
+    /// made for sandboxes.
     pub fn leftovers(&self) -> Vec<String> {
         let mut left: Vec<String> = host_local_leases(&self.path("var/lib/cni/networks"))
             .into_iter()
@@ -445,6 +447,8 @@ impl CriNode {
             });
         }
         left.extend(list_dir(&self.containerd.node_path(LOCK_DIR)).into_iter().map(|f| format!("lock {f}")));
+        // The selector's results, in the node's volatile directory beside the locks.
+        walk(&self.containerd.node_path(RESULTS_DIR), &mut |p| left.push(format!("results {}", p.display())));
         // containerd's libcni result cache (/var/lib/cni/results), which its DEL clears, and anything
         // else written to the node's /var/lib.
         left.extend(self.containerd.var_lib_files().into_iter().map(|f| format!("node /var/lib file {}", f.display())));

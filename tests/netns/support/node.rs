@@ -197,10 +197,16 @@ impl NetnsNode {
         serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
     }
 
-    /// The results of the pod's completed ADD, kept beside its record of eth0.
+    /// The results of the pod's completed ADD, of its eth0: in the node's volatile directory (the
+    /// attachment locks' parent, here the sandbox; `/run/yh-genie` on a node), under the data dir's
+    /// path.
     pub fn results(&self, pod: &Pod) -> Value {
-        let path = self.data_dir().join("results").join(format!("{}:eth0", pod.cid));
-        serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+        let volatile = self.sb.locks().parent().unwrap().to_path_buf();
+        let data_dir = self.data_dir();
+        let dir = volatile.join("results").join(data_dir.strip_prefix("/").unwrap());
+        let path = dir.join(format!("{}:eth0", pod.cid));
+        serde_json::from_str(&std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display())))
+            .unwrap()
     }
 
     /// Addresses host-local has handed out over every network, with the container id holding each.
