@@ -201,12 +201,16 @@ impl NetnsNode {
     /// attachment locks' parent, here the sandbox; `/run/yh-genie` on a node), under the data dir's
     /// path.
     pub fn results(&self, pod: &Pod) -> Value {
-        let volatile = self.sb.locks().parent().unwrap().to_path_buf();
-        let data_dir = self.data_dir();
-        let dir = volatile.join("results").join(data_dir.strip_prefix("/").unwrap());
+        let dir = self.results_dir().join(self.data_dir().strip_prefix("/").unwrap());
         let path = dir.join(format!("{}:eth0", pod.cid));
         serde_json::from_str(&std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display())))
             .unwrap()
+    }
+
+    /// Where the selector keeps results: `results/` in the node's volatile directory, the attachment
+    /// locks' parent.
+    pub fn results_dir(&self) -> PathBuf {
+        self.sb.locks().parent().unwrap().join("results")
     }
 
     /// Addresses host-local has handed out over every network, with the container id holding each.
@@ -236,7 +240,7 @@ impl NetnsNode {
     pub fn state_files(&self) -> Vec<String> {
         let mut files = Vec::new();
         let tombstones = self.data_dir().join("deleted");
-        for dir in [self.data_dir(), self.yonghui_dir()] {
+        for dir in [self.data_dir(), self.yonghui_dir(), self.results_dir()] {
             walk(&dir, &mut |p| {
                 if !p.starts_with(&tombstones) {
                     files.push(p.strip_prefix(self.sb.path()).unwrap().display().to_string())
