@@ -59,54 +59,15 @@ impl Plugin for Yonghui {
     /// the configuration made again from subnet.env, which undoes nothing that is not there, and
     /// the temp file of a save whose process was killed goes. If the delegate's DEL fails the file
     /// stays, so the runtime's retry can finish the job. A file saved by the earlier release
-    /// (`<dataDir>/<containerID>`) is replayed too when it is this network's.
-    /// Without `dataDir`, both the default and the earlier default are looked in.
+    /// (`<dataDir>/<containerID>`) is replayed too when it is this network's. Without `dataDir`,
+    /// both the default and the earlier default are looked in.
     fn del(&self, inv: &Invocation, conf: &PluginConf) -> Result<(), CniError> {
-        let mut replayed = false;
-        for data_dir in config::data_dirs(conf)? {
-            let saved = SavedDelegate::new(&data_dir, &inv.container_id, &inv.ifname);
-            match saved.read()? {
-                Some(bytes) => {
-                    replay_del(&saved, &bytes, inv)?;
-                    replayed = true;
-                }
-                None => saved.remove()?,
-            }
-            let legacy = SavedDelegate::legacy(&data_dir, &inv.container_id);
-            if let Some(bytes) = legacy.read()?.filter(|bytes| legacy.is_of(bytes, &conf.name)) {
-                replay_del(&legacy, &bytes, inv)?;
-                replayed = true;
-            }
-        }
-        if !replayed {
-            del_regenerated(conf, inv)?;
-        }
-        Ok(())
+        del_from(&config::data_dirs(conf)?, inv, conf)
     }
 
     /// Forward CHECK to the delegate with the saved configuration and the runtime's `prevResult`.
     fn check(&self, inv: &Invocation, conf: &PluginConf) -> Result<(), CniError> {
-        let data_dirs = config::data_dirs(conf)?;
-        let Some((saved, bytes)) = find_saved(&data_dirs, inv, &conf.name)? else {
-            let dirs: Vec<String> = data_dirs.iter().map(|d| d.display().to_string()).collect();
-            return Err(CniError::new(
-                code::UNKNOWN_CONTAINER,
-                format!(
-                    "no saved delegate configuration for container {} interface {} in {}",
-                    inv.container_id,
-                    inv.ifname,
-                    dirs.join(" or ")
-                ),
-            ));
-        };
-        let mut delegate = PluginConf::parse(&bytes)
-            .map_err(|e| e.context(format!("saved delegate configuration {}", saved.path.display())))?;
-        if let Some(prev) = conf.prev_result()? {
-            delegate
-                .raw
-                .insert("prevResult".into(), prev.to_json(delegate.cni_version).map_err(|e| e.context("prevResult"))?);
-        }
-        run_delegate(&delegate.plugin_type, Command::Check, inv, &delegate.to_bytes()).map(drop)
+        check_from(&config::data_dirs(conf)?, inv, conf)
     }
 
     /// GC (1.1.0), forwarded to the delegate with the runtime's valid attachments, so its IPAM can
@@ -192,6 +153,56 @@ fn replay_del(saved: &SavedDelegate, bytes: &[u8], inv: &Invocation) -> Result<(
     run_delegate(&delegate.plugin_type, Command::Del, inv, bytes)?;
     crate::crash_point::reached("yonghui.del.delegate-done");
     saved.remove()
+}
+
+/// DEL with each of `data_dirs`' saved configuration of this attachment, and each file the earlier
+/// release saved per container there for this network; with none saved anywhere, the delegate's
+/// DEL with the configuration made again from subnet.env.
+fn del_from(data_dirs: &[PathBuf], inv: &Invocation, conf: &PluginConf) -> Result<(), CniError> {
+    let mut replayed = false;
+    for data_dir in data_dirs {
+        let saved = SavedDelegate::new(data_dir, &inv.container_id, &inv.ifname);
+        match saved.read()? {
+            Some(bytes) => {
+                replay_del(&saved, &bytes, inv)?;
+                replayed = true;
+            }
+            None => saved.remove()?,
+        }
+        let legacy = SavedDelegate::legacy(data_dir, &inv.container_id);
+        if let Some(bytes) = legacy.read()?.filter(|bytes| legacy.is_of(bytes, &conf.name)) {
+            replay_del(&legacy, &bytes, inv)?;
+            replayed = true;
+        }
+    }
+    if !replayed {
+        del_regenerated(conf, inv)?;
+    }
+    Ok(())
+}
+
+/// CHECK with the first saved configuration of this attachment in `data_dirs`.
+fn check_from(data_dirs: &[PathBuf], inv: &Invocation, conf: &PluginConf) -> Result<(), CniError> {
+    let Some((saved, bytes)) = find_saved(data_dirs, inv, &conf.name)? else {
+        let dirs: Vec<String> = data_dirs.iter().map(|d| d.display().to_string()).collect();
+        return Err(CniError::new(
+            code::UNKNOWN_CONTAINER,
+            format!(
+                "no saved delegate configuration for container {} interface {} in {}",
+                inv.container_id,
+                inv.ifname,
+                dirs.join(" or ")
+            ),
+        ));
+    };
+    let mut delegate = PluginConf::parse(&bytes)
+        .map_err(|e| e.context(format!("saved delegate configuration {}", saved.path.display())))?;
+    if let Some(prev) = conf.prev_result()? {
+        delegate
+            .raw
+            .insert("prevResult".into(), prev.to_json(delegate.cni_version).map_err(|e| e.context("prevResult"))?);
+    }
+    run_delegate(&delegate.plugin_type, Command::Check, inv, &delegate.to_bytes()).map(drop)
 }
 
 /// The first saved configuration of this attachment in `data_dirs`: its own file, or one the

@@ -337,3 +337,27 @@ fn gc_is_forwarded_with_the_valid_attachments_and_keeps_saved_configs() {
     assert_eq!(sent["ipam"]["subnet"], "10.1.17.0/24");
     assert!(node.saved().exists());
 }
+
+/// Without `dataDir`, DEL and CHECK look in the default (tmpfs) and where earlier releases saved
+/// by default: a pod ADDed before the upgrade is torn down with its own saved configuration, once.
+#[test]
+fn a_configuration_saved_where_earlier_releases_did_is_checked_and_deleted() {
+    let node = Node::new();
+    node.add().unwrap();
+    let earlier = node.path("earlier");
+    std::fs::create_dir_all(&earlier).unwrap();
+    std::fs::rename(node.saved(), earlier.join("c1:eth0")).unwrap();
+    std::fs::remove_file(node.path("calls")).unwrap();
+    let dirs = [node.path("data"), earlier.clone()];
+    let (conf, inv) = (node.conf(json!({})), node.inv(Command::Del));
+    check_from(&dirs, &node.inv(Command::Check), &conf).unwrap();
+    del_from(&dirs, &inv, &conf).unwrap();
+    assert_eq!(node.calls(), "CHECK\nDEL\n", "one DEL, with the configuration saved at ADD");
+    assert_eq!(node.stdin_of("DEL"), node.stdin_of("ADD"));
+    assert!(!earlier.join("c1:eth0").exists());
+    // Saved nowhere any more: one DEL made again from subnet.env, and CHECK knows no container.
+    del_from(&dirs, &inv, &conf).unwrap();
+    assert_eq!(node.calls(), "CHECK\nDEL\nDEL\n");
+    let e = check_from(&dirs, &node.inv(Command::Check), &conf).unwrap_err();
+    assert!(e.code == 3 && e.msg.contains(&earlier.display().to_string()), "{e}");
+}
