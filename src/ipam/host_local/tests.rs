@@ -61,6 +61,21 @@ fn allocates_round_robin_in_host_locals_files() {
     assert_eq!(names, ["10.1.17.3", "10.1.17.4", "last_reserved_ip.0", "lock"], "no temporary file left");
 }
 
+/// The hint is overwritten in place: a shorter address over a longer one leaves exactly the new
+/// one, as host-local's own write does (the reference plugin may share the directory).
+#[test]
+fn the_last_reserved_address_is_exactly_the_last_one_whatever_was_there() {
+    let d = tempfile::tempdir().unwrap();
+    let h = store(d.path(), json!({"subnet": "10.1.17.0/24"}));
+    let dir = d.path().join("net");
+    fs::create_dir_all(&dir).unwrap();
+    fs::write(dir.join("last_reserved_ip.0"), "10.1.17.229").unwrap();
+    assert_eq!(address(&add(&h, "c1").unwrap()), "10.1.17.230/24");
+    fs::write(dir.join("last_reserved_ip.0"), "10.1.17.254\n").unwrap();
+    assert_eq!(address(&add(&h, "c2").unwrap()), "10.1.17.2/24", "round past the end");
+    assert_eq!(fs::read_to_string(dir.join("last_reserved_ip.0")).unwrap(), "10.1.17.2");
+}
+
 #[test]
 fn goes_round_skipping_the_gateway_and_says_when_the_range_is_full() {
     let d = tempfile::tempdir().unwrap();
