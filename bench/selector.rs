@@ -648,7 +648,7 @@ fn single_network(b: &Bench, o: &Options) {
     if let Some(file) = &o.strace {
         trace_one_add(b, &cases[1], file);
     }
-    println!("{}", attachment_lock_cost());
+    println!("{}", attachment_lock_cost(&b.run_dir.path().join("lock-cost")));
     println!(
         "targets: the product path via the agent, ADD median at most 0.9x the bridge alone; the selector's own cost at most 1.5 ms; \
          0 API requests per ADD; peak RSS of one ADD at most 15 MB"
@@ -795,19 +795,19 @@ fn memory_kib(pid: i32) -> (u64, u64) {
 }
 
 /// What the attachment lock (taken by every ADD, CHECK and DEL) costs, measured in this process:
-/// an ADD's take-and-release, then a DEL's take-and-remove, on tmpfs beside the real directory.
-fn attachment_lock_cost() -> String {
-    use yh_genie::cni::attachment_lock::{DEFAULT_DIR, WAIT, acquire};
-    let dir = Path::new(DEFAULT_DIR).with_file_name(format!("bench-{}", std::process::id()));
+/// an ADD's take-and-release, then a DEL's take-and-remove, in `dir` (on tmpfs, as a node's
+/// `/run/yh-genie` is).
+fn attachment_lock_cost(dir: &Path) -> String {
+    use yh_genie::cni::attachment_lock::{WAIT, acquire};
     const PAIRS: u32 = 2000;
     let started = Instant::now();
     for i in 0..PAIRS {
         let cid = format!("lock{i}");
-        drop(acquire(&dir, &cid, "eth0", WAIT).expect("a free lock"));
-        acquire(&dir, &cid, "eth0", WAIT).expect("a free lock").remove();
+        drop(acquire(dir, &cid, "eth0", WAIT).expect("a free lock"));
+        acquire(dir, &cid, "eth0", WAIT).expect("a free lock").remove();
     }
     let per_pair = started.elapsed() / PAIRS;
-    let _ = std::fs::remove_dir(&dir);
+    let _ = std::fs::remove_dir(dir);
     format!(
         "attachment lock: {:.1} µs per ADD + DEL (take, release; take, remove), {PAIRS} pairs",
         per_pair.as_secs_f64() * 1e6
