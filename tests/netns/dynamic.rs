@@ -133,16 +133,32 @@ fn wait_annotation(agent: &testkit::agent::Agent, n: &NetnsNode, want: Option<&s
     });
 }
 
-#[test]
-fn a_running_pods_networks_follow_its_annotation_and_its_del_takes_them_all() {
+/// A node with pod `hot` annotated with `networks`, held by a running agent and ADDed through the
+/// selector with `dynamicNetworks` on. Destructured in field order, the test's locals drop as
+/// they would have been made: the pod first, the node last.
+struct HotPod {
+    n: NetnsNode,
+    conflist: PathBuf,
+    agent: Agent,
+    conf: String,
+    pod: Pod,
+}
+
+fn added_hot_pod(networks: Option<&str>) -> HotPod {
     let (n, conflist) = node();
-    annotate(&n, None);
+    annotate(&n, networks);
     let agent = n.start_agent();
     agent.wait_ready();
-    wait_annotation(&agent, &n, None);
+    wait_annotation(&agent, &n, networks);
     let conf = n.selector_conf("1.0.0", json!({"dynamicNetworks": true}));
     let pod = n.pod("hot");
     assert_eq!(n.call("ADD", &pod, &conf).code, 0);
+    HotPod { n, conflist, agent, conf, pod }
+}
+
+#[test]
+fn a_running_pods_networks_follow_its_annotation_and_its_del_takes_them_all() {
+    let HotPod { n, conflist, agent, conf, pod } = added_hot_pod(None);
     let worker = Worker::start(&n, &conflist);
 
     // Nothing asked: nothing changes; the status is the pod's as it is (the agent writes it only
@@ -210,14 +226,8 @@ fn a_running_pods_networks_follow_its_annotation_and_its_del_takes_them_all() {
 
 #[test]
 fn a_hot_plug_killed_midway_is_undone_by_the_next_reconcile() {
-    let (n, conflist) = node();
-    annotate(&n, Some("red"));
-    let agent = n.start_agent();
-    agent.wait_ready();
-    wait_annotation(&agent, &n, Some("red"));
-    let conf = n.selector_conf("1.0.0", json!({"dynamicNetworks": true}));
-    let pod = n.pod("hot");
-    assert_eq!(n.call("ADD", &pod, &conf).code, 0);
+    // The agent runs throughout, as on a node, though the worker is asked directly here.
+    let HotPod { n, conflist, agent: _agent, conf, pod } = added_hot_pod(Some("red"));
     // What a worker killed after writing green's record, before its chain, leaves.
     let mut record: Value = n.record(&pod);
     record["ifname"] = "net2".into();
@@ -246,14 +256,7 @@ fn a_hot_plug_killed_midway_is_undone_by_the_next_reconcile() {
 
 #[test]
 fn a_network_attached_at_creation_is_detached_and_leaves_no_result_behind() {
-    let (n, conflist) = node();
-    annotate(&n, Some("red"));
-    let agent = n.start_agent();
-    agent.wait_ready();
-    wait_annotation(&agent, &n, Some("red"));
-    let conf = n.selector_conf("1.0.0", json!({"dynamicNetworks": true}));
-    let pod = n.pod("hot");
-    assert_eq!(n.call("ADD", &pod, &conf).code, 0);
+    let HotPod { n, conflist, agent, conf, pod } = added_hot_pod(Some("red"));
     assert!(on(&pod, "net1", RED), "{:?}", links(&pod));
     assert!(n.results(&pod)["furtherResults"].get("net1").is_some(), "{}", n.results(&pod));
     let lease = addresses_on(&pod, "net1")[0].clone();
