@@ -6,14 +6,13 @@
 #![no_main]
 use libfuzzer_sys::fuzz_target;
 use serde_json::{Value, json};
-use std::path::PathBuf;
-use std::sync::OnceLock;
-use yh_genie::cni::PluginConf;
+use support::{Nads, Objects, selector_config};
 use yh_genie::selector::choose;
 use yh_genie::selector::choose::selection::Selection;
-use yh_genie::selector::config::SelectorConfig;
 use yh_genie::selector::requests::annotation::{self, NETWORKS};
 use yh_genie::selector::requests::value;
+
+mod support;
 
 /// The kernel's rule for a literal name, written out independently of the code under test.
 fn kernel_takes_literally(name: &str) -> bool {
@@ -22,19 +21,6 @@ fn kernel_takes_literally(name: &str) -> bool {
         && name != "."
         && name != ".."
         && !name.chars().any(|c| matches!(c, '/' | ':' | '%') || c.is_whitespace() || c.is_control())
-}
-
-fn conf_dir() -> &'static PathBuf {
-    static DIR: OnceLock<PathBuf> = OnceLock::new();
-    DIR.get_or_init(|| {
-        let dir = std::env::temp_dir().join(format!("yh-genie-fuzz-names-{}", std::process::id()));
-        for name in ["blue", "lan"] {
-            std::fs::create_dir_all(dir.join(name)).unwrap();
-            let conf = format!(r#"{{"cniVersion":"1.0.0","name":"{name}","plugins":[{{"type":"bridge"}}]}}"#);
-            std::fs::write(dir.join(name).join("1.conflist"), conf).unwrap();
-        }
-        dir
-    })
 }
 
 /// A JSON value nested as the bytes say: each byte opens an object or an array, or ends in a leaf.
@@ -47,50 +33,6 @@ fn nested(bytes: &[u8]) -> Value {
             2 => json!({ "ips": nested(rest) }),
             _ => Value::String(String::from_utf8_lossy(rest).into_owned()),
         },
-    }
-}
-
-struct Annotated(k8s_openapi::api::core::v1::Pod);
-
-impl yh_genie::kube::PodSource for Annotated {
-    fn pod(&self, _: &str, _: &str) -> Result<Option<k8s_openapi::api::core::v1::Pod>, yh_genie::cni::CniError> {
-        Ok(Some(self.0.clone()))
-    }
-    fn config_map(
-        &self,
-        _: &str,
-        _: &str,
-    ) -> Result<Option<k8s_openapi::api::core::v1::ConfigMap>, yh_genie::cni::CniError> {
-        Ok(None)
-    }
-    fn network_attachment(
-        &self,
-        _: &str,
-        _: &str,
-    ) -> Result<Option<yh_genie::kube::NetworkAttachmentDefinition>, yh_genie::cni::CniError> {
-        Ok(Some(Default::default()))
-    }
-    fn annotate_pod(
-        &self,
-        _: &str,
-        _: &str,
-        _: &str,
-        _: &std::collections::BTreeMap<String, String>,
-    ) -> Result<bool, yh_genie::cni::CniError> {
-        Ok(true)
-    }
-    fn resource_claim(
-        &self,
-        _: &str,
-        _: &str,
-    ) -> Result<Option<k8s_openapi::api::resource::v1::ResourceClaim>, yh_genie::cni::CniError> {
-        Ok(None)
-    }
-    fn node_resource_slices(
-        &self,
-        _: &str,
-    ) -> Result<Vec<k8s_openapi::api::resource::v1::ResourceSlice>, yh_genie::cni::CniError> {
-        Ok(Vec::new())
     }
 }
 
@@ -112,12 +54,9 @@ fuzz_target!(|data: &[u8]| {
     let text = json!([{"name": "lan", "cni-args": {"a": cni_args}}]).to_string();
     let mut pod = k8s_openapi::api::core::v1::Pod::default();
     pod.metadata.annotations = Some([(NETWORKS.to_string(), text)].into_iter().collect());
-    let conf = format!(
-        r#"{{"cniVersion":"1.0.0","name":"g","type":"yh-genie","confDir":{:?},"defaultNetwork":"blue"}}"#,
-        conf_dir()
-    );
-    let config = SelectorConfig::from_plugin_conf(&PluginConf::parse(conf.as_bytes()).unwrap()).unwrap();
-    let Ok(selection) = choose::select(&config, "eth0", Some(("default", "web-0")), None, Some(&Annotated(pod))) else {
+    let objects = Objects { pod, config_map: None, nads: Nads::NamingTheirNetwork };
+    let Ok(selection) = choose::select(&selector_config(""), "eth0", Some(("default", "web-0")), None, Some(&objects))
+    else {
         return;
     };
     let json = serde_json::to_string(&selection).unwrap();
