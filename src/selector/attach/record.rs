@@ -273,16 +273,22 @@ impl RecordStore {
     pub fn write_all(&self, records: &[&Record]) -> Result<(), CniError> {
         // One unlink each, no listing for killed writers' temp files: this is every ADD's path,
         // and the results directory holds a file per pod of the node (DEL and GC sweep them).
-        let mut removed_from_disk = false;
         for r in records {
-            remove_if_there(&self.results_path(&r.container_id, &r.ifname))?;
-            removed_from_disk |= remove_if_there(&self.earlier_results_path(&r.container_id, &r.ifname))?;
+            let path = self.results_path(&r.container_id, &r.ifname);
+            match std::fs::remove_file(&path) {
+                Err(e) if e.kind() != io::ErrorKind::NotFound => {
+                    return Err(CniError::io(format!("cannot remove attachment results {}: {e}", path.display())));
+                }
+                _ => {}
+            }
         }
-        if removed_from_disk {
-            std::fs::File::open(&self.earlier_results_dir).and_then(|dir| dir.sync_all()).map_err(|e| {
-                CniError::io(format!("cannot sync the removal in {}: {e}", self.earlier_results_dir.display()))
-            })?;
-        }
+        // Usually no such directory (one look); after an upgrade, the directory is fsync'd only
+        // when a file was there.
+        let earlier: Vec<PathBuf> =
+            records.iter().map(|r| self.earlier_results_path(&r.container_id, &r.ifname)).collect();
+        durable::remove_all_durably(&earlier).map_err(|e| {
+            CniError::io(format!("cannot remove attachment results in {}: {e}", self.earlier_results_dir.display()))
+        })?;
         let files = records
             .iter()
             .map(|r| Ok((self.path(&r.container_id, &r.ifname), serialized(r)?)))
@@ -379,15 +385,6 @@ impl RecordStore {
     /// with a dot).
     fn names(&self) -> Result<Vec<String>, CniError> {
         names_in(&self.dir)
-    }
-}
-
-/// Remove `path` if it is there: whether it was.
-fn remove_if_there(path: &Path) -> Result<bool, CniError> {
-    match std::fs::remove_file(path) {
-        Ok(()) => Ok(true),
-        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(false),
-        Err(e) => Err(CniError::io(format!("cannot remove attachment results {}: {e}", path.display()))),
     }
 }
 
