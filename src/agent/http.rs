@@ -1,6 +1,7 @@
-//! The agent's local HTTP port: `/readyz` (200 once every watch has listed and is current and the
-//! default network is ready, else 503 saying why: the DaemonSet's readinessProbe), `/healthz` (200 while the agent runs) and `/metrics` (Prometheus
-//! text). A few plain GETs from the kubelet and a scraper need no HTTP library: one request per
+//! The agent's local HTTP port: `/readyz` (200 once the watch of the node's pods has listed and is
+//! current and the default network is ready, else 503 saying why: the DaemonSet's readinessProbe;
+//! either way, a line for each other watch that fails, and why), `/healthz` (200 while the agent
+//! runs) and `/metrics` (Prometheus text). A few plain GETs from the kubelet and a scraper need no HTTP library: one request per
 //! connection, answered and closed.
 
 use super::Shared;
@@ -60,10 +61,17 @@ async fn request(shared: Arc<Shared>, mut stream: TcpStream) {
     let mut words = line.split_whitespace();
     let (method, path) = (words.next().unwrap_or_default(), words.next().unwrap_or_default());
     let (status, body) = match (method, path) {
-        ("GET", "/readyz") => match shared.readiness() {
-            Ok(()) => ("200 OK", "ready\n".to_string()),
-            Err(why) => ("503 Service Unavailable", format!("not ready: {why}\n")),
-        },
+        ("GET", "/readyz") => {
+            let (status, mut body) = match shared.readiness() {
+                Ok(()) => ("200 OK", "ready\n".to_string()),
+                Err(why) => ("503 Service Unavailable", format!("not ready: {why}\n")),
+            };
+            for failing in shared.failing_watches() {
+                body.push_str(&failing);
+                body.push('\n');
+            }
+            (status, body)
+        }
         ("GET", "/healthz") => ("200 OK", "ok\n".to_string()),
         ("GET", "/metrics") => ("200 OK", shared.render_metrics()),
         ("GET", _) => ("404 Not Found", "not found: /readyz, /healthz, /metrics\n".to_string()),

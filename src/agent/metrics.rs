@@ -19,6 +19,7 @@ use super::store::{Miss, Store};
 use super::sync::Sync;
 use crate::kube::Kind;
 use crate::kube::agent_socket::report::{Command, Failure, OperationReport, Selection};
+use crate::kube::watching::list_watch::Streaming;
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 use std::sync::Mutex;
@@ -166,6 +167,7 @@ fn index<T: PartialEq + Copy>(table: &[(&str, T)], value: T) -> usize {
 pub struct Snapshot<'a> {
     pub store: &'a Store,
     pub sync: &'a Sync,
+    pub streaming: &'a Streaming,
     pub ready: bool,
     pub default_network_ready: bool,
 }
@@ -233,7 +235,7 @@ impl Metrics {
             &mut out,
             "yh_genie_agent_ready",
             "gauge",
-            "1 when /readyz says ready: every watch synced, the default network ready",
+            "1 when /readyz says ready: the node's pods listed and their watch current, the default network ready",
         );
         let _ = writeln!(out, "yh_genie_agent_ready {}", u8::from(now.ready));
         family(
@@ -281,6 +283,32 @@ impl Metrics {
                 "yh_genie_agent_cache_age_seconds{{resource=\"{label}\"}} {:.3}",
                 state.age.as_secs_f64()
             );
+        }
+        family(
+            &mut out,
+            "yh_genie_agent_watches_failing",
+            "gauge",
+            "watches not current because their last request failed, by the API server's code (connection: no answer)",
+        );
+        for ((kind, code), count) in now.sync.failing_by_kind() {
+            let label = RESOURCES[index(&RESOURCES, kind)].0;
+            let _ = writeln!(out, "yh_genie_agent_watches_failing{{resource=\"{label}\",code=\"{code}\"}} {count}");
+        }
+        family(
+            &mut out,
+            "yh_genie_agent_streaming_lists",
+            "gauge",
+            "1 while lists are asked for as streaming lists; 0 for a while after the API server did not serve one",
+        );
+        let _ = writeln!(out, "yh_genie_agent_streaming_lists {}", u8::from(now.streaming.offered()));
+        family(
+            &mut out,
+            "yh_genie_agent_streaming_list_refusals_total",
+            "counter",
+            "streaming lists not served, each followed by a list that was, by cause (a status code, ended, silent, undecodable)",
+        );
+        for (cause, count) in now.streaming.refusals() {
+            let _ = writeln!(out, "yh_genie_agent_streaming_list_refusals_total{{cause=\"{cause}\"}} {count}");
         }
         family(
             &mut out,
@@ -408,11 +436,14 @@ fn escape(value: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::agent::store::WatchKey;
+    use crate::agent::sync::{Failure as WatchFailure, Watched};
     use crate::kube::agent_socket::report::VERSION;
     use crate::selector::config::policy::AttachmentPolicy;
 
     fn snapshot<'a>(store: &'a Store, sync: &'a Sync) -> Snapshot<'a> {
-        Snapshot { store, sync, ready: false, default_network_ready: true }
+        static STREAMING: std::sync::LazyLock<Streaming> = std::sync::LazyLock::new(Streaming::default);
+        Snapshot { store, sync, streaming: &STREAMING, ready: false, default_network_ready: true }
     }
 
     fn lines(text: &str, expected: &[&str]) {
@@ -432,6 +463,11 @@ mod tests {
         m.relisted(Kind::Pod);
         m.status(StatusOutcome::Written);
         let (store, sync) = (Store::new(AttachmentPolicy::default()), Sync::default());
+        let nads = |namespace: &str| Watched::Object(WatchKey::Attachments(namespace.into()));
+        for (namespace, code) in [("a", Some(404)), ("b", Some(404)), ("c", Some(403)), ("d", None)] {
+            sync.started(nads(namespace));
+            sync.failed(&nads(namespace), WatchFailure { code, error: "no".into() });
+        }
         let text = m.render(&snapshot(&store, &sync));
         lines(
             &text,
@@ -446,6 +482,10 @@ mod tests {
                 "yh_genie_agent_status_writes_total{outcome=\"written\"} 1",
                 "yh_genie_agent_watches{resource=\"configmaps\"} 0",
                 "yh_genie_agent_cache_synced{resource=\"configmaps\"} 1",
+                "yh_genie_agent_watches_failing{resource=\"network-attachment-definitions\",code=\"404\"} 2",
+                "yh_genie_agent_watches_failing{resource=\"network-attachment-definitions\",code=\"403\"} 1",
+                "yh_genie_agent_watches_failing{resource=\"network-attachment-definitions\",code=\"connection\"} 1",
+                "yh_genie_agent_streaming_lists 1",
                 "yh_genie_agent_answer_seconds_bucket{le=\"0.0001\"} 1",
                 "yh_genie_agent_answer_seconds_bucket{le=\"0.5\"} 2",
                 "yh_genie_agent_answer_seconds_bucket{le=\"+Inf\"} 3",

@@ -298,23 +298,35 @@ impl Shared {
         self.changes.send_modify(|n| *n += 1);
     }
 
-    /// `Ok` when the agent is ready (`/readyz`): the node's pods listed, every watch synced, the
-    /// default network ready; else why not.
+    /// `Ok` when the agent is ready (`/readyz`): the node's pods listed and their watch current,
+    /// the default network ready; else why not. The other watches are not readiness: each concerns
+    /// only the pods that need what it watches (`failing_watches` says which fail, and why).
     fn readiness(&self) -> Result<(), String> {
+        if let Some(behind) = self.sync.pods_behind() {
+            let state = if behind.listed { "is not current" } else { "has not listed yet" };
+            return Err(match behind.failure {
+                Some(failure) => format!("{} {state}: {}", Watched::Pods, failure.error),
+                None => format!("{} {state}", Watched::Pods),
+            });
+        }
         if !self.store.lock().unwrap_or_else(|e| e.into_inner()).listed() {
             return Err("the node's pods are not listed yet".into());
-        }
-        if let Some((watched, listed)) = self.sync.first_behind() {
-            let what = match &watched {
-                Watched::Pods => "the watch of the node's pods".to_string(),
-                Watched::Object(key) => format!("the watch of {key}"),
-            };
-            return Err(if listed { format!("{what} is not current") } else { format!("{what} has not listed yet") });
         }
         match self.default_network.waiting_for() {
             Some(why) => Err(format!("the default network is not ready: {why}")),
             None => Ok(()),
         }
+    }
+
+    /// Each watch other than the pods' whose last request failed, and why: the pods that need
+    /// what it watches are answered that the agent cannot help, and the plugin asks the API server.
+    fn failing_watches(&self) -> Vec<String> {
+        self.sync
+            .failing()
+            .into_iter()
+            .filter(|(watched, _)| *watched != Watched::Pods)
+            .map(|(watched, failure)| format!("{watched} fails: {}", failure.error))
+            .collect()
     }
 
     fn render_metrics(&self) -> String {
@@ -323,6 +335,7 @@ impl Shared {
         self.metrics.render(&metrics::Snapshot {
             store: &store,
             sync: &self.sync,
+            streaming: &self.streaming,
             ready,
             default_network_ready: self.default_network.waiting_for().is_none(),
         })

@@ -6,7 +6,8 @@
 use super::Shared;
 use super::annotate;
 use super::metrics::Outcome;
-use super::store::Lookup;
+use super::store::{Lookup, Miss, WatchKey, watch_key};
+use super::sync::Watched;
 use crate::kube::agent_socket::protocol::{Answer, Ask, MAX_WAIT_MS, Reply, Request};
 use std::fs::{DirBuilder, Permissions};
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
@@ -133,6 +134,8 @@ async fn selection(
                 return (Answer::Objects(objects), if waited { Outcome::HitAfterWait } else { Outcome::Hit });
             }
             Lookup::Gone(miss) => miss,
+            // Waiting cannot help while the watch that would deliver what is missing fails.
+            Lookup::NotYet(miss) if let Some(failing) = failing_watch(shared, &miss) => failing,
             Lookup::NotYet(_) if tokio::time::Instant::now() < deadline => {
                 waited = true;
                 tokio::select! {
@@ -150,4 +153,17 @@ async fn selection(
         };
         return (Answer::Unknown { why: format!("{whose}: {miss}") }, Outcome::Unknown);
     }
+}
+
+/// What `miss` waits for, if the watch that would deliver it is failing: the pod asked for gets
+/// "unknown" at once, naming that watch and its failure, and the plugin asks the API server.
+fn failing_watch(shared: &Shared, miss: &Miss) -> Option<Miss> {
+    let watched = match miss {
+        Miss::NotListed | Miss::NotSeen => Watched::Pods,
+        Miss::ObjectPending(key) => Watched::Object(watch_key(key)),
+        Miss::SlicesPending => Watched::Object(WatchKey::NodeDevices),
+        Miss::OtherUid { .. } | Miss::Deleted | Miss::WatchFailing { .. } => return None,
+    };
+    let failure = shared.sync.failure(&watched)?;
+    Some(Miss::WatchFailing { watch: watched.to_string(), error: failure.error })
 }

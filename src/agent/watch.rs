@@ -8,7 +8,7 @@
 
 use super::Shared;
 use super::store::{ObjectState, WatchKey, trim_attachment, trim_config_map, trim_slice};
-use super::sync::Watched;
+use super::sync::{Failure, Watched};
 use crate::devices::dra::trim_claim;
 use crate::kube::watching::list_watch::{Update, follow};
 use crate::kube::{Kind, NetworkAttachmentDefinition, ObjectKey};
@@ -42,20 +42,20 @@ pub(super) async fn pods(shared: Arc<Shared>, node: String) -> String {
             let pods = std::mem::take(&mut listing);
             let count = pods.len();
             shared.update(|store| store.replace_all(pods));
-            shared.sync.listed(&watched);
+            mark_listed(&shared, &watched);
             info!("listed the {count} pods of node {node}");
         }
         Update::Applied(pod) => {
             shared.pod_event(&pod, false);
             shared.update(|store| store.apply(&pod));
-            shared.sync.confirmed(&watched);
+            mark_confirmed(&shared, &watched);
         }
         Update::Deleted(pod) => {
             shared.pod_event(&pod, true);
             shared.update(|store| store.delete(&pod));
-            shared.sync.confirmed(&watched);
+            mark_confirmed(&shared, &watched);
         }
-        Update::Current => shared.sync.confirmed(&watched),
+        Update::Current => mark_confirmed(&shared, &watched),
         Update::Expired { relist_in } => {
             shared.sync.lost(&watched);
             info!(
@@ -63,11 +63,7 @@ pub(super) async fn pods(shared: Arc<Shared>, node: String) -> String {
                 relist_in.as_secs_f64()
             );
         }
-        Update::Failed { error, retry_in } => {
-            shared.metrics.watch_error(Kind::Pod);
-            shared.sync.lost(&watched);
-            warn!("the watch of node {node}'s pods failed ({error}); trying again in {:.1}s", retry_in.as_secs_f64());
-        }
+        Update::Failed { error, code, retry_in } => mark_failed(&shared, &watched, error, code, retry_in),
     })
     .await;
     "the pod watch ended".into()
@@ -121,29 +117,28 @@ where
                 return;
             }
             Update::ListDone => {
-                shared.sync.listed(&watched);
+                mark_listed(&shared, &watched);
                 found.take().unwrap_or(ObjectState::Absent)
             }
             Update::Applied(object) => {
-                shared.sync.confirmed(&watched);
+                mark_confirmed(&shared, &watched);
                 state(object)
             }
             Update::Deleted(_) => {
-                shared.sync.confirmed(&watched);
+                mark_confirmed(&shared, &watched);
                 ObjectState::Absent
             }
-            Update::Current => return shared.sync.confirmed(&watched),
+            Update::Current => return mark_confirmed(&shared, &watched),
             Update::Expired { .. } => return shared.sync.lost(&watched),
-            Update::Failed { error, .. } if key.kind == Kind::ResourceClaim && not_served(&error) => {
-                shared.sync.listed(&watched);
+            // A 404: the API server does not serve resource.k8s.io/v1 (a cluster before 1.34, or one
+            // that turned DRA off). Its pods' claims are then of an older API the device lookup
+            // does not read: the watch counts as listed with nothing, so that the lookup answers at
+            // once (and keeps asking, in case the API server is upgraded).
+            Update::Failed { code: Some(404), .. } if key.kind == Kind::ResourceClaim => {
+                mark_listed(&shared, &watched);
                 ObjectState::Absent
             }
-            Update::Failed { error, retry_in } => {
-                shared.metrics.watch_error(key.kind);
-                shared.sync.lost(&watched);
-                debug!("the watch of {key} failed ({error}); trying again in {:.1}s", retry_in.as_secs_f64());
-                return;
-            }
+            Update::Failed { error, code, retry_in } => return mark_failed(&shared, &watched, error, code, retry_in),
         };
         shared.update(|store| {
             store.set_object(&key, state);
@@ -174,32 +169,25 @@ async fn attachments(shared: Arc<Shared>, namespace: String) {
                 store.replace_attachments(&namespace, listed);
                 Default::default()
             });
-            shared.sync.listed(&watched);
+            mark_listed(&shared, &watched);
         }
         Update::Applied(nad) => {
             shared.update(|store| {
                 store.apply_attachment(nad);
                 Default::default()
             });
-            shared.sync.confirmed(&watched);
+            mark_confirmed(&shared, &watched);
         }
         Update::Deleted(nad) => {
             shared.update(|store| {
                 store.delete_attachment(&nad);
                 Default::default()
             });
-            shared.sync.confirmed(&watched);
+            mark_confirmed(&shared, &watched);
         }
-        Update::Current => shared.sync.confirmed(&watched),
+        Update::Current => mark_confirmed(&shared, &watched),
         Update::Expired { .. } => shared.sync.lost(&watched),
-        Update::Failed { error, retry_in } => {
-            shared.metrics.watch_error(kind);
-            shared.sync.lost(&watched);
-            debug!(
-                "the watch of the NetworkAttachmentDefinitions of namespace {namespace} failed ({error}); trying again in {:.1}s",
-                retry_in.as_secs_f64()
-            );
-        }
+        Update::Failed { error, code, retry_in } => mark_failed(&shared, &watched, error, code, retry_in),
     })
     .await;
 }
@@ -227,47 +215,63 @@ async fn node_slices(shared: Arc<Shared>) {
                 store.replace_slices(listed);
                 Default::default()
             });
-            shared.sync.listed(&watched);
+            mark_listed(&shared, &watched);
         }
         Update::Applied(slice) => {
             shared.update(|store| {
                 store.apply_slice(&name(&slice), Some(trim_slice(slice)));
                 Default::default()
             });
-            shared.sync.confirmed(&watched);
+            mark_confirmed(&shared, &watched);
         }
         Update::Deleted(slice) => {
             shared.update(|store| {
                 store.apply_slice(&name(&slice), None);
                 Default::default()
             });
-            shared.sync.confirmed(&watched);
+            mark_confirmed(&shared, &watched);
         }
-        Update::Current => shared.sync.confirmed(&watched),
+        Update::Current => mark_confirmed(&shared, &watched),
         Update::Expired { .. } => shared.sync.lost(&watched),
-        Update::Failed { error, .. } if not_served(&error) => {
+        // resource.k8s.io/v1 not served: as for `by_name`'s ResourceClaims.
+        Update::Failed { code: Some(404), .. } => {
             shared.update(|store| {
                 store.replace_slices(Vec::new());
                 Default::default()
             });
-            shared.sync.listed(&watched);
+            mark_listed(&shared, &watched);
         }
-        Update::Failed { error, retry_in } => {
-            shared.metrics.watch_error(kind);
-            shared.sync.lost(&watched);
-            debug!(
-                "the watch of node {node}'s ResourceSlices failed ({error}); trying again in {:.1}s",
-                retry_in.as_secs_f64()
-            );
-        }
+        Update::Failed { error, code, retry_in } => mark_failed(&shared, &watched, error, code, retry_in),
     })
     .await;
 }
 
-/// Whether a DRA watch failed because the API server does not serve resource.k8s.io/v1 (404: a
-/// cluster before 1.34, or one that turned DRA off). Its pods' claims are then of an older API the
-/// device lookup does not read: the watch counts as listed with nothing, so that the agent stays
-/// ready (and keeps asking, in case the API server is upgraded).
-fn not_served(error: &str) -> bool {
-    error.starts_with("404 ")
+/// `watched` listed: what it holds is current; said once if it was failing.
+fn mark_listed(shared: &Shared, watched: &Watched) {
+    if shared.sync.listed(watched) {
+        info!("{watched} is current again");
+    }
+}
+
+/// `watched` is established, resumed, or sent an event or a bookmark.
+fn mark_confirmed(shared: &Shared, watched: &Watched) {
+    if shared.sync.confirmed(watched) {
+        info!("{watched} is current again");
+    }
+}
+
+/// `watched` failed: counted, kept for `/readyz` and the metrics (which say which watch fails and
+/// why), and logged when that is news (the first failure, or another code). The pods that need
+/// what it watches are answered at once that the agent cannot help (the plugin asks the API
+/// server); the rest are served as before.
+fn mark_failed(shared: &Shared, watched: &Watched, error: String, code: Option<u16>, retry_in: std::time::Duration) {
+    shared.metrics.watch_error(watched.kind());
+    let retry = format!("trying again in {:.1}s", retry_in.as_secs_f64());
+    if shared.sync.failed(watched, Failure { code, error: error.clone() }) {
+        warn!("{watched} failed ({error}); {retry}");
+    } else {
+        debug!("{watched} failed again ({error}); {retry}");
+    }
+    // Lookups waiting for what it would deliver look again, and answer at once.
+    shared.changes.send_modify(|n| *n += 1);
 }

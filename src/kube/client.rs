@@ -162,6 +162,17 @@ impl ApiClient {
                 Ok(Ok(object)) => return Ok(Some(object)),
                 Ok(Err(e)) => match classify(&e) {
                     Failure::Refused { status: Some(status), .. } if absent.contains(&status) => return Ok(None),
+                    Failure::NotServed(text) => {
+                        return Err(CniError::new(
+                            code::KUBE_API,
+                            format!(
+                                "cannot {verb} {obj}: API server {} does not serve that kind of object ({text}); \
+                                 install its CustomResourceDefinition (for NetworkAttachmentDefinitions, the \
+                                 k8s.cni.cncf.io one that Multus and yh-genie ship)",
+                                self.server
+                            ),
+                        ));
+                    }
                     Failure::Refused { status, text } => return Err(self.refusal(obj, verb, status, &text)),
                     Failure::Certificate(problem) => {
                         let why = tls::explain(&problem, &self.server, &self.kubeconfig, self.has_ca_data);
@@ -282,6 +293,10 @@ pub(super) enum Failure {
     Transient(String),
     /// It answered, and the answer will not change by asking again.
     Refused { status: Option<u16>, text: String },
+    /// A 404 that names no object: the API server does not serve that kind of object at all (a
+    /// CustomResourceDefinition not installed, an API group turned off), as opposed to a 404 for
+    /// one object that is not there, whose status names it.
+    NotServed(String),
     /// Its certificate is not trusted: it will be the same certificate next time.
     Certificate(rustls::CertificateError),
 }
@@ -294,6 +309,9 @@ pub(super) fn classify(e: &::kube::Error) -> Failure {
     match e {
         E::Api(status) if matches!(status.code, 408 | 429 | 500..=599) => {
             Failure::Transient(format!("{} {}", status.code, status.message))
+        }
+        E::Api(status) if status.code == 404 && status.details.as_ref().is_none_or(|d| d.name.is_empty()) => {
+            Failure::NotServed(format!("{} {}", status.code, status.message))
         }
         E::Api(status) => {
             Failure::Refused { status: (status.code != 0).then_some(status.code), text: status.message.clone() }
@@ -358,13 +376,24 @@ mod tests {
         for code in [408, 429, 500, 502, 503, 504] {
             assert!(matches!(classify(&api_error(code, "busy")), Failure::Transient(_)), "{code}");
         }
-        for code in [400, 401, 403, 404, 410] {
+        for code in [400, 401, 403, 410] {
             assert_eq!(
                 classify(&api_error(code, "no")),
                 Failure::Refused { status: Some(code), text: "no".into() },
                 "{code}"
             );
         }
+        // A 404 names the object that is not there; one that names none is a kind not served.
+        let mut missing = Status::failure("pods \"web\" not found", "NotFound").with_code(404);
+        missing.details = Some(serde_json::from_value(serde_json::json!({"name": "web", "kind": "pods"})).unwrap());
+        assert_eq!(
+            classify(&::kube::Error::Api(missing.boxed())),
+            Failure::Refused { status: Some(404), text: "pods \"web\" not found".into() }
+        );
+        assert_eq!(
+            classify(&api_error(404, "the server could not find the requested resource")),
+            Failure::NotServed("404 the server could not find the requested resource".into())
+        );
         let bad_object = serde_json::from_str::<Pod>("[1]").unwrap_err();
         assert!(matches!(classify(&::kube::Error::SerdeError(bad_object)), Failure::Refused { status: None, .. }));
     }

@@ -121,6 +121,8 @@ pub enum Miss {
     ObjectPending(ObjectKey),
     /// The pod has resource claims, and the node's ResourceSlices have not been listed yet.
     SlicesPending,
+    /// What the pod needs has not been listed, and the watch that would deliver it fails.
+    WatchFailing { watch: String, error: String },
 }
 
 impl Miss {
@@ -132,10 +134,11 @@ impl Miss {
             Miss::OtherUid { .. } => "other_uid",
             Miss::Deleted => "uid_deleted",
             Miss::ObjectPending(_) | Miss::SlicesPending => "object_not_listed",
+            Miss::WatchFailing { .. } => "watch_failing",
         }
     }
-    pub const LABELS: [&'static str; 5] =
-        ["not_listed", "pod_not_seen", "other_uid", "uid_deleted", "object_not_listed"];
+    pub const LABELS: [&'static str; 6] =
+        ["not_listed", "pod_not_seen", "other_uid", "uid_deleted", "object_not_listed", "watch_failing"];
 }
 
 impl fmt::Display for Miss {
@@ -147,6 +150,7 @@ impl fmt::Display for Miss {
             Miss::Deleted => f.write_str("that pod (uid) has been deleted"),
             Miss::ObjectPending(key) => write!(f, "{key} has not been listed yet"),
             Miss::SlicesPending => f.write_str("the node's ResourceSlices have not been listed yet"),
+            Miss::WatchFailing { watch, error, .. } => write!(f, "{watch} fails ({error})"),
         }
     }
 }
@@ -539,7 +543,7 @@ fn node_slices() -> ObjectKey {
 }
 
 /// The watch that keeps `key` (a ConfigMap, a ResourceClaim, a NAD, the node's slices) current.
-fn watch_key(key: &ObjectKey) -> WatchKey {
+pub fn watch_key(key: &ObjectKey) -> WatchKey {
     match key.kind {
         Kind::NetworkAttachmentDefinition => WatchKey::Attachments(key.namespace.clone()),
         Kind::ResourceSlice => WatchKey::NodeDevices,

@@ -42,7 +42,7 @@ pub async fn annotate(
         Ok(Err(e)) => match classify(&e) {
             Failure::Refused { status: Some(status), .. } if POD_REPLACED.contains(&status) => Annotated::PodGone,
             Failure::Transient(text) => Annotated::Transient(text),
-            Failure::Refused { text, .. } => Annotated::Refused(text),
+            Failure::Refused { text, .. } | Failure::NotServed(text) => Annotated::Refused(text),
             Failure::Certificate(problem) => Annotated::Refused(format!("the server's certificate: {problem}")),
         },
     }
@@ -117,7 +117,7 @@ pub async fn create_event_of_type(
         Ok(Ok(_)) => Annotated::Written,
         Ok(Err(e)) => match classify(&e) {
             Failure::Transient(text) => Annotated::Transient(text),
-            Failure::Refused { text, .. } => Annotated::Refused(text),
+            Failure::Refused { text, .. } | Failure::NotServed(text) => Annotated::Refused(text),
             Failure::Certificate(problem) => Annotated::Refused(format!("the server's certificate: {problem}")),
         },
     }
@@ -153,7 +153,7 @@ pub async fn annotate_at_version(
 fn failed(e: &::kube::Error) -> Annotated {
     match classify(e) {
         Failure::Transient(text) => Annotated::Transient(text),
-        Failure::Refused { text, .. } => Annotated::Refused(text),
+        Failure::Refused { text, .. } | Failure::NotServed(text) => Annotated::Refused(text),
         Failure::Certificate(problem) => Annotated::Refused(format!("the server's certificate: {problem}")),
     }
 }
