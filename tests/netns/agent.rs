@@ -13,7 +13,8 @@ use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::UnixListener;
 use std::time::{Duration, Instant};
 use testkit::agent::{Agent, METRICS_PORT};
-use testkit::apiserver::{Call, from_config_map, literal};
+use testkit::apiserver::{Call, StreamingList, from_config_map, literal};
+use yh_genie::kube::agent_socket::client::exchange;
 use yh_genie::kube::agent_socket::protocol::{Answer, Ask, PodObjects, Reply as AgentReply, Request};
 
 const BLUE: (&str, u8) = ("blue", 31);
@@ -605,6 +606,130 @@ fn an_api_server_without_streaming_lists_gets_lists_and_a_namespace_of_attachmen
     let watches_of = |resource: &str| calls_since(&n, &calls, resource);
     assert_eq!(watches_of("network-attachment-definitions"), 0, "no new watch for a NAD of a watched namespace");
     assert!(n.leftovers().is_empty(), "{:#?}", n.leftovers());
+}
+
+#[test]
+fn the_agent_lists_at_once_when_the_api_server_does_not_serve_a_streaming_list() {
+    // As an API server on an etcd without progress requests answers (Debian 12's etcd 3.4.23), and
+    // the other answers a streaming list may get instead of its objects and their bookmark.
+    let cases = [
+        (StreamingList::ErrorEvent(500), "500"),
+        (StreamingList::ErrorEvent(410), "410"),
+        (StreamingList::Status { code: 500, retry_after: None }, "500"),
+        (StreamingList::Status { code: 503, retry_after: Some(1) }, "503"),
+        (StreamingList::EndBeforeBookmark, "ended"),
+    ];
+    for (answer, cause) in cases {
+        let case = format!("{answer:?}");
+        let n = node();
+        n.api.answer_streaming_lists(answer);
+        n.api.put_config_map("default", "nets", json!({"k": "blue"}));
+        n.api.put_nad("default", "red", None);
+        let networks = json!({ yh_genie::selector::requests::annotation::NETWORKS: "red" });
+        n.api.put_annotated_pod("default", "web-0", networks, from_config_map("nets", "k"));
+        let agent = n.start_agent();
+        // The old agent retried the streaming list with its backoff and never became ready.
+        agent.wait_ready();
+        let socket = n.agent_socket();
+        agent.wait_holds(&socket, "web-0", &uid("web-0"), |o| o.network_attachments.len() == 1);
+        let pod = n.pod("web-0");
+        let before = n.api.plugin_requests();
+        let reply = add(&n, &pod, &n.selector_conf("1.0.0", json!({})));
+        assert_eq!((selection(&reply).as_str(), n.api.plugin_requests() - before), ("agent", 0), "{case}");
+        assert!(on(&pod, BLUE) && addresses_on(&pod, "net1")[0].starts_with("10.77.32."), "{case}");
+
+        // One streaming list (the pods'), then plain lists for every watch, the pods' included.
+        let calls: Vec<_> = n.api.calls().into_iter().filter(|c| c.client == "agent").collect();
+        let streaming: Vec<&str> = calls.iter().filter(|c| c.streaming_list).map(|c| c.resource).collect();
+        assert_eq!(streaming, ["pods"], "{case}: {calls:#?}");
+        let lists: Vec<&str> = calls.iter().filter(|c| c.verb == "list").map(|c| c.resource).collect();
+        assert_eq!(lists, ["pods", "configmaps", "network-attachment-definitions"], "{case}: {calls:#?}");
+        let refusals = format!("yh_genie_agent_streaming_list_refusals_total{{cause=\"{cause}\"}}");
+        assert_eq!(agent.metric(&refusals), 1, "{case}");
+        assert_eq!(agent.metric("yh_genie_agent_streaming_lists"), 0, "{case}");
+        assert!(agent.logged().contains("did not serve a streaming list"), "{case}: {}", agent.logged());
+        n.call("DEL", &pod, &n.selector_conf("1.0.0", json!({}))).ok();
+        assert!(n.leftovers().is_empty(), "{case}: {:#?}", n.leftovers());
+    }
+}
+
+#[test]
+fn a_watch_that_keeps_failing_costs_only_the_pods_that_need_it() {
+    // A namespace whose NADs RBAC does not let the agent read (403), and a cluster without the NAD
+    // CRD (404).
+    for (code, namespace) in [(403, Some("default")), (404, None)] {
+        let n = node();
+        n.api.deny("network-attachment-definitions", namespace, code);
+        n.api.put_config_map("default", "nets", json!({"k": "blue"}));
+        n.api.put_nad("default", "red", None);
+        n.api.put_pod("default", "plain", from_config_map("nets", "k"));
+        let networks = json!({ yh_genie::selector::requests::annotation::NETWORKS: "red" });
+        n.api.put_annotated_pod("default", "with-nad", networks, from_config_map("nets", "k"));
+        let agent = n.start_agent();
+        // Ready all the same: only the watch of the node's pods is readiness.
+        agent.wait_ready();
+        let failing =
+            format!("yh_genie_agent_watches_failing{{resource=\"network-attachment-definitions\",code=\"{code}\"}}");
+        agent.wait_for("the NAD watch to fail", || agent.metric(&failing) == 1);
+        let (status, body) = agent.http_get("/readyz").unwrap();
+        assert_eq!(status, 200, "{code}: {body}");
+        assert!(
+            body.contains(&format!("the watch of the NetworkAttachmentDefinitions of namespace default fails: {code}")),
+            "{code}: {body}"
+        );
+        assert_eq!(agent.metric("yh_genie_agent_ready"), 1);
+
+        // What the agent can answer, it answers.
+        let conf = n.selector_conf("1.0.0", json!({}));
+        let plain = n.pod("plain");
+        let before = n.api.plugin_requests();
+        let reply = add(&n, &plain, &conf);
+        assert_eq!((selection(&reply).as_str(), n.api.plugin_requests() - before), ("agent", 0), "{code}");
+        // The pod that needs the failing watch is told at once, and the plugin asks the API server,
+        // which refuses it as it refused the agent: the error says so, and nothing is made.
+        // Asked as the plugin asks (willing to wait a second), the agent answers without waiting:
+        // the reason is the failing watch, not an object still to be listed.
+        let socket = n.agent_socket();
+        let ask = Ask::Selection {
+            namespace: "default".into(),
+            name: "with-nad".into(),
+            uid: Some(uid("with-nad")),
+            wait_ms: 1000,
+        };
+        let answered = exchange(&socket, &Request::new(ask), Instant::now() + Duration::from_secs(5));
+        let Ok(Answer::Unknown { why }) = answered else { panic!("{code}: {answered:?}") };
+        assert!(why.contains("NetworkAttachmentDefinitions of namespace default fails"), "{why}");
+        assert_eq!(agent.metric("yh_genie_agent_unknown_total{reason=\"watch_failing\"}"), 1, "{code}");
+        let with_nad = n.pod("with-nad");
+        let reply = n.call("ADD", &with_nad, &conf);
+        let e = reply.err();
+        let msg = e["msg"].as_str().unwrap();
+        assert!(msg.contains(&code.to_string()), "{code}: {e}");
+        if code == 404 {
+            assert!(
+                msg.contains("does not serve that kind of object") && msg.contains("CustomResourceDefinition"),
+                "{e}"
+            );
+        }
+        assert!(selection(&reply).starts_with("api: "), "{code}: {reply:?}");
+        assert_eq!(agent.metric("yh_genie_agent_unknown_total{reason=\"watch_failing\"}"), 2, "{code}");
+        assert_eq!(agent.metric("yh_genie_agent_unknown_total{reason=\"object_not_listed\"}"), 0, "{code}");
+        // The DEL a runtime sends after a failed ADD takes the attachment's lock file.
+        n.call("DEL", &with_nad, &conf).ok();
+        assert_gone(&n, &with_nad, "the refused pod");
+
+        // Once the API server serves NADs again, the watch catches up and the agent answers.
+        n.api.clear_denials();
+        agent.wait_holds(&socket, "with-nad", &uid("with-nad"), |o| o.network_attachments.len() == 1);
+        assert_eq!(agent.metric(&failing), 0, "{code}");
+        let reply = add(&n, &with_nad, &conf);
+        assert_eq!(selection(&reply), "agent", "{code}");
+        assert!(addresses_on(&with_nad, "net1")[0].starts_with("10.77.32."), "{code}");
+        for pod in [&plain, &with_nad] {
+            n.call("DEL", pod, &conf).ok();
+        }
+        assert!(n.leftovers().is_empty(), "{code}: {:#?}", n.leftovers());
+    }
 }
 
 /// Requests of the agent for `resource` after `before` were made.

@@ -154,6 +154,22 @@ fn end(dir: &Path) {
         std::thread::sleep(Duration::from_millis(20));
     }
     remove_cgroups(&run_name(dir));
+    unmount_below(dir);
+}
+
+/// Unmount whatever the run mounted in its directory (a tmpfs for etcd's data), deepest first, so
+/// that the directory can be removed.
+fn unmount_below(dir: &Path) {
+    let mounts = std::fs::read_to_string("/proc/self/mounts").unwrap_or_default();
+    let mut below: Vec<&str> = mounts
+        .lines()
+        .filter_map(|line| line.split(' ').nth(1))
+        .filter(|point| Path::new(point).starts_with(dir))
+        .collect();
+    below.sort_by_key(|point| std::cmp::Reverse(point.len()));
+    for point in below {
+        let _ = nix::mount::umount2(point, nix::mount::MntFlags::MNT_DETACH);
+    }
 }
 
 fn run_name(dir: &Path) -> String {

@@ -1,12 +1,14 @@
 //! Misbehaving on demand: faults queued for the next requests or set for all of them (HTTP errors,
 //! slow answers, hangs, dropped connections), every watch stream ended at once, streaming lists
-//! refused, and a restart (the port closed for a while, the watch cache built anew).
+//! answered otherwise than with their objects, a resource denied (as RBAC forbids it, or as a
+//! cluster without its CRD answers), and a restart (the port closed for a while, the watch cache
+//! built anew).
 
 use super::ApiServer;
 use super::reply::{Reply, status};
 use std::collections::VecDeque;
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 /// How the server misbehaves for one request.
@@ -22,6 +24,28 @@ pub enum Fault {
     Drop,
 }
 
+/// How a streaming list (`sendInitialEvents=true`) is answered instead of its objects and the
+/// bookmark that ends them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StreamingList {
+    /// Served.
+    Served,
+    /// This HTTP status and a `Status` body: 422 as an API server whose `WatchList` feature gate is
+    /// off, 500, 503... With `retry_after`, the body's `details.retryAfterSeconds` and the
+    /// `Retry-After` header say how long to wait, as the API server says it.
+    Status { code: u16, retry_after: Option<u32> },
+    /// A `200` whose stream carries the objects, then an `ERROR` event of this code instead of the
+    /// bookmark: 500 as an API server on an etcd without progress requests answers, 410...
+    ErrorEvent(u16),
+    /// A `200` whose stream carries the objects, then ends without the bookmark.
+    EndBeforeBookmark,
+}
+
+/// The message of the ERROR event an API server sends for a streaming list when its etcd cannot
+/// answer progress requests (etcd before 3.4.31 or 3.5.13).
+pub const NO_PROGRESS_REQUESTS: &str =
+    "a watch stream was requested by the client but the required storage feature RequestWatchProgress is disabled";
+
 #[derive(Default)]
 struct Queued {
     /// Faults for the next requests, one each, in order.
@@ -36,8 +60,11 @@ pub(super) struct Faults {
     faulted: AtomicUsize,
     /// Bumped by `drop_watches`: every watch stream ends.
     pub watch_ends: tokio::sync::watch::Sender<u64>,
-    /// Set by `refuse_streaming_lists`.
-    streaming_lists_refused: AtomicBool,
+    /// How streaming lists are answered (`answer_streaming_lists`).
+    streaming_lists: Mutex<StreamingList>,
+    /// (resource plural, namespace or every one, status code) answered instead of any request for
+    /// them (`deny`).
+    denied: Mutex<Vec<(&'static str, Option<String>, u16)>>,
 }
 
 impl Default for Faults {
@@ -46,15 +73,26 @@ impl Default for Faults {
             queued: Mutex::default(),
             faulted: AtomicUsize::default(),
             watch_ends: tokio::sync::watch::channel(0).0,
-            streaming_lists_refused: AtomicBool::default(),
+            streaming_lists: Mutex::new(StreamingList::Served),
+            denied: Mutex::default(),
         }
     }
 }
 
 impl Faults {
-    /// Whether a streaming list is answered with 422 (see `watch`).
-    pub fn streaming_lists_refused(&self) -> bool {
-        self.streaming_lists_refused.load(Ordering::SeqCst)
+    /// How a streaming list is answered (see `watch`).
+    pub fn streaming_lists(&self) -> StreamingList {
+        self.streaming_lists.lock().unwrap().clone()
+    }
+
+    /// The status every request for `resource` in `namespace` is answered with, if denied.
+    pub fn denied(&self, resource: &str, namespace: Option<&str>) -> Option<u16> {
+        self.denied
+            .lock()
+            .unwrap()
+            .iter()
+            .find(|(r, ns, _)| *r == resource && (ns.is_none() || ns.as_deref() == namespace))
+            .map(|(_, _, code)| *code)
     }
 
     /// Misbehave as the next fault says: `Some` answer (or a dropped connection) instead of the
@@ -107,7 +145,24 @@ impl ApiServer {
     /// Answer streaming lists (`sendInitialEvents=true`) with 422 from now on, as an API server
     /// whose `WatchList` feature gate is off does: its clients must list instead.
     pub fn refuse_streaming_lists(&self) {
-        self.state.faults.streaming_lists_refused.store(true, Ordering::SeqCst);
+        self.answer_streaming_lists(StreamingList::Status { code: 422, retry_after: None });
+    }
+
+    /// Answer streaming lists as `answer` says from now on (plain lists and watches are served).
+    pub fn answer_streaming_lists(&self, answer: StreamingList) {
+        *self.state.faults.streaming_lists.lock().unwrap() = answer;
+    }
+
+    /// Answer every request for `resource` (its plural, e.g. `network-attachment-definitions`) in
+    /// `namespace` (every namespace: `None`) with `code` from now on: 403 as RBAC answers a request
+    /// it does not allow, 404 as a cluster without the resource's CRD answers.
+    pub fn deny(&self, resource: &'static str, namespace: Option<&str>, code: u16) {
+        self.state.faults.denied.lock().unwrap().push((resource, namespace.map(String::from), code));
+    }
+
+    /// Serve every resource again after `deny`.
+    pub fn clear_denials(&self) {
+        self.state.faults.denied.lock().unwrap().clear();
     }
 
     /// What an API server restart does to its clients: every connection and watch cut, the port

@@ -12,7 +12,7 @@
 //! - `requests`: every request counted and logged, by client (the plugin's token `TOKEN`, the
 //!   agent's `AGENT_TOKEN`), verb and resource;
 //! - `faults`: misbehaving on demand: HTTP errors, slow answers, hangs, dropped connections, ended
-//!   watches, an outage, a restart;
+//!   watches, streaming lists not served, a resource denied, an outage, a restart;
 //! - `router`: one request to one of those; `listener` and `tls`: the port and its certificate
 //!   (`Serving`: a valid one, or one with something wrong); `reply`: answers as Kubernetes makes them.
 
@@ -28,7 +28,7 @@ mod tls;
 mod watch;
 mod writes;
 
-pub use faults::Fault;
+pub use faults::{Fault, NO_PROGRESS_REQUESTS, StreamingList};
 pub use objects::{ENV_VAR, from_config_map, literal};
 pub use requests::Call;
 pub use tls::Serving;

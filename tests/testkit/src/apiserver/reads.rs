@@ -2,7 +2,7 @@
 //! objects a field selector matches).
 
 use super::State;
-use super::reply::{Reply, json_reply, status};
+use super::reply::{Reply, json_reply, not_found};
 use super::router::Target;
 use super::store::Selector;
 use hyper::StatusCode;
@@ -12,7 +12,7 @@ pub(super) fn get(state: &State, target: &Target, name: &str) -> Reply {
     let object = state.objects.store.lock().unwrap().get(target.resource, namespace, name).cloned();
     match object {
         Some(object) => json_reply(StatusCode::OK, &object),
-        None => status(404, &format!("{} \"{name}\" not found", target.resource.plural())),
+        None => not_found(target.resource.plural(), name),
     }
 }
 

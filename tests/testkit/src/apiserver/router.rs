@@ -69,6 +69,18 @@ pub(super) async fn handle(req: Request<Incoming>, state: Arc<State>) -> Result<
         resource_version: target.query.get("resourceVersion").cloned(),
         streaming_list: matches!(target.verb, Verb::Watch) && watch::is_streaming_list(&target),
     });
+    let forbidden = || {
+        let what = target.resource.plural();
+        match target.namespace.as_deref() {
+            Some(ns) => format!("{what} is forbidden: the test denies {what} in the namespace \"{ns}\""),
+            None => format!("{what} is forbidden: the test denies {what} at the cluster scope"),
+        }
+    };
+    match state.faults.denied(target.resource.plural(), target.namespace.as_deref()) {
+        Some(404) => return Ok(status(404, "the server could not find the requested resource")),
+        Some(code) => return Ok(status(code, &forbidden())),
+        None => {}
+    }
     let selector = match Selector::parse(target.query.get("fieldSelector").map(String::as_str).unwrap_or_default()) {
         Ok(selector) => selector,
         Err(why) => return Ok(status(400, &why)),

@@ -5,11 +5,14 @@
 //! kept is answered as the API server does: an `ERROR` event carrying a 410 `Status` ("too old
 //! resource version"), then the end. A streaming list (`sendInitialEvents=true`) starts with every
 //! object as ADDED, then a `BOOKMARK` annotated `k8s.io/initial-events-end` at the current
-//! revision, then the changes; a server told to (`refuse_streaming_lists`) answers it with 422, as
-//! an API server whose `WatchList` feature gate is off does.
+//! revision, then the changes; a server told to (`answer_streaming_lists`) answers it otherwise:
+//! with an HTTP error (422 as an API server whose `WatchList` feature gate is off does), with an
+//! `ERROR` event instead of the bookmark (500 as one on an etcd without progress requests does), or
+//! with a stream that ends before the bookmark.
 
 use super::State;
-use super::reply::{Reply, status};
+use super::faults::{NO_PROGRESS_REQUESTS, StreamingList};
+use super::reply::{Reply, status, status_retry_after};
 use super::router::Target;
 use super::store::{Change, Resource, Selector};
 use http_body_util::{BodyExt, StreamBody};
@@ -41,12 +44,20 @@ pub(super) fn respond(state: &State, target: &Target, selector: Selector) -> Rep
         timeout: Duration::from_secs(target.query.get("timeoutSeconds").and_then(|t| t.parse().ok()).unwrap_or(1800)),
         initial_events: is_streaming_list(target),
     };
-    if w.initial_events && state.faults.streaming_lists_refused() {
-        return status(
-            422,
-            "ListOptions.meta.k8s.io \"\" is invalid: sendInitialEvents: Forbidden: sendInitialEvents is forbidden \
-             for watch unless the WatchList feature gate is enabled",
-        );
+    let answer = if w.initial_events { state.faults.streaming_lists() } else { StreamingList::Served };
+    match answer {
+        StreamingList::Status { code: 422, .. } => {
+            return status(
+                422,
+                "ListOptions.meta.k8s.io \"\" is invalid: sendInitialEvents: Forbidden: sendInitialEvents is \
+                 forbidden for watch unless the WatchList feature gate is enabled",
+            );
+        }
+        StreamingList::Status { code, retry_after: Some(seconds) } => {
+            return status_retry_after(code, "the server is currently unable to handle the request", seconds);
+        }
+        StreamingList::Status { code, retry_after: None } => return status(code, "injected streaming list failure"),
+        _ => {}
     }
     let (events, body) = mpsc::channel::<Bytes>(256);
     let (backlog, mut changes, listed_at) = {
@@ -70,7 +81,12 @@ pub(super) fn respond(state: &State, target: &Target, selector: Selector) -> Rep
         }
         if let Some(revision) = listed_at {
             last = revision;
-            if events.send(initial_events_end(w.resource, revision)).await.is_err() {
+            let end = match answer {
+                StreamingList::ErrorEvent(code) => error_event(code),
+                StreamingList::EndBeforeBookmark => return,
+                _ => initial_events_end(w.resource, revision),
+            };
+            if events.send(end).await.is_err() {
                 return;
             }
         }
@@ -130,6 +146,18 @@ fn initial_events_end(resource: Resource, revision: u64) -> Bytes {
     line(json!({"type": "BOOKMARK", "object": {
         "kind": resource.kind(), "apiVersion": resource.api_version(),
         "metadata": {"resourceVersion": revision.to_string(), "annotations": {"k8s.io/initial-events-end": "true"}}}}))
+}
+
+/// The ERROR event that ends a streaming list an API server cannot serve.
+fn error_event(code: u16) -> Bytes {
+    let (message, reason) = match code {
+        500 => (NO_PROGRESS_REQUESTS.to_string(), "InternalError"),
+        410 => ("too old resource version: 0 (1)".to_string(), "Expired"),
+        _ => (format!("injected streaming list failure {code}"), "InternalError"),
+    };
+    line(json!({"type": "ERROR", "object": {
+        "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+        "message": message, "reason": reason, "code": code}}))
 }
 
 fn gone(asked: u64, compacted: u64) -> Bytes {

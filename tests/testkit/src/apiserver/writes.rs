@@ -3,7 +3,7 @@
 //! Event, as kube's `Api::create` sends it, kept with a name made from its `generateName`.
 
 use super::State;
-use super::reply::{Reply, json_reply, status};
+use super::reply::{Reply, json_reply, not_found, status};
 use super::requests::Call;
 use super::router::Target;
 use super::store::Resource;
@@ -32,7 +32,7 @@ pub(super) async fn patch(
     }
     let mut store = state.objects.store.lock().unwrap();
     let Some(mut pod) = store.get(Resource::Pods, namespace, name).cloned() else {
-        return Ok(status(404, &format!("pods \"{name}\" not found")));
+        return Ok(not_found("pods", name));
     };
     if let Some(uid) = patch.pointer("/metadata/uid")
         && Some(uid) != pod.pointer("/metadata/uid")
