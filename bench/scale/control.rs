@@ -31,6 +31,8 @@ pub struct ControlPlane {
     pub pki: Pki,
     etcd: Child,
     apiserver: Option<Child>,
+    /// etcd's data dir, when it is a tmpfs of its own (unmounted on drop).
+    tmpfs: Option<PathBuf>,
 }
 
 /// When an API server restart happened.
@@ -43,25 +45,31 @@ pub struct Restart {
 }
 
 impl ControlPlane {
-    /// Start etcd and the API server under `dir` and wait until the API server is ready. etcd does
-    /// not fsync: this benchmark measures the nodes and the API server, not the disk under etcd.
-    pub fn start(dir: &Path, bin: &Path) -> Self {
-        Self::start_with(dir, bin, false)
+    /// Start `etcd` and the API server under `dir` and wait until the API server is ready. etcd's
+    /// data dir is a tmpfs: this benchmark measures the nodes and the API server, not the disk
+    /// under etcd, and etcd before 3.5 has no `--unsafe-no-fsync` to take the disk out otherwise,
+    /// so each etcd it compares gets the same memory-backed store.
+    pub fn start(dir: &Path, bin: &Path, etcd: &Path) -> Self {
+        let data = dir.join("etcd");
+        std::fs::create_dir_all(&data).unwrap();
+        let mounted = Command::new("mount").args(["-t", "tmpfs", "-o", "size=4g", "tmpfs"]).arg(&data).status();
+        assert!(mounted.is_ok_and(|s| s.success()), "mount a tmpfs on {}", data.display());
+        Self::start_with(dir, bin, etcd, Some(data))
     }
 
-    /// `start`, with etcd fsyncing its writes as a cluster's does: for a benchmark whose writes
-    /// (Events) share the machine's disk with what it measures.
+    /// `start` with the Kubernetes build's etcd on the disk, fsyncing its writes as a cluster's
+    /// does: for a benchmark whose writes (Events) share the machine's disk with what it measures.
     #[allow(dead_code)] // bench/selector.rs's, which shares this file (bench/real_cluster.rs)
     pub fn start_durable(dir: &Path, bin: &Path) -> Self {
-        Self::start_with(dir, bin, true)
+        Self::start_with(dir, bin, &bin.join("etcd"), None)
     }
 
-    fn start_with(dir: &Path, bin: &Path, fsync: bool) -> Self {
+    fn start_with(dir: &Path, bin: &Path, etcd_binary: &Path, tmpfs: Option<PathBuf>) -> Self {
         std::fs::create_dir_all(dir.join("log")).unwrap();
         let pki = Pki::new(&dir.join("pki"));
         issue_apiserver_certificates(&pki);
         pki.kubeconfig("admin", "yh-genie-bench-admin", &["system:masters"], API_URL);
-        let mut etcd = Command::new(bin.join("etcd"));
+        let mut etcd = Command::new(etcd_binary);
         etcd.args([
             format!("--data-dir={}", dir.join("etcd").display()),
             "--name=default".into(),
@@ -72,12 +80,9 @@ impl ControlPlane {
             "--initial-cluster=default=http://127.0.0.1:2380".into(),
             "--quota-backend-bytes=8589934592".into(),
         ]);
-        if !fsync {
-            etcd.arg("--unsafe-no-fsync");
-        }
         let etcd = procs::spawn(&mut etcd, dir, &dir.join("log/etcd.log"));
         std::fs::write(dir.join("audit-policy.yaml"), AUDIT_POLICY).unwrap();
-        let mut cp = ControlPlane { dir: dir.to_path_buf(), bin: bin.to_path_buf(), pki, etcd, apiserver: None };
+        let mut cp = ControlPlane { dir: dir.to_path_buf(), bin: bin.to_path_buf(), pki, etcd, apiserver: None, tmpfs };
         cp.start_apiserver();
         cp.wait_ready();
         cp
@@ -212,5 +217,16 @@ impl Drop for ControlPlane {
             procs::stop(&mut apiserver, Duration::from_secs(10));
         }
         procs::stop(&mut self.etcd, Duration::from_secs(10));
+        if let Some(tmpfs) = &self.tmpfs {
+            let _ = Command::new("umount").arg(tmpfs).status();
+        }
     }
+}
+
+/// What `etcd --version` says of itself: `3.6.5`.
+pub fn etcd_version(etcd: &Path) -> String {
+    let out = Command::new(etcd).arg("--version").output().map(|o| String::from_utf8_lossy(&o.stdout).into_owned());
+    out.ok()
+        .and_then(|text| text.lines().find_map(|l| l.strip_prefix("etcd Version: ").map(|v| v.trim().to_string())))
+        .unwrap_or_else(|| "?".into())
 }

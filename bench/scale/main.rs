@@ -18,6 +18,7 @@ mod audit;
 mod control;
 mod procs;
 mod setup;
+mod start_all;
 mod systems;
 mod workload;
 
@@ -58,6 +59,8 @@ struct Options {
     keep: bool,
     yh_genie: Option<PathBuf>,
     multus: Option<PathBuf>,
+    /// The etcds each system runs on, a run each, side by side (`None`: the Kubernetes build's).
+    etcds: Vec<Option<PathBuf>>,
     smoke: bool,
 }
 
@@ -75,6 +78,7 @@ impl Options {
             keep: false,
             yh_genie: Some(PathBuf::from(env!("CARGO_BIN_EXE_yh-genie"))),
             multus: None,
+            etcds: Vec::new(),
             smoke,
         };
         let mut it = args.iter();
@@ -93,8 +97,15 @@ impl Options {
                 "--no-yh-genie" => o.yh_genie = None,
                 "--keep" => o.keep = true,
                 "--multus-thick-bin" => o.multus = Some(PathBuf::from(it.next().expect("--multus-thick-bin DIR"))),
+                "--etcd" => o.etcds.push(match it.next().expect("--etcd built|PATH").as_str() {
+                    "built" => None,
+                    path => Some(PathBuf::from(path)),
+                }),
                 _ => {}
             }
+        }
+        if o.etcds.is_empty() {
+            o.etcds.push(None);
         }
         o
     }
@@ -134,7 +145,13 @@ fn main() {
     // Every process and thread from here on is in the benchmark's namespace.
     let ns = std::fs::File::open(netns.path()).unwrap();
     nix::sched::setns(&ns, nix::sched::CloneFlags::CLONE_NEWNET).expect("setns");
-    let results: Vec<Outcome> = o.systems().iter().map(|system| run(&o, &bin, system)).collect();
+    let mut results = Vec::new();
+    for system in o.systems() {
+        for etcd in &o.etcds {
+            let etcd = etcd.clone().unwrap_or_else(|| bin.join("etcd"));
+            results.push(run(&o, &bin, &system, &etcd));
+        }
+    }
     print_report(&o, &bin, &results);
     if o.smoke {
         smoke_checks(&results);
@@ -142,15 +159,41 @@ fn main() {
 }
 
 /// The smoke run (the cluster tier runs it) fails when the driver no longer measures what it
-/// claims: every pod reached its agent, every sampled ADD succeeded through it, every agent held
-/// one connection.
+/// claims, or when the agents do not hold their pods: every pod reached its agent, every sampled
+/// ADD succeeded through it, every agent held one connection, and every agent started again with
+/// its node's pods held them all and answered their ADDs, whatever its etcd. An etcd without
+/// progress requests must also have made the API server refuse the agents' streaming lists, or the
+/// run did not meet what it is there for.
 fn smoke_checks(results: &[Outcome]) {
-    for r in results.iter().filter(|r| r.label == "yh-genie") {
-        assert_eq!(r.propagation_missing, 0, "pods never held by their agent");
-        assert!(!r.propagation_ms.is_empty(), "no pod was asked for at its agent");
-        assert_eq!(r.adds[2], 0, "ADDs of the sample failed");
-        assert!(r.adds[0] > 0, "no ADD of the sample was answered by the agent: {:?}", r.fallbacks);
-        assert!(r.connections.iter().all(|c| *c == 1.0), "connections per agent: {:?}", r.connections);
+    for r in results.iter().filter(|r| r.yh_genie) {
+        let which = &r.label;
+        assert_eq!(r.propagation_missing, 0, "{which}: pods never held by their agent");
+        assert!(!r.propagation_ms.is_empty(), "{which}: no pod was asked for at its agent");
+        assert_eq!(r.adds[2], 0, "{which}: ADDs of the sample failed");
+        assert!(r.adds[0] > 0, "{which}: no ADD of the sample was answered by the agent: {:?}", r.fallbacks);
+        assert!(r.connections.iter().all(|c| *c == 1.0), "{which}: connections per agent: {:?}", r.connections);
+        assert_eq!(r.start_all.never, 0, "{which}: agents started again never held their pods");
+        assert!(!r.start_all.held_ms.is_empty(), "{which}: no agent was started again");
+        assert_eq!(
+            r.after_start_adds,
+            (r.start_all.held_ms.len(), 0),
+            "{which}: ADDs after the agents held their pods: (by the agent, otherwise)"
+        );
+        if without_progress_requests(&r.etcd_version) {
+            assert!(r.start_all.refusals > 0, "{which}: the API server served every streaming list");
+        }
+    }
+}
+
+/// Whether an etcd of `version` cannot answer progress requests (before 3.4.31, or 3.5 before
+/// 3.5.13), so that the API server does not serve streaming lists on it.
+fn without_progress_requests(version: &str) -> bool {
+    let parts: Vec<u32> = version.split('.').filter_map(|p| p.parse().ok()).collect();
+    match parts.as_slice() {
+        [3, 4, patch] => *patch < 31,
+        [3, 5, patch] => *patch < 13,
+        [3, minor, ..] => *minor < 4,
+        _ => false,
     }
 }
 
@@ -199,6 +242,8 @@ struct RestartOutcome {
 /// What one system's run measured.
 struct Outcome {
     label: String,
+    yh_genie: bool,
+    etcd_version: String,
     ready_in: Duration,
     /// MiB: idle (all ready, no pods), peak during the burst, after the burst, after the churn.
     rss: [Vec<f64>; 4],
@@ -220,13 +265,19 @@ struct Outcome {
     adds: [usize; 3],
     add_ms: Vec<f64>,
     fallbacks: BTreeMap<String, usize>,
+    /// Every agent started again at once with its node's pods (yh-genie).
+    start_all: start_all::StartAll,
+    /// ADDs, one a node, once its agent held its pods again: (by the agent, otherwise).
+    after_start_adds: (usize, usize),
 }
 
-fn run(o: &Options, bin: &Path, system: &System) -> Outcome {
+fn run(o: &Options, bin: &Path, system: &System, etcd: &Path) -> Outcome {
     let run_dir = RunDir::new("scale");
     let dir = run_dir.path().to_path_buf();
-    eprintln!("== {}: {} nodes, {} pods each, run dir {}", system.label(), o.nodes, o.pods, dir.display());
-    let mut cp = ControlPlane::start(&dir.join("control"), bin);
+    let etcd_version = control::etcd_version(etcd);
+    let label = format!("{}, etcd {etcd_version}", system.label());
+    eprintln!("== {label}: {} nodes, {} pods each, run dir {}", o.nodes, o.pods, dir.display());
+    let mut cp = ControlPlane::start(&dir.join("control"), bin, etcd);
     setup::apply_manifests(&cp, Path::new(env!("CARGO_MANIFEST_DIR")));
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     let access = yh_genie::kube::watching::Access::Kubeconfig(cp.admin_kubeconfig());
@@ -292,10 +343,10 @@ fn run(o: &Options, bin: &Path, system: &System) -> Outcome {
     let t_burst = SystemTime::now();
     let order: Vec<(usize, String)> =
         (0..o.pods).flat_map(|k| (0..o.nodes).map(move |n| (n, format!("p{n:04}-{k}")))).collect();
-    let live: Mutex<Vec<Vec<(String, String)>>> = Mutex::new(vec![Vec::new(); o.nodes]);
+    let live: Mutex<Vec<Vec<start_all::LivePod>>> = Mutex::new(vec![Vec::new(); o.nodes]);
     let count = std::sync::atomic::AtomicUsize::new(0);
     let on_created = |c: Created| {
-        live.lock().unwrap()[c.node].push((c.namespace.clone(), c.name.clone()));
+        live.lock().unwrap()[c.node].push((c.namespace.clone(), c.name.clone(), c.uid.clone()));
         if yh {
             let i = count.fetch_add(1, Ordering::Relaxed);
             if i.is_multiple_of(o.add_every) {
@@ -324,13 +375,13 @@ fn run(o: &Options, bin: &Path, system: &System) -> Outcome {
         let mut again = Vec::new();
         for (node, pods) in live.lock().unwrap().iter_mut().enumerate() {
             let third = pods.len() / 3;
-            for (namespace, name) in pods.drain(..third) {
+            for (namespace, name, _) in pods.drain(..third) {
                 gone.push((namespace, name));
                 again.push((node, format!("p{node:04}-r{round}-{}", again.len())));
             }
         }
         runtime.block_on(workload::delete_pods(&client, gone));
-        let on_created = |c: Created| live.lock().unwrap()[c.node].push((c.namespace, c.name));
+        let on_created = |c: Created| live.lock().unwrap()[c.node].push((c.namespace, c.name, c.uid));
         runtime.block_on(workload::create_pods(&client, &layout, again, &on_created));
         runtime.block_on(workload::edit_networks(&client, &layout, round));
     }
@@ -348,6 +399,30 @@ fn run(o: &Options, bin: &Path, system: &System) -> Outcome {
     systems::wait_all_ready(&mut daemons[..restarted], READY_PATIENCE);
     std::thread::sleep(Duration::from_secs(5));
     let t_restarts_end = SystemTime::now();
+
+    // Every agent started again at once with its node's pods: until each holds them all; then an
+    // ADD of one pod a node, which its agent must answer.
+    let mut start_all = start_all::StartAll::default();
+    let mut after_start_adds = (0, 0);
+    if yh {
+        let pods = live.lock().unwrap().clone();
+        start_all = start_all::run(&mut daemons, &pods);
+        systems::wait_all_ready(&mut daemons, READY_PATIENCE);
+        let sample = if o.smoke { o.nodes } else { o.restart_sample.min(o.nodes) };
+        let results: Mutex<Vec<(String, f64)>> = Mutex::default();
+        let (tx, rx) = mpsc::channel::<Created>();
+        for (node, pods) in pods.iter().enumerate().take(sample) {
+            if let Some((namespace, name, uid)) = pods.last() {
+                let (namespace, name, uid) = (namespace.clone(), name.clone(), uid.clone());
+                let _ = tx.send(Created { node, namespace, name, uid, at: Instant::now() });
+            }
+        }
+        drop(tx);
+        add_sample(&Mutex::new(rx), &results, &dir, o.yh_genie.as_ref().unwrap(), &sockets);
+        let by_agent = results.lock().unwrap().iter().filter(|(selection, _)| selection == "agent").count();
+        after_start_adds = (by_agent, results.lock().unwrap().len() - by_agent);
+    }
+    let t_start_all_end = SystemTime::now();
     *pids.lock().unwrap() = daemons.iter().map(NodeDaemon::pid).collect();
 
     // The API server restarted: once as a rolling restart does it, once after its watch history
@@ -374,6 +449,7 @@ fn run(o: &Options, bin: &Path, system: &System) -> Outcome {
         ("start (no pods yet)", audit.table(&user, t_start, t_burst)),
         ("burst", audit.table(&user, t_burst, t_churn)),
         ("churn", audit.table(&user, t_churn, t_restarts)),
+        ("every agent started again at once", audit.table(&user, t_restarts_end, t_start_all_end)),
         ("API server restart (60 s)", audit.table(&user, restarts[0].0.started, restarts[0].3)),
         ("API server restart, history gone (60 s)", audit.table(&user, restarts[1].0.started, restarts[1].3)),
     ];
@@ -439,7 +515,9 @@ fn run(o: &Options, bin: &Path, system: &System) -> Outcome {
         eprintln!("   kept {}", run_dir.keep().display());
     }
     Outcome {
-        label: system.label().to_string(),
+        label,
+        yh_genie: yh,
+        etcd_version,
         ready_in,
         rss: [rss_idle, rss_burst_peak, rss_burst, rss_churn],
         cpu_seconds,
@@ -455,6 +533,8 @@ fn run(o: &Options, bin: &Path, system: &System) -> Outcome {
         adds,
         add_ms,
         fallbacks,
+        start_all,
+        after_start_adds,
     }
 }
 
@@ -603,7 +683,7 @@ fn print_report(o: &Options, bin: &Path, results: &[Outcome]) {
         o.namespaces,
         std::thread::available_parallelism().map_or(0, |n| n.get())
     );
-    let width = 44;
+    let width = 58;
     let row = |label: &str, values: Vec<String>| {
         let cells: Vec<String> = values.iter().map(|v| format!("{v:>26}")).collect();
         println!("  {label:<width$}{}", cells.join(""));
@@ -696,6 +776,51 @@ fn print_report(o: &Options, bin: &Path, results: &[Outcome]) {
                     procs::quantile(&r.propagation_ms, 0.5),
                     procs::quantile(&r.propagation_ms, 0.99)
                 )
+            })
+            .collect(),
+    );
+    row(
+        "agents started at once -> each holds its pods (p50 / p99)",
+        results
+            .iter()
+            .map(|r| {
+                let all = &r.start_all;
+                if all.held_ms.is_empty() && all.never == 0 {
+                    return "-".into();
+                }
+                let never = if all.never > 0 { format!(" ({} never)", all.never) } else { String::new() };
+                if all.held_ms.is_empty() {
+                    return never.trim().to_string();
+                }
+                format!(
+                    "{:.0} / {:.0} ms{never}",
+                    procs::quantile(&all.held_ms, 0.5),
+                    procs::quantile(&all.held_ms, 0.99)
+                )
+            })
+            .collect(),
+    );
+    row(
+        "  streaming lists refused: agents / refusals",
+        results
+            .iter()
+            .map(|r| {
+                if !r.yh_genie {
+                    return "-".into();
+                }
+                format!("{} / {}", r.start_all.agents_refused, r.start_all.refusals)
+            })
+            .collect(),
+    );
+    row(
+        "  then an ADD a node: agent / otherwise",
+        results
+            .iter()
+            .map(|r| {
+                if !r.yh_genie {
+                    return "-".into();
+                }
+                format!("{} / {}", r.after_start_adds.0, r.after_start_adds.1)
             })
             .collect(),
     );

@@ -152,6 +152,15 @@ impl NodeDaemon {
         }
     }
 
+    /// The sum of the agent's metric lines named `name` (any labels); 0 when it does not answer.
+    pub fn metric_sum(&self, name: &str) -> u64 {
+        let Some((200, text)) = http_get_tcp(self.metrics_port, "/metrics") else { return 0 };
+        text.lines()
+            .filter(|l| l.strip_prefix(name).is_some_and(|rest| rest.starts_with(['{', ' '])))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum::<f64>() as u64
+    }
+
     pub fn log_tail(&self, lines: usize) -> String {
         let log = std::fs::read_to_string(self.dir.join("daemon.log")).unwrap_or_default();
         let all: Vec<&str> = log.lines().collect();
