@@ -60,8 +60,9 @@ impl RealCluster {
         setup::apply_manifests(&control, Path::new(env!("CARGO_MANIFEST_DIR")));
         let plugin_kubeconfig = control.pki.kubeconfig("plugin", PLUGIN_USER, &["system:masters"], control::API_URL);
         let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-        let access = yh_genie::kube::watching::Access::Kubeconfig(control.admin_kubeconfig());
-        let client = runtime.block_on(yh_genie::kube::watching::connect(&access)).expect("the admin's client");
+        let access = yh_genie::programs::agent::watching::Access::Kubeconfig(control.admin_kubeconfig());
+        let client =
+            runtime.block_on(yh_genie::programs::agent::watching::connect(&access)).expect("the admin's client");
         let names = [NODE.to_string()];
         runtime.block_on(setup::nodes(&client, &names));
         let token = runtime.block_on(setup::node_tokens(&client, &names, "yh-genie", "yh-genie")).remove(0);

@@ -34,12 +34,12 @@ use testkit::apiserver::ApiServer;
 use testkit::netns::Netns;
 use testkit::process::unique;
 use testkit::sandbox::{Plugins, Sandbox};
-use yh_genie::cni::attachment_lock;
+use yh_genie::platform::cni::attachment_lock;
 
 /// yh-genie as the benchmark's sandbox installs it.
 const PLUGINS: Plugins = Plugins {
-    selector: yh_genie::selector::NAME,
-    plugins: &yh_genie::plugins::NAMES,
+    selector: yh_genie::programs::selector::NAME,
+    plugins: &yh_genie::programs::plugins::NAMES,
     lock_dir_var: attachment_lock::DIR_VAR,
 };
 
@@ -225,7 +225,7 @@ impl Bench {
                     let deadline = Instant::now() + Duration::from_secs(60);
                     while !matches!(
                         agent_answers::answer(&socket, "default", &pod.name, Some(&pod.uid)),
-                        Ok(yh_genie::kube::agent_socket::protocol::Answer::Objects(_))
+                        Ok(yh_genie::node::agent_socket::protocol::Answer::Objects(_))
                     ) {
                         assert!(Instant::now() < deadline, "the agent does not hold pod {}", pod.name);
                         std::thread::sleep(Duration::from_millis(20));
@@ -696,7 +696,10 @@ fn capabilities(b: &Bench, o: &Options) {
     let rounds = 20_000;
     let started = Instant::now();
     for _ in 0..rounds {
-        std::hint::black_box(yh_genie::selector::netconf::capabilities::inject(std::hint::black_box(&text), &args));
+        std::hint::black_box(yh_genie::programs::selector::netconf::capabilities::inject(
+            std::hint::black_box(&text),
+            &args,
+        ));
     }
     let per_call = started.elapsed() / rounds;
     println!("  injecting them into the network's configuration, in process: {per_call:?} per ADD");
@@ -798,7 +801,7 @@ fn memory_kib(pid: i32) -> (u64, u64) {
 /// an ADD's take-and-release, then a DEL's take-and-remove, in `dir` (on tmpfs, as a node's
 /// `/run/yh-genie` is).
 fn attachment_lock_cost(dir: &Path) -> String {
-    use yh_genie::cni::attachment_lock::{WAIT, acquire};
+    use yh_genie::platform::cni::attachment_lock::{WAIT, acquire};
     const PAIRS: u32 = 2000;
     let started = Instant::now();
     for i in 0..PAIRS {

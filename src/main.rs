@@ -1,3 +1,3 @@
 fn main() {
-    std::process::exit(yh_genie::cli::main());
+    std::process::exit(yh_genie::programs::commands::main());
 }

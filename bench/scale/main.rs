@@ -33,8 +33,8 @@ use systems::{NodeDaemon, System};
 use testkit::netns::Netns;
 use testkit::run_dir::RunDir;
 use workload::{Created, Layout};
-use yh_genie::kube::agent_socket::client::exchange;
-use yh_genie::kube::agent_socket::protocol::{Answer, Ask, Request};
+use yh_genie::node::agent_socket::client::exchange;
+use yh_genie::node::agent_socket::protocol::{Answer, Ask, Request};
 
 /// The API server's advertised address (in its serving certificate): a veth of the benchmark's
 /// network namespace.
@@ -280,8 +280,8 @@ fn run(o: &Options, bin: &Path, system: &System, etcd: &Path) -> Outcome {
     let mut cp = ControlPlane::start(&dir.join("control"), bin, etcd);
     setup::apply_manifests(&cp, Path::new(env!("CARGO_MANIFEST_DIR")));
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-    let access = yh_genie::kube::watching::Access::Kubeconfig(cp.admin_kubeconfig());
-    let client = runtime.block_on(yh_genie::kube::watching::connect(&access)).expect("the admin's client");
+    let access = yh_genie::programs::agent::watching::Access::Kubeconfig(cp.admin_kubeconfig());
+    let client = runtime.block_on(yh_genie::programs::agent::watching::connect(&access)).expect("the admin's client");
     let names: Vec<String> = (0..o.nodes).map(|i| format!("node-{i:04}")).collect();
     let layout = Layout { nodes: names.clone(), namespaces: o.namespaces };
     runtime.block_on(setup::nodes(&client, &names));

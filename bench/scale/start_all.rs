@@ -8,8 +8,8 @@ use super::systems::NodeDaemon;
 use std::path::PathBuf;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
-use yh_genie::kube::agent_socket::client::exchange;
-use yh_genie::kube::agent_socket::protocol::{Answer, Ask, Request};
+use yh_genie::node::agent_socket::client::exchange;
+use yh_genie::node::agent_socket::protocol::{Answer, Ask, Request};
 
 /// How long an agent may take to hold its node's pods before it counts as never.
 const PATIENCE: Duration = Duration::from_secs(120);

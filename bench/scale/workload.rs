@@ -11,7 +11,7 @@ use futures::StreamExt;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod, ServiceAccount};
 use serde_json::json;
 use std::time::Instant;
-use yh_genie::kube::NetworkAttachmentDefinition;
+use yh_genie::platform::kube::NetworkAttachmentDefinition;
 
 pub const NETWORKS_CONFIGMAP: &str = "networks";
 pub const NETWORKS_KEY: &str = "network";

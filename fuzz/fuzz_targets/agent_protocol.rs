@@ -8,12 +8,12 @@ use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use libfuzzer_sys::fuzz_target;
 use std::path::PathBuf;
 use std::sync::OnceLock;
-use yh_genie::cni::{CniError, PluginConf};
-use yh_genie::kube::NetworkAttachmentDefinition;
-use yh_genie::kube::agent_socket::protocol::{Reply, Request};
-use yh_genie::selector::choose::{self, Objects};
-use yh_genie::selector::config::SelectorConfig;
-use yh_genie::selector::config::policy::AttachmentPolicy;
+use yh_genie::platform::cni::{CniError, PluginConf};
+use yh_genie::platform::kube::NetworkAttachmentDefinition;
+use yh_genie::node::agent_socket::protocol::{Reply, Request};
+use yh_genie::programs::selector::choose::{self, Objects};
+use yh_genie::programs::selector::config::SelectorConfig;
+use yh_genie::programs::selector::config::policy::AttachmentPolicy;
 
 /// A conf dir with networks `blue` and `red`.
 fn config() -> &'static SelectorConfig {

@@ -1,7 +1,7 @@
 //! `CNI_ARGS` as the runtime sends it. Must never panic; what parses must print back and reparse equal.
 #![no_main]
 use libfuzzer_sys::fuzz_target;
-use yh_genie::cni::CniArgs;
+use yh_genie::platform::cni::CniArgs;
 
 fuzz_target!(|data: &[u8]| {
     let Ok(s) = std::str::from_utf8(data) else { return };

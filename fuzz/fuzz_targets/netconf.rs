@@ -2,7 +2,7 @@
 //! every plugin of a list that parsed. Must never panic, whatever the bytes.
 #![no_main]
 use libfuzzer_sys::fuzz_target;
-use yh_genie::cni::{ConfList, PluginConf};
+use yh_genie::platform::cni::{ConfList, PluginConf};
 
 fuzz_target!(|data: &[u8]| {
     if let Ok(conf) = PluginConf::parse(data) {

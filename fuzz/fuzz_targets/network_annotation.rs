@@ -7,9 +7,9 @@ use k8s_openapi::api::core::v1::Pod;
 use libfuzzer_sys::fuzz_target;
 use std::collections::BTreeMap;
 use support::{Nads, Objects, selector_config};
-use yh_genie::cni::env::validate_ifname;
-use yh_genie::selector::choose;
-use yh_genie::selector::requests::annotation::{self, NETWORKS};
+use yh_genie::platform::cni::env::validate_ifname;
+use yh_genie::programs::selector::choose;
+use yh_genie::programs::selector::requests::annotation::{self, NETWORKS};
 
 mod support;
 

@@ -5,8 +5,8 @@
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use libfuzzer_sys::fuzz_target;
 use support::{Nads, Objects, conf_dir, selector_config};
-use yh_genie::selector::choose;
-use yh_genie::selector::netconf::confdir::{self, NetworkName};
+use yh_genie::programs::selector::choose;
+use yh_genie::programs::selector::netconf::confdir::{self, NetworkName};
 
 mod support;
 

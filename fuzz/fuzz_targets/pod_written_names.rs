@@ -7,10 +7,10 @@
 use libfuzzer_sys::fuzz_target;
 use serde_json::{Value, json};
 use support::{Nads, Objects, selector_config};
-use yh_genie::selector::choose;
-use yh_genie::selector::choose::selection::Selection;
-use yh_genie::selector::requests::annotation::{self, NETWORKS};
-use yh_genie::selector::requests::value;
+use yh_genie::programs::selector::choose;
+use yh_genie::programs::selector::choose::selection::Selection;
+use yh_genie::programs::selector::requests::annotation::{self, NETWORKS};
+use yh_genie::programs::selector::requests::value;
 
 mod support;
 

@@ -4,7 +4,7 @@
 //! each family, with its gateway).
 #![no_main]
 use libfuzzer_sys::fuzz_target;
-use yh_genie::cni::{CniResult, CniVersion};
+use yh_genie::platform::cni::{CniResult, CniVersion};
 
 fuzz_target!(|data: &[u8]| {
     for assumed in [CniVersion::LATEST, CniVersion::V0_1_0] {

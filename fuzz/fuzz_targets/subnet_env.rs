@@ -2,10 +2,10 @@
 //! platforms. Must never panic, whatever the file holds.
 #![no_main]
 use libfuzzer_sys::fuzz_target;
-use yh_genie::cni::PluginConf;
-use yh_genie::plugins::yonghui::config::NetConf;
-use yh_genie::plugins::yonghui::delegate::{self, Platform};
-use yh_genie::plugins::yonghui::subnet_env::SubnetEnv;
+use yh_genie::platform::cni::PluginConf;
+use yh_genie::programs::plugins::yonghui::config::NetConf;
+use yh_genie::programs::plugins::yonghui::delegate::{self, Platform};
+use yh_genie::programs::plugins::yonghui::subnet_env::SubnetEnv;
 
 fuzz_target!(|data: &[u8]| {
     let Ok(text) = std::str::from_utf8(data) else { return };

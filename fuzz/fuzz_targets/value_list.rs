@@ -4,9 +4,9 @@
 #![no_main]
 use libfuzzer_sys::fuzz_target;
 use support::conf_dir;
-use yh_genie::cni::env::validate_ifname;
-use yh_genie::selector::netconf::confdir;
-use yh_genie::selector::requests::value;
+use yh_genie::platform::cni::env::validate_ifname;
+use yh_genie::programs::selector::netconf::confdir;
+use yh_genie::programs::selector::requests::value;
 
 mod support;
 

@@ -164,7 +164,7 @@ fn daemonset_ready_on_every_node(cluster: &mut Cluster) {
             .unwrap_or_else(|e| panic!("{} has no conflist: {e}", worker.name));
         let conflist: Value = serde_json::from_str(&conflist).unwrap();
         assert_eq!(conflist["plugins"][0]["type"], "yh-genie", "{conflist}");
-        for name in std::iter::once(yh_genie::selector::NAME).chain(yh_genie::plugins::NAMES) {
+        for name in std::iter::once(yh_genie::programs::selector::NAME).chain(yh_genie::programs::plugins::NAMES) {
             assert!(
                 worker.node_path(&format!("/opt/cni/bin/{name}")).exists(),
                 "{}: no /opt/cni/bin/{name}",

@@ -17,7 +17,7 @@ use std::time::Instant;
 use support::node::{BRIDGE, CriNode, MACVLAN_ROUTER, MACVLAN_VETH, NODE_IP, Network, Sandbox, YONGHUI};
 use testkit::apiserver::{from_config_map, literal};
 use testkit::process::report;
-use yh_genie::selector::NETWORK_STATUS;
+use yh_genie::programs::selector::NETWORK_STATUS;
 
 /// How long a node's state may take to follow a change.
 const PATIENCE: std::time::Duration = std::time::Duration::from_secs(30);

@@ -14,8 +14,8 @@ use std::os::unix::net::UnixListener;
 use std::time::{Duration, Instant};
 use testkit::agent::{Agent, METRICS_PORT};
 use testkit::apiserver::{Call, StreamingList, from_config_map, literal};
-use yh_genie::kube::agent_socket::client::exchange;
-use yh_genie::kube::agent_socket::protocol::{Answer, Ask, PodObjects, Reply as AgentReply, Request};
+use yh_genie::node::agent_socket::client::exchange;
+use yh_genie::node::agent_socket::protocol::{Answer, Ask, PodObjects, Reply as AgentReply, Request};
 
 const BLUE: (&str, u8) = ("blue", 31);
 const RED: (&str, u8) = ("red", 32);
@@ -114,7 +114,7 @@ fn with_the_agent_add_makes_no_api_request_and_records_what_the_direct_path_reco
     assert_eq!(n.api.plugin_requests(), before, "no status write by the plugin either");
     agent.wait_for("the agent to write the network-status annotation", || {
         n.api.pod("default", "two").unwrap()["metadata"]["annotations"]
-            .get(yh_genie::selector::NETWORK_STATUS)
+            .get(yh_genie::programs::selector::NETWORK_STATUS)
             .is_some()
     });
     let patch = n.api.patches().pop().unwrap().2;
@@ -145,7 +145,7 @@ fn with_the_agent_add_makes_no_api_request_and_records_what_the_direct_path_reco
     let calls: Vec<_> = n.api.calls().into_iter().filter(|c| c.client == "agent").collect();
     for call in &calls {
         let group = if call.resource == "network-attachment-definitions" { "k8s.cni.cncf.io" } else { "" };
-        assert!(yh_genie::kube::AGENT_API_CALLS.contains(&(group, call.resource, call.verb)), "{call:?}");
+        assert!(yh_genie::platform::kube::AGENT_API_CALLS.contains(&(group, call.resource, call.verb)), "{call:?}");
         assert_ne!(call.verb, "list", "{call:?}");
         if call.streaming_list {
             assert_eq!(call.resource_version.as_deref(), Some("0"), "answered from the watch cache: {call:?}");
@@ -241,7 +241,7 @@ fn without_a_usable_agent_add_takes_the_direct_path_and_says_why() {
         let annotated = n
             .api
             .pod("default", "elsewhere")
-            .is_some_and(|p| p["metadata"]["annotations"][yh_genie::selector::NETWORK_STATUS].is_string());
+            .is_some_and(|p| p["metadata"]["annotations"][yh_genie::programs::selector::NETWORK_STATUS].is_string());
         annotated && n.api.events().len() == 1
     });
     let writes: Vec<String> = n
@@ -505,7 +505,7 @@ fn a_static_pod_gets_its_networks_through_its_mirror_pod_on_both_paths() {
     let n = node();
     // The kubelet runs a static pod under the uid it derives from the manifest; the API server's
     // mirror pod has its own uid and carries the kubelet's in kubernetes.io/config.mirror.
-    let mirror = json!({ yh_genie::selector::choose::CONFIG_MIRROR: "static-hash-1" });
+    let mirror = json!({ yh_genie::programs::selector::choose::CONFIG_MIRROR: "static-hash-1" });
     n.api.put_annotated_pod("default", "etcd-node1", mirror, literal("red"));
     let agent = n.start_agent();
     agent.wait_ready();
@@ -531,7 +531,7 @@ fn a_static_pod_gets_its_networks_through_its_mirror_pod_on_both_paths() {
         let patch = n.api.patches().pop().unwrap().2;
         assert_eq!(patch["metadata"]["uid"], uid("etcd-node1"), "{path}");
         let status: serde_json::Value = serde_json::from_str(
-            patch["metadata"]["annotations"][yh_genie::selector::NETWORK_STATUS].as_str().unwrap(),
+            patch["metadata"]["annotations"][yh_genie::programs::selector::NETWORK_STATUS].as_str().unwrap(),
         )
         .unwrap();
         assert_eq!(status[0]["interface"], "eth0", "{path}: {status}");
@@ -566,7 +566,7 @@ fn an_api_server_without_streaming_lists_gets_lists_and_a_namespace_of_attachmen
     for nad in ["red", "unused"] {
         n.api.put_nad("default", nad, None);
     }
-    let networks = json!({ yh_genie::selector::requests::annotation::NETWORKS: "red" });
+    let networks = json!({ yh_genie::programs::selector::requests::annotation::NETWORKS: "red" });
     n.api.put_annotated_pod("default", "web-0", networks.clone(), from_config_map("nets", "k"));
     let agent = n.start_agent();
     agent.wait_ready();
@@ -600,7 +600,7 @@ fn an_api_server_without_streaming_lists_gets_lists_and_a_namespace_of_attachmen
     agent.wait_for("the new NAD", || {
         agent.metric("yh_genie_agent_objects{resource=\"network-attachment-definitions\"}") == 3
     });
-    let both = json!({ yh_genie::selector::requests::annotation::NETWORKS: "red, unused" });
+    let both = json!({ yh_genie::programs::selector::requests::annotation::NETWORKS: "red, unused" });
     n.api.put_annotated_pod("default", "web-1", both, from_config_map("nets", "k"));
     agent.wait_holds(&socket, "web-1", &uid("web-1"), |o| o.network_attachments.len() == 2);
     let watches_of = |resource: &str| calls_since(&n, &calls, resource);
@@ -625,7 +625,7 @@ fn the_agent_lists_at_once_when_the_api_server_does_not_serve_a_streaming_list()
         n.api.answer_streaming_lists(answer);
         n.api.put_config_map("default", "nets", json!({"k": "blue"}));
         n.api.put_nad("default", "red", None);
-        let networks = json!({ yh_genie::selector::requests::annotation::NETWORKS: "red" });
+        let networks = json!({ yh_genie::programs::selector::requests::annotation::NETWORKS: "red" });
         n.api.put_annotated_pod("default", "web-0", networks, from_config_map("nets", "k"));
         let agent = n.start_agent();
         // The old agent retried the streaming list with its backoff and never became ready.
@@ -663,7 +663,7 @@ fn a_watch_that_keeps_failing_costs_only_the_pods_that_need_it() {
         n.api.put_config_map("default", "nets", json!({"k": "blue"}));
         n.api.put_nad("default", "red", None);
         n.api.put_pod("default", "plain", from_config_map("nets", "k"));
-        let networks = json!({ yh_genie::selector::requests::annotation::NETWORKS: "red" });
+        let networks = json!({ yh_genie::programs::selector::requests::annotation::NETWORKS: "red" });
         n.api.put_annotated_pod("default", "with-nad", networks, from_config_map("nets", "k"));
         let agent = n.start_agent();
         // Ready all the same: only the watch of the node's pods is readiness.

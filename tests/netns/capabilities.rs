@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use testkit::apiserver::literal;
 use testkit::inspect::cni_nat_lines;
 use testkit::process::unique;
-use yh_genie::selector::requests::annotation::NETWORKS;
+use yh_genie::programs::selector::requests::annotation::NETWORKS;
 
 /// The selector's conflist as `yh-genie install` writes it, for this node.
 fn installed_conflist(n: &NetnsNode) -> PathBuf {
@@ -19,7 +19,7 @@ fn installed_conflist(n: &NetnsNode) -> PathBuf {
     let plugin = plugin.as_object_mut().unwrap();
     plugin.remove("cniVersion");
     plugin.remove("name");
-    let capabilities: serde_json::Map<String, Value> = yh_genie::selector::netconf::capabilities::DECLARED
+    let capabilities: serde_json::Map<String, Value> = yh_genie::programs::selector::netconf::capabilities::DECLARED
         .iter()
         .map(|c| (c.to_string(), Value::Bool(true)))
         .collect();

@@ -69,7 +69,7 @@ enum Ending {
 /// returned, which they share, so that the test can tell when the last of them has ended.
 fn run_and_kill(n: &NetnsNode, command: &str, pod: &Pod, conf: &str, how: Kill) -> (Ending, Pid) {
     let crash_point = match how {
-        Kill::AtCrashPoint(point) => vec![(yh_genie::crash_point::VAR, point)],
+        Kill::AtCrashPoint(point) => vec![(yh_genie::platform::crash_point::VAR, point)],
         _ => vec![],
     };
     // Its output goes to a file, not a pipe: waiting for the end of a pipe would wait for the

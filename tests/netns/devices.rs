@@ -8,10 +8,12 @@ use crate::support::node::NetnsNode;
 use prost::Message;
 use serde_json::{Value, json};
 use std::sync::Arc;
-use yh_genie::devices::podresources::{ContainerDevices, ContainerResources, ListPodResourcesResponse, PodResources};
-use yh_genie::kube::agent_socket::protocol::{Answer, Ask, Held, PodObjects, PublishedDevice, Reply, Request};
-use yh_genie::selector::NETWORK_STATUS;
-use yh_genie::selector::requests::annotation::NETWORKS;
+use yh_genie::node::agent_socket::protocol::{Answer, Ask, Held, PodObjects, PublishedDevice, Reply, Request};
+use yh_genie::programs::selector::NETWORK_STATUS;
+use yh_genie::programs::selector::devices::podresources::{
+    ContainerDevices, ContainerResources, ListPodResourcesResponse, PodResources,
+};
+use yh_genie::programs::selector::requests::annotation::NETWORKS;
 
 const VF: &str = "example.com/vf";
 

@@ -6,8 +6,8 @@
 use crate::support::node::{NetnsNode, Pod, addresses_on};
 use serde_json::{Value, json};
 use testkit::apiserver::literal;
-use yh_genie::selector::NETWORK_STATUS;
-use yh_genie::selector::requests::annotation::{GENIE_CNI, MULTUS_DEFAULT_NETWORK, NETWORKS};
+use yh_genie::programs::selector::NETWORK_STATUS;
+use yh_genie::programs::selector::requests::annotation::{GENIE_CNI, MULTUS_DEFAULT_NETWORK, NETWORKS};
 
 const BLUE: (&str, u8) = ("blue", 41);
 const RED: (&str, u8) = ("red", 42);
@@ -163,7 +163,7 @@ fn multus_and_genie_ways_of_choosing_give_the_same_networks_directly_and_through
         agent.wait_for("the agent to hold the pod and its NADs", || {
             matches!(
                 crate::support::agent::answer(&n.agent_socket(), namespace, name, Some(&uid)),
-                Ok(yh_genie::kube::agent_socket::protocol::Answer::Objects(_))
+                Ok(yh_genie::node::agent_socket::protocol::Answer::Objects(_))
             )
         });
     }

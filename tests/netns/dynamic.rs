@@ -13,8 +13,8 @@ use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::process::Child;
 use testkit::agent::{Agent, METRICS_PORT};
-use yh_genie::selector::dynamic::protocol::{Answer, Notice, Request, VERSION};
-use yh_genie::selector::requests::annotation::NETWORKS;
+use yh_genie::node::worker_protocol::{Answer, Notice, Request, VERSION};
+use yh_genie::programs::selector::requests::annotation::NETWORKS;
 
 const BLUE: (&str, u8) = ("blue", 41);
 const RED: (&str, u8) = ("red", 42);
@@ -65,7 +65,7 @@ impl Worker {
             name: pod.into(),
             uid: format!("uid-default-{pod}"),
         };
-        stream.write_all(&yh_genie::selector::dynamic::protocol::to_line(&request)).unwrap();
+        stream.write_all(&yh_genie::node::worker_protocol::to_line(&request)).unwrap();
         let mut line = String::new();
         BufReader::new(stream).read_line(&mut line).unwrap();
         serde_json::from_str(&line).unwrap_or_else(|e| panic!("{e}: {line}"))

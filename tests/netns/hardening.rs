@@ -6,7 +6,7 @@
 use crate::support::node::NetnsNode;
 use serde_json::{Value, json};
 use testkit::apiserver::{from_config_map, literal};
-use yh_genie::selector::requests::annotation::{GENIE_CNI, MULTUS_DEFAULT_NETWORK, NETWORKS};
+use yh_genie::programs::selector::requests::annotation::{GENIE_CNI, MULTUS_DEFAULT_NETWORK, NETWORKS};
 
 /// A bridge network `name` (reference bridge + host-local) with `extra` plugins after the bridge.
 fn bridge_network(n: &NetnsNode, name: &str, octet: u8, extra: &[Value]) {

@@ -12,8 +12,8 @@ use std::path::PathBuf;
 use testkit::apiserver::{from_config_map, literal};
 use testkit::inspect::link_names;
 
-use yh_genie::selector::NETWORK_STATUS as STATUS;
-use yh_genie::selector::requests::annotation::NETWORKS;
+use yh_genie::programs::selector::NETWORK_STATUS as STATUS;
+use yh_genie::programs::selector::requests::annotation::NETWORKS;
 
 /// A node with the LAN, the router pattern's networks and the selector's conflist.
 struct Cluster {
@@ -214,7 +214,7 @@ fn a_network_attachment_definition_in_the_annotation_does_the_same() {
     // cluster suite's DRA test make those calls).
     let calls: std::collections::BTreeSet<(String, String, String)> =
         n.api.request_log()[before..].iter().map(|line| rbac_of(line)).collect();
-    let granted = yh_genie::kube::API_CALLS
+    let granted = yh_genie::platform::kube::API_CALLS
         .iter()
         .filter(|(group, _, _)| *group != "resource.k8s.io")
         .map(|(g, r, v)| (g.to_string(), r.to_string(), v.to_string()));

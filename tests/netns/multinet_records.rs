@@ -10,8 +10,8 @@ use serde_json::{Value, json};
 use testkit::apiserver::literal;
 use testkit::inspect::{link_names, list_dir};
 
-use yh_genie::selector::NETWORK_STATUS as STATUS;
-use yh_genie::selector::requests::annotation::NETWORKS;
+use yh_genie::programs::selector::NETWORK_STATUS as STATUS;
+use yh_genie::programs::selector::requests::annotation::NETWORKS;
 
 /// A node with a LAN, `ptpnet` and a plain macvlan network `lan` (capabilities `ips` and `mac`).
 fn node() -> (NetnsNode, Lan) {

@@ -7,13 +7,13 @@ use std::os::fd::AsFd;
 use std::time::Duration;
 use testkit::netns::Netns;
 use testkit::require_root;
-use yh_genie::cni::code;
-use yh_genie::netlink::{IpFamily, MacAddr, Netlink, OperState, Route, Rule, VethPair};
+use yh_genie::platform::cni::code;
+use yh_genie::platform::netlink::{IpFamily, MacAddr, Netlink, OperState, Route, Rule, VethPair};
 
 /// Run `f` with a netlink socket inside `ns`, on a thread that lives in that netns.
 fn in_ns<T: Send>(ns: &Netns, f: impl AsyncFnOnce(&Netlink) -> T + Send) -> T {
-    yh_genie::netns::run_in(&ns.path(), || {
-        yh_genie::async_runtime::block_on(async {
+    yh_genie::platform::netns::run_in(&ns.path(), || {
+        yh_genie::platform::async_runtime::block_on(async {
             let nl = Netlink::host().unwrap();
             f(&nl).await
         })

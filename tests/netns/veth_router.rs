@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use testkit::netns::Netns;
 use testkit::require_root;
 use testkit::sandbox::Sandbox;
-use yh_genie::via_node::plan::host_veth_name;
+use yh_genie::programs::plugins::via_node::plan::host_veth_name;
 
 const NODE_IP: &str = "192.168.77.1";
 const SERVICE_IP: &str = "10.96.0.10";

@@ -10,7 +10,7 @@ fn run_as(name: &str, args: &[&str], env: &[(&str, &str)]) -> (i32, String, Stri
     let out = Command::new(&link)
         .args(args)
         .env_remove("CNI_COMMAND")
-        .env(yh_genie::cni::attachment_lock::DIR_VAR, dir.path().join("locks"))
+        .env(yh_genie::platform::cni::attachment_lock::DIR_VAR, dir.path().join("locks"))
         .envs(env.iter().copied())
         .stdin(Stdio::null())
         .output()
@@ -24,7 +24,7 @@ fn run_as(name: &str, args: &[&str], env: &[(&str, &str)]) -> (i32, String, Stri
 
 #[test]
 fn every_name_answers_version_and_help_as_its_plugin() {
-    for name in std::iter::once(yh_genie::selector::NAME).chain(yh_genie::plugins::NAMES) {
+    for name in std::iter::once(yh_genie::programs::selector::NAME).chain(yh_genie::programs::plugins::NAMES) {
         let (code, out, _) = run_as(name, &["--version"], &[]);
         assert_eq!(code, 0);
         assert!(out.starts_with(&format!("{name} {}", env!("CARGO_PKG_VERSION"))), "{out}");

@@ -200,12 +200,16 @@ fn keys_in_tables(text: &str, section_start: &str, section_end: &str) -> BTreeSe
         .collect()
 }
 
-fn selector_config(extra: Value) -> Result<yh_genie::selector::config::SelectorConfig, yh_genie::cni::CniError> {
+fn selector_config(
+    extra: Value,
+) -> Result<yh_genie::programs::selector::config::SelectorConfig, yh_genie::platform::cni::CniError> {
     let mut conf = json!({"cniVersion": "1.0.0", "name": "yh-genie", "type": "yh-genie"});
     for (k, v) in extra.as_object().unwrap() {
         conf[k] = v.clone();
     }
-    yh_genie::selector::config::SelectorConfig::from_plugin_conf(&yh_genie::cni::PluginConf::from_value(conf).unwrap())
+    yh_genie::programs::selector::config::SelectorConfig::from_plugin_conf(
+        &yh_genie::platform::cni::PluginConf::from_value(conf).unwrap(),
+    )
 }
 
 /// Whether the selector reads `key`: a value no key can take is refused naming it (a known key of
@@ -214,7 +218,8 @@ fn selector_config(extra: Value) -> Result<yh_genie::selector::config::SelectorC
 fn selector_reads(key: &str) -> bool {
     let logging = |value: Value| {
         let raw = json!({ key: value });
-        yh_genie::logging::LogConfig::from_keys(raw.as_object().unwrap()) != yh_genie::logging::LogConfig::default()
+        yh_genie::platform::logging::LogConfig::from_keys(raw.as_object().unwrap())
+            != yh_genie::platform::logging::LogConfig::default()
     };
     match key {
         "logLevel" => logging(json!("debug")),
@@ -436,7 +441,7 @@ fn plugin_types(conflist: &Value) -> BTreeSet<String> {
 fn the_examples_walkthrough_runs_on_kinds_node_image() {
     // kind's node image keeps these of the reference plugins; yh-genie brings its own.
     let kind: BTreeSet<&str> = ["host-local", "loopback", "ptp", "portmap"].into_iter().collect();
-    let own: BTreeSet<&str> = yh_genie::plugins::NAMES.iter().copied().collect();
+    let own: BTreeSet<&str> = yh_genie::programs::plugins::NAMES.iter().copied().collect();
     let walkthrough = sh_block_after(&read("examples/README.md"), "On kind");
     let apply = Regex::new(r"^kubectl apply -f (examples/pods/\S+\.yaml)$").unwrap();
     let pods: Vec<String> = walkthrough.iter().filter_map(|l| apply.captures(l).map(|c| c[1].to_string())).collect();

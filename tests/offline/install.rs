@@ -12,7 +12,7 @@ use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Output, Stdio};
 use std::time::{Duration, Instant};
-use yh_genie::plugins::NAMES as PLUGIN_NAMES;
+use yh_genie::programs::plugins::NAMES as PLUGIN_NAMES;
 
 const BIN: &str = env!("CARGO_BIN_EXE_yh-genie");
 const CA: &str = "-----BEGIN CERTIFICATE-----\nMIIBfakeCAforTests\n-----END CERTIFICATE-----\n";

@@ -17,14 +17,14 @@ use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use yh_genie::cni::ConfList;
-use yh_genie::install::{Options, Request};
-use yh_genie::kube::{AGENT_API_CALLS, API_CALLS, NetworkAttachmentDefinition};
+use yh_genie::platform::cni::ConfList;
+use yh_genie::platform::kube::{AGENT_API_CALLS, API_CALLS, NetworkAttachmentDefinition};
+use yh_genie::programs::install::{Options, Request};
 // Plugin types that are part of the binary.
-use yh_genie::plugins::NAMES as BUILTIN_TYPES;
-use yh_genie::selector::netconf::confdir::{NetworkName, parse_conf, parse_inline};
-use yh_genie::selector::requests::annotation::{self, NETWORKS};
-use yh_genie::selector::requests::value;
+use yh_genie::programs::plugins::NAMES as BUILTIN_TYPES;
+use yh_genie::programs::selector::netconf::confdir::{NetworkName, parse_conf, parse_inline};
+use yh_genie::programs::selector::requests::annotation::{self, NETWORKS};
+use yh_genie::programs::selector::requests::value;
 /// What kind's node image has in /opt/cni/bin: all the e2e may use besides the built-ins.
 const KIND_NODE_PLUGINS: [&str; 4] = ["host-local", "loopback", "ptp", "portmap"];
 /// Reference plugins (containernetworking/plugins) the examples may use.
@@ -381,7 +381,7 @@ fn the_daemonset_runs_the_agent_for_its_node_and_probes_its_readiness() {
     assert_eq!(agent.node_name, "worker-1", "the node's name from the downward API");
     // Where the plugin asks by default (the installer writes it into the conflist; the socket's
     // directory is a mounted host path, see the mounts test).
-    assert_eq!(agent.socket, std::path::Path::new(yh_genie::agent::DEFAULT_SOCKET));
+    assert_eq!(agent.socket, std::path::Path::new(yh_genie::programs::agent::DEFAULT_SOCKET));
     // Host network: the probe names the node's loopback, where the agent's port is.
     let probe = container.readiness_probe.as_ref().expect("a readinessProbe").http_get.clone().expect("httpGet");
     assert_eq!(probe.host.as_deref(), Some(agent.metrics_address.ip().to_string().as_str()));

@@ -8,9 +8,9 @@ use k8s_openapi::api::resource::v1::{ResourceClaim, ResourceSlice};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::OnceLock;
-use yh_genie::cni::{CniError, PluginConf};
-use yh_genie::kube::{NetworkAttachmentDefinition, NetworkAttachmentDefinitionSpec, PodSource};
-use yh_genie::selector::config::SelectorConfig;
+use yh_genie::platform::cni::{CniError, PluginConf};
+use yh_genie::platform::kube::{NetworkAttachmentDefinition, NetworkAttachmentDefinitionSpec, PodSource};
+use yh_genie::programs::selector::config::SelectorConfig;
 
 /// The networks of the conf dir: bridge networks that declare the `ips` capability, so that a
 /// pod's address requests for them are checked rather than refused outright.

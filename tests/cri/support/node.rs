@@ -26,8 +26,8 @@ use testkit::netns::Netns;
 use testkit::process::{sh, terminate};
 use testkit::run_dir::RunDir;
 use testkit::{REFERENCE_PLUGINS, oci_image, require_root};
-use yh_genie::kube::agent_socket::client::exchange;
-use yh_genie::kube::agent_socket::protocol::{Answer, Ask, Request};
+use yh_genie::node::agent_socket::client::exchange;
+use yh_genie::node::agent_socket::protocol::{Answer, Ask, Request};
 
 const SANDBOX_IMAGE: &str = "yh-genie.test/pause:cri";
 /// Where the fabric writes the node's subnet, as in the shipped yonghui network and the DaemonSet's

@@ -4,8 +4,8 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 use testkit::agent::Agent;
-use yh_genie::kube::agent_socket::client::exchange;
-use yh_genie::kube::agent_socket::protocol::{Answer, Ask, PodObjects, Request};
+use yh_genie::node::agent_socket::client::exchange;
+use yh_genie::node::agent_socket::protocol::{Answer, Ask, PodObjects, Request};
 
 /// What the agent listening on `socket` answers for the pod (`uid`, or any), right now, without
 /// waiting for a pod it has not seen; why there is no answer.

@@ -10,9 +10,9 @@ use testkit::sandbox::{Plugins, Sandbox};
 
 /// yh-genie as the sandboxes install it.
 pub const PLUGINS: Plugins = Plugins {
-    selector: yh_genie::selector::NAME,
-    plugins: &yh_genie::plugins::NAMES,
-    lock_dir_var: yh_genie::cni::attachment_lock::DIR_VAR,
+    selector: yh_genie::programs::selector::NAME,
+    plugins: &yh_genie::programs::plugins::NAMES,
+    lock_dir_var: yh_genie::platform::cni::attachment_lock::DIR_VAR,
 };
 
 /// What a plugin invocation gave back.

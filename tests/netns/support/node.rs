@@ -293,8 +293,10 @@ impl NetnsNode {
         let mut left: Vec<String> =
             interfaces.into_iter().filter(|l| l != "lo").map(|l| format!("interface {l} in the pod netns")).collect();
         left.extend(self.leases().into_iter().filter(|(_, cid)| *cid == pod.cid).map(|(ip, _)| format!("lease {ip}")));
-        let chains: Vec<String> =
-            networks.iter().map(|network| yh_genie::firewall::Owner::new(network, &pod.cid).chain()).collect();
+        let chains: Vec<String> = networks
+            .iter()
+            .map(|network| yh_genie::programs::plugins::firewall::Owner::new(network, &pod.cid).chain())
+            .collect();
         left.extend(
             self.nat_lines().into_iter().filter(|l| chains.iter().any(|c| l.contains(c))).map(|l| format!("nat {l}")),
         );

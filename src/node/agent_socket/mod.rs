@@ -1,0 +1,11 @@
+//! The node agent's socket, as both ends see it: the node-local way to the Kubernetes objects a
+//! pod's ADD needs, which the agent (`crate::programs::agent`) holds from its watches. `protocol` is what is
+//! said over it; `client` is the plugin's side; `report` is the datagram each plugin operation
+//! sends the agent when it is done, for its metrics. Both sit here, below the selector and the agent
+//! alike, so that neither has to reach up into the other for their shared wire.
+
+pub mod client;
+pub mod protocol;
+
+/// Where the plugin looks for the agent, and the agent listens, unless configured otherwise.
+pub const DEFAULT_PATH: &str = "/run/yh-genie/agent.sock";

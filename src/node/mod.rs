@@ -1,0 +1,10 @@
+//! The node-local wires: what passes between yh-genie's programs on one node, below every program
+//! that uses it so that none reaches into another.
+//!
+//! - `agent_socket`: the node agent's socket: what the selector asks and the agent answers;
+//! - `reports`: the datagram each plugin operation sends the agent, for its metrics;
+//! - `worker_protocol`: what the agent and the attach worker say.
+
+pub mod agent_socket;
+pub mod reports;
+pub mod worker_protocol;

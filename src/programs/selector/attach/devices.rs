@@ -1,0 +1,143 @@
+//! The devices of a pod's device networks (`devices`): before anything is recorded, every
+//! attachment through a NetworkAttachmentDefinition with a `resourceName` is given one of the
+//! devices allocated to the pod, with its device-info file named. A pod without device networks
+//! asks nothing. Two paths allocate devices, and both are read:
+//!
+//! - DRA: the devices of the pod's resource claims whose ResourceSlice attributes carry a resource
+//!   name (`programs::selector::devices::dra`), read from the node agent's answer on the agent's path (the API server
+//!   only for a claim or the node's slices the answer lacks) and from the API server on the direct
+//!   path; a pod without resource claims costs no request;
+//! - device plugins: the kubelet's PodResources socket, on this node (no API-server request), asked
+//!   only when DRA gave no device of some resource an attachment wants.
+//!
+//! Any error is returned before anything is made, naming what is missing.
+
+use crate::node::agent_socket::protocol::PodObjects;
+use crate::platform::cni::{CniError, Invocation, code};
+use crate::platform::kube::PodSource;
+use crate::programs::selector::choose::{self, Attachment};
+use crate::programs::selector::config::SelectorConfig;
+use crate::programs::selector::devices::dra::{self, DraDevices};
+use crate::programs::selector::devices::{self, DeviceError, DeviceWant, PodDevices, handoff, podresources};
+use k8s_openapi::api::core::v1::Pod;
+
+/// The pod object the selection was made from, where the pod's DRA claims are read.
+pub enum PodView<'a> {
+    /// The node agent's answer.
+    Agent(&'a PodObjects),
+    /// The API server's pod object, and the API server.
+    Api(&'a Pod, &'a dyn PodSource),
+    /// No pod object (not a Kubernetes pod, or no kubeconfig): no DRA devices.
+    Unseen,
+}
+
+/// Whether any attachment is a device network's: only then does ADD read devices at all.
+pub fn wanted(attachments: &[Attachment]) -> bool {
+    attachments.iter().any(|a| a.device.is_some())
+}
+
+/// Gives each device network's attachment of `attachments` its device, of those allocated to the
+/// pod through its DRA claims (read through `view`) and by the kubelet's device plugins.
+pub fn give(
+    runtime: &Invocation,
+    config: &SelectorConfig,
+    attachments: &mut [Attachment],
+    view: PodView<'_>,
+) -> Result<(), CniError> {
+    if !wanted(attachments) {
+        return Ok(());
+    }
+    let (namespace, name) = runtime.args.pod().ok_or_else(|| {
+        CniError::invalid_config("a device network's attachment needs the pod's K8S_POD_NAMESPACE and K8S_POD_NAME")
+    })?;
+    let dra = dra_devices(runtime, config, namespace, view).map_err(|e| {
+        CniError::new(e.code, format!("pod {namespace}/{name}: the devices of its DRA claims: {}", e.msg))
+    })?;
+    let refused = |e: DeviceError| {
+        let code = if e.is_transient() { code::TRY_AGAIN_LATER } else { code::INVALID_CONFIG };
+        let dra_why = match &e {
+            DeviceError::NoneAllocated { resource, .. } if !dra.claims.is_empty() => {
+                format!("; DRA: {}", dra.missing(resource))
+            }
+            _ => String::new(),
+        };
+        CniError::new(code, format!("pod {namespace}/{name}: {e}{dra_why}"))
+    };
+    let wants: Vec<Option<DeviceWant>> = attachments
+        .iter()
+        .map(|a| {
+            a.device.as_ref().map(|d| DeviceWant {
+                network: a.network.clone(),
+                resource: d.resource.clone(),
+                device_id: a.extras.device_id.clone(),
+            })
+        })
+        .collect();
+    let mut allocated = PodDevices::default();
+    dra.add_to(&mut allocated);
+    // The kubelet is asked only for what DRA did not give: a pod whose device networks all take
+    // DRA devices does not depend on the PodResources socket.
+    // Without its socket, a pod with DRA claims is told what its claims lack rather than that the
+    // kubelet's socket is absent.
+    if wants.iter().flatten().any(|want| allocated.of(&want.resource).is_empty()) {
+        match podresources::pod_devices(&config.pod_resources_socket, namespace, name) {
+            Ok(by_plugins) => {
+                for (resource, ids) in by_plugins.resources() {
+                    allocated.add(resource, ids.iter().cloned());
+                }
+            }
+            Err(DeviceError::SocketAbsent { .. }) if !dra.claims.is_empty() => {}
+            Err(e) => return Err(refused(e)),
+        }
+    }
+    let given = devices::assign(&allocated, &wants).map_err(refused)?;
+    for (attachment, device) in attachments.iter_mut().zip(given) {
+        let Some(mut device) = device else { continue };
+        let network = attachment_network_name(attachment)?;
+        device.info_file = Some(handoff::attachment_info_file(
+            &config.device_info_dir,
+            &network,
+            &runtime.container_id,
+            &attachment.ifname,
+        ));
+        if let Some(used) = attachment.device.as_mut() {
+            used.given = Some(device);
+        }
+    }
+    Ok(())
+}
+
+/// The network devices of the pod's DRA claims. On the agent's path, a claim or the node's slices
+/// its answer lacks (it may not have known the pod needs them yet) are asked of the API server, as
+/// the rest of ADD does for what the agent lacks; anything else its answer says is final.
+fn dra_devices(
+    runtime: &Invocation,
+    config: &SelectorConfig,
+    namespace: &str,
+    view: PodView<'_>,
+) -> Result<DraDevices, CniError> {
+    match view {
+        PodView::Unseen => Ok(DraDevices::default()),
+        PodView::Api(pod, api) => dra::allocated(namespace, pod, pod.metadata.uid.as_deref(), &mut dra::FromApi(api)),
+        PodView::Agent(objects) => {
+            let pod = &objects.pod;
+            let uid = pod.metadata.uid.as_deref();
+            let mut answered = dra::FromAgent::new(objects);
+            let found = dra::allocated(namespace, pod, uid, &mut answered);
+            let Some(lacking) = answered.lacking else { return found };
+            tracing::info!("the agent's answer lacks {lacking}: the pod's DRA devices are read from the API server");
+            let Some(api) = choose::api_client(config, runtime, config.api)? else {
+                return Err(CniError::new(
+                    code::KUBE_API,
+                    format!("the agent's answer lacks {lacking}, and there is no API server to ask"),
+                ));
+            };
+            dra::allocated(namespace, pod, uid, &mut dra::FromApi(&api))
+        }
+    }
+}
+
+/// The network's name as its configuration says it (what Multus names the device-info file by).
+fn attachment_network_name(attachment: &Attachment) -> Result<String, CniError> {
+    Ok(attachment.conf_list()?.name)
+}

@@ -1,0 +1,139 @@
+//! What a pod asks for beyond a network (`ips`, `mac`, `cni-args` of the networks annotation),
+//! handed to the network's plugins the way the reference plugins read it.
+//!
+//! - `ips`: `runtimeConfig.ips` of every plugin that declares the `ips` capability, as libcni gives
+//!   a runtime's capability arguments (host-local and static read it, the IPAM plugin through its
+//!   main plugin's configuration). Not `CNI_ARGS` `IP=`: host-local reads that as one bare address
+//!   and static as a list of addresses with prefixes, and a chain runs both kinds, so no one value
+//!   suits every plugin that parses it; a pod asking for ips on a network whose plugins declare no
+//!   `ips` capability is refused at selection rather than given another address.
+//! - `mac`: `CNI_ARGS` `MAC=` (bridge, macvlan and the others read it in that one form), with
+//!   `IgnoreUnknown=1` so that plugins that do not know the key accept it, and `runtimeConfig.mac`
+//!   for plugins that declare the `mac` capability.
+//! - `portMappings`, `bandwidth`: `runtimeConfig.portMappings` and `runtimeConfig.bandwidth` of every
+//!   plugin that declares the capability (portmap, bandwidth), as Multus gives them; a pod asking for
+//!   them on a network whose plugins do not declare them is refused at selection, as for `ips`.
+//! - `cni-args`: merged into every plugin's `args.cni`, as Multus gives it.
+
+use crate::platform::cni::CniArgs;
+use crate::programs::selector::netconf::capabilities;
+use crate::programs::selector::requests::annotation::Extras;
+use serde_json::{Map, Value};
+
+/// The configuration `config` with `extras` given to its plugins. Unchanged (the same text) when
+/// there is nothing to give. `config` has been parsed before, so it is a JSON object.
+pub fn apply_to_config(config: &str, extras: &Extras) -> String {
+    if extras.ips.is_empty()
+        && extras.mac.is_none()
+        && extras.cni_args.is_none()
+        && extras.port_mappings.is_empty()
+        && extras.bandwidth.is_none()
+    {
+        return config.to_string();
+    }
+    let Ok(Value::Object(mut top)) = serde_json::from_str::<Value>(config) else {
+        return config.to_string();
+    };
+    match top.get_mut("plugins") {
+        Some(Value::Array(plugins)) => {
+            for plugin in plugins.iter_mut().filter_map(Value::as_object_mut) {
+                apply_to_plugin(plugin, extras);
+            }
+        }
+        _ => apply_to_plugin(&mut top, extras),
+    }
+    Value::Object(top).to_string()
+}
+
+fn apply_to_plugin(plugin: &mut Map<String, Value>, extras: &Extras) {
+    let asked =
+        capabilities::asked(&extras.ips, extras.mac.as_deref(), &extras.port_mappings, extras.bandwidth.as_ref());
+    let runtime: Map<String, Value> =
+        asked.into_iter().filter(|(name, _)| capabilities::declared_by(plugin, name)).collect();
+    if !runtime.is_empty() {
+        let entry = plugin.entry("runtimeConfig").or_insert_with(|| Value::Object(Map::new()));
+        if let Value::Object(existing) = entry {
+            existing.extend(runtime);
+        }
+    }
+    if let Some(cni_args) = &extras.cni_args {
+        let args = plugin.entry("args").or_insert_with(|| Value::Object(Map::new()));
+        if let Value::Object(args) = args {
+            let cni = args.entry("cni").or_insert_with(|| Value::Object(Map::new()));
+            if let Value::Object(cni) = cni {
+                cni.extend(cni_args.clone());
+            }
+        }
+    }
+}
+
+/// The runtime's `CNI_ARGS` as an attachment's plugins get them: with `MAC=` when the pod asks for
+/// a MAC (and `IgnoreUnknown=1`, so that a plugin that does not know `MAC` accepts it).
+pub fn apply_to_args(args: &CniArgs, extras: &Extras) -> CniArgs {
+    let Some(mac) = &extras.mac else {
+        return args.clone();
+    };
+    let mut args = args.clone();
+    if args.get("IgnoreUnknown").is_none() {
+        args.set("IgnoreUnknown", "1");
+    }
+    args.set("MAC", mac);
+    args
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn extras(value: Value) -> Extras {
+        serde_json::from_value(value).unwrap()
+    }
+
+    #[test]
+    fn nothing_asked_leaves_the_text_as_it_is() {
+        let text = "{ \"cniVersion\": \"1.0.0\",  \"name\": \"n\", \"type\": \"bridge\" }";
+        assert_eq!(apply_to_config(text, &Extras::default()), text);
+        let args = CniArgs::parse("K8S_POD_NAME=a").unwrap();
+        assert_eq!(apply_to_args(&args, &Extras::default()), args);
+    }
+
+    #[test]
+    fn runtime_config_only_for_declared_capabilities_and_cni_args_for_all() {
+        let conf = json!({"cniVersion": "1.0.0", "name": "lan", "plugins": [
+            {"type": "macvlan", "capabilities": {"ips": true, "mac": true}, "runtimeConfig": {"keep": 1}},
+            {"type": "tuning", "capabilities": {"ips": false}},
+            {"type": "router"},
+            {"type": "portmap", "capabilities": {"portMappings": true}},
+            {"type": "bandwidth", "capabilities": {"bandwidth": true}}]});
+        let e = extras(json!({"ips": ["10.1.1.5/24"], "mac": "02:00:00:00:00:01", "cniArgs": {"vlan": 7},
+            "portMappings": [{"hostPort": 8080, "containerPort": 80}], "bandwidth": {"egressRate": 8, "egressBurst": 9}}));
+        let out: Value = serde_json::from_str(&apply_to_config(&conf.to_string(), &e)).unwrap();
+        assert_eq!(
+            out["plugins"][0]["runtimeConfig"],
+            json!({"keep": 1, "ips": ["10.1.1.5/24"], "mac": "02:00:00:00:00:01"})
+        );
+        assert!(out["plugins"][1].get("runtimeConfig").is_none());
+        assert!(out["plugins"][2].get("runtimeConfig").is_none());
+        assert_eq!(
+            out["plugins"][3]["runtimeConfig"],
+            json!({"portMappings": [{"hostPort": 8080, "containerPort": 80}]})
+        );
+        assert_eq!(out["plugins"][4]["runtimeConfig"], json!({"bandwidth": {"egressRate": 8, "egressBurst": 9}}));
+        for i in 0..5 {
+            assert_eq!(out["plugins"][i]["args"]["cni"]["vlan"], 7, "plugin {i}");
+        }
+        let single = json!({"cniVersion": "1.0.0", "name": "s", "type": "bridge", "capabilities": {"mac": true}});
+        let out: Value = serde_json::from_str(&apply_to_config(&single.to_string(), &e)).unwrap();
+        assert_eq!(out["runtimeConfig"], json!({"mac": "02:00:00:00:00:01"}));
+    }
+
+    #[test]
+    fn a_mac_goes_into_cni_args_with_ignore_unknown() {
+        let e = extras(json!({"mac": "02:00:00:00:00:01"}));
+        let args = apply_to_args(&CniArgs::parse("K8S_POD_NAME=a").unwrap(), &e);
+        assert_eq!(args.to_env_string(), "K8S_POD_NAME=a;IgnoreUnknown=1;MAC=02:00:00:00:00:01");
+        let args = apply_to_args(&CniArgs::parse("IgnoreUnknown=1;MAC=x").unwrap(), &e);
+        assert_eq!(args.to_env_string(), "IgnoreUnknown=1;MAC=02:00:00:00:00:01");
+    }
+}

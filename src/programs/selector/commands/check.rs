@@ -1,0 +1,22 @@
+//! CNI CHECK for the selector: every network of the runtime's attachment is checked with its
+//! recorded configuration and result, from the records alone (no API server).
+
+use crate::node::reports as to_agent;
+use crate::platform::cni::{CniError, Invocation, PluginConf, code};
+use crate::programs::selector::attach::{self, RecordStore};
+use crate::programs::selector::config::SelectorConfig;
+
+pub fn check(inv: &Invocation, conf: &PluginConf) -> Result<(), CniError> {
+    let config = SelectorConfig::from_plugin_conf(conf)?;
+    let store = RecordStore::of_node(&config.data_dir);
+    let (records, _) = attach::records_of(&store, inv)?;
+    if !records.iter().any(|r| r.ifname == inv.ifname) {
+        return Err(CniError::new(
+            code::UNKNOWN_CONTAINER,
+            format!("container {} interface {}: no attachment record", inv.container_id, inv.ifname),
+        ));
+    }
+    crate::platform::logging::note_networks(records.iter().map(|r| r.network.as_str()));
+    to_agent::note_stage(to_agent::Stage::Attaching);
+    attach::check_records(inv, &config, &records)
+}

@@ -1,0 +1,301 @@
+//! Who may attach what through NetworkAttachmentDefinitions: the cluster admin's rules, in the
+//! selector's configuration.
+//!
+//! A NAD is namespaced, and whoever may create one in a namespace could otherwise make every node
+//! run any plugin in `binDir` with any configuration (host-device taking the node's NIC, a bridge on
+//! its uplink). So, by default:
+//!
+//! - a NAD may only name a network the admin installed: an empty `spec.config` means the network
+//!   directory of the NAD's name under `confDir`; a configuration inline in `spec.config` is refused
+//!   unless `allowInlineConfig` is true, and then, if `inlinePluginTypes` is set, every plugin type
+//!   anywhere in it (each plugin's, its IPAM's, a meta plugin's delegate's, any key a Go plugin reads
+//!   as `type`, and the types a built-in runs by default) must be listed, and every host path in it
+//!   must lie under one of `inlinePathPrefixes` (none by default: see `inline`);
+//! - a pod may only use NADs of its own namespace and of the `globalNamespaces` the admin lists
+//!   (Multus's `namespaceIsolation`, here on by default).
+//!
+//! A refusal is code 7 naming the NAD and the rule.
+
+use crate::platform::cni::{CniError, ConfList};
+use crate::programs::selector::netconf::{confdir, inline};
+use serde::Deserialize;
+use serde_json::{Map, Value};
+use std::collections::BTreeSet;
+use std::path::PathBuf;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AttachmentPolicy {
+    /// `namespaceIsolation`: NADs only from the pod's namespace and `global_namespaces`.
+    pub namespace_isolation: bool,
+    /// `globalNamespaces`: namespaces whose NADs every pod may use.
+    pub global_namespaces: BTreeSet<String>,
+    /// `allowInlineConfig`: whether a NAD's `spec.config` may carry a configuration.
+    pub allow_inline_config: bool,
+    /// `inlinePluginTypes`: when set, the only plugin types an inline configuration may use.
+    pub inline_plugin_types: Option<BTreeSet<String>>,
+    /// `inlinePathPrefixes`: the directories under which an inline configuration may name host
+    /// paths (a `dataDir`, a `subnetFile`); none by default.
+    pub inline_path_prefixes: Vec<PathBuf>,
+}
+
+impl Default for AttachmentPolicy {
+    fn default() -> Self {
+        AttachmentPolicy {
+            namespace_isolation: true,
+            global_namespaces: BTreeSet::new(),
+            allow_inline_config: false,
+            inline_plugin_types: None,
+            inline_path_prefixes: Vec::new(),
+        }
+    }
+}
+
+/// A key of the selector's configuration read as `T` (absent or null: `None`); a wrong type is code 7
+/// naming the key. For the policy's keys and Multus's `defaultNetworks` keys (`defaults`), which
+/// `config` reads through them.
+pub(super) fn key<T: for<'de> Deserialize<'de>>(raw: &Map<String, Value>, name: &str) -> Result<Option<T>, CniError> {
+    raw.get(name)
+        .filter(|v| !v.is_null())
+        .map(|v| T::deserialize(v))
+        .transpose()
+        .map_err(|e| CniError::invalid_config(format!("yh-genie: '{name}' is invalid: {e}")))
+}
+
+/// `globalNamespaces`: a list, or Multus's comma-separated string (`"default,infra"`), so that a
+/// Multus configuration's value works unchanged.
+fn global_namespaces(raw: &Map<String, Value>) -> Result<BTreeSet<String>, CniError> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Namespaces {
+        List(BTreeSet<String>),
+        Multus(String),
+    }
+    Ok(match key(raw, "globalNamespaces")? {
+        None => BTreeSet::new(),
+        Some(Namespaces::List(list)) => list,
+        Some(Namespaces::Multus(text)) => {
+            text.split(',').map(str::trim).filter(|n| !n.is_empty()).map(String::from).collect()
+        }
+    })
+}
+
+impl AttachmentPolicy {
+    /// The policy keys of the selector's configuration; absent keys keep their defaults.
+    pub fn from_keys(raw: &Map<String, Value>) -> Result<Self, CniError> {
+        let defaults = AttachmentPolicy::default();
+        Ok(AttachmentPolicy {
+            namespace_isolation: key(raw, "namespaceIsolation")?.unwrap_or(defaults.namespace_isolation),
+            global_namespaces: global_namespaces(raw)?,
+            allow_inline_config: key(raw, "allowInlineConfig")?.unwrap_or(defaults.allow_inline_config),
+            inline_plugin_types: key(raw, "inlinePluginTypes")?,
+            inline_path_prefixes: path_prefixes(key(raw, "inlinePathPrefixes")?.unwrap_or_default())?,
+        })
+    }
+
+    /// May a pod in `pod_namespace` use the NAD `namespace/name`?
+    pub fn check_namespace(&self, pod_namespace: &str, namespace: &str, name: &str) -> Result<(), CniError> {
+        if !self.namespace_isolation || namespace == pod_namespace || self.global_namespaces.contains(namespace) {
+            return Ok(());
+        }
+        let globals: Vec<&str> = self.global_namespaces.iter().map(String::as_str).collect();
+        Err(CniError::invalid_config(format!(
+            "NetworkAttachmentDefinition {namespace}/{name} is refused: namespaceIsolation lets a pod of namespace \
+             {pod_namespace} use only its own namespace's NetworkAttachmentDefinitions and those of globalNamespaces [{}]; \
+             use one in namespace {pod_namespace}, or have the cluster admin add {namespace:?} to \"globalNamespaces\" \
+             in selector.json of the yh-genie-config ConfigMap",
+            globals.join(", ")
+        )))
+    }
+
+    /// May the NAD `nad` (`namespace/name`) carry this inline configuration? Parses it (with the
+    /// same checks as a file's) and returns the chain.
+    pub fn check_inline(&self, nad: &str, config: &str) -> Result<ConfList, CniError> {
+        let refused =
+            |rule: String| CniError::invalid_config(format!("NetworkAttachmentDefinition {nad} is refused: {rule}"));
+        if !self.allow_inline_config {
+            return Err(refused(
+                "its spec.config holds a configuration, and allowInlineConfig is false on this node: a \
+                 NetworkAttachmentDefinition may only name a network installed under confDir (empty spec.config)"
+                    .into(),
+            ));
+        }
+        let origin = format!("NetworkAttachmentDefinition {nad} spec.config");
+        let list = confdir::parse_inline(config.as_bytes(), &origin)?;
+        if let Some(allowed) = &self.inline_plugin_types {
+            let listed: Vec<&str> = allowed.iter().map(String::as_str).collect();
+            let types = confdir::plugin_types(&list).into_iter().chain(inline::implied_types(&list));
+            if let Some((at, t)) = types.into_iter().find(|(_, t)| !allowed.contains(t)) {
+                return Err(refused(format!(
+                    "spec.config {at} is {t:?}, which inlinePluginTypes [{}] does not list",
+                    listed.join(", ")
+                )));
+            }
+        }
+        if let Some((at, name)) = inline::network_names(&list).into_iter().find(|(_, n)| !inline::valid_network_name(n))
+        {
+            return Err(refused(format!(
+                "spec.config {at} is {name:?}, which is not a network name (a letter or digit, then letters, digits, \
+                 '_', '.', '-'): plugins keep state in directories of that name"
+            )));
+        }
+        let prefixes = &self.inline_path_prefixes;
+        if let Some((at, path)) =
+            inline::host_paths(&list).into_iter().find(|(_, p)| !inline::path_allowed(p, prefixes))
+        {
+            let shown: Vec<String> = prefixes.iter().map(|p| p.display().to_string()).collect();
+            return Err(refused(format!(
+                "spec.config {at} is {path:?}, a host path outside inlinePathPrefixes [{}]: an inline configuration \
+                 may name only paths under a directory the admin allows",
+                shown.join(", ")
+            )));
+        }
+        Ok(list)
+    }
+}
+
+/// `inlinePathPrefixes`: absolute directories without `.` or `..`.
+fn path_prefixes(prefixes: Vec<String>) -> Result<Vec<PathBuf>, CniError> {
+    prefixes
+        .into_iter()
+        .map(|p| {
+            if inline::path_allowed(&p, &[PathBuf::from("/")]) {
+                Ok(PathBuf::from(p))
+            } else {
+                Err(CniError::invalid_config(format!(
+                    "yh-genie: 'inlinePathPrefixes' is invalid: {p:?} is not an absolute directory without '.' or '..'"
+                )))
+            }
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn policy(keys: Value) -> AttachmentPolicy {
+        AttachmentPolicy::from_keys(keys.as_object().unwrap()).unwrap()
+    }
+
+    const MACVLAN: &str = r#"{"cniVersion":"1.0.0","name":"lan","plugins":[
+        {"type":"macvlan","master":"eth1","ipam":{"type":"host-local","ranges":[[{"subnet":"10.9.0.0/24"}]]}},
+        {"type":"router","overlay_hijack_subnet":["10.244.0.0/16"],"service_hijack_subnet":["10.96.0.0/12"]}]}"#;
+
+    #[test]
+    fn defaults_isolate_namespaces_and_refuse_inline_configurations() {
+        let p = AttachmentPolicy::default();
+        assert_eq!(policy(json!({})), p);
+        assert!(p.check_namespace("web", "web", "lan").is_ok());
+        let e = p.check_namespace("web", "infra", "lan").unwrap_err();
+        assert_eq!(e.code, 7);
+        assert!(e.msg.contains("NetworkAttachmentDefinition infra/lan") && e.msg.contains("namespaceIsolation"), "{e}");
+        // And what to do: a NAD of the pod's own namespace, or the admin's globalNamespaces.
+        assert!(
+            e.msg.contains("use one in namespace web")
+                && e.msg
+                    .contains(r#"add "infra" to "globalNamespaces" in selector.json of the yh-genie-config ConfigMap"#),
+            "{e}"
+        );
+        let e = p.check_inline("web/lan", MACVLAN).unwrap_err();
+        assert!(e.msg.contains("web/lan") && e.msg.contains("allowInlineConfig is false"), "{e}");
+    }
+
+    #[test]
+    fn global_namespaces_and_isolation_off() {
+        let p = policy(json!({"globalNamespaces": ["infra"]}));
+        assert!(p.check_namespace("web", "infra", "lan").is_ok());
+        let e = p.check_namespace("web", "other", "lan").unwrap_err();
+        assert!(e.msg.contains("globalNamespaces [infra]"), "{e}");
+        // Multus's spelling, a comma-separated string, means the same.
+        assert_eq!(
+            policy(json!({"globalNamespaces": "infra, tools,"})),
+            policy(json!({"globalNamespaces": ["infra", "tools"]}))
+        );
+        assert!(policy(json!({"namespaceIsolation": false})).check_namespace("web", "other", "lan").is_ok());
+    }
+
+    #[test]
+    fn inline_configurations_when_allowed_and_only_listed_types() {
+        let any = policy(json!({"allowInlineConfig": true}));
+        assert_eq!(any.check_inline("web/lan", MACVLAN).unwrap().plugins.len(), 2);
+        let listed = policy(json!({"allowInlineConfig": true, "inlinePluginTypes": ["macvlan", "router"]}));
+        let e = listed.check_inline("web/lan", MACVLAN).unwrap_err();
+        assert!(e.msg.contains("plugins[0].ipam.type is \"host-local\""), "the IPAM type counts too: {e}");
+        let all = policy(json!({"allowInlineConfig": true, "inlinePluginTypes": ["macvlan", "router", "host-local"]}));
+        assert!(all.check_inline("web/lan", MACVLAN).is_ok());
+        let e = any.check_inline("web/x", r#"{"cniVersion":"1.0.0","name":"x","type":"yh-genie"}"#).unwrap_err();
+        assert!(e.msg.contains("would run the selector"), "{e}");
+        let e = any.check_inline("web/x", "{not json").unwrap_err();
+        assert!(e.msg.contains("NetworkAttachmentDefinition web/x spec.config"), "{e}");
+    }
+
+    #[test]
+    fn types_as_go_plugins_read_them_and_built_in_defaults_must_be_listed() {
+        let listed = policy(json!({"allowInlineConfig": true, "inlinePluginTypes": ["macvlan", "host-local"]}));
+        for (config, at, t) in [
+            (r#"{"cniVersion":"1.0.0","name":"n","type":"macvlan","ipam":{"Type":"evil"}}"#, "ipam.Type", "evil"),
+            (r#"{"cniVersion":"1.0.0","name":"n","TYPE":"evil","type":"macvlan"}"#, "TYPE", "evil"),
+            (
+                r#"{"cniVersion":"1.0.0","name":"n","type":"macvlan","x":{"y":[{"tYPe":"evil"}]}}"#,
+                "x.y[0].tYPe",
+                "evil",
+            ),
+        ] {
+            let e = listed.check_inline("web/n", config).unwrap_err();
+            assert!(e.msg.contains(&format!("{at} is {t:?}")), "{config}: {e}");
+        }
+        let yonghui = policy(json!({"allowInlineConfig": true, "inlinePluginTypes": ["yonghui", "host-local"]}));
+        let bare = r#"{"cniVersion":"1.0.0","name":"n","type":"yonghui"}"#;
+        let e = yonghui.check_inline("web/n", bare).unwrap_err();
+        assert!(e.msg.contains("delegate.type (the \"yonghui\" default) is \"yh-bridge\""), "{e}");
+        let with =
+            policy(json!({"allowInlineConfig": true, "inlinePluginTypes": ["yonghui", "yh-bridge", "host-local"]}));
+        assert!(with.check_inline("web/n", bare).is_ok());
+    }
+
+    #[test]
+    fn network_names_that_are_paths_are_refused() {
+        let open = policy(json!({"allowInlineConfig": true}));
+        for config in [
+            r#"{"cniVersion":"1.0.0","name":"../../etc","type":"macvlan"}"#,
+            r#"{"cniVersion":"1.0.0","name":"lan","type":"macvlan","NAME":"x/y"}"#,
+        ] {
+            let e = open.check_inline("web/n", config).unwrap_err();
+            assert!(e.code == 7 && e.msg.contains("is not a network name"), "{config}: {e}");
+        }
+    }
+
+    #[test]
+    fn host_paths_only_under_allowed_prefixes() {
+        let open = policy(json!({"allowInlineConfig": true}));
+        let yonghui = r#"{"cniVersion":"1.0.0","name":"n","type":"yonghui","subnetFile":"/etc/shadow"}"#;
+        let e = open.check_inline("web/n", yonghui).unwrap_err();
+        assert!(e.msg.contains("subnetFile is \"/etc/shadow\", a host path outside inlinePathPrefixes []"), "{e}");
+        let ipam =
+            r#"{"cniVersion":"1.0.0","name":"n","type":"macvlan","ipam":{"type":"host-local","dataDir":"/srv/t/a"}}"#;
+        assert!(open.check_inline("web/n", ipam).unwrap_err().msg.contains("ipam.dataDir"));
+        let allowed = policy(json!({"allowInlineConfig": true, "inlinePathPrefixes": ["/srv/t"]}));
+        assert!(allowed.check_inline("web/n", ipam).is_ok());
+        let out = ipam.replace("/srv/t/a", "/srv/t/../../etc");
+        assert!(allowed.check_inline("web/n", &out).is_err());
+        assert!(allowed.check_inline("web/n", MACVLAN).is_ok(), "no path, nothing to allow");
+    }
+
+    #[test]
+    fn keys_of_the_wrong_type_are_named() {
+        for (keys, name) in [
+            (json!({"namespaceIsolation": "yes"}), "namespaceIsolation"),
+            (json!({"globalNamespaces": 7}), "globalNamespaces"),
+            (json!({"globalNamespaces": [7]}), "globalNamespaces"),
+            (json!({"allowInlineConfig": 1}), "allowInlineConfig"),
+            (json!({"inlinePluginTypes": [1]}), "inlinePluginTypes"),
+            (json!({"inlinePathPrefixes": "/x"}), "inlinePathPrefixes"),
+            (json!({"inlinePathPrefixes": ["relative"]}), "inlinePathPrefixes"),
+            (json!({"inlinePathPrefixes": ["/a/../etc"]}), "inlinePathPrefixes"),
+        ] {
+            let e = AttachmentPolicy::from_keys(keys.as_object().unwrap()).unwrap_err();
+            assert!(e.code == 7 && e.msg.contains(name), "{e}");
+        }
+    }
+}

@@ -1,0 +1,156 @@
+//! `yh-genie attach-worker`: the DaemonSet's privileged container when `dynamicNetworks` is on. It
+//! enters the node's root (`--host-root`, the host's `/` mounted with the host's mounts following),
+//! so that every path is the one the runtime's calls see: the selector's conflist, the network
+//! files, the plugins, the records, the attachment locks, the pods' netns. It listens on a root-only
+//! unix socket beside the agent's and does what the agent asks, one pod at a time: it runs plugins,
+//! the agent never does.
+
+use super::reconcile::reconcile;
+use crate::node::worker_protocol::{self as protocol, Answer, DEFAULT_SOCKET, MAX_LINE, Request, VERSION};
+use crate::programs::selector::config::{DEFAULT_CONFIG_FILE, SelectorConfig};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+const USAGE: &str = "usage: yh-genie attach-worker [--host-root DIR] [--config FILE] [--socket PATH]
+  --host-root DIR  the host's / as this container sees it; entered first (default: /, none)
+  --config FILE    the selector's configuration on the host (default: /etc/cni/net.d/00-yh-genie.conflist)
+  --socket PATH    where to listen on the host (default: /run/yh-genie/dynamic-networks.sock)
+
+Attaches and detaches the networks of running pods when the node agent asks (dynamicNetworks).
+";
+
+/// How long one exchange with the agent may stay silent.
+const IO_TIMEOUT: Duration = Duration::from_secs(10);
+
+#[derive(Debug, PartialEq, Eq)]
+struct Options {
+    host_root: PathBuf,
+    config: PathBuf,
+    socket: PathBuf,
+}
+
+fn parse(args: &[&str]) -> Result<Options, String> {
+    let mut options = Options {
+        host_root: PathBuf::from("/"),
+        config: PathBuf::from(DEFAULT_CONFIG_FILE),
+        socket: PathBuf::from(DEFAULT_SOCKET),
+    };
+    let mut args = args.iter();
+    while let Some(arg) = args.next() {
+        let (flag, inline) = match arg.split_once('=') {
+            Some((f, v)) => (f, Some(v)),
+            None => (*arg, None),
+        };
+        let value = inline.or_else(|| args.next().copied()).filter(|v| v.starts_with('/'));
+        let value = value.ok_or_else(|| format!("{flag} needs an absolute path"))?;
+        match flag {
+            "--host-root" => options.host_root = value.into(),
+            "--config" => options.config = value.into(),
+            "--socket" => options.socket = value.into(),
+            other => return Err(format!("unknown argument {other:?}")),
+        }
+    }
+    Ok(options)
+}
+
+/// Run the worker until it is killed; the exit code if it cannot start.
+pub fn run(args: &[&str]) -> i32 {
+    if args.iter().any(|a| matches!(*a, "-h" | "--help" | "help")) {
+        print!("{USAGE}");
+        return 0;
+    }
+    let options = match parse(args) {
+        Ok(options) => options,
+        Err(why) => {
+            eprintln!("yh-genie attach-worker: {why}\n{USAGE}");
+            return 2;
+        }
+    };
+    let _ = tracing_subscriber::fmt().with_writer(std::io::stderr).with_ansi(false).with_target(false).try_init();
+    match serve(&options) {
+        Ok(()) => 0,
+        Err(e) => {
+            tracing::error!("{e}");
+            1
+        }
+    }
+}
+
+fn serve(options: &Options) -> Result<(), String> {
+    if options.host_root != Path::new("/") {
+        nix::unistd::chroot(&options.host_root)
+            .and_then(|()| nix::unistd::chdir("/"))
+            .map_err(|e| format!("cannot enter the host's root {}: {e}", options.host_root.display()))?;
+    }
+    let listener = bind(&options.socket).map_err(|e| format!("cannot listen on {}: {e}", options.socket.display()))?;
+    tracing::info!("attach worker listening on {}", options.socket.display());
+    for stream in listener.incoming() {
+        match stream {
+            Ok(stream) => {
+                if let Err(e) = answer(&options.config, stream) {
+                    tracing::warn!("an exchange with the agent failed: {e}");
+                }
+            }
+            Err(e) => tracing::warn!("accepting a connection: {e}"),
+        }
+    }
+    Ok(())
+}
+
+/// Listen on `path` (its directory root's, 0700; the socket 0600), replacing a stale socket.
+fn bind(path: &Path) -> std::io::Result<UnixListener> {
+    if let Some(dir) = path.parent() {
+        std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir)?;
+    }
+    match std::fs::remove_file(path) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
+        _ => {}
+    }
+    let listener = UnixListener::bind(path)?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))?;
+    Ok(listener)
+}
+
+/// One request, one answer.
+fn answer(config_file: &Path, stream: UnixStream) -> std::io::Result<()> {
+    stream.set_read_timeout(Some(IO_TIMEOUT))?;
+    stream.set_write_timeout(Some(IO_TIMEOUT))?;
+    let mut line = Vec::new();
+    BufReader::new((&stream).take(MAX_LINE as u64)).read_until(b'\n', &mut line)?;
+    let answer = match serde_json::from_slice::<Request>(&line) {
+        Ok(request) if request.version == VERSION => match SelectorConfig::load_file(config_file) {
+            Ok(config) => {
+                let answer = reconcile(&config, &request);
+                tracing::info!("pod {}/{} (uid {}): {answer:?}", request.namespace, request.name, request.uid);
+                answer
+            }
+            Err(e) => Answer::Refused { why: format!("the selector's configuration: {e}") },
+        },
+        Ok(request) => Answer::Refused { why: format!("protocol version {} is not {VERSION}", request.version) },
+        Err(e) => Answer::Refused { why: format!("the request does not parse: {e}") },
+    };
+    (&stream).write_all(&protocol::to_line(&answer))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn options_default_to_the_hosts_paths() {
+        assert_eq!(
+            parse(&[]).unwrap(),
+            Options {
+                host_root: "/".into(),
+                config: DEFAULT_CONFIG_FILE.into(),
+                socket: "/run/yh-genie/dynamic-networks.sock".into()
+            }
+        );
+        assert_eq!(parse(&["--host-root=/host"]).unwrap().host_root, PathBuf::from("/host"));
+        assert!(parse(&["--host-root", "host"]).unwrap_err().contains("absolute"));
+        assert!(parse(&["--nope", "/x"]).unwrap_err().contains("unknown"));
+    }
+}

@@ -1,0 +1,359 @@
+//! What an inline configuration (a NetworkAttachmentDefinition's `spec.config`, written by a pod
+//! author) may hold, read the way the plugins that run it read it.
+//!
+//! - **Plugin types.** Go plugins decode JSON keys without regard to case (`"Type"`, `"TYPE"` and
+//!   `"type"` are one key to them), so every key that folds to `type`, at any depth, names a plugin
+//!   that may run (`plugin_types`). Types a plugin runs without being told count too: yonghui's
+//!   delegate is `yh-bridge` and its IPAM `host-local` unless the configuration says otherwise, the
+//!   flannel plugin's `bridge` and `host-local` (`implied_types`).
+//! - **Host paths.** An option that names a file or directory of the node (host-local's `dataDir`
+//!   and `resolvConf`, yonghui's `subnetFile` and `dataDir`, the dhcp plugin's `daemonSocketPath`,
+//!   the router's `data_dir` and `log_file`, ...) would let the pod author read or write where the
+//!   plugin may. Every string under a key that reads as a path (`is_path_key`), and every string
+//!   anywhere that is an absolute path, must lie under a prefix the admin allows
+//!   (`inlinePathPrefixes`); none by default.
+
+use crate::platform::cni::{CniError, ConfList};
+use serde_json::{Map, Value};
+use std::path::{Component, Path, PathBuf};
+
+/// `key` as Go's `encoding/json` compares keys: two keys are the same field when their folds are
+/// equal (ASCII letters in upper case; any other character `unicode.ToUpper(unicode.ToLower(c))`,
+/// so the Kelvin sign is `K`, a long s `S`, and a dotted capital I and a dotless i are `I`). Go's
+/// mappings are Unicode's simple (one character to one) case mappings, which is what `simple`
+/// makes of Rust's full ones.
+pub fn go_fold(key: &str) -> String {
+    /// The simple mapping from a full one: a character's full lowercase has more than one
+    /// character only for the dotted capital I, whose simple lowercase is its first (`i`); a full
+    /// uppercase of several characters (`ß` to `SS`) has no simple counterpart, so Go leaves it.
+    fn simple(c: char, full: impl Iterator<Item = char>, first_of_several: bool) -> char {
+        let full: Vec<char> = full.collect();
+        match full[..] {
+            [one] => one,
+            [first, ..] if first_of_several => first,
+            _ => c,
+        }
+    }
+    key.chars()
+        .map(|c| {
+            if c.is_ascii() {
+                c.to_ascii_uppercase()
+            } else {
+                let lower = simple(c, c.to_lowercase(), true);
+                simple(lower, lower.to_uppercase(), false)
+            }
+        })
+        .collect()
+}
+
+/// Whether a Go plugin reads `key` as its `type` field.
+pub fn is_type_key(key: &str) -> bool {
+    go_fold(key) == "TYPE"
+}
+
+/// Every plugin type a chain names, with where: each plugin's `type`, and every key a Go plugin
+/// would read as `type` nested in it (`plugins[0].ipam.type`, `plugins[0].delegate.Type`), since
+/// meta plugins and IPAM run those too. Not descended into: the value of such a key.
+pub fn plugin_types(list: &ConfList) -> Vec<(String, String)> {
+    fn walk(value: &Value, at: String, out: &mut Vec<(String, String)>) {
+        match value {
+            Value::Object(map) => {
+                for (key, v) in map {
+                    match v {
+                        Value::String(t) if is_type_key(key) => out.push((format!("{at}.{key}"), t.clone())),
+                        _ => walk(v, format!("{at}.{key}"), out),
+                    }
+                }
+            }
+            Value::Array(items) => {
+                for (i, v) in items.iter().enumerate() {
+                    walk(v, format!("{at}[{i}]"), out);
+                }
+            }
+            _ => {}
+        }
+    }
+    let mut out = Vec::new();
+    for (i, plugin) in list.plugins.iter().enumerate() {
+        walk(&Value::Object(plugin.clone()), format!("plugins[{i}]"), &mut out);
+    }
+    out
+}
+
+/// The plugins a chain's plugins run without naming them: the built-in defaults of meta plugins.
+pub fn implied_types(list: &ConfList) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    for (i, plugin) in list.plugins.iter().enumerate() {
+        let defaults: &[(&str, &str)] = match plugin.get("type").and_then(Value::as_str) {
+            Some(crate::programs::plugins::yonghui::NAME) => {
+                &[("delegate", crate::programs::plugins::yonghui::delegate::LINUX_DEFAULT_TYPE), ("ipam", "host-local")]
+            }
+            Some("flannel") => &[("delegate", "bridge"), ("ipam", "host-local")],
+            _ => &[],
+        };
+        for (section, default) in defaults {
+            if !names_type(plugin.get(*section)) {
+                out.push((
+                    format!("plugins[{i}].{section}.type (the {} default)", plugin["type"]),
+                    default.to_string(),
+                ));
+            }
+        }
+    }
+    out
+}
+
+/// The plugins a chain's plugins run in their turn: every type in an `ipam` or `delegate` section
+/// (section and type keys as Go reads them, and a delegate's own `ipam`), and the built-in
+/// defaults of meta plugins (`implied_types`). The node must have them for the chain to run; a
+/// `type` elsewhere may be an option of the plugin's own.
+pub fn delegated_types(list: &ConfList) -> Vec<(String, String)> {
+    fn walk(object: &Map<String, Value>, at: &str, out: &mut Vec<(String, String)>) {
+        for (key, value) in object {
+            let Value::Object(section) = value else { continue };
+            if !matches!(go_fold(key).as_str(), "IPAM" | "DELEGATE") {
+                continue;
+            }
+            let section_at = format!("{at}.{key}");
+            for (k, v) in section {
+                if let (true, Value::String(t)) = (is_type_key(k), v) {
+                    out.push((format!("{section_at}.{k}"), t.clone()));
+                }
+            }
+            walk(section, &section_at, out);
+        }
+    }
+    let mut out = Vec::new();
+    for (i, plugin) in list.plugins.iter().enumerate() {
+        walk(plugin, &format!("plugins[{i}]"), &mut out);
+    }
+    out.extend(implied_types(list));
+    out
+}
+
+/// Whether a section (`delegate`, `ipam`) sets its plugin type for the meta plugin that fills in the
+/// default: yonghui (serde) and the flannel plugin (a map lookup) both look for `type` exactly, so
+/// `{"Type": "bridge"}` leaves the default in place (and `bridge` is counted too, as Go's delegate
+/// would read it).
+fn names_type(section: Option<&Value>) -> bool {
+    section.and_then(|s| s.get("type")).is_some_and(Value::is_string)
+}
+
+/// Whether a string under `key` is a host path to the plugins that read it: the path options of the
+/// plugins shipped and of the reference plugins (`dataDir`, `subnetFile`, `resolvConf`,
+/// `daemonSocketPath`, `data_dir`, `log_file`, `kubeconfig`...), recognised by how such keys end.
+pub fn is_path_key(key: &str) -> bool {
+    let plain: String = go_fold(key).chars().filter(|c| *c != '_' && *c != '-').collect();
+    ["FILE", "DIR", "PATH", "SOCKET", "CONF", "CONFIG", "DIRECTORY"].iter().any(|end| plain.ends_with(end))
+}
+
+/// Every host path an inline configuration names, with where: strings (or lists of strings) under a
+/// path key, and any other string that is an absolute path.
+pub fn host_paths(list: &ConfList) -> Vec<(String, String)> {
+    fn walk(value: &Value, at: String, path_key: bool, out: &mut Vec<(String, String)>) {
+        match value {
+            Value::String(s) if path_key || s.starts_with('/') => out.push((at, s.clone())),
+            Value::Object(map) => walk_map(map, &at, out),
+            Value::Array(items) => {
+                for (i, v) in items.iter().enumerate() {
+                    walk(v, format!("{at}[{i}]"), path_key, out);
+                }
+            }
+            _ => {}
+        }
+    }
+    fn walk_map(map: &Map<String, Value>, at: &str, out: &mut Vec<(String, String)>) {
+        for (key, v) in map {
+            walk(v, format!("{at}.{key}"), is_path_key(key), out);
+        }
+    }
+    let mut out = Vec::new();
+    for (i, plugin) in list.plugins.iter().enumerate() {
+        walk_map(plugin, &format!("plugins[{i}]"), &mut out);
+    }
+    out
+}
+
+/// Whether `path` is an absolute path, without `.` or `..` components, under one of `prefixes`.
+pub fn path_allowed(path: &str, prefixes: &[PathBuf]) -> bool {
+    let p = Path::new(path);
+    let plain = p.is_absolute() && p.components().all(|c| matches!(c, Component::RootDir | Component::Normal(_)));
+    plain && prefixes.iter().any(|prefix| p.starts_with(prefix))
+}
+
+/// The network names an inline configuration gives its plugins: the list's `name`, and every key
+/// of a plugin that a Go plugin reads as `name`. host-local keeps its leases in `<dataDir>/<name>/`,
+/// so a name is a path component to it.
+pub fn network_names(list: &ConfList) -> Vec<(String, String)> {
+    let mut out = vec![("name".to_string(), list.name.clone())];
+    for (i, plugin) in list.plugins.iter().enumerate() {
+        for (key, v) in plugin {
+            if go_fold(key) == "NAME" {
+                out.push((format!("plugins[{i}].{key}"), v.as_str().map_or_else(|| v.to_string(), String::from)));
+            }
+        }
+    }
+    out
+}
+
+/// A network name as the CNI specification has it: a letter or digit, then letters, digits, `_`,
+/// `.` and `-` (so never a path: no `/`, not `..`).
+pub fn valid_network_name(name: &str) -> bool {
+    let mut chars = name.chars();
+    chars.next().is_some_and(|c| c.is_ascii_alphanumeric())
+        && chars.all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-'))
+}
+
+/// A plugin type must be a file name in the plugin directories: no `/` (a path elsewhere), no `..`.
+pub fn check_type_name(at: &str, t: &str, origin: &str) -> Result<(), CniError> {
+    if t.contains('/') || t.contains("..") {
+        return Err(CniError::invalid_config(format!(
+            "{origin}: {at} is {t:?}, which is not a plugin name (a plugin type may not contain '/' or '..')"
+        )));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn list(json: &str) -> ConfList {
+        ConfList::parse(json.as_bytes(), false, "t").unwrap()
+    }
+
+    #[test]
+    fn keys_fold_as_go_folds_them() {
+        for key in ["type", "Type", "TYPE", "tYpE"] {
+            assert!(is_type_key(key), "{key}");
+        }
+        for key in ["types", "typ", "_type", "ty pe"] {
+            assert!(!is_type_key(key), "{key}");
+        }
+        assert_eq!(go_fold("\u{212a}ey"), "KEY", "the Kelvin sign is K to Go");
+        assert_eq!(go_fold("\u{17f}ubnet"), "SUBNET", "a long s is S to Go");
+        // Go 1.21 and later: ToUpper(ToLower('İ')) is 'I', and so is ToUpper('ı').
+        assert_eq!(go_fold("dataD\u{130}r"), "DATADIR");
+        assert!(is_path_key("dataD\u{130}r") && is_path_key("subnetF\u{131}le"));
+        // Characters with no simple mapping stay themselves.
+        assert_eq!(go_fold("\u{df}\u{149}"), "\u{df}\u{149}");
+        assert_eq!(go_fold("T\u{1f00}pe"), "T\u{1f08}PE");
+    }
+
+    #[test]
+    fn every_key_read_as_type_at_every_depth() {
+        let l = list(
+            r#"{"cniVersion":"1.0.0","name":"n","plugins":[
+                {"type":"macvlan","ipam":{"Type":"evil"}},
+                {"type":"tuning","TYPE":"sbr","delegate":{"tYpE":"host-device","ipam":{"type":"dhcp"}}}]}"#,
+        );
+        let mut types: Vec<String> = plugin_types(&l).into_iter().map(|(at, t)| format!("{at}={t}")).collect();
+        types.sort();
+        assert_eq!(
+            types,
+            [
+                "plugins[0].ipam.Type=evil",
+                "plugins[0].type=macvlan",
+                "plugins[1].TYPE=sbr",
+                "plugins[1].delegate.ipam.type=dhcp",
+                "plugins[1].delegate.tYpE=host-device",
+                "plugins[1].type=tuning",
+            ]
+        );
+    }
+
+    #[test]
+    fn built_in_defaults_count_as_types() {
+        let bare = list(r#"{"cniVersion":"1.0.0","name":"n","type":"yonghui"}"#);
+        let implied: Vec<String> = implied_types(&bare).into_iter().map(|(_, t)| t).collect();
+        assert_eq!(implied, ["yh-bridge", "host-local"]);
+        let named = list(
+            r#"{"cniVersion":"1.0.0","name":"n","type":"yonghui","delegate":{"type":"bridge"},"ipam":{"type":"static"}}"#,
+        );
+        assert!(implied_types(&named).is_empty());
+        // yonghui reads `type` exactly: a `Type` leaves its default, which must be listed too.
+        let folded = list(
+            r#"{"cniVersion":"1.0.0","name":"n","type":"yonghui","delegate":{"Type":"bridge"},"ipam":{"TYPE":"static"}}"#,
+        );
+        let implied: Vec<String> = implied_types(&folded).into_iter().map(|(_, t)| t).collect();
+        assert_eq!(implied, ["yh-bridge", "host-local"]);
+        let flannel = list(r#"{"cniVersion":"1.0.0","name":"n","type":"flannel","delegate":{"mtu":1400}}"#);
+        assert_eq!(implied_types(&flannel)[0].1, "bridge");
+        assert!(implied_types(&list(r#"{"cniVersion":"1.0.0","name":"n","type":"macvlan"}"#)).is_empty());
+    }
+
+    #[test]
+    fn delegated_types_are_the_ipam_and_delegate_sections_and_the_defaults() {
+        let l = list(
+            r#"{"cniVersion":"1.0.0","name":"n","plugins":[
+                {"type":"macvlan","IPAM":{"Type":"dhcp"},"options":{"type":"not-a-plugin"}},
+                {"type":"yonghui","delegate":{"type":"bridge","ipam":{"type":"static"}}}]}"#,
+        );
+        let found: Vec<String> = delegated_types(&l).into_iter().map(|(at, t)| format!("{at}={t}")).collect();
+        assert_eq!(
+            found,
+            [
+                "plugins[0].IPAM.Type=dhcp",
+                "plugins[1].delegate.type=bridge",
+                "plugins[1].delegate.ipam.type=static",
+                "plugins[1].ipam.type (the \"yonghui\" default)=host-local",
+            ]
+        );
+    }
+
+    #[test]
+    fn host_paths_by_key_and_by_shape() {
+        let l = list(
+            r#"{"cniVersion":"1.0.0","name":"n","type":"yonghui","subnetFile":"/etc/shadow","DataDir":"rel",
+                "ipam":{"type":"host-local","resolvConf":"/etc/resolv.conf","ranges":[[{"subnet":"10.0.0.0/24"}]]},
+                "log_options":{"log_file":"/tmp/x"},"weird":["/root/.ssh"],"sock":{"daemonSocketPath":"/run/x.sock"},
+                "master":"eth0","mtu":1400}"#,
+        );
+        let mut found: Vec<String> = host_paths(&l).into_iter().map(|(at, p)| format!("{at}={p}")).collect();
+        found.sort();
+        assert_eq!(
+            found,
+            [
+                "plugins[0].DataDir=rel",
+                "plugins[0].ipam.resolvConf=/etc/resolv.conf",
+                "plugins[0].log_options.log_file=/tmp/x",
+                "plugins[0].sock.daemonSocketPath=/run/x.sock",
+                "plugins[0].subnetFile=/etc/shadow",
+                "plugins[0].weird[0]=/root/.ssh",
+            ]
+        );
+    }
+
+    #[test]
+    fn paths_only_plainly_under_an_allowed_prefix() {
+        let prefixes = [PathBuf::from("/var/lib/cni/tenants")];
+        assert!(path_allowed("/var/lib/cni/tenants/a", &prefixes));
+        assert!(path_allowed("/var/lib/cni/tenants", &prefixes));
+        for bad in ["/var/lib/cni/tenants/../../x", "/var/lib/cni/tenantsx", "var/lib/cni/tenants/a", "/etc", ""] {
+            assert!(!path_allowed(bad, &prefixes), "{bad}");
+        }
+        assert!(!path_allowed("/var/lib/cni/tenants/a", &[]));
+    }
+
+    #[test]
+    fn network_names_as_plugins_read_them() {
+        let l = list(r#"{"cniVersion":"1.0.0","name":"lan","type":"macvlan","Name":"../../etc"}"#);
+        let names: Vec<String> = network_names(&l).into_iter().map(|(at, n)| format!("{at}={n}")).collect();
+        assert_eq!(names, ["name=lan", "plugins[0].Name=../../etc", "plugins[0].name=lan"]);
+        for good in ["lan", "a.b_c-1", "9"] {
+            assert!(valid_network_name(good), "{good}");
+        }
+        for bad in ["", "../x", "a/b", ".hidden", "-a", "a b", "a\u{0}"] {
+            assert!(!valid_network_name(bad), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn type_names_that_are_paths_are_refused() {
+        for bad in ["../../bin/sh", "/bin/sh", "a/b", "..", "x..y"] {
+            let e = check_type_name("plugins[0].type", bad, "network n").unwrap_err();
+            assert!(e.code == 7 && e.msg.contains("not a plugin name"), "{e}");
+        }
+        assert!(check_type_name("plugins[0].type", "host-local", "n").is_ok());
+    }
+}
