@@ -18,7 +18,7 @@ pub use client::{
     ApiClient, ApiPolicy, Failure, POD_REPLACED, annotations_patch, classify, error_chain, jittered, random_fraction,
     requests_made,
 };
-pub use nad::{NetworkAttachmentDefinition, NetworkAttachmentDefinitionSpec};
+pub use nad::{NetworkAttachmentDefinition, NetworkAttachmentDefinitionSpec, RESOURCE_NAME};
 
 use crate::platform::cni::CniError;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};

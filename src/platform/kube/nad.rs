@@ -7,6 +7,10 @@ use k8s_openapi::NamespaceResourceScope;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::{Deserialize, Serialize};
 
+/// The NetworkAttachmentDefinition annotation that makes it a device network: the name of the
+/// resource (`intel.com/sriov_netdevice`) whose devices its attachments take.
+pub const RESOURCE_NAME: &str = "k8s.v1.cni.cncf.io/resourceName";
+
 /// A NetworkAttachmentDefinition. `spec.config` is a CNI configuration (a single plugin or a
 /// conflist) as JSON text; empty or absent means "the network of the same name that the node has".
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -37,7 +41,7 @@ impl NetworkAttachmentDefinition {
     /// names one: a device network.
     pub fn resource_name(&self) -> Option<&str> {
         let annotations = self.metadata.annotations.as_ref()?;
-        annotations.get(crate::programs::selector::devices::RESOURCE_NAME).map(|r| r.trim()).filter(|r| !r.is_empty())
+        annotations.get(RESOURCE_NAME).map(|r| r.trim()).filter(|r| !r.is_empty())
     }
 }
 

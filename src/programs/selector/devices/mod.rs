@@ -21,9 +21,7 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
-/// The NetworkAttachmentDefinition annotation that makes it a device network: the name of the
-/// resource (`intel.com/sriov_netdevice`) whose devices its attachments take.
-pub const RESOURCE_NAME: &str = "k8s.v1.cni.cncf.io/resourceName";
+pub use crate::platform::kube::RESOURCE_NAME;
 
 /// The device IDs allocated to one pod, by resource name; each list sorted, without repeats.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
