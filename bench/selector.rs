@@ -34,13 +34,12 @@ use testkit::apiserver::ApiServer;
 use testkit::netns::Netns;
 use testkit::process::unique;
 use testkit::sandbox::{Plugins, Sandbox};
-use yh_genie::platform::cni::attachment_lock;
 
 /// yh-genie as the benchmark's sandbox installs it.
 const PLUGINS: Plugins = Plugins {
     selector: yh_genie::programs::selector::NAME,
     plugins: &yh_genie::programs::plugins::NAMES,
-    lock_dir_var: attachment_lock::DIR_VAR,
+    lock_dir_var: yh_genie::node::paths::LOCK_DIR_VAR,
 };
 
 struct Options {
@@ -356,7 +355,7 @@ impl Bench {
             .env("CNI_IFNAME", &step.ifname)
             .env("CNI_ARGS", &pod.args)
             .env("CNI_PATH", self.sb.bin())
-            .env(attachment_lock::DIR_VAR, self.lock_dir())
+            .env(yh_genie::node::paths::LOCK_DIR_VAR, self.lock_dir())
             // cargo sets it for the bench process; a runtime does not, and it slows the dynamic loader.
             .env_remove("LD_LIBRARY_PATH")
             .stdin(Stdio::piped())
@@ -835,7 +834,7 @@ fn trace_one_add(b: &Bench, case: &Case, file: &Path) {
         .env("CNI_IFNAME", &step.ifname)
         .env("CNI_ARGS", &pod.args)
         .env("CNI_PATH", b.sb.bin())
-        .env(attachment_lock::DIR_VAR, b.lock_dir())
+        .env(yh_genie::node::paths::LOCK_DIR_VAR, b.lock_dir())
         .env_remove("LD_LIBRARY_PATH")
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())

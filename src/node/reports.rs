@@ -2,26 +2,20 @@
 //! agent's metrics (ADD, DEL and CHECK latency per network and outcome, errors by reason, the API
 //! requests ADD made, where ADD's selection came from): one datagram per operation, sent when the
 //! operation is over, without waiting and without an answer, on a unix datagram socket beside the
-//! agent's (`report_socket`). A plugin with no agent to hear it, or one whose queue is full, loses
+//! agent's (`paths::reports_socket`). A plugin with no agent to hear it, or one whose queue is full, loses
 //! the datagram and nothing else: no operation ever waits on or fails for its report. The agent
 //! reads them one at a time; a datagram of another version, or that does not parse, is counted and
 //! dropped.
 
+use super::paths::reports_socket;
 use serde::{Deserialize, Serialize};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::atomic::{AtomicU8, Ordering};
 
 /// The reports' version; the agent drops any other.
 pub const VERSION: u32 = 1;
 /// The largest report the agent reads (a report is a few hundred bytes).
 pub const MAX_REPORT: usize = 4096;
-
-/// The datagram socket beside the agent's socket `agent_socket`: `<agent_socket>.reports`.
-pub fn report_socket(agent_socket: &Path) -> PathBuf {
-    let mut name = agent_socket.file_name().unwrap_or_default().to_os_string();
-    name.push(".reports");
-    agent_socket.with_file_name(name)
-}
 
 /// One plugin operation.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -187,7 +181,7 @@ pub fn send(agent_socket: &Path, report: &OperationReport) {
         return;
     }
     // No agent (ENOENT, ECONNREFUSED) or its queue full (EAGAIN): the report is lost, nothing else.
-    let _ = socket.send_to(&report.to_bytes(), report_socket(agent_socket));
+    let _ = socket.send_to(&report.to_bytes(), reports_socket(agent_socket));
 }
 
 #[cfg(test)]
@@ -223,11 +217,6 @@ mod tests {
     }
 
     #[test]
-    fn the_report_socket_is_beside_the_agent_socket() {
-        assert_eq!(report_socket(Path::new("/run/yh-genie/agent.sock")), Path::new("/run/yh-genie/agent.sock.reports"));
-    }
-
-    #[test]
     fn failures_are_told_by_stage_and_code() {
         use crate::platform::cni::code;
         assert_eq!(Failure::of(Stage::Starting, code::TRY_AGAIN_LATER), Failure::NotReady);
@@ -244,7 +233,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let agent = dir.path().join("agent.sock");
         send(&agent, &report());
-        let listening = std::os::unix::net::UnixDatagram::bind(report_socket(&agent)).unwrap();
+        let listening = std::os::unix::net::UnixDatagram::bind(reports_socket(&agent)).unwrap();
         send(&agent, &report());
         let mut buf = [0u8; MAX_REPORT];
         let n = listening.recv(&mut buf).unwrap();

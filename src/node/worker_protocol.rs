@@ -8,18 +8,8 @@ use std::collections::BTreeMap;
 
 pub const VERSION: u32 = 1;
 
-/// The worker's socket, beside the agent's in the plugins' own run directory (root's, 0700).
-pub const DEFAULT_SOCKET: &str = "/run/yh-genie/dynamic-networks.sock";
-
 /// The longest line either side reads.
 pub const MAX_LINE: usize = 1 << 20;
-
-/// The worker socket beside an agent socket (`/run/yh-genie/agent.sock` ->
-/// `/run/yh-genie/dynamic-networks.sock`), wherever the caller sees that directory.
-pub fn beside(agent_socket: &std::path::Path) -> std::path::PathBuf {
-    let name = std::path::Path::new(DEFAULT_SOCKET).file_name().expect("a file name");
-    agent_socket.with_file_name(name)
-}
 
 /// Make the attachments of the pod match its networks annotation.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -10,7 +10,7 @@ fn run_as(name: &str, args: &[&str], env: &[(&str, &str)]) -> (i32, String, Stri
     let out = Command::new(&link)
         .args(args)
         .env_remove("CNI_COMMAND")
-        .env(yh_genie::platform::cni::attachment_lock::DIR_VAR, dir.path().join("locks"))
+        .env(yh_genie::node::paths::LOCK_DIR_VAR, dir.path().join("locks"))
         .envs(env.iter().copied())
         .stdin(Stdio::null())
         .output()

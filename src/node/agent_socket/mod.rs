@@ -6,6 +6,3 @@
 
 pub mod client;
 pub mod protocol;
-
-/// Where the plugin looks for the agent, and the agent listens, unless configured otherwise.
-pub const DEFAULT_PATH: &str = "/run/yh-genie/agent.sock";

@@ -15,7 +15,8 @@
 //! not. Remains that are still running after `WAIT` (a hung IPAM plugin) are killed, as a living
 //! plugin kills a helper at its timeout, so that a stuck helper cannot hold a pod's DEL forever.
 //!
-//! The directory is on tmpfs (`/run`): a lock means nothing after a reboot. DEL removes the file;
+//! The directory is the caller's (yh-genie's is on tmpfs, `/run/yh-genie/attachments`: a lock means
+//! nothing after a reboot). DEL removes the file;
 //! an ADD keeps it for the DEL that will follow. Where the lock cannot be had at all (`/run` read
 //! only, say), the operation goes on without it, with a warning: a lock is a safeguard, and no pod
 //! loses its network for the want of one.
@@ -26,11 +27,6 @@ use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
-
-/// Where the lock files are, unless `DIR_VAR` says otherwise.
-pub const DEFAULT_DIR: &str = "/run/yh-genie/attachments";
-/// Environment variable naming another lock directory (tests give each sandbox its own).
-pub const DIR_VAR: &str = "YH_GENIE_LOCK_DIR";
 
 /// How long an operation waits for the remains of the previous one before killing them: as long
 /// as a living plugin gives a helper (`exec::DEFAULT_TIMEOUT`, which a test of `exec` holds equal
@@ -48,18 +44,6 @@ static HELD: Mutex<Option<RawFd>> = Mutex::new(None);
 pub struct AttachmentLock {
     file: File,
     path: PathBuf,
-}
-
-/// The lock directory, given `DIR_VAR` as the environment has it.
-pub fn dir(from_env: Option<String>) -> PathBuf {
-    from_env.map_or_else(|| PathBuf::from(DEFAULT_DIR), PathBuf::from)
-}
-
-/// The node's volatile state: the lock directory's parent, `/run/yh-genie` by default. It is tmpfs
-/// on a node, emptied by a reboot as the pods' sandboxes are, so what needs no fsync lives there
-/// (the selector's results). Tests that move the locks (`DIR_VAR`) move it with them.
-pub fn volatile_dir(lock_dir: &Path) -> PathBuf {
-    lock_dir.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(lock_dir).to_path_buf()
 }
 
 /// The descriptor of the lock this process holds, if any.

@@ -9,6 +9,7 @@ use super::result::CniResult;
 use super::version::{self, CniVersion};
 use crate::platform::logging::LogConfig;
 use std::io::{Read, Write};
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 /// A CNI plugin. Methods are synchronous and are never called from inside an async runtime, so a
@@ -86,8 +87,14 @@ pub struct Outcome {
     pub error: Option<CniError>,
 }
 
-/// The whole plugin protocol for one process: env, stdin -> stdout bytes and exit code.
-pub fn run_with(plugin: &dyn Plugin, get_env: impl Fn(&str) -> Option<String>, stdin: &mut dyn Read) -> Outcome {
+/// The whole plugin protocol for one process: env, stdin -> stdout bytes and exit code. ADD, DEL
+/// and CHECK hold the attachment's lock in `locks` (see `attachment_lock`).
+pub fn run_with(
+    plugin: &dyn Plugin,
+    locks: &Path,
+    get_env: impl Fn(&str) -> Option<String>,
+    stdin: &mut dyn Read,
+) -> Outcome {
     let started = Instant::now();
     let mut version_for_errors = String::new();
     let mut op = OpLine::default();
@@ -117,8 +124,7 @@ pub fn run_with(plugin: &dyn Plugin, get_env: impl Fn(&str) -> Option<String>, s
         // Held until this call returns; its helpers hold it until they end (see attachment_lock).
         let lock = match inv.command {
             Command::Add | Command::Del | Command::Check => {
-                let dir = attachment_lock::dir(get_env(attachment_lock::DIR_VAR));
-                attachment_lock::acquire(&dir, &inv.container_id, &inv.ifname, attachment_lock::WAIT)
+                attachment_lock::acquire(locks, &inv.container_id, &inv.ifname, attachment_lock::WAIT)
             }
             _ => None,
         };
@@ -191,8 +197,8 @@ impl OpLine {
 }
 
 /// `run_with` on the real process: env, stdin, stdout. Returns the exit code.
-pub fn run(plugin: &dyn Plugin) -> i32 {
-    let outcome = run_with(plugin, |k| std::env::var(k).ok(), &mut std::io::stdin().lock());
+pub fn run(plugin: &dyn Plugin, locks: &Path) -> i32 {
+    let outcome = run_with(plugin, locks, |k| std::env::var(k).ok(), &mut std::io::stdin().lock());
     let mut out = std::io::stdout().lock();
     let _ = out.write_all(&outcome.stdout);
     let _ = out.flush();
@@ -231,19 +237,17 @@ mod tests {
     }
 
     fn go_locking_in(locks: &std::path::Path, cmd: &str, stdin: &str) -> (i32, serde_json::Value) {
-        let locks = locks.display().to_string();
         let env: HashMap<&str, &str> = [
             ("CNI_COMMAND", cmd),
             ("CNI_CONTAINERID", "c1"),
             ("CNI_NETNS", "/run/netns/x"),
             ("CNI_IFNAME", "eth0"),
             ("CNI_PATH", "/opt/cni/bin"),
-            (attachment_lock::DIR_VAR, &locks),
         ]
         .into_iter()
         .collect();
         let _serial = attachment_lock::tests::serial();
-        let o = run_with(&Echo, |k| env.get(k).map(|v| v.to_string()), &mut stdin.as_bytes());
+        let o = run_with(&Echo, locks, |k| env.get(k).map(|v| v.to_string()), &mut stdin.as_bytes());
         (o.exit_code, serde_json::from_slice(&o.stdout).unwrap_or(serde_json::Value::Null))
     }
 

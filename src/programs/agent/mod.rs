@@ -50,7 +50,7 @@ use tracing::{error, info, warn};
 use watching::Access;
 
 /// Where the agent listens unless `--agent-socket` says otherwise: where the plugin looks.
-pub use crate::node::agent_socket::DEFAULT_PATH as DEFAULT_SOCKET;
+pub use crate::node::paths::AGENT_SOCKET as DEFAULT_SOCKET;
 /// The readiness and metrics port unless configured otherwise: this host only.
 pub const DEFAULT_METRICS_ADDRESS: &str = "127.0.0.1:9745";
 
@@ -129,7 +129,7 @@ impl Handle {
     /// replaced them already), so that plugins find no socket rather than one nobody serves.
     pub fn stop(&self) {
         let ours = *self.bound.lock().unwrap_or_else(|e| e.into_inner());
-        let paths = [self.socket.clone(), crate::node::reports::report_socket(&self.socket)];
+        let paths = [self.socket.clone(), crate::node::paths::reports_socket(&self.socket)];
         for (path, ours) in paths.iter().zip(ours) {
             let there = std::fs::metadata(path).ok().map(|m| (m.dev(), m.ino()));
             if ours.is_some() && ours == there && std::fs::remove_file(path).is_ok() {
@@ -185,7 +185,7 @@ fn run(options: &Options, bound: &Mutex<Bound>) -> anyhow::Result<()> {
         let (listener, id) =
             server::bind(&options.socket).with_context(|| format!("listening on {}", options.socket.display()))?;
         let (report_socket, report_id) = reports::bind(&options.socket).with_context(|| {
-            let path = crate::node::reports::report_socket(&options.socket);
+            let path = crate::node::paths::reports_socket(&options.socket);
             format!("listening on {}", path.display())
         })?;
         *bound.lock().unwrap_or_else(|e| e.into_inner()) = [Some(id), Some(report_id)];

@@ -4,7 +4,8 @@
 
 use super::Shared;
 use super::server::FileId;
-use crate::node::reports::{MAX_REPORT, OperationReport, report_socket};
+use crate::node::paths::reports_socket;
+use crate::node::reports::{MAX_REPORT, OperationReport};
 use std::fs::Permissions;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::Path;
@@ -15,7 +16,7 @@ use tracing::debug;
 /// Bind the report socket beside `agent_socket` (whose directory `server::bind` made), replacing
 /// whatever is there. Must be called inside the runtime.
 pub(super) fn bind(agent_socket: &Path) -> std::io::Result<(UnixDatagram, FileId)> {
-    let path = report_socket(agent_socket);
+    let path = reports_socket(agent_socket);
     // Bound under a temp name and renamed into place, as the agent's socket is.
     let temporary = crate::platform::durable::temp_sibling(&path)?;
     let socket = std::os::unix::net::UnixDatagram::bind(&temporary)?;

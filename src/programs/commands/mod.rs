@@ -19,7 +19,7 @@ pub fn main() -> i32 {
     let args: Vec<String> = std::env::args().collect();
     let plugin = plugin_for(args.first().map(String::as_str).unwrap_or_default());
     if std::env::var_os("CNI_COMMAND").is_some() {
-        return skel::run(plugin);
+        return skel::run(plugin, crate::node::paths::NodePaths::from_env().attachment_locks());
     }
     let rest: Vec<&str> = args.iter().skip(1).map(String::as_str).collect();
     match rest.first().copied() {

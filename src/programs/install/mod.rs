@@ -161,7 +161,7 @@ fn agent_options(
         default_network: default_network.clone(),
         dynamic_networks: settings
             .dynamic_networks
-            .then(|| opts.on_host(&crate::node::worker_protocol::beside(&settings.socket))),
+            .then(|| opts.on_host(&crate::node::paths::worker_socket(&settings.socket))),
     }
 }
 

@@ -12,7 +12,7 @@ use testkit::sandbox::{Plugins, Sandbox};
 pub const PLUGINS: Plugins = Plugins {
     selector: yh_genie::programs::selector::NAME,
     plugins: &yh_genie::programs::plugins::NAMES,
-    lock_dir_var: yh_genie::platform::cni::attachment_lock::DIR_VAR,
+    lock_dir_var: yh_genie::node::paths::LOCK_DIR_VAR,
 };
 
 /// What a plugin invocation gave back.

@@ -9,10 +9,10 @@ use std::path::PathBuf;
 
 pub const DEFAULT_SUBNET_FILE: &str = "/run/yonghui/subnet.env";
 /// On tmpfs: the saved configurations need not outlive a reboot (the module's comment says why).
-pub const DEFAULT_DATA_DIR: &str = "/run/yh-genie/yonghui";
+pub use crate::node::paths::YONGHUI_DATA_DIR as DEFAULT_DATA_DIR;
 /// Where earlier releases saved them by default, on disk: DEL and CHECK look there too when
 /// `dataDir` is not set, for the pods those releases ADDed.
-pub const EARLIER_DEFAULT_DATA_DIR: &str = "/var/lib/cni/yonghui";
+pub use crate::node::paths::YONGHUI_EARLIER_DATA_DIR as EARLIER_DEFAULT_DATA_DIR;
 
 /// The configuration ADD works from. DEL and CHECK need only [`data_dir`].
 #[derive(Debug, Clone, PartialEq)]

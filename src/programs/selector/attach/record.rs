@@ -22,7 +22,8 @@
 //! only attachment of its own interface. `confPath` is absent for a NetworkAttachmentDefinition's
 //! inline configuration.
 
-use crate::platform::cni::{CniError, CniResult, ConfList, Invocation, attachment_lock};
+use crate::node::paths::NodePaths;
+use crate::platform::cni::{CniError, CniResult, ConfList, Invocation};
 use crate::platform::durable;
 use crate::programs::selector::choose::selection::{self, Attachment, PodIdentity, Source};
 use crate::programs::selector::requests::annotation::Extras;
@@ -185,21 +186,19 @@ struct Results {
 }
 
 impl RecordStore {
-    /// The records of `data_dir`, their results under `volatile_dir` (`results<dataDir>`).
-    pub fn new(data_dir: &Path, volatile_dir: &Path) -> Self {
-        let data_dir_below_root = data_dir.strip_prefix("/").unwrap_or(data_dir);
+    /// The records of `data_dir`, their results where `node` keeps them (`node::paths`).
+    pub fn new(data_dir: &Path, node: &NodePaths) -> Self {
         RecordStore {
             dir: data_dir.join("attachments"),
-            results_dir: volatile_dir.join("results").join(data_dir_below_root),
+            results_dir: node.results(data_dir),
             earlier_results_dir: data_dir.join("results"),
         }
     }
 
     /// The records of `data_dir` as this node keeps them: their results in the node's volatile
-    /// directory beside the attachment locks (`/run/yh-genie`, or what `YH_GENIE_LOCK_DIR` says).
+    /// state (`/run/yh-genie`, or where `YH_GENIE_LOCK_DIR` moves it).
     pub fn of_node(data_dir: &Path) -> Self {
-        let locks = attachment_lock::dir(std::env::var(attachment_lock::DIR_VAR).ok());
-        Self::new(data_dir, &attachment_lock::volatile_dir(&locks))
+        Self::new(data_dir, &NodePaths::from_env())
     }
 
     /// `<dataDir>/attachments/<containerID>:<ifname>`. Neither part may contain `:` (the runtime's
@@ -446,7 +445,7 @@ mod tests {
 
     /// The store of a node whose data dir is `d` and whose volatile directory is `d/run`.
     fn store_in(d: &Path) -> RecordStore {
-        RecordStore::new(d, &d.join("run"))
+        RecordStore::new(d, &NodePaths::with_lock_dir(Some(d.join("run/attachments"))))
     }
 
     /// Where `store_in(d)` keeps results: `<volatile dir>/results<dataDir>`.
@@ -546,7 +545,8 @@ mod tests {
         assert_eq!(kept["result"]["ips"][0]["address"], "10.0.0.2/24");
         assert!(!d.path().join("results").exists(), "nothing under the data dir but the records");
         let other_data_dir = d.path().join("other");
-        let other = RecordStore::new(&other_data_dir, &d.path().join("run"));
+        let other =
+            RecordStore::new(&other_data_dir, &NodePaths::with_lock_dir(Some(d.path().join("run/attachments"))));
         other.write_all(&[&record("c9", "eth0", 0, "eth0")]).unwrap();
         assert_eq!(other.remove_abandoned().unwrap(), 0, "another data dir's GC leaves these results alone");
         assert!(store.read("c1", "eth0").unwrap().result.is_some());

@@ -11,6 +11,7 @@
 //! keep their state by the chain's `name`, so the live attachments are grouped by it: two
 //! directories whose chains share a name each hear of all the attachments of that name.
 
+use crate::node::paths::NodePaths;
 use crate::platform::cni::attachment_lock;
 use crate::platform::cni::{CniArgs, CniError, Command, ConfList, Invocation, PluginConf};
 use crate::programs::selector::attach::{self, Record, RecordStore, Tombstones, chain, settle};
@@ -78,7 +79,7 @@ fn del_stale(
     store: &RecordStore,
     stale: Vec<Record>,
 ) -> Result<(), CniError> {
-    let locks = attachment_lock::dir(std::env::var(attachment_lock::DIR_VAR).ok());
+    let node = NodePaths::from_env();
     let mut by_owner: BTreeMap<(String, String), Vec<Record>> = BTreeMap::new();
     for record in stale {
         by_owner.entry((record.container_id.clone(), record.owner().to_string())).or_default().push(record);
@@ -87,7 +88,7 @@ fn del_stale(
     for ((container_id, owner), mut records) in by_owner {
         attach::in_order(&mut records, &owner);
         // A DEL like the runtime's: after the remains of any killed call on the attachment.
-        let lock = attachment_lock::acquire(&locks, &container_id, &owner, attachment_lock::WAIT);
+        let lock = attachment_lock::acquire(node.attachment_locks(), &container_id, &owner, attachment_lock::WAIT);
         let own = records.iter().find(|r| r.ifname == owner).unwrap_or(&records[0]);
         // The runtime has forgotten this container; if its netns still exists, clean inside it too.
         let runtime = Invocation {

@@ -14,13 +14,10 @@ use serde_json::{Map, Value};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-pub const DEFAULT_CONF_DIR: &str = "/etc/cni/net.d";
-pub const DEFAULT_DATA_DIR: &str = "/var/lib/cni/yh-genie";
-pub const DEFAULT_BIN_DIR: &str = "/opt/cni/bin";
-/// Where Multus (thin and thick alike) keeps its delegate cache, by default.
-pub const DEFAULT_MULTUS_DIR: &str = "/var/lib/cni/multus";
-/// Where the installer writes the selector's configuration; `explain` reads it by default.
-pub const DEFAULT_CONFIG_FILE: &str = "/etc/cni/net.d/00-yh-genie.conflist";
+pub use crate::node::paths::{
+    BIN_DIR as DEFAULT_BIN_DIR, CONF_DIR as DEFAULT_CONF_DIR, CONFLIST as DEFAULT_CONFIG_FILE,
+    DATA_DIR as DEFAULT_DATA_DIR, MULTUS_DIR as DEFAULT_MULTUS_DIR,
+};
 
 /// Longest API budget accepted: beyond it the runtime's own timeouts fire first anyway.
 const MAX_API_SECONDS: f64 = 600.0;
@@ -137,7 +134,7 @@ impl SelectorConfig {
             policy: AttachmentPolicy::from_keys(&conf.raw)?,
             network_status: key(&conf.raw, "networkStatus")?.unwrap_or_default(),
             agent_socket: match key::<PathBuf>(&conf.raw, "agentSocket")? {
-                None => Some(PathBuf::from(crate::node::agent_socket::DEFAULT_PATH)),
+                None => Some(PathBuf::from(crate::node::paths::AGENT_SOCKET)),
                 Some(path) => non_empty(Some(path)),
             },
             capability_args: crate::programs::selector::netconf::capabilities::runtime_args(conf)?,

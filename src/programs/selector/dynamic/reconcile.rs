@@ -13,6 +13,7 @@
 //! included, with or without a result; a detach killed before its record went is done again.
 
 use super::plan::{self, Plan};
+use crate::node::paths::NodePaths;
 use crate::node::worker_protocol::{ADDED_INTERFACE, Answer, Notice, REMOVED_INTERFACE, Request};
 use crate::platform::cni::{CniArgs, CniError, CniResult, Command, Invocation, attachment_lock};
 use crate::programs::selector::attach::{self, Found, Record, RecordStore, Tombstones, chain};
@@ -37,8 +38,9 @@ pub fn reconcile(config: &SelectorConfig, request: &Request) -> Answer {
         return Answer::NotAttached { why: format!("no completed attachment of pod uid {} on this node", request.uid) };
     };
     let pod = format!("pod {}/{}", request.namespace, request.name);
-    let locks = attachment_lock::dir(std::env::var(attachment_lock::DIR_VAR).ok());
-    let _lock = attachment_lock::acquire(&locks, &owner.container_id, &owner.ifname, attachment_lock::WAIT);
+    let node = NodePaths::from_env();
+    let _lock =
+        attachment_lock::acquire(node.attachment_locks(), &owner.container_id, &owner.ifname, attachment_lock::WAIT);
     if Tombstones::new(&config.data_dir).contains(&owner.container_id, &owner.ifname) {
         return Answer::NotAttached { why: format!("the sandbox of {pod} has been deleted") };
     }

@@ -6,7 +6,8 @@
 //! the agent never does.
 
 use super::reconcile::reconcile;
-use crate::node::worker_protocol::{self as protocol, Answer, DEFAULT_SOCKET, MAX_LINE, Request, VERSION};
+use crate::node::paths::WORKER_SOCKET;
+use crate::node::worker_protocol::{self as protocol, Answer, MAX_LINE, Request, VERSION};
 use crate::programs::selector::config::{DEFAULT_CONFIG_FILE, SelectorConfig};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
@@ -36,7 +37,7 @@ fn parse(args: &[&str]) -> Result<Options, String> {
     let mut options = Options {
         host_root: PathBuf::from("/"),
         config: PathBuf::from(DEFAULT_CONFIG_FILE),
-        socket: PathBuf::from(DEFAULT_SOCKET),
+        socket: PathBuf::from(WORKER_SOCKET),
     };
     let mut args = args.iter();
     while let Some(arg) = args.next() {
