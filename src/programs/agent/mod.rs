@@ -62,6 +62,20 @@ const HEALTHY_RUN: Duration = Duration::from_secs(120);
 /// How often the selector configuration (the namespace policy) is read again.
 const POLICY_RELOAD: Duration = Duration::from_secs(10);
 
+/// What an operator sets for the agent (`--node-name`, `--agent-socket`, `--agent-metrics-address`,
+/// `--dynamic-networks`), checked.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AgentSettings {
+    /// The node whose pods it watches.
+    pub node_name: String,
+    /// Its socket, as the host sees it (the plugin's `agentSocket`).
+    pub socket: PathBuf,
+    pub metrics_address: SocketAddr,
+    /// `--dynamic-networks`: the agent has the attach worker apply running pods' networks
+    /// annotation edits.
+    pub dynamic_networks: bool,
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Options {
     /// The node whose pods it watches (the DaemonSet: the downward API's `spec.nodeName`).

@@ -18,8 +18,9 @@ mod kubeconfig;
 mod networks;
 mod options;
 
-pub use options::{AgentSettings, Options, Request, UsageError, help};
+pub use options::Options;
 
+use crate::programs::agent::AgentSettings;
 use anyhow::{Context, bail};
 use files::Change;
 use kubeconfig::ServiceAccount;
@@ -32,24 +33,10 @@ use tracing::{error, info, warn};
 /// Where the kernel keeps the running binary; still readable if the file it came from was replaced.
 const SELF_EXE: &str = "/proc/self/exe";
 
-/// Entry point for `yh-genie install ARGS`; returns the exit code (2: bad command line, 1: failed).
-pub fn main(args: &[&str]) -> i32 {
-    let request = match Options::parse(args, &|name| std::env::var(name).ok()) {
-        Ok(r) => r,
-        Err(e) => {
-            eprintln!("yh-genie install: {e}");
-            return 2;
-        }
-    };
-    let opts = match request {
-        Request::Help => {
-            print!("{}", help());
-            return 0;
-        }
-        Request::Install(opts) => opts,
-    };
+/// Install as `opts` say; returns the exit code (1: failed).
+pub fn main(opts: &Options) -> i32 {
     init_logging();
-    match run(&opts) {
+    match run(opts) {
         Ok(()) => 0,
         Err(e) => {
             error!("{e:#}");
