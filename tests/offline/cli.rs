@@ -32,6 +32,7 @@ fn every_name_answers_version_and_help_as_its_plugin() {
         let (code, out, _) = run_as(name, &["--help"], &[]);
         assert_eq!(code, 0);
         assert!(out.contains("install") && out.contains("explain") && out.contains("CNI_COMMAND"), "{out}");
+        assert!(out.contains("agent ") && out.contains("attach-worker"), "{out}");
     }
 }
 
@@ -49,6 +50,8 @@ fn every_command_answers_help_with_status_0() {
         &["explain", "-h"],
         &["explain", "help"],
         &["explain", "--pod", "web-0", "--help"],
+        &["agent", "--help"],
+        &["agent", "-h"],
         &["attach-worker", "--help"],
         &["attach-worker", "help"],
         &["help", "install"],
@@ -60,6 +63,7 @@ fn every_command_answers_help_with_status_0() {
             Some(&"install") => "Usage: yh-genie install",
             Some(&"explain") => "Usage: yh-genie explain",
             Some(&"attach-worker") => "Usage: yh-genie attach-worker",
+            Some(&"agent") => "Usage: yh-genie agent",
             _ => "Usage: yh-genie [COMMAND]",
         };
         assert!(out.contains(usage), "yh-genie {args:?}: {out}");

@@ -22,7 +22,8 @@ const MAX_INTERVAL: Duration = Duration::from_secs(3600);
 Copies this binary into the host CNI bin dir (atomically: safe while it is running), points the
 plugin names yonghui, yh-bridge, veth and router at it, installs the network confs, writes a
 kubeconfig from the service-account token and then 00-yh-genie.conflist, and keeps the kubeconfig
-current as the token rotates. With --agent it also runs the node agent beside it.
+current as the token rotates. With --agent it also runs the node agent beside it (`yh-genie agent`
+runs the agent alone).
 
 Each flag is also read from the environment variable shown; a flag on the command line wins. Exit
 status: 0 done (or stopped by a signal), 1 the install failed, 2 the command line or environment is

@@ -3,12 +3,14 @@
 //! environment it speaks CNI; without, it is a command-line tool for operators, parsed by clap, one
 //! file per command, each holding its flags and calling into its program:
 //!
-//! - `install`: the installer the DaemonSet runs (`programs::install`);
+//! - `install`: the installer the DaemonSet runs (`programs::install`), and with `--agent` the node
+//!   agent beside it;
+//! - `agent`: the node agent alone, in the foreground (`programs::agent`);
 //! - `explain`: which networks a pod gets, and why (`programs::selector::explain`);
 //! - `attach_worker`: `attach-worker`, the dynamic networks' privileged container
 //!   (`programs::selector::dynamic::worker`);
 //!
-//! and what they share: `agent` (the node agent's flags), `api_access` (`--sa-dir`,
+//! and what they share: `agent` (also the node agent's flags, `install --agent`'s), `api_access` (`--sa-dir`,
 //! `--api-server`), `host_path` (host paths are absolute), `environment` (a flag's environment
 //! variable, read when the command line does not give the flag). clap answers `--help`, `-h`,
 //! `help`, `--version` and `-V`.
@@ -57,6 +59,7 @@ pub struct Cli {
 #[derive(Subcommand, Debug)]
 pub enum Command {
     Install(Box<install::InstallArgs>),
+    Agent(agent::AgentCommandArgs),
     Explain(explain::ExplainArgs),
     AttachWorker(attach_worker::AttachWorkerArgs),
     /// `--version` as a word.
@@ -113,6 +116,7 @@ fn run(name: &'static str, mut args: Vec<OsString>, env: Lookup) -> i32 {
             0
         }
         Some(Command::Install(args)) => install::run(&args, env),
+        Some(Command::Agent(args)) => agent::run(&args, env),
         Some(Command::Explain(args)) => explain::run(&args),
         Some(Command::AttachWorker(args)) => attach_worker::run(&args),
         Some(Command::Version) => {
