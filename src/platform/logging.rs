@@ -17,6 +17,17 @@ use tracing::Level;
 use tracing_subscriber::fmt::writer::BoxMakeWriter;
 use tracing_subscriber::util::SubscriberInitExt;
 
+/// The log of a long-running program (the installer, the node agent): one line per event on stderr,
+/// in colour on a terminal.
+pub fn init_stderr_log() {
+    use std::io::IsTerminal;
+    let _ = tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
+        .with_target(false)
+        .try_init();
+}
+
 /// The networks this process's operation concerns, comma-separated, when the plugin knows better
 /// than its config's `name` (the selector learns them by selecting). Read by the operation line.
 static OPERATION_NETWORK: Mutex<String> = Mutex::new(String::new());

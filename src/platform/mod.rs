@@ -2,7 +2,7 @@
 //! Kubernetes API server (`kube`), netlink behind one typed interface (`netlink`), entering a
 //! network namespace (`netns`), files written whole and durably (`durable`), operation logs
 //! (`logging`), tokio for one blocking call (`async_runtime`), named crash points for the crash
-//! tests (`crash_point`).
+//! tests (`crash_point`), SIGTERM and SIGINT for the long-running programs (`stop_signals`).
 
 pub mod async_runtime;
 pub mod cni;
@@ -12,3 +12,4 @@ pub mod kube;
 pub mod logging;
 pub mod netlink;
 pub mod netns;
+pub mod stop_signals;

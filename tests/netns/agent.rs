@@ -156,6 +156,29 @@ fn with_the_agent_add_makes_no_api_request_and_records_what_the_direct_path_reco
     assert_eq!(streamed, ["pods", "configmaps"], "{calls:#?}");
 }
 
+/// `yh-genie agent` runs the same agent as `install --agent`, alone: it answers the plugin, and
+/// removes its socket when stopped.
+#[test]
+fn the_agent_command_runs_the_agent_alone_until_sigterm() {
+    let n = node();
+    n.api.put_pod("default", "web-0", literal("blue"));
+    let socket = n.agent_socket();
+    let mut agent = Agent::start_alone(&n.netns, &n.api, n.sb.path(), &socket, METRICS_PORT, &[]);
+    agent.wait_ready();
+    agent.wait_holds(&socket, "web-0", &uid("web-0"), |_| true);
+    let conf = n.selector_conf("1.0.0", json!({}));
+    let pod = n.pod("web-0");
+    let before = n.api.plugin_requests();
+    let reply = add(&n, &pod, &conf);
+    assert!(on(&pod, BLUE), "{:?}", pod_addresses(&pod));
+    assert_eq!((n.api.plugin_requests(), selection(&reply)), (before, "agent".to_string()));
+    n.call("DEL", &pod, &conf).ok();
+    n.assert_nothing_left(&pod, "web-0");
+    agent.signal(nix::sys::signal::Signal::SIGTERM);
+    assert!(agent.wait_exit().success(), "{}", agent.logged());
+    assert!(!socket.exists(), "the socket outlived the agent");
+}
+
 #[test]
 fn a_pod_the_agent_holds_gets_its_networks_while_the_api_server_is_down() {
     let n = node();

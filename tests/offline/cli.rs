@@ -32,6 +32,7 @@ fn every_name_answers_version_and_help_as_its_plugin() {
         let (code, out, _) = run_as(name, &["--help"], &[]);
         assert_eq!(code, 0);
         assert!(out.contains("install") && out.contains("explain") && out.contains("CNI_COMMAND"), "{out}");
+        assert!(out.contains("agent ") && out.contains("attach-worker"), "{out}");
     }
 }
 
@@ -49,21 +50,28 @@ fn every_command_answers_help_with_status_0() {
         &["explain", "-h"],
         &["explain", "help"],
         &["explain", "--pod", "web-0", "--help"],
+        &["agent", "--help"],
+        &["agent", "-h"],
+        &["attach-worker", "--help"],
+        &["attach-worker", "help"],
+        &["help", "install"],
     ] {
         let (code, out, err) = run_as("yh-genie", args, &[]);
         assert_eq!(code, 0, "yh-genie {args:?}: {err}");
         assert!(err.is_empty(), "yh-genie {args:?}: {err}");
-        let usage = match args.first() {
+        let usage = match args.iter().find(|a| !a.starts_with('-') && **a != "help") {
             Some(&"install") => "Usage: yh-genie install",
-            Some(&"explain") => "usage: yh-genie explain",
-            _ => "Usage (for people)",
+            Some(&"explain") => "Usage: yh-genie explain",
+            Some(&"attach-worker") => "Usage: yh-genie attach-worker",
+            Some(&"agent") => "Usage: yh-genie agent",
+            _ => "Usage: yh-genie [COMMAND]",
         };
         assert!(out.contains(usage), "yh-genie {args:?}: {out}");
     }
     // A usage error is still one: status 2, the usage on stderr.
     let (code, out, err) = run_as("yh-genie", &["explain", "--bogus"], &[]);
     assert_eq!((code, out.as_str()), (2, ""));
-    assert!(err.contains("--bogus") && err.contains("usage: yh-genie explain"), "{err}");
+    assert!(err.contains("--bogus") && err.contains("Usage: yh-genie explain"), "{err}");
 }
 
 #[test]

@@ -250,23 +250,52 @@ fn every_selector_key_the_docs_name_is_read_and_those_they_say_do_nothing_are_ig
     }
 }
 
-/// The installer's flags as `yh-genie install --help` prints them: flag, variable, default.
-fn installer_flags() -> BTreeMap<String, (String, Option<String>)> {
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_yh-genie")).args(["install", "--help"]).output().unwrap();
+/// The flags of `yh-genie COMMAND` as its command line defines them: flag, variable, default. Each is
+/// checked to be in `yh-genie COMMAND --help` as it is defined.
+fn flags_of(command: &str) -> BTreeMap<String, (Option<String>, Option<String>)> {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_yh-genie")).args([command, "--help"]).output().unwrap();
     assert!(out.status.success());
     let help = String::from_utf8(out.stdout).unwrap();
-    let flag = Regex::new(r"^  (--[a-z-]+)").unwrap();
-    let env = Regex::new(r"^\s+env (YH_GENIE_[A-Z_]+)(?: \[default: (.*)\])?$").unwrap();
+    let cli = yh_genie::programs::commands::command("yh-genie");
+    let definition = cli.find_subcommand(command).unwrap_or_else(|| panic!("no command {command}"));
     let mut flags = BTreeMap::new();
-    let mut current = None;
-    for line in help.lines() {
-        if let Some(c) = flag.captures(line) {
-            current = Some(c[1].to_string());
-        } else if let (Some(c), Some(name)) = (env.captures(line), current.take()) {
-            flags.insert(name, (c[1].to_string(), c.get(2).map(|d| d.as_str().to_string())));
+    for arg in definition.get_arguments() {
+        let name = format!("--{}", arg.get_long().unwrap());
+        let env = arg.get_env().map(|v| v.to_str().unwrap().to_string());
+        // A switch's default is only its being off.
+        let default = arg
+            .get_default_values()
+            .first()
+            .filter(|_| arg.get_action().takes_values())
+            .map(|d| d.to_str().unwrap().to_string());
+        let names_the_flag =
+            |l: &&str| l.trim_start().starts_with('-') && l.split([' ', ',', '[']).any(|word| word == name);
+        let line = help
+            .lines()
+            .skip_while(|l| !names_the_flag(l))
+            .nth(1)
+            .unwrap_or_else(|| panic!("`yh-genie {command} --help` has no {name}:\n{help}"));
+        if let Some(env) = &env {
+            assert!(line.contains(&format!("[env: {env}]")), "{name}: `--help` does not show {env}: {line}");
         }
+        if let Some(default) = &default {
+            assert!(line.contains(&format!("[default: {default}]")), "{name}: `--help` shows no default: {line}");
+        }
+        flags.insert(name, (env, default));
     }
-    assert!(flags.len() > 15, "{help}");
+    flags
+}
+
+/// The installer's flags: flag, variable, default.
+fn installer_flags() -> BTreeMap<String, (String, Option<String>)> {
+    let flags: BTreeMap<_, _> = flags_of("install")
+        .into_iter()
+        .map(|(name, (env, default))| {
+            let env = env.unwrap_or_else(|| panic!("{name} has no variable"));
+            (name, (env, default))
+        })
+        .collect();
+    assert!(flags.len() > 15, "{flags:?}");
     flags
 }
 
@@ -303,10 +332,13 @@ fn the_installer_reference_is_its_help() {
 
 #[test]
 fn every_flag_the_docs_give_yh_genie_exists() {
-    let mut known: BTreeSet<String> = installer_flags().into_keys().collect();
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_yh-genie")).args(["explain", "--help"]).output().unwrap();
+    let commands = yh_genie::programs::commands::command("yh-genie");
+    let mut known: BTreeSet<String> = commands
+        .get_subcommands()
+        .filter(|c| !c.is_hide_set())
+        .flat_map(|c| flags_of(c.get_name()).into_keys())
+        .collect();
     let flag = Regex::new(r"--[a-z][a-z-]*").unwrap();
-    known.extend(flag.find_iter(&String::from_utf8(out.stdout).unwrap()).map(|m| m.as_str().to_string()));
     known.extend(["--help", "--version"].map(String::from));
     // The repository's scripts have flags of their own.
     for dir in ["scripts", "bench", "e2e"] {

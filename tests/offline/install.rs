@@ -374,11 +374,23 @@ fn usage_errors_exit_2_naming_the_problem() {
     let pod = InstallerPod::new();
     let out = pod.install_once(&["--frobnicate"]);
     assert_eq!(out.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("unknown flag --frobnicate"));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("unexpected argument '--frobnicate'"));
     let out = pod.command(&["--once"]).env_remove("KUBERNETES_SERVICE_HOST").output().unwrap();
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("KUBERNETES_SERVICE_HOST is not set"));
+    let out = pod.command(&[]).env("YH_GENIE_ONCE", "perhaps").output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("yh-genie install: YH_GENIE_ONCE must be true or false, not \"perhaps\""), "{stderr}");
     assert!(pod.snapshot().len() == 1, "nothing but the empty root");
+}
+
+#[test]
+fn flags_come_from_the_environment_when_the_command_line_leaves_them_out() {
+    let pod = InstallerPod::new();
+    let out = pod.command(&[]).env("YH_GENIE_ONCE", "yes").env("YH_GENIE_DATA_DIR", "").output().unwrap();
+    assert_ok(&out);
+    assert_installed(&pod, "token-1");
 }
 
 /// What the conf dir shows a runtime that watches it (containerd's fsnotify watch, not recursive,

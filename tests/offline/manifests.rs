@@ -19,7 +19,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use yh_genie::platform::cni::ConfList;
 use yh_genie::platform::kube::{AGENT_API_CALLS, API_CALLS, NetworkAttachmentDefinition};
-use yh_genie::programs::install::{Options, Request};
+use yh_genie::programs::commands;
+use yh_genie::programs::install::Options;
 // Plugin types that are part of the binary.
 use yh_genie::programs::plugins::NAMES as BUILTIN_TYPES;
 use yh_genie::programs::selector::netconf::confdir::{NetworkName, parse_conf, parse_inline};
@@ -324,9 +325,12 @@ fn installer_options(container: &Container) -> Options {
         "KUBERNETES_SERVICE_PORT" => Some("443".to_owned()),
         _ => env.get(name).cloned(),
     };
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    match Options::parse(&args, &lookup) {
-        Ok(Request::Install(opts)) => *opts,
+    let args: Vec<std::ffi::OsString> =
+        ["yh-genie", "install"].into_iter().map(String::from).chain(args).map(Into::into).collect();
+    match commands::parse("yh-genie", &args, &lookup) {
+        Ok(commands::Cli { command: Some(commands::Command::Install(install)) }) => {
+            install.options(&lookup).unwrap_or_else(|e| panic!("the DaemonSet's installer options are unusable: {e}"))
+        }
         other => panic!("the DaemonSet's installer args do not parse: {other:?}"),
     }
 }

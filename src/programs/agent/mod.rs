@@ -1,6 +1,7 @@
 //! The node agent: a node-local cache of what pods chose, so that the plugin's ADD needs no API
 //! request (docs/agent.md). It runs in the DaemonSet's container beside the installer
-//! (`yh-genie install --agent`), on a thread of its own:
+//! (`yh-genie install --agent`), or alone in the foreground (`yh-genie agent`), on a thread of its
+//! own started the same way (`spawn`):
 //!
 //! - it watches only its node's pods and, for each, the ConfigMaps and NetworkAttachmentDefinitions
 //!   the pod refers to (`watch`, `store`), so the objects are fetched when the pod appears, before
@@ -30,6 +31,7 @@ mod watch;
 pub mod watching;
 
 use crate::platform::kube::jittered;
+use crate::platform::stop_signals::StopSignals;
 use crate::programs::agent::watching::list_watch::Streaming;
 use crate::programs::selector::config::defaults::PodDefaults;
 use crate::programs::selector::config::policy::AttachmentPolicy;
@@ -62,6 +64,20 @@ const HEALTHY_RUN: Duration = Duration::from_secs(120);
 /// How often the selector configuration (the namespace policy) is read again.
 const POLICY_RELOAD: Duration = Duration::from_secs(10);
 
+/// What an operator sets for the agent (`--node-name`, `--agent-socket`, `--agent-metrics-address`,
+/// `--dynamic-networks`), checked.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AgentSettings {
+    /// The node whose pods it watches.
+    pub node_name: String,
+    /// Its socket, as the host sees it (the plugin's `agentSocket`).
+    pub socket: PathBuf,
+    pub metrics_address: SocketAddr,
+    /// `--dynamic-networks`: the agent has the attach worker apply running pods' networks
+    /// annotation edits.
+    pub dynamic_networks: bool,
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Options {
     /// The node whose pods it watches (the DaemonSet: the downward API's `spec.nodeName`).
@@ -78,6 +94,31 @@ pub struct Options {
     /// `--dynamic-networks`: the attach worker's socket, as this process reaches it; running pods'
     /// networks annotation edits are applied through it (`dynamic`).
     pub dynamic_networks: Option<PathBuf>,
+}
+
+impl Options {
+    /// The agent's options for `settings`, whoever starts it: `reach` turns a host path into the
+    /// path this process reaches it by (under the installer's host root; itself for `yh-genie
+    /// agent`). The attach worker listens beside the agent's socket.
+    pub fn new(
+        settings: &AgentSettings,
+        access: Access,
+        selector_config: Option<PathBuf>,
+        default_network: NetworkReadiness,
+        reach: impl Fn(&Path) -> PathBuf,
+    ) -> Self {
+        Options {
+            node: settings.node_name.clone(),
+            access,
+            socket: reach(&settings.socket),
+            metrics_address: settings.metrics_address,
+            selector_config,
+            default_network,
+            dynamic_networks: settings
+                .dynamic_networks
+                .then(|| reach(&crate::node::paths::worker_socket(&settings.socket))),
+        }
+    }
 }
 
 /// Whether the node's default network is ready: the installer sets it (the conflist written, its
@@ -137,6 +178,28 @@ impl Handle {
             }
         }
     }
+}
+
+/// `yh-genie agent`: the agent alone, in the foreground, until SIGTERM or SIGINT; its sockets are
+/// removed on the way out. Returns the exit code (1: it could not start).
+pub fn main(options: Options) -> i32 {
+    crate::platform::logging::init_stderr_log();
+    match run_in_foreground(options) {
+        Ok(()) => 0,
+        Err(e) => {
+            error!("{e:#}");
+            1
+        }
+    }
+}
+
+fn run_in_foreground(options: Options) -> anyhow::Result<()> {
+    let stop = StopSignals::listen()?;
+    let agent = spawn(options)?;
+    let signal = stop.next();
+    info!("{signal}: stopping");
+    agent.stop();
+    Ok(())
 }
 
 /// Start the agent on a thread of its own, restarting it whenever it fails.

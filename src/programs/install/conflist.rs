@@ -112,23 +112,15 @@ pub fn render(opts: &Options, mut extra: Map<String, Value>) -> Vec<u8> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::programs::install::options::Request;
+    use crate::programs::agent::AgentSettings;
 
-    fn opts(args: &[&str]) -> Options {
-        let env = |k: &str| match k {
-            "KUBERNETES_SERVICE_HOST" => Some("10.96.0.1".to_owned()),
-            "KUBERNETES_SERVICE_PORT" => Some("443".to_owned()),
-            _ => None,
-        };
-        match Options::parse(args, &env).unwrap() {
-            Request::Install(o) => *o,
-            Request::Help => unreachable!(),
-        }
+    fn with_default_network(name: &str) -> Options {
+        Options { default_network: Some(name.into()), ..Options::standard() }
     }
 
     #[test]
     fn renders_the_spec_shape() {
-        let o = opts(&["--default-network", "yonghui"]);
+        let o = with_default_network("yonghui");
         let mut extra = Map::new();
         extra.insert("logLevel".into(), "debug".into());
         let v: Value = serde_json::from_slice(&render(&o, extra)).unwrap();
@@ -153,11 +145,21 @@ mod tests {
         );
         // And it is a conflist the CNI code itself accepts.
         crate::platform::cni::ConfList::parse(&render(&o, Map::new()), true, "test").unwrap();
-        let with_agent = opts(&["--agent", "--node-name", "n1"]);
+        let agent = AgentSettings {
+            node_name: "n1".into(),
+            socket: "/run/yh-genie/agent.sock".into(),
+            metrics_address: "127.0.0.1:9745".parse().unwrap(),
+            dynamic_networks: false,
+        };
+        let with_agent = Options { agent: Some(agent), ..Options::standard() };
         let v: Value = serde_json::from_slice(&render(&with_agent, Map::new())).unwrap();
         assert_eq!(v["plugins"][0]["agentSocket"], "/run/yh-genie/agent.sock");
         // Already the newest: no list of one more.
-        let v: Value = serde_json::from_slice(&render(&opts(&["--cni-version", "1.1.0"]), Map::new())).unwrap();
+        let v: Value = serde_json::from_slice(&render(
+            &Options { cni_version: crate::platform::cni::CniVersion::V1_1_0, ..Options::standard() },
+            Map::new(),
+        ))
+        .unwrap();
         assert_eq!(v["cniVersions"], serde_json::json!(["1.1.0"]));
         // A runtime reading version lists runs it as 1.1.0.
         assert_eq!(
@@ -170,16 +172,16 @@ mod tests {
     fn default_network_flag_overrides_the_selector_config() {
         let mut extra = Map::new();
         extra.insert("defaultNetwork".into(), "from-file".into());
-        let v: Value = serde_json::from_slice(&render(&opts(&["--default-network", "flag"]), extra.clone())).unwrap();
+        let v: Value = serde_json::from_slice(&render(&with_default_network("flag"), extra.clone())).unwrap();
         assert_eq!(v["plugins"][0]["defaultNetwork"], "flag");
-        let v: Value = serde_json::from_slice(&render(&opts(&[]), extra)).unwrap();
+        let v: Value = serde_json::from_slice(&render(&Options::standard(), extra)).unwrap();
         assert_eq!(v["plugins"][0]["defaultNetwork"], "from-file");
         // CNI-Genie's spelling is kept as the admin wrote it, and goes when the flag decides.
         let mut genie = Map::new();
         genie.insert("default_plugin".into(), "weave,canal".into());
-        let v: Value = serde_json::from_slice(&render(&opts(&[]), genie.clone())).unwrap();
+        let v: Value = serde_json::from_slice(&render(&Options::standard(), genie.clone())).unwrap();
         assert_eq!(v["plugins"][0]["default_plugin"], "weave,canal");
-        let v: Value = serde_json::from_slice(&render(&opts(&["--default-network", "flag"]), genie)).unwrap();
+        let v: Value = serde_json::from_slice(&render(&with_default_network("flag"), genie)).unwrap();
         assert_eq!((&v["plugins"][0]["defaultNetwork"], v["plugins"][0].get("default_plugin")), (&"flag".into(), None));
     }
 

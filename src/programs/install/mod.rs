@@ -18,53 +18,29 @@ mod kubeconfig;
 mod networks;
 mod options;
 
-pub use options::{AgentSettings, Options, Request, UsageError, help};
+pub use options::Options;
 
+use crate::platform::stop_signals::StopSignals;
+use crate::programs::agent::AgentSettings;
 use anyhow::{Context, bail};
 use files::Change;
 use kubeconfig::ServiceAccount;
-use nix::sys::signal::{SigSet, Signal};
 use std::path::{Path, PathBuf};
-use std::sync::mpsc;
-use std::time::Duration;
 use tracing::{error, info, warn};
 
 /// Where the kernel keeps the running binary; still readable if the file it came from was replaced.
 const SELF_EXE: &str = "/proc/self/exe";
 
-/// Entry point for `yh-genie install ARGS`; returns the exit code (2: bad command line, 1: failed).
-pub fn main(args: &[&str]) -> i32 {
-    let request = match Options::parse(args, &|name| std::env::var(name).ok()) {
-        Ok(r) => r,
-        Err(e) => {
-            eprintln!("yh-genie install: {e}");
-            return 2;
-        }
-    };
-    let opts = match request {
-        Request::Help => {
-            print!("{}", help());
-            return 0;
-        }
-        Request::Install(opts) => opts,
-    };
-    init_logging();
-    match run(&opts) {
+/// Install as `opts` say; returns the exit code (1: failed).
+pub fn main(opts: &Options) -> i32 {
+    crate::platform::logging::init_stderr_log();
+    match run(opts) {
         Ok(()) => 0,
         Err(e) => {
             error!("{e:#}");
             1
         }
     }
-}
-
-fn init_logging() {
-    use std::io::IsTerminal;
-    let _ = tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::stderr().is_terminal())
-        .with_target(false)
-        .try_init();
 }
 
 /// Where a converge pass that could write the kubeconfig ended.
@@ -149,20 +125,13 @@ fn agent_options(
     settings: &AgentSettings,
     default_network: &crate::programs::agent::NetworkReadiness,
 ) -> crate::programs::agent::Options {
-    crate::programs::agent::Options {
-        node: settings.node_name.clone(),
-        access: crate::programs::agent::watching::Access::ServiceAccount {
-            dir: opts.sa_dir.clone(),
-            server: opts.api_server.clone(),
-        },
-        socket: opts.on_host(&settings.socket),
-        metrics_address: settings.metrics_address,
-        selector_config: opts.selector_config.clone(),
-        default_network: default_network.clone(),
-        dynamic_networks: settings
-            .dynamic_networks
-            .then(|| opts.on_host(&crate::node::paths::worker_socket(&settings.socket))),
-    }
+    let access = crate::programs::agent::watching::Access::ServiceAccount {
+        dir: opts.sa_dir.clone(),
+        server: opts.api_server.clone(),
+    };
+    crate::programs::agent::Options::new(settings, access, opts.selector_config.clone(), default_network.clone(), |p| {
+        opts.on_host(p)
+    })
 }
 
 /// Log a converge outcome when it differs from the previous one, so a steady state is quiet.
@@ -262,44 +231,5 @@ fn cleanup(opts: &Options) -> anyhow::Result<()> {
 fn log_change(change: Change, path: &Path) {
     if change == Change::Written {
         info!("wrote {}", path.display());
-    }
-}
-
-/// SIGTERM (the kubelet stopping the pod) and SIGINT, taken by a thread with `sigwait` and handed
-/// to the poll loop, which waits on them with its interval as the timeout. As PID 1 in a container,
-/// a process without this would not die on SIGTERM at all.
-struct StopSignals(mpsc::Receiver<Signal>);
-
-impl StopSignals {
-    fn listen() -> anyhow::Result<Self> {
-        let mut set = SigSet::empty();
-        set.add(Signal::SIGTERM);
-        set.add(Signal::SIGINT);
-        set.thread_block().context("blocking SIGTERM and SIGINT")?;
-        let (tx, rx) = mpsc::channel();
-        std::thread::Builder::new()
-            .name("signals".into())
-            .spawn(move || {
-                while let Ok(signal) = set.wait() {
-                    if tx.send(signal).is_err() {
-                        return;
-                    }
-                }
-            })
-            .context("starting the signal thread")?;
-        Ok(StopSignals(rx))
-    }
-
-    /// The signal that arrived within `timeout`, if any.
-    fn wait(&self, timeout: Duration) -> Option<Signal> {
-        match self.0.recv_timeout(timeout) {
-            Ok(signal) => Some(signal),
-            Err(mpsc::RecvTimeoutError::Timeout) => None,
-            // `sigwait` only fails on an invalid set, which ours is not; never spin if it did.
-            Err(mpsc::RecvTimeoutError::Disconnected) => {
-                std::thread::sleep(timeout);
-                None
-            }
-        }
     }
 }

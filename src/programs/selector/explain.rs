@@ -7,91 +7,36 @@ use crate::node::agent_socket::protocol::{Answer, Ask, Request};
 use crate::platform::cni::CniError;
 use crate::platform::kube::{ApiClient, PodSource};
 use crate::programs::selector::choose::{self, Selection, from_agent};
-use crate::programs::selector::config::{DEFAULT_CONFIG_FILE, SelectorConfig};
+use crate::programs::selector::config::SelectorConfig;
 use crate::programs::selector::devices::dra::{self, DraDevices};
 use std::fmt::Write;
 use std::path::PathBuf;
 
-const HELP: &str = "yh-genie explain: which networks the selector gives a pod, on which interfaces, and why.
-
-Decides exactly as ADD would, from the selector's configuration, the conf dir and the API server,
-without touching the node's networking or writing anything; then says whether the node agent holds
-the pod and what ADD would do with its answer. Exit status: 0 the pod gets its networks, 1 an ADD
-for it would fail (the error and its CNI code are printed), 2 the command line is unusable.
-
-";
-
-pub const USAGE: &str = "usage: yh-genie explain [--namespace NS] --pod NAME [--config FILE]
-  --namespace, -n NS  the pod's namespace (default: default)
-  --pod, -p NAME      the pod's name
-  --config FILE       the selector's configuration (default: /etc/cni/net.d/00-yh-genie.conflist)
-";
-
+/// Which pod to explain, and with which configuration (`yh-genie explain --help`).
 #[derive(Debug, PartialEq, Eq)]
-struct Options {
-    namespace: String,
-    pod: String,
-    config: PathBuf,
+pub struct Options {
+    pub namespace: String,
+    pub pod: String,
+    /// The selector's configuration: its conflist.
+    pub config: PathBuf,
 }
 
-impl Options {
-    fn parse(args: &[&str]) -> Result<Self, String> {
-        let mut namespace = String::from("default");
-        let mut pod = None;
-        let mut config = PathBuf::from(DEFAULT_CONFIG_FILE);
-        let mut args = args.iter();
-        while let Some(arg) = args.next() {
-            let (flag, inline) = match arg.split_once('=') {
-                Some((f, v)) if f.starts_with("--") => (f, Some(v)),
-                _ => (*arg, None),
-            };
-            let mut value = || {
-                inline
-                    .or_else(|| args.next().copied())
-                    .filter(|v| !v.is_empty())
-                    .ok_or_else(|| format!("{flag} needs a value"))
-                    .map(String::from)
-            };
-            match flag {
-                "--namespace" | "-n" => namespace = value()?,
-                "--pod" | "-p" => pod = Some(value()?),
-                "--config" => config = PathBuf::from(value()?),
-                other => return Err(format!("unknown argument {other:?}")),
-            }
-        }
-        let pod = pod.ok_or("--pod is required")?;
-        Ok(Options { namespace, pod, config })
-    }
-}
-
-/// Run the command; returns the process exit code (0 explained or `--help`, 1 the pod would get an
-/// error, 2 usage).
-pub fn run(args: &[&str]) -> i32 {
-    if args.first() == Some(&"help") || args.iter().any(|a| matches!(*a, "-h" | "--help")) {
-        print!("{HELP}{USAGE}");
-        return 0;
-    }
-    let options = match Options::parse(args) {
-        Ok(o) => o,
-        Err(msg) => {
-            eprintln!("yh-genie explain: {msg}\n{USAGE}");
-            return 2;
-        }
-    };
+/// Explain the pod; returns the process exit code (0 explained, 1 the pod would get an error).
+pub fn run(options: &Options) -> i32 {
     let config = match SelectorConfig::load_file(&options.config) {
         Ok(config) => config,
-        Err(e) => return failed(&options, &e, ""),
+        Err(e) => return failed(options, &e, ""),
     };
-    let direct = explain(&options, &config);
+    let direct = explain(options, &config);
     let devices = direct.as_ref().ok().and_then(|(_, _, devices)| devices.clone());
-    let mut agent = agent_section(&options, &config, direct.as_ref().ok().map(|(s, _, _)| s), devices.as_ref());
-    agent.push_str(&hotplugged_section(&options, &config));
+    let mut agent = agent_section(options, &config, direct.as_ref().ok().map(|(s, _, _)| s), devices.as_ref());
+    agent.push_str(&hotplugged_section(options, &config));
     match direct {
         Ok((_, text, _)) => {
             print!("{text}{agent}");
             0
         }
-        Err(e) => failed(&options, &e, &agent),
+        Err(e) => failed(options, &e, &agent),
     }
 }
 
@@ -295,22 +240,4 @@ fn render(options: &Options, selection: &Selection) -> Result<String, CniError> 
 /// Spaces that line the values up after `interface N:`.
 fn pad(n: usize) -> &'static str {
     if n < 10 { "   " } else { "  " }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn options() {
-        assert_eq!(
-            Options::parse(&["--namespace", "web", "--pod=p-0", "--config", "/c"]).unwrap(),
-            Options { namespace: "web".into(), pod: "p-0".into(), config: "/c".into() }
-        );
-        let o = Options::parse(&["-p", "x"]).unwrap();
-        assert_eq!((o.namespace.as_str(), o.config.to_str()), ("default", Some(DEFAULT_CONFIG_FILE)));
-        assert!(Options::parse(&[]).unwrap_err().contains("--pod"));
-        assert!(Options::parse(&["--pod"]).unwrap_err().contains("needs a value"));
-        assert!(Options::parse(&["--pod", "x", "--bogus"]).unwrap_err().contains("--bogus"));
-    }
 }

@@ -1,6 +1,7 @@
-//! The node agent as the DaemonSet runs it: `yh-genie install --agent`, a real process in a test
-//! node's netns (where the fake API server listens), with a service account of its own (the
-//! agent's token, the server's CA) and every host path it writes under a directory of the test:
+//! The node agent as the DaemonSet runs it: `yh-genie install --agent` (or alone, `yh-genie
+//! agent`), a real process in a test node's netns (where the fake API server listens), with a
+//! service account of its own (the agent's token, the server's CA) and every host path it writes
+//! under a directory of the test:
 //! its socket, the binary and conflist it installs. Killed when dropped, so a failing test leaves
 //! no process behind. Its readiness and metrics port is on the node netns' loopback.
 //!
@@ -48,6 +49,36 @@ impl Agent {
             .arg(format!("--agent-socket={}", socket.display()))
             .arg(format!("--agent-metrics-address=127.0.0.1:{metrics_port}"))
             .args(extra);
+        let child = command.spawn().expect("the agent starts");
+        Agent { child, node_netns: netns.path(), metrics_port, log }
+    }
+
+    /// Start `yh-genie agent`, the agent alone, with the flags `start` gives `install --agent`.
+    pub fn start_alone(
+        netns: &Netns,
+        api: &ApiServer,
+        dir: &Path,
+        socket: &Path,
+        metrics_port: u16,
+        extra: &[&str],
+    ) -> Agent {
+        let (sa, log) = (service_account(api, dir), dir.join(format!("{}.log", unique("agent"))));
+        let mut command = std::process::Command::new("ip");
+        command
+            .args(["netns", "exec", &netns.name])
+            .arg(yh_genie_binary())
+            .arg("agent")
+            .arg(format!("--node-name={NODE_NAME}"))
+            .arg(format!("--api-server={}", api.url()))
+            .arg(format!("--sa-dir={}", sa.display()))
+            .arg(format!("--agent-socket={}", socket.display()))
+            .arg(format!("--agent-metrics-address=127.0.0.1:{metrics_port}"))
+            .args(extra)
+            .env_clear()
+            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap());
         let child = command.spawn().expect("the agent starts");
         Agent { child, node_netns: netns.path(), metrics_port, log }
     }
@@ -120,6 +151,18 @@ impl Agent {
         let _ = self.child.wait();
     }
 
+    /// Wait for it to exit, for at most `PATIENCE`.
+    pub fn wait_exit(&mut self) -> std::process::ExitStatus {
+        let deadline = Instant::now() + PATIENCE;
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return status;
+            }
+            assert!(Instant::now() < deadline, "timed out waiting for the agent to exit; its log:\n{}", self.logged());
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
     /// Whether it is still running.
     pub fn running(&mut self) -> bool {
         self.child.try_wait().unwrap().is_none()
@@ -130,10 +173,7 @@ impl Agent {
 /// every host path under `dir`; and the file its stderr goes to.
 fn installer(netns: &Netns, api: &ApiServer, dir: &Path) -> (std::process::Command, PathBuf) {
     let id = unique("installer");
-    let sa = dir.join(format!("{id}-sa"));
-    std::fs::create_dir_all(&sa).unwrap();
-    std::fs::write(sa.join("token"), AGENT_TOKEN).unwrap();
-    std::fs::copy(api.ca(), sa.join("ca.crt")).unwrap();
+    let sa = service_account(api, dir);
     let host = dir.join(format!("{id}-host"));
     let log = dir.join(format!("{id}.log"));
     let mut command = std::process::Command::new("ip");
@@ -153,6 +193,15 @@ fn installer(netns: &Netns, api: &ApiServer, dir: &Path) -> (std::process::Comma
         .stdout(Stdio::null())
         .stderr(std::fs::File::create(&log).unwrap());
     (command, log)
+}
+
+/// A service account of the agent's own for `api` under `dir`: its token, the server's CA.
+fn service_account(api: &ApiServer, dir: &Path) -> PathBuf {
+    let sa = dir.join(format!("{}-sa", unique("agent")));
+    std::fs::create_dir_all(&sa).unwrap();
+    std::fs::write(sa.join("token"), AGENT_TOKEN).unwrap();
+    std::fs::copy(api.ca(), sa.join("ca.crt")).unwrap();
+    sa
 }
 
 impl Drop for Agent {

@@ -6,72 +6,32 @@
 //! the agent never does.
 
 use super::reconcile::reconcile;
-use crate::node::paths::WORKER_SOCKET;
 use crate::node::worker_protocol::{self as protocol, Answer, MAX_LINE, Request, VERSION};
-use crate::programs::selector::config::{DEFAULT_CONFIG_FILE, SelectorConfig};
+use crate::programs::selector::config::SelectorConfig;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-const USAGE: &str = "usage: yh-genie attach-worker [--host-root DIR] [--config FILE] [--socket PATH]
-  --host-root DIR  the host's / as this container sees it; entered first (default: /, none)
-  --config FILE    the selector's configuration on the host (default: /etc/cni/net.d/00-yh-genie.conflist)
-  --socket PATH    where to listen on the host (default: /run/yh-genie/dynamic-networks.sock)
-
-Attaches and detaches the networks of running pods when the node agent asks (dynamicNetworks).
-";
-
 /// How long one exchange with the agent may stay silent.
 const IO_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// Where the worker runs (`yh-genie attach-worker --help`).
 #[derive(Debug, PartialEq, Eq)]
-struct Options {
-    host_root: PathBuf,
-    config: PathBuf,
-    socket: PathBuf,
+pub struct Options {
+    /// The host's `/` as this container sees it; entered first unless it is `/`.
+    pub host_root: PathBuf,
+    /// The selector's configuration on the host.
+    pub config: PathBuf,
+    /// Where to listen on the host.
+    pub socket: PathBuf,
 }
 
-fn parse(args: &[&str]) -> Result<Options, String> {
-    let mut options = Options {
-        host_root: PathBuf::from("/"),
-        config: PathBuf::from(DEFAULT_CONFIG_FILE),
-        socket: PathBuf::from(WORKER_SOCKET),
-    };
-    let mut args = args.iter();
-    while let Some(arg) = args.next() {
-        let (flag, inline) = match arg.split_once('=') {
-            Some((f, v)) => (f, Some(v)),
-            None => (*arg, None),
-        };
-        let value = inline.or_else(|| args.next().copied()).filter(|v| v.starts_with('/'));
-        let value = value.ok_or_else(|| format!("{flag} needs an absolute path"))?;
-        match flag {
-            "--host-root" => options.host_root = value.into(),
-            "--config" => options.config = value.into(),
-            "--socket" => options.socket = value.into(),
-            other => return Err(format!("unknown argument {other:?}")),
-        }
-    }
-    Ok(options)
-}
-
-/// Run the worker until it is killed; the exit code if it cannot start.
-pub fn run(args: &[&str]) -> i32 {
-    if args.iter().any(|a| matches!(*a, "-h" | "--help" | "help")) {
-        print!("{USAGE}");
-        return 0;
-    }
-    let options = match parse(args) {
-        Ok(options) => options,
-        Err(why) => {
-            eprintln!("yh-genie attach-worker: {why}\n{USAGE}");
-            return 2;
-        }
-    };
+/// Run the worker until it is killed; the exit code if it cannot start (1).
+pub fn run(options: &Options) -> i32 {
     let _ = tracing_subscriber::fmt().with_writer(std::io::stderr).with_ansi(false).with_target(false).try_init();
-    match serve(&options) {
+    match serve(options) {
         Ok(()) => 0,
         Err(e) => {
             tracing::error!("{e}");
@@ -134,24 +94,4 @@ fn answer(config_file: &Path, stream: UnixStream) -> std::io::Result<()> {
         Err(e) => Answer::Refused { why: format!("the request does not parse: {e}") },
     };
     (&stream).write_all(&protocol::to_line(&answer))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn options_default_to_the_hosts_paths() {
-        assert_eq!(
-            parse(&[]).unwrap(),
-            Options {
-                host_root: "/".into(),
-                config: DEFAULT_CONFIG_FILE.into(),
-                socket: "/run/yh-genie/dynamic-networks.sock".into()
-            }
-        );
-        assert_eq!(parse(&["--host-root=/host"]).unwrap().host_root, PathBuf::from("/host"));
-        assert!(parse(&["--host-root", "host"]).unwrap_err().contains("absolute"));
-        assert!(parse(&["--nope", "/x"]).unwrap_err().contains("unknown"));
-    }
 }
