@@ -271,7 +271,7 @@ fn adds_make_no_api_get_and_requests_per_pod_lifecycle(cluster: &mut Cluster) {
     );
 
     let before = events.len();
-    cluster.apply_text(&sleeper(NS, "lifecycle", Some("a"), Network::FromConfigMap("net-yonghui")));
+    cluster.apply_text(&sleeper(NS, "lifecycle").on_slot("a").network(Network::FromConfigMap("net-yonghui")).yaml());
     cluster.wait_pod_ready(NS, "lifecycle");
     let after_add = cluster.audit_events();
     let add_requests: Vec<&Value> = after_add[before..]

@@ -11,6 +11,7 @@ use crate::support::driver::{Call, PLUGINS, Reply, cni, cnidrive_run};
 use serde_json::{Value, json};
 use std::net::IpAddr;
 use std::path::PathBuf;
+use testkit::inspect::link_names;
 use testkit::netns::Netns;
 use testkit::process::unique;
 use testkit::require_root;
@@ -63,11 +64,6 @@ impl BridgeNode {
             .map(|e| e.file_name().to_string_lossy().into_owned())
             .filter(|f| f.parse::<IpAddr>().is_ok())
             .collect()
-    }
-
-    fn links_of_kind(&self, kind: &str) -> Vec<String> {
-        let links: Value = serde_json::from_str(&self.ns.must(&format!("ip -j link show type {kind}"))).unwrap();
-        links.as_array().unwrap().iter().map(|l| l["ifname"].as_str().unwrap().to_string()).collect()
     }
 
     /// The node's NAT tables, both families, without iptables-save's timestamp comments.
@@ -253,7 +249,7 @@ fn assert_same(what: &str, ours: &Value, reference: &Value) {
 /// has none left, so the checks after it see the plugin's doing, not the kernel's pace.
 fn wait_for_netns_teardown(node: &BridgeNode) {
     for _ in 0..200 {
-        if node.links_of_kind("veth").is_empty() {
+        if link_names(&node.ns, "type veth").is_empty() {
             return;
         }
         std::thread::sleep(std::time::Duration::from_millis(50));
@@ -262,7 +258,7 @@ fn wait_for_netns_teardown(node: &BridgeNode) {
 
 /// After DEL: no veth on the node, no lease, no NAT rule, no interface in the pod.
 fn assert_clean(node: &BridgeNode, name: &str, pod: Option<&Netns>) {
-    assert_eq!(node.links_of_kind("veth"), Vec::<String>::new(), "veths left on the node");
+    assert_eq!(link_names(&node.ns, "type veth"), Vec::<String>::new(), "veths left on the node");
     assert_eq!(node.leases(name), Vec::<String>::new(), "leases left in host-local");
     assert!(!node.nat().contains("CNI-"), "NAT rules left:\n{}", node.nat());
     if let Some(pod) = pod {
@@ -451,7 +447,7 @@ fn forty_pods_eight_at_a_time_get_distinct_addresses_and_leave_nothing() {
     addresses.dedup();
     assert_eq!(addresses.len(), 40, "addresses are distinct");
     assert_eq!(node.leases(&name).len(), 40);
-    assert_eq!(node.links_of_kind("veth").len(), 40);
+    assert_eq!(link_names(&node.ns, "type veth").len(), 40);
     assert_eq!(node.nat().matches("-A POSTROUTING").count(), 40, "{}", node.nat());
     // Every pod really has its address, and CHECK agrees.
     for ((pod, cid), result) in pods.iter().zip(&results) {
@@ -471,11 +467,6 @@ fn forty_pods_eight_at_a_time_get_distinct_addresses_and_leave_nothing() {
     assert_clean(&node, &name, None);
 }
 
-fn link_names(ns: &Netns) -> Vec<String> {
-    let links = json_of(ns, "ip -j link show");
-    links.as_array().unwrap().iter().map(|l| l["ifname"].as_str().unwrap().to_string()).collect()
-}
-
 /// ADD with `extra` in a fresh node and pod (after `prepare`) must fail with `code` and a message
 /// containing `needle`, and leave no new link in the pod, no new veth on the node, no lease.
 /// Returns the node for further checks.
@@ -484,15 +475,15 @@ fn add_fails(extra: Value, prepare: impl FnOnce(&BridgeNode, &Netns), code: u64,
     let node = BridgeNode::new();
     let pod = Netns::new("brp");
     prepare(&node, &pod);
-    let (pod_before, veths_before) = (link_names(&pod), node.links_of_kind("veth"));
+    let (pod_before, veths_before) = (link_names(&pod, ""), link_names(&node.ns, "type veth"));
     let name = unique("net");
     let conf = node.conf(OURS, &name, &extra);
     let e = driver(&node, "ADD", &unique("cid"), &pod.path().display().to_string(), &conf, "").err();
     assert_eq!(e["code"], code, "{e}");
     assert!(e["msg"].as_str().unwrap().contains(needle), "{e}");
     assert_eq!(e["cniVersion"], "1.0.0");
-    assert_eq!(link_names(&pod), pod_before, "links left in the pod");
-    assert_eq!(node.links_of_kind("veth"), veths_before, "veths left on the node");
+    assert_eq!(link_names(&pod, ""), pod_before, "links left in the pod");
+    assert_eq!(link_names(&node.ns, "type veth"), veths_before, "veths left on the node");
     assert_eq!(node.leases(&name), Vec::<String>::new(), "a lease was left behind");
     node
 }
@@ -508,7 +499,7 @@ fn bridge_name_taken_by_a_non_bridge() {
         106,
         "already exists but is not a bridge",
     );
-    assert_eq!(node.links_of_kind("veth").len(), 2, "only the two ends the test made");
+    assert_eq!(link_names(&node.ns, "type veth").len(), 2, "only the two ends the test made");
 }
 
 #[test]
@@ -521,15 +512,15 @@ fn interface_name_taken_in_the_pod() {
         106,
         "interface \"eth0\" already exists in the container",
     );
-    assert_eq!(node.links_of_kind("veth"), Vec::<String>::new());
+    assert_eq!(link_names(&node.ns, "type veth"), Vec::<String>::new());
 }
 
 #[test]
 fn ipam_failure_leaves_nothing() {
     let node = add_fails(json!({"ipam": {"ranges": [[{"subnet": "10.66.0.0/32"}]]}}), |_, _| {}, 999, "too small");
-    assert_eq!(node.links_of_kind("veth"), Vec::<String>::new());
+    assert_eq!(link_names(&node.ns, "type veth"), Vec::<String>::new());
     let node = add_fails(json!({"ipam": {"type": "no-such-ipam"}}), |_, _| {}, 7, "no-such-ipam");
-    assert_eq!(node.links_of_kind("veth"), Vec::<String>::new());
+    assert_eq!(link_names(&node.ns, "type veth"), Vec::<String>::new());
 }
 
 #[test]
@@ -541,7 +532,7 @@ fn failure_after_ipam_releases_the_lease_and_removes_the_veth() {
     };
     let node =
         add_fails(json!({"bridge": br, "isGateway": true}), prepare, 106, "already has an IP address different from");
-    assert_eq!(node.links_of_kind("veth"), Vec::<String>::new());
+    assert_eq!(link_names(&node.ns, "type veth"), Vec::<String>::new());
     // forceAddress replaces it instead.
     let pod = Netns::new("brp");
     let conf = node.conf(OURS, &unique("net"), &json!({"bridge": br, "isGateway": true, "forceAddress": true}));

@@ -13,6 +13,7 @@ use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::process::Child;
 use testkit::agent::{Agent, METRICS_PORT};
+use testkit::inspect::link_names;
 use yh_genie::node::worker_protocol::{Answer, Notice, Request, VERSION};
 use yh_genie::programs::selector::requests::annotation::NETWORKS;
 
@@ -114,15 +115,10 @@ fn on(pod: &Pod, dev: &str, (_, octet): (&str, u8)) -> bool {
     addresses.len() == 1 && addresses[0].starts_with(&format!("10.77.{octet}."))
 }
 
+/// The pod's interfaces but `lo`, sorted.
 fn links(pod: &Pod) -> Vec<String> {
-    let mut names: Vec<String> = pod
-        .netns
-        .must("ip -o link")
-        .lines()
-        .filter_map(|l| l.split(':').nth(1))
-        .map(|n| n.trim().split('@').next().unwrap().to_string())
-        .filter(|n| n != "lo")
-        .collect();
+    let mut names = link_names(&pod.netns, "");
+    names.retain(|n| n != "lo");
     names.sort();
     names
 }

@@ -17,6 +17,7 @@ use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use testkit::cluster::pods::{Network, sleeper, web_server};
 use yh_genie::platform::cni::ConfList;
 use yh_genie::platform::kube::{AGENT_API_CALLS, API_CALLS, NetworkAttachmentDefinition};
 use yh_genie::programs::install::{Options, Request};
@@ -139,6 +140,53 @@ fn every_manifest_document_is_a_valid_object_of_its_kind() {
     for dir in ["manifests", "examples", "e2e"] {
         check_all_typed(dir);
     }
+}
+
+/// The cluster suite's test pods (`testkit::cluster::pods`) are valid pods holding what the test
+/// asked for, whatever the text of a value (the annotation's list syntax, a quantity, a colon).
+#[test]
+fn the_cluster_suites_test_pods_are_valid_pods() {
+    let built = web_server("yh-test", "web-0")
+        .on_slot("a")
+        .annotation(NETWORKS, "lan@net1, infra/x")
+        .annotation("kubernetes.io/ingress-bandwidth", "2M")
+        .host_port(30080)
+        .network(Network::FromConfigMap("nets"))
+        .limit("yh-genie.test/vf", 2)
+        .claim_from_template("nics", "two-vfs")
+        .claim("red", "red");
+    let doc = Doc { origin: "TestPod".into(), value: serde_saphyr::from_str(&built.yaml()).unwrap() };
+    let pod: Pod = doc.typed();
+    assert_eq!(pod.metadata.namespace.as_deref(), Some("yh-test"));
+    let annotations = pod.metadata.annotations.unwrap();
+    assert_eq!(annotations[NETWORKS], "lan@net1, infra/x");
+    assert_eq!(annotations["kubernetes.io/ingress-bandwidth"], "2M");
+    let spec = pod.spec.unwrap();
+    assert_eq!(spec.node_selector.unwrap()["yh-genie-e2e/slot"], "a");
+    assert_eq!(spec.termination_grace_period_seconds, Some(1));
+    let claims: Vec<_> = spec
+        .resource_claims
+        .unwrap()
+        .into_iter()
+        .map(|c| (c.name, c.resource_claim_template_name, c.resource_claim_name))
+        .collect();
+    assert_eq!(claims, [("nics".into(), Some("two-vfs".into()), None), ("red".into(), None, Some("red".into()))]);
+    let container = &spec.containers[0];
+    assert_eq!(container.ports.as_ref().unwrap()[0].host_port, Some(30080));
+    let env = &container.env.as_ref().unwrap()[0];
+    assert_eq!(env.name, "CNI_NETWORK_CONFIG");
+    assert_eq!(env.value_from.as_ref().unwrap().config_map_key_ref.as_ref().unwrap().name, "nets");
+    assert_eq!(container.resources.as_ref().unwrap().limits.as_ref().unwrap()["yh-genie.test/vf"].0, "2");
+
+    let doc = Doc {
+        origin: "TestPod".into(),
+        value: serde_saphyr::from_str(&sleeper("yh-test", "s").network(Network::Named("yonghui")).yaml()).unwrap(),
+    };
+    let pod: Pod = doc.typed();
+    let spec = pod.spec.unwrap();
+    assert!(spec.node_selector.is_none() && pod.metadata.annotations.is_none());
+    assert_eq!(spec.containers[0].command.as_deref(), Some(&["sleep".to_string(), "3600".to_string()][..]));
+    assert_eq!(spec.containers[0].env.as_ref().unwrap()[0].value.as_deref(), Some("yonghui"));
 }
 
 #[test]
