@@ -31,6 +31,7 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 use testkit::agent::Agent;
 use testkit::apiserver::ApiServer;
+use testkit::fake_plugin::{self, FakePlugin};
 use testkit::netns::Netns;
 use testkit::process::unique;
 use testkit::sandbox::{Plugins, Sandbox};
@@ -265,13 +266,9 @@ impl Bench {
 
     /// A plugin that does nothing and answers an empty result: what is left is process cost.
     fn noop_network(&self) -> Value {
-        let script = self.sb.bin().join("noop");
-        std::fs::write(
-            &script,
-            "#!/bin/sh\ncat >/dev/null\n[ \"$CNI_COMMAND\" = ADD ] && echo '{\"cniVersion\":\"1.0.0\"}'\nexit 0\n",
-        )
-        .unwrap();
-        std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+        FakePlugin::new()
+            .on("ADD", [fake_plugin::Step::Answer(json!({"cniVersion": "1.0.0"}))])
+            .write(&self.sb.bin().join("noop"));
         json!({"cniVersion": "1.0.0", "name": "noop", "plugins": [{"type": "noop"}]})
     }
 

@@ -30,6 +30,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, mpsc};
 use std::time::{Duration, Instant, SystemTime};
 use systems::{NodeDaemon, System};
+use testkit::fake_plugin::{FakePlugin, Step};
 use testkit::netns::Netns;
 use testkit::run_dir::RunDir;
 use workload::{Created, Layout};
@@ -559,10 +560,7 @@ fn peaks(samples: &[Sample], from: SystemTime, to: SystemTime, daemons: usize) -
 fn write_plugin_files(dir: &Path) {
     let bin = dir.join("bin");
     std::fs::create_dir_all(&bin).unwrap();
-    testkit::process::write_executable(
-        &bin.join("noop"),
-        "#!/bin/sh\ncat >/dev/null\n[ \"$CNI_COMMAND\" = ADD ] && echo '{\"cniVersion\":\"1.0.0\"}'\nexit 0\n",
-    );
+    FakePlugin::new().on("ADD", [Step::Answer(serde_json::json!({"cniVersion": "1.0.0"}))]).write(&bin.join("noop"));
     for network in std::iter::once(workload::PRIMARY).chain(workload::NADS) {
         let conf = serde_json::json!({"cniVersion": "1.0.0", "name": network, "plugins": [{"type": "noop"}]});
         let path = dir.join(format!("net.d/{network}/10-{network}.conflist"));

@@ -14,6 +14,7 @@ use std::os::unix::net::UnixListener;
 use std::time::{Duration, Instant};
 use testkit::agent::{Agent, METRICS_PORT};
 use testkit::apiserver::{Call, StreamingList, from_config_map, literal};
+use testkit::fake_plugin::{FakePlugin, Step};
 use yh_genie::node::agent_socket::client::exchange;
 use yh_genie::node::agent_socket::protocol::{Answer, Ask, PodObjects, Reply as AgentReply, Request};
 
@@ -746,10 +747,7 @@ fn the_agent_counts_the_plugins_operations_and_is_ready_only_when_synced_and_the
         n.api.put_pod("default", name, from_config_map("nets", "k"));
     }
     // A network whose plugin fails, and a pod that chooses a network the node does not have.
-    testkit::process::write_executable(
-        &n.sb.bin().join("failing"),
-        "#!/bin/sh\ncat >/dev/null\n[ \"$CNI_COMMAND\" = ADD ] || exit 0\necho '{\"cniVersion\":\"1.0.0\",\"code\":11,\"msg\":\"the device is busy\"}'\nexit 1\n",
-    );
+    FakePlugin::new().on("ADD", [Step::Fail(11, "the device is busy".into())]).write(&n.sb.bin().join("failing"));
     n.write_conf(
         "broken/10-broken.conflist",
         &json!({"cniVersion": "1.0.0", "name": "broken", "plugins": [{"type": "failing"}]}),

@@ -9,6 +9,7 @@ use crate::support::node::{NetnsNode, Pod, pod_addresses};
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
 use testkit::apiserver::literal;
+use testkit::fake_plugin::{FakePlugin, Step};
 use testkit::inspect::cni_nat_lines;
 use testkit::process::unique;
 use yh_genie::programs::selector::requests::annotation::NETWORKS;
@@ -150,13 +151,11 @@ fn a_further_networks_port_mappings_come_from_the_annotation() {
 fn add_watched_network(n: &NetnsNode, name: &str, octet: u8, capabilities: Value) {
     let log = n.sb.path().join("watch");
     std::fs::create_dir_all(&log).unwrap();
-    let script = format!(
-        "#!/bin/sh\ncat > {log}/$CNI_COMMAND.{name}.$CNI_CONTAINERID\n\
-         [ \"$CNI_COMMAND\" = ADD ] && echo '{{\"cniVersion\":\"1.1.0\",\"ips\":[{{\"address\":\"10.79.{octet}.2/24\"}}]}}'\nexit 0\n",
-        log = log.display()
-    );
-    let plugin = n.sb.bin().join(format!("watch-{name}"));
-    testkit::process::write_executable(&plugin, script);
+    let result = json!({"cniVersion": "1.1.0", "ips": [{"address": format!("10.79.{octet}.2/24")}]});
+    FakePlugin::new()
+        .record_stdin(&log, name)
+        .on("ADD", [Step::Answer(result)])
+        .write(&n.sb.bin().join(format!("watch-{name}")));
     let plugin = json!({"type": format!("watch-{name}"), "capabilities": capabilities});
     let list = json!({"cniVersion": "1.1.0", "name": name, "plugins": [plugin]});
     n.write_conf(&format!("{name}/10-{name}.conflist"), &list);

@@ -7,7 +7,9 @@
 use crate::support::lan::{LAN_GATEWAY, Lan, RouterNetworks};
 use crate::support::node::{NetnsNode, addresses_on as addresses};
 use serde_json::{Value, json};
+use std::time::Duration;
 use testkit::apiserver::literal;
+use testkit::fake_plugin::{FakePlugin, Step};
 use testkit::inspect::{link_names, list_dir};
 
 use yh_genie::programs::selector::NETWORK_STATUS as STATUS;
@@ -244,13 +246,9 @@ fn the_status_is_written_only_on_the_pod_whose_networks_they_are_and_when_asked(
     // replaced, and the ADD still succeeds.
     let gate = n.sb.path().join("gate");
     std::fs::create_dir_all(&gate).unwrap();
-    let script = format!(
-        "#!/bin/sh\ncat >/dev/null\n[ \"$CNI_COMMAND\" = ADD ] || exit 0\ntouch {g}/started\n\
-         for i in $(seq 100); do [ -e {g}/go ] && break; sleep 0.1; done\necho '{{\"cniVersion\":\"1.0.0\"}}'\n",
-        g = gate.display()
-    );
-    let plugin = n.sb.bin().join("gate");
-    testkit::process::write_executable(&plugin, script);
+    let started = [Step::Touch(gate.join("started")), Step::WaitFor(gate.join("go"), Duration::from_secs(10))];
+    let answer = Step::Answer(json!({"cniVersion": "1.0.0"}));
+    FakePlugin::new().on("ADD", started.into_iter().chain([answer])).write(&n.sb.bin().join("gate"));
     n.write_conf("gate/gate.conflist", &json!({"cniVersion": "1.0.0", "name": "gate", "plugins": [{"type": "gate"}]}));
     n.api.put_pod("default", "q", literal("ptpnet,gate"));
     let pod = n.pod("q");

@@ -7,6 +7,7 @@ use crate::support::driver::cnidrive_run;
 use crate::support::node::{NetnsNode, Pod, pod_addresses};
 use serde_json::{Value, json};
 use testkit::apiserver::{ENV_VAR, Fault, from_config_map, literal};
+use testkit::fake_plugin::{FakePlugin, Step};
 use testkit::inspect::{link_names, list_dir};
 use testkit::process::unique;
 
@@ -388,7 +389,7 @@ fn a_yonghui_network_runs_in_process_through_yh_bridge() {
 fn a_yh_genie_plugin_exec_d_further_down_the_same_operation_does_not_wait_for_the_lock() {
     let n = node();
     let relay = n.sb.bin().join("relay");
-    testkit::process::write_executable(&relay, "#!/bin/sh\nexec \"$(dirname \"$0\")/yh-bridge\"\n");
+    FakePlugin::new().otherwise([Step::Exec("yh-bridge".into())]).write(&relay);
     let mut plugin = n.bridge_plugin(BLUE);
     plugin["type"] = "relay".into();
     n.write_conf(
