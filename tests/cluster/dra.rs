@@ -117,7 +117,7 @@ spec:
 pub fn dra_claims_give_pods_the_devices_their_slices_publish(cluster: &mut Cluster) {
     let binary = driver_binary();
     let kubeconfig =
-        cluster.pki.kubeconfig("dra-driver", "yh-genie-test-dra-driver", &["system:masters"], &api_url());
+        cluster.control.pki.kubeconfig("dra-driver", "yh-genie-test-dra-driver", &["system:masters"], &api_url());
     let worker = cluster.worker("node-a");
     let mut command = worker.node_command(&binary);
     command.args([

@@ -39,9 +39,9 @@ fn pod(name: &str, nad: Option<&str>) -> String {
 /// Multus's kubeconfig on the node, with its credentials inline (the node's mount namespace does
 /// not see the test's files): a client certificate of the cluster's CA.
 fn multus_kubeconfig(cluster: &Cluster) -> String {
-    cluster.pki.kubeconfig("multus", "multus-test", &["system:masters"], &api_url());
+    cluster.control.pki.kubeconfig("multus", "multus-test", &["system:masters"], &api_url());
     let data = |file: &str| {
-        base64::engine::general_purpose::STANDARD.encode(std::fs::read(cluster.pki.path(file)).unwrap())
+        base64::engine::general_purpose::STANDARD.encode(std::fs::read(cluster.control.pki.path(file)).unwrap())
     };
     format!(
         "apiVersion: v1
