@@ -8,6 +8,7 @@
 //! `txqueuelen 0` (Go's zero value); yh-bridge leaves the kernel's default.
 
 use crate::support::driver::{Call, PLUGINS, Reply, cni, cnidrive_run};
+use crate::support::versions;
 use serde_json::{Value, json};
 use std::net::IpAddr;
 use std::path::PathBuf;
@@ -267,29 +268,35 @@ fn assert_clean(node: &BridgeNode, name: &str, pod: Option<&Netns>) {
 }
 
 /// Run the configuration `make` gives for each plugin through yh-bridge and the reference on
-/// identical nodes; compare the result, the pod and the node. Then CHECK (inside `add_and_check`),
-/// DEL, DEL again on yh-bridge.
+/// identical nodes, at every version of the suite's table both speak whose results list
+/// interfaces (0.1.0 and 0.2.0: `legacy_versions`); compare the result, the pod and the node.
+/// Then CHECK (inside `add_and_check`, where the version has it), DEL, DEL again on yh-bridge, and
+/// DEL on the reference, so that both nodes meet the next version alike.
 fn compare(make: impl Fn(&BridgeNode, &str, &str) -> Value, via: Via) {
     require_root();
     let name = unique("net");
-    let cid = unique("cid");
-    let mut seen = Vec::new();
-    for plugin in [OURS, REFERENCE] {
-        let node = BridgeNode::new();
-        let pod = Netns::new("brp");
-        let conf = make(&node, plugin, &name);
-        let result = add_and_check(&node, via, &cid, &pod, &conf, plugin == OURS);
-        seen.push((normal_result(&result), pod_view(&pod), node_view(&node, &result)));
-        if plugin == OURS {
-            del(&node, via, &cid, &pod, &conf, &result);
-            assert_clean(&node, &name, Some(&pod));
-            del(&node, via, &cid, &pod, &conf, &result);
+    let nodes = [(OURS, BridgeNode::new()), (REFERENCE, BridgeNode::new())];
+    for version in versions::with_reference().filter(|v| !v.has_ip4_ip6_result()) {
+        let cid = unique("cid");
+        let mut seen = Vec::new();
+        for (plugin, node) in &nodes {
+            let pod = Netns::new("brp");
+            let mut conf = make(node, plugin, &name);
+            conf["cniVersion"] = version.as_str().into();
+            let result = add_and_check(node, via, &cid, &pod, &conf, *plugin == OURS && version.has_check());
+            assert_eq!(result["cniVersion"], version.as_str(), "{plugin}: {result}");
+            seen.push((normal_result(&result), pod_view(&pod), node_view(node, &result)));
+            del(node, via, &cid, &pod, &conf, &result);
+            if *plugin == OURS {
+                assert_clean(node, &name, Some(&pod));
+                del(node, via, &cid, &pod, &conf, &result);
+            }
         }
+        let (reference, ours) = (seen.pop().unwrap(), seen.pop().unwrap());
+        assert_same(&format!("the ADD result at {version}"), &ours.0, &reference.0);
+        assert_same(&format!("the pod netns at {version}"), &ours.1, &reference.1);
+        assert_same(&format!("the node at {version}"), &ours.2, &reference.2);
     }
-    let (reference, ours) = (seen.pop().unwrap(), seen.pop().unwrap());
-    assert_same("the ADD result", &ours.0, &reference.0);
-    assert_same("the pod netns", &ours.1, &reference.1);
-    assert_same("the node", &ours.2, &reference.2);
 }
 
 /// `compare` for a bridge configuration: the defaults of `BridgeNode::conf` plus `extra`.

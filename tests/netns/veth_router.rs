@@ -6,11 +6,13 @@
 //! gives them a way. Everything is checked with `ip -j` as an operator would.
 
 use crate::support::driver::{PLUGINS, cnidrive_run};
+use crate::support::versions;
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
 use testkit::netns::Netns;
 use testkit::require_root;
 use testkit::sandbox::Sandbox;
+use yh_genie::platform::cni::CniVersion;
 use yh_genie::programs::plugins::via_node::plan::host_veth_name;
 
 const NODE_IP: &str = "192.168.77.1";
@@ -69,7 +71,12 @@ impl VethRouterNode {
 
     /// Write a conflist of `plugins` (1.0.0, the newest the reference plugins speak).
     fn conflist(&self, name: &str, plugins: Value) -> PathBuf {
-        let list = json!({"cniVersion": "1.0.0", "name": name, "plugins": plugins});
+        self.conflist_at(CniVersion::V1_0_0, name, plugins)
+    }
+
+    /// Write a conflist of `plugins` at `version`.
+    fn conflist_at(&self, version: CniVersion, name: &str, plugins: Value) -> PathBuf {
+        let list = json!({"cniVersion": version.as_str(), "name": name, "plugins": plugins});
         self.sb.write(&format!("net/{name}.conflist"), &list.to_string())
     }
 
@@ -306,25 +313,38 @@ fn bad_configuration_is_refused_with_nothing_made_and_del_still_cleans_up() {
     }
 }
 
+/// At every version of the suite's table the reference macvlan speaks: veth with `skip_call` hands
+/// macvlan's result on in that version's shape and makes nothing.
 #[test]
 fn skip_call_passes_the_result_on_and_changes_nothing() {
     let n = VethRouterNode::new();
     let pod = Netns::new("vrp");
     let before = n.snapshot();
-    let list = n.conflist(
-        "skip",
-        json!([
-            n.macvlan("par0", "192.168.77.0/24", "192.168.77.254", true),
-            n.hijack("veth", json!({"skip_call": true}))
-        ]),
-    );
-    let res = n.must_drive("add", &list, &pod, "skip1", "eth0");
-    assert_eq!(res["interfaces"].as_array().unwrap().len(), 1, "only macvlan's interface: {res}");
-    assert!(!pod.exec("ip link show veth0").0);
-    assert!(!pings(&pod, NODE_IP));
-    n.must_drive("check", &list, &pod, "skip1", "eth0");
-    n.must_drive("del", &list, &pod, "skip1", "eth0");
-    assert_eq!(n.snapshot(), before);
+    for version in versions::with_reference() {
+        let list = n.conflist_at(
+            version,
+            "skip",
+            json!([
+                n.macvlan("par0", "192.168.77.0/24", "192.168.77.254", true),
+                n.hijack("veth", json!({"skip_call": true}))
+            ]),
+        );
+        let cid = format!("skip-{version}");
+        let res = n.must_drive("add", &list, &pod, &cid, "eth0");
+        assert_eq!(res["cniVersion"], version.as_str(), "{res}");
+        if version.has_ip4_ip6_result() {
+            assert!(res["ip4"]["ip"].as_str().is_some_and(|ip| ip.starts_with("192.168.77.")), "{res}");
+        } else {
+            assert_eq!(res["interfaces"].as_array().unwrap().len(), 1, "only macvlan's interface: {res}");
+        }
+        assert!(!pod.exec("ip link show veth0").0, "at {version}");
+        assert!(!pings(&pod, NODE_IP), "at {version}");
+        if version.has_check() {
+            n.must_drive("check", &list, &pod, &cid, "eth0");
+        }
+        n.must_drive("del", &list, &pod, &cid, "eth0");
+        assert_eq!(n.snapshot(), before, "at {version}");
+    }
 }
 
 #[test]
