@@ -261,7 +261,7 @@ fn worker_restarts(cluster: &Cluster) -> u64 {
 /// leased, the record not complete), then the DaemonSet's pod replaced, the agent with it: nothing is
 /// left half made and the edit completes; a pod deleted right after an edit leaves no record and no
 /// lease.
-pub fn dynamic_networks_survive_kills_deletions_and_simultaneous_edits(cluster: &mut Cluster) {
+pub fn dynamic_networks_survive_what_goes_wrong_around_an_edit(cluster: &mut Cluster) {
     switch_on(cluster);
     cluster.apply_text(&format!(
         "apiVersion: k8s.cni.cncf.io/v1\nkind: NetworkAttachmentDefinition\nmetadata: {{name: ptpnet, namespace: {NS}}}\n"

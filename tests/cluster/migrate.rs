@@ -107,7 +107,7 @@ fn containerd_about(cluster: &Cluster, sandboxes: &[&str]) -> String {
 
 /// Each step of docs/migrate.md's "From Multus", on node-a: the Multus node, yh-genie installed
 /// beside it, `00-multus.conf` removed, the pods Multus attached deleted.
-pub fn a_node_moves_from_multus_and_no_address_leaks(cluster: &mut Cluster) {
+pub fn a_node_moves_from_multus_without_leaking_an_address(cluster: &mut Cluster) {
     let repo = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
     let path = |rel: &str| repo.join(rel).display().to_string();
     let worker = cluster.worker("node-a");

@@ -15,7 +15,7 @@ const HOST_PORT: u16 = 18080;
 /// the selector to portmap. A pod on the other node reaches it at its node's address and that
 /// port; once the pod is gone, nothing answers there and the node has no DNAT rule for the port
 /// left.
-pub fn a_host_port_answers_on_the_node_and_goes_with_the_pod(cluster: &mut Cluster) {
+pub fn a_host_port_answers_on_the_node_while_its_pod_lives(cluster: &mut Cluster) {
     let pod = "hostport";
     let node_ip = NODES.iter().find(|(name, _, _)| *name == "node-a").map(|(_, ip, _)| *ip).unwrap();
     cluster
@@ -59,7 +59,7 @@ pub fn a_host_port_answers_on_the_node_and_goes_with_the_pod(cluster: &mut Clust
 /// selector to bandwidth. The limit into the pod is a tbf on the pod's host veth, the limit out of
 /// it a tbf on the ifb device (`bwp...`) the plugin made for the pod; both go with the pod, from
 /// the values the selector recorded at ADD.
-pub fn bandwidth_annotations_shape_the_pod_and_go_with_it(cluster: &mut Cluster) {
+pub fn bandwidth_annotations_shape_the_pod_while_it_lives(cluster: &mut Cluster) {
     let pod = "shaped";
     let worker = cluster.worker("node-a");
     let shaping = || -> Vec<String> {
@@ -105,7 +105,7 @@ fn host_port_answer(cluster: &Cluster, from: &str, ip: &str) -> String {
 /// lists its own addresses (the old sandbox's status write, if any, did not land on it), and
 /// every address taken meanwhile on the node belongs to a running sandbox: the old sandbox's
 /// leases were freed.
-pub fn a_pod_deleted_mid_add_and_recreated_gets_its_network(cluster: &mut Cluster) {
+pub fn a_pod_recreated_mid_add_gets_its_network(cluster: &mut Cluster) {
     let pod = "reborn";
     let manifest = sleeper(NS, pod).on_slot("a").network(Network::FromConfigMap("net-multi")).yaml();
     let worker = cluster.worker("node-a");

@@ -315,7 +315,7 @@ fn same_as_reference_default_through_libcni() {
 }
 
 #[test]
-fn same_as_reference_named_bridge_mtu_and_hairpin() {
+fn same_as_reference_bridge_options() {
     compare_with_reference(json!({"bridge": unique("br"), "mtu": 1400, "hairpinMode": true}), Via::Cnidrive);
 }
 
@@ -373,7 +373,7 @@ fn yonghui_through_yh_bridge_same_as_through_reference() {
 }
 
 #[test]
-fn nftables_backend_adds_one_chain_per_pod_and_del_removes_it() {
+fn nftables_backend_keeps_one_chain_per_pod() {
     require_root();
     let node = BridgeNode::new();
     let pod = Netns::new("brp");
@@ -424,7 +424,7 @@ fn masquerade_lets_the_pod_reach_beyond_the_node() {
 }
 
 #[test]
-fn forty_pods_eight_at_a_time_get_distinct_addresses_and_leave_nothing() {
+fn forty_pods_eight_at_a_time_get_distinct_addresses_leaving_nothing() {
     require_root();
     let node = BridgeNode::new();
     let name = unique("net");
@@ -531,7 +531,7 @@ fn ipam_failure_leaves_nothing() {
 }
 
 #[test]
-fn failure_after_ipam_releases_the_lease_and_removes_the_veth() {
+fn failure_after_ipam_undoes_what_was_made() {
     // The bridge already carries another IPv4 address: the gateway step (after IPAM) must fail.
     let br = unique("br");
     let prepare = |node: &BridgeNode, _: &Netns| {
@@ -590,7 +590,7 @@ fn mac_from_cni_args() {
 }
 
 #[test]
-fn del_is_idempotent_and_works_without_the_netns() {
+fn del_is_idempotent_even_without_the_netns() {
     require_root();
     let node = BridgeNode::new();
     let name = unique("net");
@@ -673,7 +673,7 @@ fn check_notices_what_changed() {
 /// after the first pod's port has joined, so pods set up at the same moment could record a MAC
 /// that is about to change too (netns::concurrency).
 #[test]
-fn the_bridge_keeps_the_mac_its_pods_recorded_as_ports_come_and_go() {
+fn the_bridge_keeps_the_mac_its_pods_recorded_whatever_its_ports() {
     require_root();
     for gateway in [false, true] {
         let node = BridgeNode::new();

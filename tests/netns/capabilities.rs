@@ -73,7 +73,7 @@ fn serve_once(pod: &Pod, port: u16, answer: &str) -> std::process::Child {
 }
 
 #[test]
-fn host_ports_and_bandwidth_from_the_runtime_reach_the_first_networks_plugins_and_go_with_the_pod() {
+fn the_runtimes_capability_arguments_reach_the_first_networks_plugins() {
     let mut n = NetnsNode::new();
     n.default_network = Some("web".into());
     add_web_network(&n, "web", 1);
@@ -172,7 +172,7 @@ fn watched(n: &NetnsNode, command: &str, network: &str, container: &str) -> Valu
 /// network get the values of the ADD at CHECK and DEL too, from the selector's record, as they
 /// must to check or remove what they made by them.
 #[test]
-fn check_and_del_give_the_plugins_the_capability_arguments_of_the_add() {
+fn later_commands_give_the_plugins_the_capability_arguments_of_the_add() {
     let mut n = NetnsNode::new();
     n.default_network = Some("blue".into());
     add_watched_network(&n, "blue", 3, json!({"portMappings": true, "bandwidth": true}));
@@ -193,7 +193,7 @@ fn check_and_del_give_the_plugins_the_capability_arguments_of_the_add() {
 }
 
 #[test]
-fn cni_1_1_through_libcni_status_of_the_default_network_and_gc_per_network() {
+fn cni_1_1_commands_through_libcni() {
     let mut n = NetnsNode::new();
     n.default_network = Some("overlay".into());
     // yonghui at 1.1.0, whose subnet.env the daemon has not written yet.

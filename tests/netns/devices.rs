@@ -42,7 +42,7 @@ fn fake_kubelet(socket: &std::path::Path, pod: &str, devices: &[&str]) {
 }
 
 #[test]
-fn a_device_network_gets_the_pods_device_in_sorted_order_and_gives_it_back() {
+fn a_device_network_lends_the_pod_its_devices_in_sorted_order() {
     let (_, cni) = testkit::devices::support_binaries();
     let n = NetnsNode::new();
     n.add_yonghui_network("blue", 61, json!({}));

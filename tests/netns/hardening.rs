@@ -188,16 +188,23 @@ fn interface_names_a_pod_writes_are_refused_before_anything_is_made() {
     }
 }
 
-#[test]
-fn a_huge_value_comes_back_cut_and_cni_args_cannot_stand_in_for_ips() {
+/// A node with two bridge networks, `first` and `second` (a NAD names it), neither declaring a
+/// capability; and the selector's configuration.
+fn two_plain_networks() -> (NetnsNode, String) {
     testkit::require_root();
     let n = NetnsNode::new();
     bridge_network(&n, "first", 5, &[]);
     bridge_network(&n, "second", 6, &[]);
     n.api.put_nad("default", "second", None);
+    let conf = n.selector_conf("1.0.0", json!({}));
+    (n, conf)
+}
+
+#[test]
+fn a_huge_value_comes_back_cut() {
+    let (n, conf) = two_plain_networks();
     n.api.put_config_map("default", "huge", json!({"net": "x".repeat(1 << 20)}));
     n.api.put_pod("default", "huge", from_config_map("huge", "net"));
-    let conf = n.selector_conf("1.0.0", json!({}));
     let pod = n.pod("huge");
     let reply = n.call("ADD", &pod, &conf);
     assert_eq!(reply.err()["code"], 7);
@@ -205,8 +212,12 @@ fn a_huge_value_comes_back_cut_and_cni_args_cannot_stand_in_for_ips() {
     assert!(reply.stdout.contains("cut: too long to show whole"), "and says it was cut");
     n.assert_failed_add_left_nothing(&pod, "huge value");
     assert_eq!(n.call("DEL", &pod, &conf).code, 0);
+}
 
-    // `ips` is refused on a network whose plugins declare no `ips` capability; so is its stand-in.
+/// `ips` is refused on a network whose plugins declare no `ips` capability; so is its stand-in.
+#[test]
+fn cni_args_cannot_stand_in_for_ips() {
+    let (n, conf) = two_plain_networks();
     let annotation = json!([{"name": "second", "cni-args": {"IPs": ["10.81.6.50/24"]}}]).to_string();
     n.api.put_annotated_pod("default", "ips", json!({NETWORKS: annotation}), literal("first"));
     let pod = n.pod("ips");

@@ -87,7 +87,7 @@ fn assert_libcni_refuses_check(reply: &crate::support::driver::Reply, case: &str
 }
 
 #[test]
-fn yonghui_without_a_version_and_at_0_1_0_and_0_2_0_through_libcni() {
+fn yonghui_at_every_legacy_version_through_libcni() {
     let n = NetnsNode::new();
     let mut octet = 10;
     // yh-bridge runs in process; the reference bridge is exec'd and answers in the legacy shape.
@@ -173,7 +173,7 @@ fn selector_conflist(n: &NetnsNode, version: Option<&str>) -> PathBuf {
 }
 
 #[test]
-fn the_selector_at_every_legacy_version_gives_pods_legacy_and_current_networks_through_libcni() {
+fn the_selector_at_every_version_answers_in_its_own_whatever_the_networks() {
     let n = NetnsNode::new();
     let networks = networks(&n);
     for (network, _) in networks {

@@ -302,7 +302,7 @@ fn a_failing_delegate_add_is_rolled_back() {
 }
 
 #[test]
-fn bad_input_is_a_cni_error_that_says_what_and_where_and_leaves_nothing() {
+fn bad_input_is_a_cni_error_naming_the_fault_leaving_nothing() {
     let node = YonghuiNode::new();
     let pod = Netns::new("yhpod");
     let subnet_file = node.sb.path().join("subnet.env").display().to_string();

@@ -421,7 +421,7 @@ fn the_daemonset_mounts_every_host_path_the_installer_touches() {
 }
 
 #[test]
-fn the_daemonset_runs_the_agent_for_its_node_and_probes_its_readiness() {
+fn the_daemonset_runs_the_agent_for_its_node() {
     let ds = installer_daemonset();
     let container = installer_container(&ds);
     let opts = installer_options(&container);
@@ -430,6 +430,14 @@ fn the_daemonset_runs_the_agent_for_its_node_and_probes_its_readiness() {
     // Where the plugin asks by default (the installer writes it into the conflist; the socket's
     // directory is a mounted host path, see the mounts test).
     assert_eq!(agent.socket, std::path::Path::new(yh_genie::programs::agent::DEFAULT_SOCKET));
+}
+
+#[test]
+fn the_daemonset_probes_the_agents_readiness_only() {
+    let ds = installer_daemonset();
+    let container = installer_container(&ds);
+    let opts = installer_options(&container);
+    let agent = opts.agent.clone().expect("the DaemonSet runs the agent (--agent)");
     // Host network: the probe names the node's loopback, where the agent's port is.
     let probe = container.readiness_probe.as_ref().expect("a readinessProbe").http_get.clone().expect("httpGet");
     assert_eq!(probe.host.as_deref(), Some(agent.metrics_address.ip().to_string().as_str()));
@@ -588,13 +596,21 @@ fn assert_pods_choose_existing_networks(dir: &str, networks: &BTreeMap<String, C
 }
 
 #[test]
-fn the_shipped_networks_are_valid_and_the_default_exists() {
+fn the_shipped_default_network_is_shipped() {
     let networks: ConfigMap = find("manifests", "yh-genie-networks");
     let networks = networks_of(&networks, "manifests/config.yaml");
     let config: ConfigMap = find("manifests", "yh-genie-config");
     let selector: Value = serde_json::from_str(&config.data.unwrap()["selector.json"]).unwrap();
     let default = selector["defaultNetwork"].as_str().unwrap();
     assert!(networks.values().any(|c| c.name == default), "defaultNetwork {default:?} is not shipped");
+}
+
+/// Every shipped network is valid (`networks_of` parses each) and runs only built-in plugins or
+/// those kind's node image has.
+#[test]
+fn the_shipped_networks_are_valid_with_plugins_every_node_has() {
+    let networks: ConfigMap = find("manifests", "yh-genie-networks");
+    let networks = networks_of(&networks, "manifests/config.yaml");
     for conf in networks.values() {
         for t in plugin_types(conf) {
             assert!(BUILTIN_TYPES.contains(&t.as_str()) || KIND_NODE_PLUGINS.contains(&t.as_str()), "{t}");
@@ -718,10 +734,16 @@ fn shell_scripts() -> Vec<PathBuf> {
 }
 
 #[test]
-fn e2e_scripts_pass_bash_n_and_shellcheck() {
+fn e2e_scripts_parse_with_bash_n() {
     for script in shell_scripts() {
         let out = Command::new("bash").arg("-n").arg(&script).output().unwrap();
         assert!(out.status.success(), "bash -n {}: {}", script.display(), String::from_utf8_lossy(&out.stderr));
+    }
+}
+
+#[test]
+fn e2e_scripts_pass_shellcheck() {
+    for script in shell_scripts() {
         let out =
             Command::new("shellcheck").arg("--external-sources").arg(&script).output().unwrap_or_else(|e| {
                 panic!("shellcheck cannot run ({e}); CI installs it with apt-get install shellcheck")
