@@ -13,9 +13,6 @@ mod audit;
 #[path = "scale/control.rs"]
 mod control;
 #[allow(dead_code)]
-#[path = "scale/procs.rs"]
-mod procs;
-#[allow(dead_code)]
 #[path = "scale/setup.rs"]
 mod setup;
 #[allow(dead_code)]
@@ -24,12 +21,12 @@ mod systems;
 
 use ::kube::Api;
 use ::kube::api::PostParams;
-use control::ControlPlane;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, ServiceAccount};
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 use systems::{NodeDaemon, System};
+use testkit::cluster::control_plane::ControlPlane;
 use testkit::netns::Netns;
 
 /// The API server's advertised address (in its serving certificate): a veth of the node netns.
@@ -56,7 +53,7 @@ impl RealCluster {
             "ip link add ybcp0 type veth peer name ybcp1 && ip addr add {ADVERTISE_IP}/24 dev ybcp0 && \
              ip link set ybcp0 up && ip link set ybcp1 up && ip link set lo up"
         ));
-        let control = ControlPlane::start_durable(&dir.join("control"), &bin);
+        let control = control::start_durable(&dir.join("control"), &bin);
         setup::apply_manifests(&control, Path::new(env!("CARGO_MANIFEST_DIR")));
         let plugin_kubeconfig = control.pki.kubeconfig("plugin", PLUGIN_USER, &["system:masters"], control::API_URL);
         let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();

@@ -15,13 +15,9 @@
 //! DaemonSet runs it (`yh-genie install --agent`), and one netns per pod. The single-network part
 //! runs `--runs` times (5), each run interleaved, and prints the median of the runs' ratios.
 
-/// The node agent's answers, as the netns suite asks them.
-#[path = "../tests/netns/support/agent.rs"]
-mod agent_answers;
 mod multinet;
 mod real_cluster;
 
-use agent_answers::AgentAnswers;
 use real_cluster::RealCluster;
 use serde_json::{Value, json};
 use std::io::Write;
@@ -31,9 +27,12 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 use testkit::agent::Agent;
 use testkit::apiserver::ApiServer;
+use testkit::fake_plugin::{self, FakePlugin};
 use testkit::netns::Netns;
 use testkit::process::unique;
 use testkit::sandbox::{Plugins, Sandbox};
+use yh_genie::node::agent_socket::client::exchange;
+use yh_genie::node::agent_socket::protocol::{Answer, Ask, PodObjects, Request};
 
 /// yh-genie as the benchmark's sandbox installs it.
 const PLUGINS: Plugins = Plugins {
@@ -219,13 +218,12 @@ impl Bench {
         let socket = self.agent_socket();
         for pod in cases.iter().filter(|c| c.via_agent).flat_map(|c| &c.pods) {
             match &self.backend {
-                Backend::Fake { agent, .. } => agent.wait_holds(&socket, &pod.name, &pod.uid, |_| true),
+                Backend::Fake { agent, .. } => agent.wait_for(&format!("the agent to hold pod {}", pod.name), || {
+                    held_objects(&socket, &pod.name, &pod.uid).is_some()
+                }),
                 Backend::Real(_) => {
                     let deadline = Instant::now() + Duration::from_secs(60);
-                    while !matches!(
-                        agent_answers::answer(&socket, "default", &pod.name, Some(&pod.uid)),
-                        Ok(yh_genie::node::agent_socket::protocol::Answer::Objects(_))
-                    ) {
+                    while held_objects(&socket, &pod.name, &pod.uid).is_none() {
                         assert!(Instant::now() < deadline, "the agent does not hold pod {}", pod.name);
                         std::thread::sleep(Duration::from_millis(20));
                     }
@@ -264,13 +262,9 @@ impl Bench {
 
     /// A plugin that does nothing and answers an empty result: what is left is process cost.
     fn noop_network(&self) -> Value {
-        let script = self.sb.bin().join("noop");
-        std::fs::write(
-            &script,
-            "#!/bin/sh\ncat >/dev/null\n[ \"$CNI_COMMAND\" = ADD ] && echo '{\"cniVersion\":\"1.0.0\"}'\nexit 0\n",
-        )
-        .unwrap();
-        std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+        FakePlugin::new()
+            .on("ADD", [fake_plugin::Step::Answer(json!({"cniVersion": "1.0.0"}))])
+            .write(&self.sb.bin().join("noop"));
         json!({"cniVersion": "1.0.0", "name": "noop", "plugins": [{"type": "noop"}]})
     }
 
@@ -754,7 +748,10 @@ fn agent_rss(b: &Bench) {
     let started = Instant::now();
     for i in 0..PODS {
         let name = format!("p-{i}");
-        agent.wait_holds(&socket, &name, &format!("uid-default-{name}"), |o| o.config_maps.len() == 1);
+        let uid = format!("uid-default-{name}");
+        agent.wait_for(&format!("the agent to hold pod {name}"), || {
+            held_objects(&socket, &name, &uid).is_some_and(|o| o.config_maps.len() == 1)
+        });
     }
     let held = started.elapsed();
     std::thread::sleep(Duration::from_secs(2));
@@ -858,4 +855,14 @@ fn peak_rss_of_add(b: &Bench, case: &Case) -> u64 {
     assert!(child.wait_with_output().unwrap().status.success());
     b.call(step, "DEL", &cid, pod, &stdin);
     peak
+}
+
+/// What the agent listening on `socket` holds of pod default/`name` with `uid`, when it holds the
+/// pod and all its objects, asked right now with the product's own client, as the plugin asks.
+fn held_objects(socket: &Path, name: &str, uid: &str) -> Option<PodObjects> {
+    let ask = Ask::Selection { namespace: "default".into(), name: name.into(), uid: Some(uid.into()), wait_ms: 0 };
+    match exchange(socket, &Request::new(ask), Instant::now() + Duration::from_secs(5)) {
+        Ok(Answer::Objects(objects)) => Some(*objects),
+        _ => None,
+    }
 }

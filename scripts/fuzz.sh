@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # Bounded coverage-guided fuzzing of every parser of outside input (cargo fuzz / libFuzzer), starting
-# from the corpora kept in fuzz/corpus. Exits non-zero on any finding (panic, hang, OOM).
+# from the seeds kept in fuzz/corpus. Exits non-zero on any finding (panic, hang, OOM).
 # Usage: scripts/fuzz.sh [SECONDS_PER_TARGET]   (default 20)
 #        scripts/fuzz.sh --build   only install cargo-fuzz and build the targets (scripts/test.sh
 #                                  does this in the background while the other tiers run)
-# The committed corpora are only read: what a run discovers goes to a temp dir, so running the tests
-# leaves the checkout as it was. FUZZ_GROW=1 writes discoveries into fuzz/corpus instead, for a
-# deliberate commit.
+# The committed seeds (a few hand-picked inputs per target, one of each shape the target reads) are
+# only read: what a run discovers goes to the working corpus outside the checkout,
+# ${YH_GENIE_CACHE:-/var/cache/yh-genie}/fuzz-corpus/<target>, which each run reads and grows, so
+# runs build on each other while git keeps only the seeds and the checkout stays as it was.
 set -euo pipefail
 cd "$(dirname "$0")/../fuzz"
 seconds=${1:-20}
@@ -24,14 +25,17 @@ exec 9>&-
 if [ "$seconds" = --build ]; then
   exit 0
 fi
-scratch=$(mktemp -d)
-trap 'rm -rf "$scratch"' EXIT
+working=${YH_GENIE_CACHE:-/var/cache/yh-genie}/fuzz-corpus
+if ! mkdir -p "$working" 2>/dev/null; then
+  echo "fuzz: cannot create the working corpus $working: point YH_GENIE_CACHE at a writable directory" >&2
+  exit 1
+fi
 for t in $targets; do
-  mkdir -p "corpus/$t" "$scratch/$t"
-  # libFuzzer writes new inputs (and replaces reduced ones) in the first corpus directory only.
-  if [ "${FUZZ_GROW:-0}" = 1 ]; then dirs=("corpus/$t"); else dirs=("$scratch/$t" "corpus/$t"); fi
+  mkdir -p "corpus/$t" "$working/$t"
   echo "fuzz: $t for ${seconds}s"
-  cargo fuzz run -s none -O --debug-assertions "$t" "${dirs[@]}" -- \
+  # libFuzzer reads every corpus directory given and writes new inputs (and replaces reduced ones)
+  # in the first only: the working corpus.
+  cargo fuzz run -s none -O --debug-assertions "$t" "$working/$t" "corpus/$t" -- \
     -max_total_time="$seconds" -timeout=5 -rss_limit_mb=1024 -print_final_stats=0 2>&1 | grep -E '^(#[0-9]+ +DONE|Done)|ERROR|panicked' || true
   # A finding leaves an artifact; make it fail the run.
   if compgen -G "artifacts/$t/*" >/dev/null; then

@@ -23,13 +23,13 @@ mod systems;
 mod workload;
 
 use audit::Audit;
-use control::ControlPlane;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, mpsc};
 use std::time::{Duration, Instant, SystemTime};
 use systems::{NodeDaemon, System};
+use testkit::fake_plugin::{FakePlugin, Step};
 use testkit::netns::Netns;
 use testkit::run_dir::RunDir;
 use workload::{Created, Layout};
@@ -274,10 +274,10 @@ struct Outcome {
 fn run(o: &Options, bin: &Path, system: &System, etcd: &Path) -> Outcome {
     let run_dir = RunDir::new("scale");
     let dir = run_dir.path().to_path_buf();
-    let etcd_version = control::etcd_version(etcd);
+    let etcd_version = testkit::cluster::control_plane::etcd_version(etcd);
     let label = format!("{}, etcd {etcd_version}", system.label());
     eprintln!("== {label}: {} nodes, {} pods each, run dir {}", o.nodes, o.pods, dir.display());
-    let mut cp = ControlPlane::start(&dir.join("control"), bin, etcd);
+    let mut cp = control::start(&dir.join("control"), bin, etcd);
     setup::apply_manifests(&cp, Path::new(env!("CARGO_MANIFEST_DIR")));
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     let access = yh_genie::programs::agent::watching::Access::Kubeconfig(cp.admin_kubeconfig());
@@ -430,7 +430,7 @@ fn run(o: &Options, bin: &Path, system: &System, etcd: &Path) -> Outcome {
     let apiserver_peak_mib = procs::peak_rss_kib(cp.apiserver_pid()).unwrap_or(0) as f64 / 1024.0;
     let mut restarts = Vec::new();
     for forget_history in [false, true] {
-        let restart = cp.restart_apiserver(forget_history);
+        let restart = control::restart_apiserver(&mut cp, forget_history);
         let all_ready = systems::wait_all_ready(&mut daemons, READY_PATIENCE);
         let waited = restart.ready.elapsed().unwrap_or_default();
         std::thread::sleep(AFTER_RESTART.saturating_sub(waited));
@@ -559,10 +559,7 @@ fn peaks(samples: &[Sample], from: SystemTime, to: SystemTime, daemons: usize) -
 fn write_plugin_files(dir: &Path) {
     let bin = dir.join("bin");
     std::fs::create_dir_all(&bin).unwrap();
-    testkit::process::write_executable(
-        &bin.join("noop"),
-        "#!/bin/sh\ncat >/dev/null\n[ \"$CNI_COMMAND\" = ADD ] && echo '{\"cniVersion\":\"1.0.0\"}'\nexit 0\n",
-    );
+    FakePlugin::new().on("ADD", [Step::Answer(serde_json::json!({"cniVersion": "1.0.0"}))]).write(&bin.join("noop"));
     for network in std::iter::once(workload::PRIMARY).chain(workload::NADS) {
         let conf = serde_json::json!({"cniVersion": "1.0.0", "name": network, "plugins": [{"type": "noop"}]});
         let path = dir.join(format!("net.d/{network}/10-{network}.conflist"));

@@ -1,10 +1,8 @@
 //! What the benchmark reads of its processes: resident memory, CPU time, TCP connections to the API
-//! server, from /proc and `ss`; and how it starts them (dying with the benchmark).
+//! server, from /proc and `ss`.
 
 use std::collections::BTreeMap;
-use std::os::unix::process::CommandExt;
-use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 
 /// Resident memory now, in KiB (None: the process is gone).
 pub fn rss_kib(pid: u32) -> Option<u64> {
@@ -46,39 +44,6 @@ pub fn connections_to(port: u16) -> BTreeMap<u32, usize> {
         }
     }
     by_pid
-}
-
-/// Start `command` with its output in `log`, its working directory `dir` (so that the run's sweep
-/// finds it), killed if the benchmark dies.
-pub fn spawn(command: &mut Command, dir: &Path, log: &Path) -> Child {
-    let log = std::fs::OpenOptions::new().create(true).append(true).open(log).expect("log file");
-    unsafe {
-        command.pre_exec(|| {
-            nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL).map_err(std::io::Error::from)
-        });
-    }
-    command
-        .current_dir(dir)
-        .stdin(Stdio::null())
-        .stdout(log.try_clone().unwrap())
-        .stderr(log)
-        .spawn()
-        .unwrap_or_else(|e| panic!("{:?} does not start: {e}", command.get_program()))
-}
-
-/// SIGTERM, then SIGKILL after `grace`, and reap.
-pub fn stop(child: &mut Child, grace: std::time::Duration) {
-    let pid = nix::unistd::Pid::from_raw(child.id() as i32);
-    let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
-    let deadline = std::time::Instant::now() + grace;
-    while std::time::Instant::now() < deadline {
-        if let Ok(Some(_)) = child.try_wait() {
-            return;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    }
-    let _ = child.kill();
-    let _ = child.wait();
 }
 
 /// Median and maximum of `values` (0 for none).

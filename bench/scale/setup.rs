@@ -4,7 +4,6 @@
 //! and a ServiceAccount token bound to that pod, which the API server stamps with the node's name
 //! (so the node-scoped admission policies apply, and the audit log names the node).
 
-use super::control::ControlPlane;
 use ::kube::Api;
 use ::kube::api::PostParams;
 use futures::StreamExt;
@@ -12,6 +11,7 @@ use k8s_openapi::api::authentication::v1::{BoundObjectReference, TokenRequest, T
 use k8s_openapi::api::core::v1::{Node, Pod, ServiceAccount};
 use serde_json::json;
 use std::path::Path;
+use testkit::cluster::control_plane::ControlPlane;
 
 /// Multus thick's RBAC, as its own DaemonSet manifest grants it: NADs, pods (and their status),
 /// events.

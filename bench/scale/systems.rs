@@ -8,7 +8,6 @@
 //!   with a no-op network as the node's primary network for its generated configuration.
 
 use super::control::API_URL;
-use super::procs;
 use serde_json::json;
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
@@ -126,7 +125,7 @@ impl NodeDaemon {
                 c
             }
         };
-        self.child = Some(procs::spawn(&mut command, &self.dir, &log));
+        self.child = Some(testkit::process::spawn_logged(&mut command, &self.dir, &log));
     }
 
     /// SIGKILL and reap: what an OOM kill or a node's reboot does.

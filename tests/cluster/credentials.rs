@@ -60,7 +60,7 @@ pub fn node_credentials_update_only_their_own_nodes_pods(cluster: &mut Cluster) 
     // A pod of two networks started now: the plugin's or agent's network-status write and the
     // agent's AddedInterface events pass the policies.
     let own = "policed";
-    cluster.apply_text(&sleeper(NS, own, Some("a"), Network::FromConfigMap("net-multi")));
+    cluster.apply_text(&sleeper(NS, own).on_slot("a").network(Network::FromConfigMap("net-multi")).yaml());
     cluster.wait_pod_ready(NS, own);
     let interfaces: Vec<String> = cluster.network_status(NS, own, None).into_iter().map(|(i, _)| i).collect();
     assert_eq!(interfaces, ["eth0", "net1"], "{own}'s network-status under the policy");

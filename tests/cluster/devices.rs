@@ -7,6 +7,7 @@ use super::{NS, YH_GENIE_USER};
 use serde_json::Value;
 use std::process::Child;
 use testkit::cluster::Cluster;
+use testkit::cluster::pods::sleeper;
 
 const VF: &str = "example.com/vf";
 const VF_B: &str = "example.com/vf-b";
@@ -41,26 +42,11 @@ impl Drop for Devices<'_> {
     }
 }
 
+/// A pod on slot a asking for `networks` in its networks annotation, with `limits` of the device
+/// plugins' resources.
 fn pod(name: &str, networks: &str, limits: &[(&str, u32)]) -> String {
-    let limits: String = limits.iter().map(|(r, n)| format!("        {r}: \"{n}\"\n")).collect();
-    let resources = if limits.is_empty() { String::new() } else { format!("    resources:\n      limits:\n{limits}") };
-    format!(
-        "apiVersion: v1
-kind: Pod
-metadata:
-  name: {name}
-  namespace: {NS}
-  annotations:
-    k8s.v1.cni.cncf.io/networks: '{networks}'
-spec:
-  nodeSelector: {{yh-genie-e2e/slot: a}}
-  terminationGracePeriodSeconds: 1
-  containers:
-  - name: main
-    image: busybox:1.36
-    command: [sleep, '3600']
-{resources}"
-    )
+    let pod = sleeper(NS, name).on_slot("a").annotation("k8s.v1.cni.cncf.io/networks", networks);
+    limits.iter().fold(pod, |pod, (resource, count)| pod.limit(resource, *count)).yaml()
 }
 
 /// Each device interface of the pod's network-status: (interface, device-info's PCI address).

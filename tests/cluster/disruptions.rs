@@ -5,7 +5,7 @@ use super::{NS, YH_GENIE_USER, condition};
 use serde_json::Value;
 use std::path::Path;
 use testkit::cluster::Cluster;
-use testkit::cluster::pods::{Network, in_cidr, sleeper};
+use testkit::cluster::pods::{Network, in_cidr, sleeper, web_server};
 use testkit::process::report;
 
 /// docs/install.md's uninstall: workloads first, then both manifests. Every installer pod removes
@@ -51,7 +51,7 @@ pub fn uninstall_leaves_the_nodes_as_the_docs_say(cluster: &mut Cluster) {
 /// pod is Ready with an address of its node, and no GET was made for it.
 pub fn api_server_down_a_held_pod_gets_its_network_again(cluster: &mut Cluster) {
     let pod = "outage-held";
-    cluster.apply_text(&sleeper(NS, pod, Some("a"), Network::FromConfigMap("net-yonghui")));
+    cluster.apply_text(&sleeper(NS, pod).on_slot("a").network(Network::FromConfigMap("net-yonghui")).yaml());
     cluster.wait_pod_ready(NS, pod);
     let sandboxes_before = cluster.worker("node-a").running_sandboxes(pod);
     assert_eq!(sandboxes_before.len(), 1, "{pod}: {sandboxes_before:?}");
@@ -88,19 +88,7 @@ pub fn api_server_down_a_held_pod_gets_its_network_again(cluster: &mut Cluster) 
 /// server's mirror pod has a uid of its own. It should get its network like any pod.
 pub fn static_pod_on_a_pod_network_gets_its_network(cluster: &mut Cluster) {
     let worker = cluster.worker("node-b");
-    let manifest = format!(
-        "apiVersion: v1
-kind: Pod
-metadata: {{name: static-web, namespace: {NS}}}
-spec:
-  containers:
-  - name: web
-    image: busybox:1.36
-    command: [sh, -c, 'mkdir -p /www && hostname > /www/index.html && exec httpd -f -p 8080 -h /www']
-    env:
-    - {{name: CNI_NETWORK_CONFIG, value: yonghui}}
-"
-    );
+    let manifest = web_server(NS, "static-web").network(Network::Named("yonghui")).yaml();
     std::fs::write(worker.node_path("/etc/kubernetes/manifests/static-web.yaml"), manifest).unwrap();
     let mirror = format!("static-web-{}", worker.name);
     let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| cluster.wait_pod_ready(NS, &mirror)));
@@ -123,7 +111,7 @@ pub fn api_server_down_an_unknown_pod_is_retried_until_the_api_is_back(cluster: 
     let mirror = format!("outage-static-{worker_name}");
     let manifest_path = cluster.worker(worker_name).node_path("/etc/kubernetes/manifests/outage-static.yaml");
     cluster.stop_apiserver();
-    std::fs::write(&manifest_path, sleeper(NS, "outage-static", None, Network::Named("yonghui"))).unwrap();
+    std::fs::write(&manifest_path, sleeper(NS, "outage-static").network(Network::Named("yonghui")).yaml()).unwrap();
     let kubelet_log = cluster.run.log(&format!("{worker_name}-kubelet"));
     let refused = cluster.wait_for(&format!("{mirror}'s ADD refused while the API server is down"), || {
         let log = std::fs::read_to_string(&kubelet_log).unwrap_or_default();

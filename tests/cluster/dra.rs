@@ -13,6 +13,7 @@ use std::path::Path;
 use std::process::Command;
 use testkit::cluster::Cluster;
 use testkit::cluster::control_plane::api_url;
+use testkit::cluster::pods::sleeper;
 use testkit::process::report;
 
 const DRA_NS: &str = "yh-dra";
@@ -42,22 +43,6 @@ fn explain(cluster: &Cluster, pod: &str) -> String {
 }
 
 fn manifests() -> String {
-    let pod = |name: &str, claims: &str| {
-        format!(
-            "apiVersion: v1
-kind: Pod
-metadata: {{name: {name}, namespace: {DRA_NS}}}
-spec:
-  nodeSelector: {{yh-genie-e2e/slot: a}}
-  terminationGracePeriodSeconds: 1
-  containers:
-  - name: main
-    image: busybox:1.36
-    command: [sleep, '3600']
-  resourceClaims:
-{claims}"
-        )
-    };
     // One request of a claim's `spec.devices.requests`, its lines indented by `indent`.
     let request = |indent: usize, name: &str, count: u32, expression: &str| {
         let lines = [
@@ -114,11 +99,12 @@ spec:
         request(6, "gpu", 1, &bare),
         request(4, "red", 1, &resource("yh-genie.test/red")),
         request(6, "vf", 5, &resource("yh-genie.test/vf")),
-        pod(
-            "dra-a",
-            "  - {name: nics, resourceClaimTemplateName: two-vfs-and-a-gpu}\n  - {name: red, resourceClaimName: red}\n"
-        ),
-        pod("dra-unallocated", "  - {name: nics, resourceClaimTemplateName: five-vfs}\n"),
+        sleeper(DRA_NS, "dra-a")
+            .on_slot("a")
+            .claim_from_template("nics", "two-vfs-and-a-gpu")
+            .claim("red", "red")
+            .yaml(),
+        sleeper(DRA_NS, "dra-unallocated").on_slot("a").claim_from_template("nics", "five-vfs").yaml(),
     )
 }
 
@@ -130,7 +116,8 @@ spec:
 /// slices by node, and was refused nothing.
 pub fn dra_claims_give_pods_the_devices_their_slices_publish(cluster: &mut Cluster) {
     let binary = driver_binary();
-    let kubeconfig = cluster.pki.kubeconfig("dra-driver", "yh-genie-test-dra-driver", &["system:masters"], &api_url());
+    let kubeconfig =
+        cluster.control.pki.kubeconfig("dra-driver", "yh-genie-test-dra-driver", &["system:masters"], &api_url());
     let worker = cluster.worker("node-a");
     let mut command = worker.node_command(&binary);
     command.args([
@@ -251,22 +238,12 @@ spec:
           selectors:
           - cel: {{expression: 'device.attributes[\"k8s.cni.cncf.io\"].resourceName == \"yh-genie.test/net\"'}}
 ---
-apiVersion: v1
-kind: Pod
-metadata:
-  name: dra-net
-  namespace: {DRA_NS}
-  annotations: {{k8s.v1.cni.cncf.io/networks: dra-net}}
-spec:
-  nodeSelector: {{yh-genie-e2e/slot: a}}
-  terminationGracePeriodSeconds: 1
-  containers:
-  - name: main
-    image: busybox:1.36
-    command: [sleep, '3600']
-  resourceClaims:
-  - {{name: nic, resourceClaimTemplateName: one-net}}
-"
+{}",
+        sleeper(DRA_NS, "dra-net")
+            .on_slot("a")
+            .annotation("k8s.v1.cni.cncf.io/networks", "dra-net")
+            .claim_from_template("nic", "one-net")
+            .yaml()
     ));
     cluster.wait_pod_ready(DRA_NS, "dra-net");
     let infos = super::devices::device_infos(cluster, DRA_NS, "dra-net");

@@ -5,7 +5,7 @@ use super::{NS, PTPLAN};
 use serde_json::Value;
 use std::time::{Duration, Instant};
 use testkit::cluster::Cluster;
-use testkit::cluster::pods::in_cidr;
+use testkit::cluster::pods::{TestPod, in_cidr, web_server};
 use testkit::process::report;
 
 /// e2e/networks.yaml's ptpnet range.
@@ -13,20 +13,8 @@ const PTPNET: &str = "10.248.0.0/24";
 const NETWORKS: &str = "k8s.v1.cni.cncf.io/networks";
 
 /// A pod serving its name on :8080, on slot a (where multi-nad, on ptplan too, fetches from).
-fn server(name: &str) -> String {
-    format!(
-        "apiVersion: v1
-kind: Pod
-metadata: {{name: {name}, namespace: {NS}}}
-spec:
-  nodeSelector: {{yh-genie-e2e/slot: a}}
-  terminationGracePeriodSeconds: 1
-  containers:
-  - name: web
-    image: busybox:1.36
-    command: [sh, -c, 'mkdir -p /www && hostname > /www/index.html && exec httpd -f -p 8080 -h /www']
-"
-    )
+fn server(name: &str) -> TestPod {
+    web_server(NS, name).on_slot("a")
 }
 
 /// docs/dynamic-networks.md's switch: `dynamicNetworks` in the selector's configuration (waited
@@ -136,7 +124,7 @@ pub fn dynamic_networks_follow_a_running_pods_annotation(cluster: &mut Cluster) 
     cluster.apply_text(&format!(
         "apiVersion: k8s.cni.cncf.io/v1\nkind: NetworkAttachmentDefinition\nmetadata: {{name: ptpnet, namespace: {NS}}}\n"
     ));
-    cluster.apply_text(&server("dyn-a"));
+    cluster.apply_text(&server("dyn-a").yaml());
     cluster.wait_pod_ready(NS, "dyn-a");
     assert_eq!(links(cluster, "dyn-a"), ["eth0"]);
 
@@ -273,13 +261,13 @@ fn worker_restarts(cluster: &Cluster) -> u64 {
 /// leased, the record not complete), then the DaemonSet's pod replaced, the agent with it: nothing is
 /// left half made and the edit completes; a pod deleted right after an edit leaves no record and no
 /// lease.
-pub fn dynamic_networks_survive_kills_deletions_and_simultaneous_edits(cluster: &mut Cluster) {
+pub fn dynamic_networks_survive_what_goes_wrong_around_an_edit(cluster: &mut Cluster) {
     switch_on(cluster);
     cluster.apply_text(&format!(
         "apiVersion: k8s.cni.cncf.io/v1\nkind: NetworkAttachmentDefinition\nmetadata: {{name: ptpnet, namespace: {NS}}}\n"
     ));
     for pod in ["dyn-c", "dyn-d"] {
-        cluster.apply_text(&server(pod));
+        cluster.apply_text(&server(pod).yaml());
     }
     for pod in ["dyn-c", "dyn-d"] {
         cluster.wait_pod_ready(NS, pod);
@@ -361,7 +349,7 @@ fn percentiles(took: &mut [Duration]) -> String {
 /// pods (the scheduler, the sandbox, the image's start and the runtime's ADD).
 pub fn dynamic_networks_latency(cluster: &mut Cluster) {
     switch_on(cluster);
-    cluster.apply_text(&server("dyn-b"));
+    cluster.apply_text(&server("dyn-b").yaml());
     cluster.wait_pod_ready(NS, "dyn-b");
     let mut edits = Vec::new();
     for _ in 0..20 {
@@ -376,10 +364,7 @@ pub fn dynamic_networks_latency(cluster: &mut Cluster) {
     let mut creations = Vec::new();
     for n in 0..10 {
         let name = format!("dyn-created-{n}");
-        let pod = server(&name).replace(
-            &format!("metadata: {{name: {name}, namespace: {NS}}}"),
-            &format!("metadata: {{name: {name}, namespace: {NS}, annotations: {{{NETWORKS}: ptplan}}}}"),
-        );
+        let pod = server(&name).annotation(NETWORKS, "ptplan").yaml();
         let created = Instant::now();
         cluster.apply_text(&pod);
         wait_answering(cluster, &name, "net1");

@@ -62,13 +62,13 @@ const IGNORED: &[(&str, &str)] = &[];
 const TESTS: &[(&str, Test)] = &[
     ("daemonset_ready_on_every_node", daemonset_ready_on_every_node),
     ("pods_get_the_network_their_configmap_names_in_every_form", pods_get_the_network_of_every_form),
-    ("pod_to_pod_on_one_node_and_across_nodes", pod_to_pod_on_one_node_and_across_nodes),
-    ("two_networks_by_configmap_list_and_by_nad", two_networks_by_configmap_list_and_by_nad),
+    ("pods_reach_each_other_wherever_they_run", pods_reach_each_other_wherever_they_run),
+    ("a_pod_gets_two_networks_by_configmap_list_or_by_nad", a_pod_gets_two_networks_by_configmap_list_or_by_nad),
     (
         "device_networks_get_the_devices_the_kubelet_gave_the_pod",
         device_networks_get_the_devices_the_kubelet_gave_the_pod,
     ),
-    ("adds_make_no_api_get_and_requests_per_pod_lifecycle", adds_make_no_api_get_and_requests_per_pod_lifecycle),
+    ("no_request_from_the_plugin_in_a_pods_life", no_request_from_the_plugin_in_a_pods_life),
     ("a_uid_guarded_patch_of_a_replaced_pod_gets_422", a_uid_guarded_patch_of_a_replaced_pod_gets_422),
     ("api_server_down_a_pod_the_agent_holds_gets_its_network_again", api_server_down_a_held_pod_gets_its_network_again),
     (
@@ -77,20 +77,20 @@ const TESTS: &[(&str, Test)] = &[
     ),
     ("static_pod_on_a_pod_network_gets_its_network", static_pod_on_a_pod_network_gets_its_network),
     ("node_credentials_update_only_their_own_nodes_pods", node_credentials_update_only_their_own_nodes_pods),
-    ("a_host_port_answers_on_the_node_and_goes_with_the_pod", a_host_port_answers_on_the_node_and_goes_with_the_pod),
-    ("bandwidth_annotations_shape_the_pod_and_go_with_it", bandwidth_annotations_shape_the_pod_and_go_with_it),
-    ("a_pod_deleted_mid_add_and_recreated_gets_its_network", a_pod_deleted_mid_add_and_recreated_gets_its_network),
+    ("a_host_port_answers_on_the_node_while_its_pod_lives", a_host_port_answers_on_the_node_while_its_pod_lives),
+    ("bandwidth_annotations_shape_the_pod_while_it_lives", bandwidth_annotations_shape_the_pod_while_it_lives),
+    ("a_pod_recreated_mid_add_gets_its_network", a_pod_recreated_mid_add_gets_its_network),
     ("daemonset_rolled_while_pods_start_loses_nothing", daemonset_rolled_while_pods_start_loses_nothing),
     ("dra_claims_give_pods_the_devices_their_slices_publish", dra_claims_give_pods_the_devices_their_slices_publish),
     ("dynamic_networks_follow_a_running_pods_annotation", dynamic_networks_follow_a_running_pods_annotation),
     (
-        "dynamic_networks_survive_kills_deletions_and_simultaneous_edits",
-        dynamic_networks_survive_kills_deletions_and_simultaneous_edits,
+        "dynamic_networks_survive_what_goes_wrong_around_an_edit",
+        dynamic_networks_survive_what_goes_wrong_around_an_edit,
     ),
     ("dynamic_networks_latency_from_edit_to_answering_interface", dynamic_networks_latency),
     ("uninstall_leaves_the_nodes_as_the_docs_say", uninstall_leaves_the_nodes_as_the_docs_say),
     // After the uninstall: it starts from a node without yh-genie.
-    ("a_node_moves_from_multus_and_no_address_leaks", a_node_moves_from_multus_and_no_address_leaks),
+    ("a_node_moves_from_multus_without_leaking_an_address", a_node_moves_from_multus_without_leaking_an_address),
 ];
 
 fn main() {
@@ -205,7 +205,7 @@ fn pods_get_the_network_of_every_form(cluster: &mut Cluster) {
 
 /// Each pod serves its own name: a fetch proves which pod answered. Across nodes on the fabric,
 /// within a node on the fabric, and within a node from one network to another.
-fn pod_to_pod_on_one_node_and_across_nodes(cluster: &mut Cluster) {
+fn pods_reach_each_other_wherever_they_run(cluster: &mut Cluster) {
     let ip = |pod: &str| cluster.wait_pod_ready(NS, pod)["status"]["podIP"].as_str().expect("a pod IP").to_string();
     for (from, to) in
         [("yh-a", "yh-b"), ("yh-b", "yh-a"), ("yh-b", "yh-default"), ("ptp-a", "yh-a"), ("ptp-a", "ptp-b")]
@@ -219,7 +219,7 @@ fn pod_to_pod_on_one_node_and_across_nodes(cluster: &mut Cluster) {
 /// annotation naming a NetworkAttachmentDefinition of the real CRD. Both pods get eth0 (the pod IP,
 /// on yonghui) and net1 (in ptplan), both listed in the network-status annotation on the pod, and
 /// reach each other over net1.
-fn two_networks_by_configmap_list_and_by_nad(cluster: &mut Cluster) {
+fn a_pod_gets_two_networks_by_configmap_list_or_by_nad(cluster: &mut Cluster) {
     let repo = Path::new(env!("CARGO_MANIFEST_DIR"));
     cluster.kubectl_ok(&["apply", "-f", &repo.join("e2e/multinet.yaml").display().to_string()]);
     let cidr_a = cluster.pod_cidr("node-a");
@@ -248,7 +248,7 @@ fn two_networks_by_configmap_list_and_by_nad(cluster: &mut Cluster) {
 /// The API server's audit log: the ADDs of every pod so far took the agent's answer (no GET of a
 /// pod, ConfigMap or NAD by yh-genie's service account). Then one pod's whole life, from create to
 /// the runtime's last DEL: the requests yh-genie made for it, counted.
-fn adds_make_no_api_get_and_requests_per_pod_lifecycle(cluster: &mut Cluster) {
+fn no_request_from_the_plugin_in_a_pods_life(cluster: &mut Cluster) {
     let gets = |events: &[Value]| -> Vec<String> {
         events
             .iter()
@@ -271,7 +271,7 @@ fn adds_make_no_api_get_and_requests_per_pod_lifecycle(cluster: &mut Cluster) {
     );
 
     let before = events.len();
-    cluster.apply_text(&sleeper(NS, "lifecycle", Some("a"), Network::FromConfigMap("net-yonghui")));
+    cluster.apply_text(&sleeper(NS, "lifecycle").on_slot("a").network(Network::FromConfigMap("net-yonghui")).yaml());
     cluster.wait_pod_ready(NS, "lifecycle");
     let after_add = cluster.audit_events();
     let add_requests: Vec<&Value> = after_add[before..]

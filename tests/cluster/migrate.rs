@@ -13,7 +13,7 @@ use std::collections::BTreeSet;
 use std::path::PathBuf;
 use testkit::cluster::Cluster;
 use testkit::cluster::control_plane::api_url;
-use testkit::cluster::pods::in_cidr;
+use testkit::cluster::pods::{in_cidr, sleeper};
 use testkit::inspect::walk;
 use testkit::process::report;
 
@@ -29,31 +29,20 @@ fn multus_binary() -> Option<PathBuf> {
 /// A pod on node-a that chooses nothing itself (the cluster's default network), and with `nad` a
 /// second network by the networks annotation, as pods written for Multus are.
 fn pod(name: &str, nad: Option<&str>) -> String {
-    let annotation =
-        nad.map(|n| format!("  annotations: {{k8s.v1.cni.cncf.io/networks: '{n}'}}\n")).unwrap_or_default();
-    format!(
-        "apiVersion: v1
-kind: Pod
-metadata:
-  name: {name}
-  namespace: {NS}
-{annotation}spec:
-  nodeSelector: {{yh-genie-e2e/slot: a}}
-  terminationGracePeriodSeconds: 1
-  containers:
-  - name: main
-    image: busybox:1.36
-    command: [sleep, '3600']
-"
-    )
+    let pod = sleeper(NS, name).on_slot("a");
+    match nad {
+        Some(nad) => pod.annotation("k8s.v1.cni.cncf.io/networks", nad).yaml(),
+        None => pod.yaml(),
+    }
 }
 
 /// Multus's kubeconfig on the node, with its credentials inline (the node's mount namespace does
 /// not see the test's files): a client certificate of the cluster's CA.
 fn multus_kubeconfig(cluster: &Cluster) -> String {
-    cluster.pki.kubeconfig("multus", "multus-test", &["system:masters"], &api_url());
-    let data =
-        |file: &str| base64::engine::general_purpose::STANDARD.encode(std::fs::read(cluster.pki.path(file)).unwrap());
+    cluster.control.pki.kubeconfig("multus", "multus-test", &["system:masters"], &api_url());
+    let data = |file: &str| {
+        base64::engine::general_purpose::STANDARD.encode(std::fs::read(cluster.control.pki.path(file)).unwrap())
+    };
     format!(
         "apiVersion: v1
 kind: Config
@@ -118,7 +107,7 @@ fn containerd_about(cluster: &Cluster, sandboxes: &[&str]) -> String {
 
 /// Each step of docs/migrate.md's "From Multus", on node-a: the Multus node, yh-genie installed
 /// beside it, `00-multus.conf` removed, the pods Multus attached deleted.
-pub fn a_node_moves_from_multus_and_no_address_leaks(cluster: &mut Cluster) {
+pub fn a_node_moves_from_multus_without_leaking_an_address(cluster: &mut Cluster) {
     let repo = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
     let path = |rel: &str| repo.join(rel).display().to_string();
     let worker = cluster.worker("node-a");

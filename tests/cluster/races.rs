@@ -4,7 +4,7 @@
 
 use super::{NS, YH_BRIDGENET, condition};
 use std::collections::BTreeSet;
-use testkit::cluster::pods::{Network, in_cidr, sleeper};
+use testkit::cluster::pods::{Network, in_cidr, sleeper, web_server};
 use testkit::cluster::{Cluster, NODES, PATIENCE};
 use testkit::process::report;
 
@@ -15,25 +15,11 @@ const HOST_PORT: u16 = 18080;
 /// the selector to portmap. A pod on the other node reaches it at its node's address and that
 /// port; once the pod is gone, nothing answers there and the node has no DNAT rule for the port
 /// left.
-pub fn a_host_port_answers_on_the_node_and_goes_with_the_pod(cluster: &mut Cluster) {
+pub fn a_host_port_answers_on_the_node_while_its_pod_lives(cluster: &mut Cluster) {
     let pod = "hostport";
     let node_ip = NODES.iter().find(|(name, _, _)| *name == "node-a").map(|(_, ip, _)| *ip).unwrap();
-    cluster.apply_text(&format!(
-        "apiVersion: v1
-kind: Pod
-metadata: {{name: {pod}, namespace: {NS}}}
-spec:
-  nodeSelector: {{yh-genie-e2e/slot: a}}
-  terminationGracePeriodSeconds: 1
-  containers:
-  - name: web
-    image: busybox:1.36
-    command: [sh, -c, 'mkdir -p /www && hostname > /www/index.html && exec httpd -f -p 8080 -h /www']
-    ports: [{{containerPort: 8080, hostPort: {HOST_PORT}}}]
-    env:
-    - {{name: CNI_NETWORK_CONFIG, value: yonghui}}
-"
-    ));
+    cluster
+        .apply_text(&web_server(NS, pod).on_slot("a").host_port(HOST_PORT).network(Network::Named("yonghui")).yaml());
     cluster.wait_pod_ready(NS, pod);
     let worker = cluster.worker("node-a");
     let dnat = || -> Vec<String> {
@@ -73,7 +59,7 @@ spec:
 /// selector to bandwidth. The limit into the pod is a tbf on the pod's host veth, the limit out of
 /// it a tbf on the ifb device (`bwp...`) the plugin made for the pod; both go with the pod, from
 /// the values the selector recorded at ADD.
-pub fn bandwidth_annotations_shape_the_pod_and_go_with_it(cluster: &mut Cluster) {
+pub fn bandwidth_annotations_shape_the_pod_while_it_lives(cluster: &mut Cluster) {
     let pod = "shaped";
     let worker = cluster.worker("node-a");
     let shaping = || -> Vec<String> {
@@ -81,24 +67,12 @@ pub fn bandwidth_annotations_shape_the_pod_and_go_with_it(cluster: &mut Cluster)
         qdiscs.lines().filter(|l| l.starts_with("qdisc tbf ")).map(String::from).collect()
     };
     assert_eq!(shaping(), Vec::<String>::new(), "node-a shapes something before {pod} exists");
-    cluster.apply_text(&format!(
-        "apiVersion: v1
-kind: Pod
-metadata:
-  name: {pod}
-  namespace: {NS}
-  annotations: {{kubernetes.io/ingress-bandwidth: 2M, kubernetes.io/egress-bandwidth: 1M}}
-spec:
-  nodeSelector: {{yh-genie-e2e/slot: a}}
-  terminationGracePeriodSeconds: 1
-  containers:
-  - name: main
-    image: busybox:1.36
-    command: [sleep, '3600']
-    env:
-    - {{name: CNI_NETWORK_CONFIG, value: yh-bridgenet}}
-"
-    ));
+    let shaped = sleeper(NS, pod)
+        .on_slot("a")
+        .annotation("kubernetes.io/ingress-bandwidth", "2M")
+        .annotation("kubernetes.io/egress-bandwidth", "1M")
+        .network(Network::Named("yh-bridgenet"));
+    cluster.apply_text(&shaped.yaml());
     let ip = cluster.wait_pod_ready(NS, pod)["status"]["podIP"].as_str().unwrap_or_default().to_string();
     assert!(in_cidr(&ip, YH_BRIDGENET), "{pod}'s podIP {ip:?} is not in yh-bridgenet's {YH_BRIDGENET}");
     let tbf = shaping();
@@ -131,9 +105,9 @@ fn host_port_answer(cluster: &Cluster, from: &str, ip: &str) -> String {
 /// lists its own addresses (the old sandbox's status write, if any, did not land on it), and
 /// every address taken meanwhile on the node belongs to a running sandbox: the old sandbox's
 /// leases were freed.
-pub fn a_pod_deleted_mid_add_and_recreated_gets_its_network(cluster: &mut Cluster) {
+pub fn a_pod_recreated_mid_add_gets_its_network(cluster: &mut Cluster) {
     let pod = "reborn";
-    let manifest = sleeper(NS, pod, Some("a"), Network::FromConfigMap("net-multi"));
+    let manifest = sleeper(NS, pod).on_slot("a").network(Network::FromConfigMap("net-multi")).yaml();
     let worker = cluster.worker("node-a");
     let leases_before = lease_owners(cluster);
     cluster.apply_text(&manifest);
@@ -235,7 +209,7 @@ pub fn daemonset_rolled_while_pods_start_loses_nothing(cluster: &mut Cluster) {
     cluster.kubectl_ok(&["-n", "kube-system", "set", "image", "daemonset/yh-genie", &format!("install={rolled}")]);
     let pods: Vec<(String, &str)> = (0..6).map(|i| (format!("roll-{i}"), ["a", "b"][i % 2])).collect();
     for (pod, slot) in &pods {
-        cluster.apply_text(&sleeper(NS, pod, Some(slot), Network::Named("yonghui")));
+        cluster.apply_text(&sleeper(NS, pod).on_slot(slot).network(Network::Named("yonghui")).yaml());
     }
     for (pod, slot) in &pods {
         let object = cluster.wait_pod_ready(NS, pod);

@@ -113,7 +113,7 @@ fn the_pod_ip_containerd_reports_is_in_the_network_the_pod_chose() {
 }
 
 #[test]
-fn a_sandbox_whose_add_fails_fails_with_the_reason_leaves_nothing_and_the_retry_succeeds() {
+fn a_sandbox_whose_add_fails_is_retried_from_nothing() {
     let node = CriNode::start();
     let network = YONGHUI;
     // A pod the node agent holds gets its network through an API server outage...
@@ -205,7 +205,7 @@ fn route_dev(node: &CriNode, sandbox: &Sandbox, to: &str) -> String {
 /// `router`. containerd takes the pod IP from the interface it named (eth0), so the selector hands it
 /// the first network's result alone; the second network is the pod's all the same.
 #[test]
-fn a_pod_with_two_networks_gets_both_and_containerd_reports_the_first() {
+fn containerd_reports_the_first_of_a_pods_two_networks() {
     let node = CriNode::start();
     node.put_pod("overlay-peer", json!([{"name": "app", "image": "nginx"}]));
     put_choosing(&node, "lan-peer", &MACVLAN_VETH, Choice::BareName);
@@ -254,7 +254,7 @@ fn a_pod_with_two_networks_gets_both_and_containerd_reports_the_first() {
 /// The kubelet's hostPort and bandwidth annotation, as containerd hands them to its CNI: through
 /// the selector's declared capabilities to the portmap and bandwidth plugins of the pod's network.
 #[test]
-fn a_host_port_answers_on_the_nodes_address_and_a_bandwidth_annotation_shapes_the_pod() {
+fn the_kubelets_capability_arguments_reach_the_networks_plugins() {
     let node = CriNode::start();
     node.put_pod("web", json!([{"name": "app", "image": "nginx"}]));
     node.wait_agent_holds("web");

@@ -14,6 +14,7 @@ use std::os::unix::net::UnixListener;
 use std::time::{Duration, Instant};
 use testkit::agent::{Agent, METRICS_PORT};
 use testkit::apiserver::{Call, StreamingList, from_config_map, literal};
+use testkit::fake_plugin::{FakePlugin, Step};
 use yh_genie::node::agent_socket::client::exchange;
 use yh_genie::node::agent_socket::protocol::{Answer, Ask, PodObjects, Reply as AgentReply, Request};
 
@@ -63,7 +64,7 @@ fn config_map_value(objects: &PodObjects) -> Option<String> {
 }
 
 #[test]
-fn with_the_agent_add_makes_no_api_request_and_records_what_the_direct_path_records() {
+fn with_the_agent_add_records_what_the_direct_path_records_without_an_api_request() {
     let n = node();
     n.api.put_config_map("default", "nets", json!({"k": "blue"}));
     n.api.put_pod("default", "web-0", from_config_map("nets", "k"));
@@ -206,7 +207,7 @@ fn a_pod_the_agent_holds_gets_its_networks_while_the_api_server_is_down() {
 }
 
 #[test]
-fn without_a_usable_agent_add_takes_the_direct_path_and_says_why() {
+fn without_a_usable_agent_add_takes_the_direct_path_saying_why() {
     let n = node();
     n.api.put_config_map("default", "nets", json!({"k": "red"}));
     n.api.put_pod("default", "web-0", from_config_map("nets", "k"));
@@ -313,7 +314,7 @@ fn the_event_of_a_one_network_add_reaches_the_api_server_through_the_agent() {
 }
 
 #[test]
-fn an_agent_that_never_answers_the_hand_over_still_gets_the_event_and_the_add_is_whole() {
+fn an_add_is_whole_when_the_agent_never_answers_its_hand_over() {
     let n = node();
     n.api.put_pod("default", "web-0", literal("blue"));
     let socket = n.agent_socket();
@@ -373,7 +374,7 @@ fn an_agent_that_never_answers_the_hand_over_still_gets_the_event_and_the_add_is
 }
 
 #[test]
-fn a_pod_recreated_under_its_name_gets_its_own_networks_and_the_old_sandbox_never_does() {
+fn only_the_pod_recreated_under_its_name_gets_its_networks() {
     let n = node();
     n.api.put_pod("default", "web-0", literal("blue"));
     let agent = n.start_agent();
@@ -450,7 +451,7 @@ fn a_configmap_change_reaches_the_pods_created_after_it() {
 }
 
 #[test]
-fn the_agent_recovers_from_dropped_watches_and_an_api_server_restart() {
+fn the_agent_recovers_whenever_its_watches_break() {
     let n = node();
     n.api.down();
     let mut agent = n.start_agent();
@@ -497,7 +498,7 @@ fn the_agent_recovers_from_dropped_watches_and_an_api_server_restart() {
 }
 
 #[test]
-fn explain_says_whether_the_agent_has_the_pod_and_what_the_plugin_would_do() {
+fn explain_tells_the_agents_view_of_the_pod() {
     let n = node();
     n.api.put_config_map("default", "nets", json!({"k": "red"}));
     n.api.put_pod("default", "web-0", from_config_map("nets", "k"));
@@ -581,7 +582,7 @@ fn a_static_pod_gets_its_networks_through_its_mirror_pod_on_both_paths() {
 }
 
 #[test]
-fn an_api_server_without_streaming_lists_gets_lists_and_a_namespace_of_attachments_is_one_watch() {
+fn without_streaming_lists_the_agent_falls_back_to_lists_with_one_watch_per_namespace() {
     let n = node();
     // Kubernetes 1.33's default: the WatchList gate off, sendInitialEvents refused with 422.
     n.api.refuse_streaming_lists();
@@ -762,17 +763,14 @@ fn calls_since(n: &NetnsNode, before: &[Call], resource: &str) -> usize {
 }
 
 #[test]
-fn the_agent_counts_the_plugins_operations_and_is_ready_only_when_synced_and_the_default_network_is() {
+fn the_agents_metrics_port_reports_operation_counts_with_readiness() {
     let n = node();
     n.api.put_config_map("default", "nets", json!({"k": "blue"}));
     for name in ["a", "b"] {
         n.api.put_pod("default", name, from_config_map("nets", "k"));
     }
     // A network whose plugin fails, and a pod that chooses a network the node does not have.
-    testkit::process::write_executable(
-        &n.sb.bin().join("failing"),
-        "#!/bin/sh\ncat >/dev/null\n[ \"$CNI_COMMAND\" = ADD ] || exit 0\necho '{\"cniVersion\":\"1.0.0\",\"code\":11,\"msg\":\"the device is busy\"}'\nexit 1\n",
-    );
+    FakePlugin::new().on("ADD", [Step::Fail(11, "the device is busy".into())]).write(&n.sb.bin().join("failing"));
     n.write_conf(
         "broken/10-broken.conflist",
         &json!({"cniVersion": "1.0.0", "name": "broken", "plugins": [{"type": "failing"}]}),

@@ -24,7 +24,7 @@ fn node(serving: Serving) -> NetnsNode {
 }
 
 #[test]
-fn an_untrusted_certificate_fails_the_add_at_once_with_code_103_saying_what_and_how_to_fix() {
+fn an_untrusted_certificate_fails_the_add_at_once_with_code_103_saying_how_to_fix() {
     for (serving, problem, fix) in [
         (Serving::UnknownCa, "is not issued by the certificate authority of kubeconfig", "certificate-authority-data"),
         (Serving::Expired, "has expired at 2020-01-01T00:00:00Z", "renew it"),

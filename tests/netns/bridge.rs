@@ -8,9 +8,11 @@
 //! `txqueuelen 0` (Go's zero value); yh-bridge leaves the kernel's default.
 
 use crate::support::driver::{Call, PLUGINS, Reply, cni, cnidrive_run};
+use crate::support::versions;
 use serde_json::{Value, json};
 use std::net::IpAddr;
 use std::path::PathBuf;
+use testkit::inspect::link_names;
 use testkit::netns::Netns;
 use testkit::process::unique;
 use testkit::require_root;
@@ -63,11 +65,6 @@ impl BridgeNode {
             .map(|e| e.file_name().to_string_lossy().into_owned())
             .filter(|f| f.parse::<IpAddr>().is_ok())
             .collect()
-    }
-
-    fn links_of_kind(&self, kind: &str) -> Vec<String> {
-        let links: Value = serde_json::from_str(&self.ns.must(&format!("ip -j link show type {kind}"))).unwrap();
-        links.as_array().unwrap().iter().map(|l| l["ifname"].as_str().unwrap().to_string()).collect()
     }
 
     /// The node's NAT tables, both families, without iptables-save's timestamp comments.
@@ -253,7 +250,7 @@ fn assert_same(what: &str, ours: &Value, reference: &Value) {
 /// has none left, so the checks after it see the plugin's doing, not the kernel's pace.
 fn wait_for_netns_teardown(node: &BridgeNode) {
     for _ in 0..200 {
-        if node.links_of_kind("veth").is_empty() {
+        if link_names(&node.ns, "type veth").is_empty() {
             return;
         }
         std::thread::sleep(std::time::Duration::from_millis(50));
@@ -262,7 +259,7 @@ fn wait_for_netns_teardown(node: &BridgeNode) {
 
 /// After DEL: no veth on the node, no lease, no NAT rule, no interface in the pod.
 fn assert_clean(node: &BridgeNode, name: &str, pod: Option<&Netns>) {
-    assert_eq!(node.links_of_kind("veth"), Vec::<String>::new(), "veths left on the node");
+    assert_eq!(link_names(&node.ns, "type veth"), Vec::<String>::new(), "veths left on the node");
     assert_eq!(node.leases(name), Vec::<String>::new(), "leases left in host-local");
     assert!(!node.nat().contains("CNI-"), "NAT rules left:\n{}", node.nat());
     if let Some(pod) = pod {
@@ -271,29 +268,35 @@ fn assert_clean(node: &BridgeNode, name: &str, pod: Option<&Netns>) {
 }
 
 /// Run the configuration `make` gives for each plugin through yh-bridge and the reference on
-/// identical nodes; compare the result, the pod and the node. Then CHECK (inside `add_and_check`),
-/// DEL, DEL again on yh-bridge.
+/// identical nodes, at every version of the suite's table both speak whose results list
+/// interfaces (0.1.0 and 0.2.0: `legacy_versions`); compare the result, the pod and the node.
+/// Then CHECK (inside `add_and_check`, where the version has it), DEL, DEL again on yh-bridge, and
+/// DEL on the reference, so that both nodes meet the next version alike.
 fn compare(make: impl Fn(&BridgeNode, &str, &str) -> Value, via: Via) {
     require_root();
     let name = unique("net");
-    let cid = unique("cid");
-    let mut seen = Vec::new();
-    for plugin in [OURS, REFERENCE] {
-        let node = BridgeNode::new();
-        let pod = Netns::new("brp");
-        let conf = make(&node, plugin, &name);
-        let result = add_and_check(&node, via, &cid, &pod, &conf, plugin == OURS);
-        seen.push((normal_result(&result), pod_view(&pod), node_view(&node, &result)));
-        if plugin == OURS {
-            del(&node, via, &cid, &pod, &conf, &result);
-            assert_clean(&node, &name, Some(&pod));
-            del(&node, via, &cid, &pod, &conf, &result);
+    let nodes = [(OURS, BridgeNode::new()), (REFERENCE, BridgeNode::new())];
+    for version in versions::with_reference().filter(|v| !v.has_ip4_ip6_result()) {
+        let cid = unique("cid");
+        let mut seen = Vec::new();
+        for (plugin, node) in &nodes {
+            let pod = Netns::new("brp");
+            let mut conf = make(node, plugin, &name);
+            conf["cniVersion"] = version.as_str().into();
+            let result = add_and_check(node, via, &cid, &pod, &conf, *plugin == OURS && version.has_check());
+            assert_eq!(result["cniVersion"], version.as_str(), "{plugin}: {result}");
+            seen.push((normal_result(&result), pod_view(&pod), node_view(node, &result)));
+            del(node, via, &cid, &pod, &conf, &result);
+            if *plugin == OURS {
+                assert_clean(node, &name, Some(&pod));
+                del(node, via, &cid, &pod, &conf, &result);
+            }
         }
+        let (reference, ours) = (seen.pop().unwrap(), seen.pop().unwrap());
+        assert_same(&format!("the ADD result at {version}"), &ours.0, &reference.0);
+        assert_same(&format!("the pod netns at {version}"), &ours.1, &reference.1);
+        assert_same(&format!("the node at {version}"), &ours.2, &reference.2);
     }
-    let (reference, ours) = (seen.pop().unwrap(), seen.pop().unwrap());
-    assert_same("the ADD result", &ours.0, &reference.0);
-    assert_same("the pod netns", &ours.1, &reference.1);
-    assert_same("the node", &ours.2, &reference.2);
 }
 
 /// `compare` for a bridge configuration: the defaults of `BridgeNode::conf` plus `extra`.
@@ -312,7 +315,7 @@ fn same_as_reference_default_through_libcni() {
 }
 
 #[test]
-fn same_as_reference_named_bridge_mtu_and_hairpin() {
+fn same_as_reference_bridge_options() {
     compare_with_reference(json!({"bridge": unique("br"), "mtu": 1400, "hairpinMode": true}), Via::Cnidrive);
 }
 
@@ -370,7 +373,7 @@ fn yonghui_through_yh_bridge_same_as_through_reference() {
 }
 
 #[test]
-fn nftables_backend_adds_one_chain_per_pod_and_del_removes_it() {
+fn nftables_backend_keeps_one_chain_per_pod() {
     require_root();
     let node = BridgeNode::new();
     let pod = Netns::new("brp");
@@ -421,7 +424,7 @@ fn masquerade_lets_the_pod_reach_beyond_the_node() {
 }
 
 #[test]
-fn forty_pods_eight_at_a_time_get_distinct_addresses_and_leave_nothing() {
+fn forty_pods_eight_at_a_time_get_distinct_addresses_leaving_nothing() {
     require_root();
     let node = BridgeNode::new();
     let name = unique("net");
@@ -451,7 +454,7 @@ fn forty_pods_eight_at_a_time_get_distinct_addresses_and_leave_nothing() {
     addresses.dedup();
     assert_eq!(addresses.len(), 40, "addresses are distinct");
     assert_eq!(node.leases(&name).len(), 40);
-    assert_eq!(node.links_of_kind("veth").len(), 40);
+    assert_eq!(link_names(&node.ns, "type veth").len(), 40);
     assert_eq!(node.nat().matches("-A POSTROUTING").count(), 40, "{}", node.nat());
     // Every pod really has its address, and CHECK agrees.
     for ((pod, cid), result) in pods.iter().zip(&results) {
@@ -471,11 +474,6 @@ fn forty_pods_eight_at_a_time_get_distinct_addresses_and_leave_nothing() {
     assert_clean(&node, &name, None);
 }
 
-fn link_names(ns: &Netns) -> Vec<String> {
-    let links = json_of(ns, "ip -j link show");
-    links.as_array().unwrap().iter().map(|l| l["ifname"].as_str().unwrap().to_string()).collect()
-}
-
 /// ADD with `extra` in a fresh node and pod (after `prepare`) must fail with `code` and a message
 /// containing `needle`, and leave no new link in the pod, no new veth on the node, no lease.
 /// Returns the node for further checks.
@@ -484,15 +482,15 @@ fn add_fails(extra: Value, prepare: impl FnOnce(&BridgeNode, &Netns), code: u64,
     let node = BridgeNode::new();
     let pod = Netns::new("brp");
     prepare(&node, &pod);
-    let (pod_before, veths_before) = (link_names(&pod), node.links_of_kind("veth"));
+    let (pod_before, veths_before) = (link_names(&pod, ""), link_names(&node.ns, "type veth"));
     let name = unique("net");
     let conf = node.conf(OURS, &name, &extra);
     let e = driver(&node, "ADD", &unique("cid"), &pod.path().display().to_string(), &conf, "").err();
     assert_eq!(e["code"], code, "{e}");
     assert!(e["msg"].as_str().unwrap().contains(needle), "{e}");
     assert_eq!(e["cniVersion"], "1.0.0");
-    assert_eq!(link_names(&pod), pod_before, "links left in the pod");
-    assert_eq!(node.links_of_kind("veth"), veths_before, "veths left on the node");
+    assert_eq!(link_names(&pod, ""), pod_before, "links left in the pod");
+    assert_eq!(link_names(&node.ns, "type veth"), veths_before, "veths left on the node");
     assert_eq!(node.leases(&name), Vec::<String>::new(), "a lease was left behind");
     node
 }
@@ -508,7 +506,7 @@ fn bridge_name_taken_by_a_non_bridge() {
         106,
         "already exists but is not a bridge",
     );
-    assert_eq!(node.links_of_kind("veth").len(), 2, "only the two ends the test made");
+    assert_eq!(link_names(&node.ns, "type veth").len(), 2, "only the two ends the test made");
 }
 
 #[test]
@@ -521,19 +519,19 @@ fn interface_name_taken_in_the_pod() {
         106,
         "interface \"eth0\" already exists in the container",
     );
-    assert_eq!(node.links_of_kind("veth"), Vec::<String>::new());
+    assert_eq!(link_names(&node.ns, "type veth"), Vec::<String>::new());
 }
 
 #[test]
 fn ipam_failure_leaves_nothing() {
     let node = add_fails(json!({"ipam": {"ranges": [[{"subnet": "10.66.0.0/32"}]]}}), |_, _| {}, 999, "too small");
-    assert_eq!(node.links_of_kind("veth"), Vec::<String>::new());
+    assert_eq!(link_names(&node.ns, "type veth"), Vec::<String>::new());
     let node = add_fails(json!({"ipam": {"type": "no-such-ipam"}}), |_, _| {}, 7, "no-such-ipam");
-    assert_eq!(node.links_of_kind("veth"), Vec::<String>::new());
+    assert_eq!(link_names(&node.ns, "type veth"), Vec::<String>::new());
 }
 
 #[test]
-fn failure_after_ipam_releases_the_lease_and_removes_the_veth() {
+fn failure_after_ipam_undoes_what_was_made() {
     // The bridge already carries another IPv4 address: the gateway step (after IPAM) must fail.
     let br = unique("br");
     let prepare = |node: &BridgeNode, _: &Netns| {
@@ -541,7 +539,7 @@ fn failure_after_ipam_releases_the_lease_and_removes_the_veth() {
     };
     let node =
         add_fails(json!({"bridge": br, "isGateway": true}), prepare, 106, "already has an IP address different from");
-    assert_eq!(node.links_of_kind("veth"), Vec::<String>::new());
+    assert_eq!(link_names(&node.ns, "type veth"), Vec::<String>::new());
     // forceAddress replaces it instead.
     let pod = Netns::new("brp");
     let conf = node.conf(OURS, &unique("net"), &json!({"bridge": br, "isGateway": true, "forceAddress": true}));
@@ -592,7 +590,7 @@ fn mac_from_cni_args() {
 }
 
 #[test]
-fn del_is_idempotent_and_works_without_the_netns() {
+fn del_is_idempotent_even_without_the_netns() {
     require_root();
     let node = BridgeNode::new();
     let name = unique("net");
@@ -675,7 +673,7 @@ fn check_notices_what_changed() {
 /// after the first pod's port has joined, so pods set up at the same moment could record a MAC
 /// that is about to change too (netns::concurrency).
 #[test]
-fn the_bridge_keeps_the_mac_its_pods_recorded_as_ports_come_and_go() {
+fn the_bridge_keeps_the_mac_its_pods_recorded_whatever_its_ports() {
     require_root();
     for gateway in [false, true] {
         let node = BridgeNode::new();

@@ -9,6 +9,7 @@ use crate::support::node::{NetnsNode, Pod, pod_addresses};
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
 use testkit::apiserver::literal;
+use testkit::fake_plugin::{FakePlugin, Step};
 use testkit::inspect::cni_nat_lines;
 use testkit::process::unique;
 use yh_genie::programs::selector::requests::annotation::NETWORKS;
@@ -72,7 +73,7 @@ fn serve_once(pod: &Pod, port: u16, answer: &str) -> std::process::Child {
 }
 
 #[test]
-fn host_ports_and_bandwidth_from_the_runtime_reach_the_first_networks_plugins_and_go_with_the_pod() {
+fn the_runtimes_capability_arguments_reach_the_first_networks_plugins() {
     let mut n = NetnsNode::new();
     n.default_network = Some("web".into());
     add_web_network(&n, "web", 1);
@@ -150,13 +151,11 @@ fn a_further_networks_port_mappings_come_from_the_annotation() {
 fn add_watched_network(n: &NetnsNode, name: &str, octet: u8, capabilities: Value) {
     let log = n.sb.path().join("watch");
     std::fs::create_dir_all(&log).unwrap();
-    let script = format!(
-        "#!/bin/sh\ncat > {log}/$CNI_COMMAND.{name}.$CNI_CONTAINERID\n\
-         [ \"$CNI_COMMAND\" = ADD ] && echo '{{\"cniVersion\":\"1.1.0\",\"ips\":[{{\"address\":\"10.79.{octet}.2/24\"}}]}}'\nexit 0\n",
-        log = log.display()
-    );
-    let plugin = n.sb.bin().join(format!("watch-{name}"));
-    testkit::process::write_executable(&plugin, script);
+    let result = json!({"cniVersion": "1.1.0", "ips": [{"address": format!("10.79.{octet}.2/24")}]});
+    FakePlugin::new()
+        .record_stdin(&log, name)
+        .on("ADD", [Step::Answer(result)])
+        .write(&n.sb.bin().join(format!("watch-{name}")));
     let plugin = json!({"type": format!("watch-{name}"), "capabilities": capabilities});
     let list = json!({"cniVersion": "1.1.0", "name": name, "plugins": [plugin]});
     n.write_conf(&format!("{name}/10-{name}.conflist"), &list);
@@ -173,7 +172,7 @@ fn watched(n: &NetnsNode, command: &str, network: &str, container: &str) -> Valu
 /// network get the values of the ADD at CHECK and DEL too, from the selector's record, as they
 /// must to check or remove what they made by them.
 #[test]
-fn check_and_del_give_the_plugins_the_capability_arguments_of_the_add() {
+fn later_commands_give_the_plugins_the_capability_arguments_of_the_add() {
     let mut n = NetnsNode::new();
     n.default_network = Some("blue".into());
     add_watched_network(&n, "blue", 3, json!({"portMappings": true, "bandwidth": true}));
@@ -194,7 +193,7 @@ fn check_and_del_give_the_plugins_the_capability_arguments_of_the_add() {
 }
 
 #[test]
-fn cni_1_1_through_libcni_status_of_the_default_network_and_gc_per_network() {
+fn cni_1_1_commands_through_libcni() {
     let mut n = NetnsNode::new();
     n.default_network = Some("overlay".into());
     // yonghui at 1.1.0, whose subnet.env the daemon has not written yet.

@@ -36,7 +36,7 @@ fn at_once<T: Send>(pods: &[Pod], f: impl Fn(&Pod) -> T + Sync) -> Vec<T> {
 }
 
 #[test]
-fn pods_added_at_once_share_a_new_bridge_get_distinct_addresses_and_are_deleted_at_once() {
+fn pods_at_once_share_a_new_bridge_with_distinct_addresses() {
     let n = NetnsNode::new();
     let conf = n.selector_conf("1.0.0", json!({}));
     for round in 0..ROUNDS {

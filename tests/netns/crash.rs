@@ -22,6 +22,7 @@ use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::Path;
 use std::time::{Duration, Instant};
 use testkit::apiserver::from_config_map;
+use testkit::fake_plugin::{FakePlugin, Step};
 use testkit::process::report;
 
 const NETWORK: &str = "fabric";
@@ -293,21 +294,24 @@ fn killed_at_every_crash_point(networks: &[&str], points: &[(&str, &str)]) {
 /// leave a lease with no owner); it finishes, allocating an address. The DEL must wait for it,
 /// holding the attachment's lock it inherited, and then release that address.
 #[test]
-fn a_del_after_a_killed_add_waits_for_its_ipam_plugin_and_releases_what_it_allocated() {
+fn a_del_after_a_killed_add_releases_what_its_ipam_plugin_went_on_to_allocate() {
     let n = NetnsNode::new();
     let started = n.sb.path().join("ipam-started");
     let finished = n.sb.path().join("ipam-finished");
     // host-local, after a pause on ADD; it says when it has started and when it has finished.
     let slow = n.sb.bin().join("slow-ipam");
-    testkit::process::write_executable(
-        &slow,
-        format!(
-            "#!/bin/sh\nif [ \"$CNI_COMMAND\" != ADD ]; then exec \"$(dirname \"$0\")/host-local\"; fi\n\
-             touch {}; sleep 1\n\"$(dirname \"$0\")/host-local\"; rc=$?\ntouch {}; exit $rc\n",
-            started.display(),
-            finished.display()
-        ),
-    );
+    FakePlugin::new()
+        .on(
+            "ADD",
+            [
+                Step::Touch(started.clone()),
+                Step::Sleep(Duration::from_secs(1)),
+                Step::Run("host-local".into()),
+                Step::Touch(finished.clone()),
+            ],
+        )
+        .otherwise([Step::Exec("host-local".into())])
+        .write(&slow);
     n.add_yonghui_network(NETWORK, 31, json!({"ipam": {"type": "slow-ipam", "dataDir": n.ipam_dir()}}));
     n.api.put_pod("default", POD, testkit::apiserver::literal(NETWORK));
     let conf = n.selector_conf("1.0.0", json!({}));

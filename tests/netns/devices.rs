@@ -8,6 +8,7 @@ use crate::support::node::NetnsNode;
 use prost::Message;
 use serde_json::{Value, json};
 use std::sync::Arc;
+use testkit::inspect::link_names;
 use yh_genie::node::agent_socket::protocol::{Answer, Ask, Held, PodObjects, PublishedDevice, Reply, Request};
 use yh_genie::programs::selector::NETWORK_STATUS;
 use yh_genie::programs::selector::devices::podresources::{
@@ -40,13 +41,8 @@ fn fake_kubelet(socket: &std::path::Path, pod: &str, devices: &[&str]) {
     testkit::grpc::serve_in_thread(socket, Arc::new(handler));
 }
 
-fn links_of(netns: &testkit::netns::Netns) -> Vec<String> {
-    let shown: Value = serde_json::from_str(&netns.must("ip -j link show")).unwrap();
-    shown.as_array().unwrap().iter().map(|l| l["ifname"].as_str().unwrap().to_string()).collect()
-}
-
 #[test]
-fn a_device_network_gets_the_pods_device_in_sorted_order_and_gives_it_back() {
+fn a_device_network_lends_the_pod_its_devices_in_sorted_order() {
     let (_, cni) = testkit::devices::support_binaries();
     let n = NetnsNode::new();
     n.add_yonghui_network("blue", 61, json!({}));
@@ -81,8 +77,8 @@ fn a_device_network_gets_the_pods_device_in_sorted_order_and_gives_it_back() {
     let pod = n.pod("vfpod");
     n.call("ADD", &pod, &conf).ok();
     // The first of the sorted devices, moved into the pod as net1; the other stays on the node.
-    assert!(links_of(&pod.netns).contains(&"net1".to_string()), "{:?}", links_of(&pod.netns));
-    let node_links = links_of(&n.netns);
+    assert!(link_names(&pod.netns, "").contains(&"net1".to_string()), "{:?}", link_names(&pod.netns, ""));
+    let node_links = link_names(&n.netns, "");
     assert!(!node_links.contains(&"yhvf0".to_string()) && node_links.contains(&"yhvf1".to_string()), "{node_links:?}");
     // net1's record: the configuration as its plugins got it, and the device.
     let record = n.data_dir().join("attachments").join(format!("{}:net1", pod.cid));
@@ -104,7 +100,7 @@ fn a_device_network_gets_the_pods_device_in_sorted_order_and_gives_it_back() {
     assert_eq!(cni_files.len(), 1, "{cni_files:?}");
 
     n.call("DEL", &pod, &conf).ok();
-    assert!(links_of(&n.netns).contains(&"yhvf0".to_string()), "DEL gave the device back");
+    assert!(link_names(&n.netns, "").contains(&"yhvf0".to_string()), "DEL gave the device back");
     assert_eq!(
         std::fs::read_dir(devinfo.join("cni")).unwrap().count(),
         0,
@@ -259,8 +255,8 @@ fn a_dra_claims_device_is_moved_into_the_pod_without_asking_the_kubelet_or_the_a
         match name.as_str() {
             "drapod" => {
                 reply.ok();
-                assert!(links_of(&pod.netns).contains(&"net1".to_string()), "{:?}", links_of(&pod.netns));
-                assert!(!links_of(&n.netns).contains(&"yhdra0".to_string()), "the claimed device left the node");
+                assert!(link_names(&pod.netns, "").contains(&"net1".to_string()), "{:?}", link_names(&pod.netns, ""));
+                assert!(!link_names(&n.netns, "").contains(&"yhdra0".to_string()), "the claimed device left the node");
                 let record = n.data_dir().join("attachments").join(format!("{}:net1", pod.cid));
                 let record: Value = serde_json::from_str(&std::fs::read_to_string(record).unwrap()).unwrap();
                 let given: Value = serde_json::from_str(record["conf"].as_str().unwrap()).unwrap();
@@ -276,7 +272,7 @@ fn a_dra_claims_device_is_moved_into_the_pod_without_asking_the_kubelet_or_the_a
                 let net1 = status.as_array().unwrap().iter().find(|e| e["interface"] == "net1").unwrap();
                 assert_eq!(net1["device-info"], info, "{status}");
                 n.call("DEL", &pod, &conf).ok();
-                assert!(links_of(&n.netns).contains(&"yhdra0".to_string()), "DEL gave the device back");
+                assert!(link_names(&n.netns, "").contains(&"yhdra0".to_string()), "DEL gave the device back");
             }
             "unallocated" => {
                 let refused = reply.err();
@@ -362,12 +358,12 @@ fn without_the_agent_or_when_its_answer_lacks_the_claim_the_api_server_gives_the
             .map(|c| format!("{} {}", c.verb, c.resource))
             .collect();
         assert_eq!(calls, asked, "{case}: the plugin's reads");
-        assert!(links_of(&pod.netns).contains(&"net1".to_string()), "{case}: {:?}", links_of(&pod.netns));
+        assert!(link_names(&pod.netns, "").contains(&"net1".to_string()), "{case}: {:?}", link_names(&pod.netns, ""));
         let record = n.data_dir().join("attachments").join(format!("{}:net1", pod.cid));
         let record: Value = serde_json::from_str(&std::fs::read_to_string(record).unwrap()).unwrap();
         assert_eq!(record["device"]["id"], "yhdra1", "{case}: {record}");
         n.call("DEL", &pod, &conf).ok();
-        assert!(links_of(&n.netns).contains(&"yhdra1".to_string()), "{case}: DEL gave the device back");
+        assert!(link_names(&n.netns, "").contains(&"yhdra1".to_string()), "{case}: DEL gave the device back");
     }
     n.netns.exec("ip link del yhdra1");
 }

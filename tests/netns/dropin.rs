@@ -93,7 +93,7 @@ fn add_and_check(n: &NetnsNode, conf: &str, path: &str) {
 }
 
 #[test]
-fn multus_and_genie_ways_of_choosing_give_the_same_networks_directly_and_through_the_agent() {
+fn multus_or_genie_ways_of_choosing_give_the_same_networks_with_or_without_the_agent() {
     let n = node();
     put_pods(&n);
     let direct = keys();
@@ -203,7 +203,7 @@ fn multus_and_genie_ways_of_choosing_give_the_same_networks_directly_and_through
 }
 
 #[test]
-fn the_readiness_indicator_file_holds_add_and_status_back_until_it_exists() {
+fn the_readiness_indicator_file_holds_operations_back_until_it_exists() {
     let n = node();
     n.api.put_pod("default", "web", literal("blue"));
     let ready = n.sb.path().join("run/ready");

@@ -13,6 +13,7 @@ use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::process::Child;
 use testkit::agent::{Agent, METRICS_PORT};
+use testkit::inspect::link_names;
 use yh_genie::node::worker_protocol::{Answer, Notice, Request, VERSION};
 use yh_genie::programs::selector::requests::annotation::NETWORKS;
 
@@ -114,15 +115,10 @@ fn on(pod: &Pod, dev: &str, (_, octet): (&str, u8)) -> bool {
     addresses.len() == 1 && addresses[0].starts_with(&format!("10.77.{octet}."))
 }
 
+/// The pod's interfaces but `lo`, sorted.
 fn links(pod: &Pod) -> Vec<String> {
-    let mut names: Vec<String> = pod
-        .netns
-        .must("ip -o link")
-        .lines()
-        .filter_map(|l| l.split(':').nth(1))
-        .map(|n| n.trim().split('@').next().unwrap().to_string())
-        .filter(|n| n != "lo")
-        .collect();
+    let mut names = link_names(&pod.netns, "");
+    names.retain(|n| n != "lo");
     names.sort();
     names
 }
@@ -157,7 +153,7 @@ fn added_hot_pod(networks: Option<&str>) -> HotPod {
 }
 
 #[test]
-fn a_running_pods_networks_follow_its_annotation_and_its_del_takes_them_all() {
+fn a_running_pods_networks_follow_its_annotation_until_its_del() {
     let HotPod { n, conflist, agent, conf, pod } = added_hot_pod(None);
     let worker = Worker::start(&n, &conflist);
 
@@ -255,7 +251,7 @@ fn a_hot_plug_killed_midway_is_undone_by_the_next_reconcile() {
 }
 
 #[test]
-fn a_network_attached_at_creation_is_detached_and_leaves_no_result_behind() {
+fn a_network_attached_at_creation_detaches_leaving_no_result() {
     let HotPod { n, conflist, agent, conf, pod } = added_hot_pod(Some("red"));
     assert!(on(&pod, "net1", RED), "{:?}", links(&pod));
     assert!(n.results(&pod)["furtherResults"].get("net1").is_some(), "{}", n.results(&pod));
@@ -358,7 +354,7 @@ fn event_messages(n: &NetnsNode, reason: &str) -> Vec<String> {
 /// The whole path on one node: the agent (`--dynamic-networks`) sees the edit on its pod watch,
 /// asks the worker, and writes the status and the events on the API server.
 #[test]
-fn the_agent_applies_an_edit_through_the_worker_and_writes_status_and_events() {
+fn the_agent_applies_an_edit_through_the_worker_end_to_end() {
     let (n, conflist) = node();
     put_running(&n, None);
     let agent = Agent::start(&n.netns, &n.api, n.sb.path(), &n.agent_socket(), METRICS_PORT, &["--dynamic-networks"]);

@@ -6,6 +6,7 @@
 use crate::support::node::NetnsNode;
 use serde_json::{Value, json};
 use testkit::apiserver::{from_config_map, literal};
+use testkit::fake_plugin::{FakePlugin, Step};
 use yh_genie::programs::selector::requests::annotation::{GENIE_CNI, MULTUS_DEFAULT_NETWORK, NETWORKS};
 
 /// A bridge network `name` (reference bridge + host-local) with `extra` plugins after the bridge.
@@ -16,13 +17,10 @@ fn bridge_network(n: &NetnsNode, name: &str, octet: u8, extra: &[Value]) {
     n.write_conf(&format!("{name}/{name}.conflist"), &json!({"cniVersion": "1.0.0", "name": name, "plugins": plugins}));
 }
 
-/// A plugin in the node's binDir made of `script` (after a shebang and reading its stdin).
-fn shell_plugin(n: &NetnsNode, name: &str, script: &str) {
-    let path = n.sb.bin().join(name);
-    testkit::process::write_executable(&path, format!("#!/bin/sh\ncat >/dev/null\n{script}\n"));
+/// How the fake plugins here refuse a command.
+fn refuse() -> Step {
+    Step::Fail(7, "this configuration is refused".into())
 }
-
-const REFUSE: &str = r#"echo '{"cniVersion":"1.0.0","code":7,"msg":"this configuration is refused"}'; exit 1"#;
 
 #[test]
 fn a_record_whose_configuration_cannot_run_is_forgotten_once_nothing_of_it_is_left() {
@@ -30,7 +28,7 @@ fn a_record_whose_configuration_cannot_run_is_forgotten_once_nothing_of_it_is_le
     let n = NetnsNode::new();
     // The bridge attaches, then a plugin refuses ADD and DEL alike: undoing the ADD fails, so its
     // records stay for the runtime's DEL, which must not fail for ever.
-    shell_plugin(&n, "refuser", REFUSE);
+    FakePlugin::new().otherwise([refuse()]).write(&n.sb.bin().join("refuser"));
     bridge_network(&n, "refused", 1, &[json!({"type": "refuser"})]);
     n.api.put_pod("default", "p", literal("refused"));
     let conf = n.selector_conf("1.0.0", json!({}));
@@ -74,14 +72,8 @@ fn a_record_is_kept_while_its_interface_is_in_the_netns_or_its_add_completed() {
     testkit::require_root();
     let n = NetnsNode::new();
     // Makes the interface, then refuses; its DEL refuses too and never removes it.
-    shell_plugin(
-        &n,
-        "maker",
-        &format!(
-            "if [ \"$CNI_COMMAND\" = ADD ]; then nsenter --net=\"$CNI_NETNS\" ip link add \"$CNI_IFNAME\" type veth \
-             peer name \"m$$\"; fi\n{REFUSE}"
-        ),
-    );
+    let make = Step::Shell(r#"nsenter --net="$CNI_NETNS" ip link add "$CNI_IFNAME" type veth peer name "m$$""#.into());
+    FakePlugin::new().on("ADD", [make, refuse()]).otherwise([refuse()]).write(&n.sb.bin().join("maker"));
     n.write_conf("made/made.conflist", &json!({"cniVersion": "1.0.0", "name": "made", "plugins": [{"type": "maker"}]}));
     n.api.put_pod("default", "made", literal("made"));
     let conf = n.selector_conf("1.0.0", json!({}));
@@ -96,15 +88,10 @@ fn a_record_is_kept_while_its_interface_is_in_the_netns_or_its_add_completed() {
 
     // A completed ADD's record stays while its DEL fails, whatever the netns holds.
     let marker = n.sb.path().join("fail-del");
-    shell_plugin(
-        &n,
-        "flaky",
-        &format!(
-            "if [ \"$CNI_COMMAND\" = DEL ] && [ -e {} ]; then {REFUSE}; fi\nif [ \"$CNI_COMMAND\" = ADD ]; then \
-             echo '{{\"cniVersion\":\"1.0.0\"}}'; fi",
-            marker.display()
-        ),
-    );
+    FakePlugin::new()
+        .on("ADD", [Step::Answer(json!({"cniVersion": "1.0.0"}))])
+        .on("DEL", [Step::FailWhileExists(marker.clone(), 7, "this configuration is refused".into())])
+        .write(&n.sb.bin().join("flaky"));
     bridge_network(&n, "flaky", 2, &[json!({"type": "flaky"})]);
     n.api.put_pod("default", "q", literal("flaky"));
     let pod = n.pod("q");
@@ -201,16 +188,23 @@ fn interface_names_a_pod_writes_are_refused_before_anything_is_made() {
     }
 }
 
-#[test]
-fn a_huge_value_comes_back_cut_and_cni_args_cannot_stand_in_for_ips() {
+/// A node with two bridge networks, `first` and `second` (a NAD names it), neither declaring a
+/// capability; and the selector's configuration.
+fn two_plain_networks() -> (NetnsNode, String) {
     testkit::require_root();
     let n = NetnsNode::new();
     bridge_network(&n, "first", 5, &[]);
     bridge_network(&n, "second", 6, &[]);
     n.api.put_nad("default", "second", None);
+    let conf = n.selector_conf("1.0.0", json!({}));
+    (n, conf)
+}
+
+#[test]
+fn a_huge_value_comes_back_cut() {
+    let (n, conf) = two_plain_networks();
     n.api.put_config_map("default", "huge", json!({"net": "x".repeat(1 << 20)}));
     n.api.put_pod("default", "huge", from_config_map("huge", "net"));
-    let conf = n.selector_conf("1.0.0", json!({}));
     let pod = n.pod("huge");
     let reply = n.call("ADD", &pod, &conf);
     assert_eq!(reply.err()["code"], 7);
@@ -218,8 +212,12 @@ fn a_huge_value_comes_back_cut_and_cni_args_cannot_stand_in_for_ips() {
     assert!(reply.stdout.contains("cut: too long to show whole"), "and says it was cut");
     n.assert_failed_add_left_nothing(&pod, "huge value");
     assert_eq!(n.call("DEL", &pod, &conf).code, 0);
+}
 
-    // `ips` is refused on a network whose plugins declare no `ips` capability; so is its stand-in.
+/// `ips` is refused on a network whose plugins declare no `ips` capability; so is its stand-in.
+#[test]
+fn cni_args_cannot_stand_in_for_ips() {
+    let (n, conf) = two_plain_networks();
     let annotation = json!([{"name": "second", "cni-args": {"IPs": ["10.81.6.50/24"]}}]).to_string();
     n.api.put_annotated_pod("default", "ips", json!({NETWORKS: annotation}), literal("first"));
     let pod = n.pod("ips");

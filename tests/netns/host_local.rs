@@ -25,7 +25,7 @@ fn call(sb: &Sandbox, plugin: &str, command: &str, cid: &str, netns: &str, conf:
 }
 
 #[test]
-fn in_process_and_debians_host_local_share_one_store() {
+fn in_process_host_local_shares_debians_store() {
     require_root();
     let node = Netns::new("hln");
     let sb = Sandbox::on_node(&node, &PLUGINS);

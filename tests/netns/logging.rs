@@ -13,7 +13,7 @@ fn read_log(sb: &Sandbox) -> String {
 }
 
 #[test]
-fn failed_call_logs_its_code_and_container_and_keeps_stdout_for_the_error() {
+fn a_failed_call_logs_what_failed_keeping_stdout_for_the_error() {
     let sb = Sandbox::new(&PLUGINS);
     let log = sb.path().join("log/ops.log");
     let config = json!({"cniVersion": "1.0.0", "name": "n", "type": "yh-bridge", "mtu": "abc",
@@ -49,7 +49,7 @@ fn failed_call_logs_its_code_and_container_and_keeps_stdout_for_the_error() {
 }
 
 #[test]
-fn selector_logs_the_network_it_chose_and_the_addresses() {
+fn selector_logs_its_choice_with_the_addresses() {
     require_root();
     let node = Netns::new("lgn");
     let pod = Netns::new("lgp");

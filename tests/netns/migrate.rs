@@ -134,7 +134,7 @@ fn del_releases_what_multus_made_from_its_cache_without_the_api_server() {
 }
 
 #[test]
-fn a_del_that_fails_keeps_multus_cache_and_the_next_del_finishes() {
+fn a_failed_del_keeps_multus_cache_for_the_next() {
     let n = Node::new();
     let pod = n.pod(&unique("web"));
     let cache = attached_by_multus(&n, &pod);

@@ -159,7 +159,7 @@ fn the_router_pattern_works_and_del_leaves_nothing(c: &Cluster, pod: &Pod, peer:
 }
 
 #[test]
-fn a_configmap_list_gives_the_overlay_on_eth0_and_the_lan_on_net1_with_the_router_pattern() {
+fn a_configmap_list_gives_the_router_pattern_its_overlay_on_eth0_its_lan_on_net1() {
     let c = Cluster::new(json!({}));
     let n = &c.n;
     n.api.put_config_map("default", "router-pattern", json!({"networks": "ptpnet,macvlan-router@net1"}));

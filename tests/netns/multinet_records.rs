@@ -7,7 +7,9 @@
 use crate::support::lan::{LAN_GATEWAY, Lan, RouterNetworks};
 use crate::support::node::{NetnsNode, addresses_on as addresses};
 use serde_json::{Value, json};
+use std::time::Duration;
 use testkit::apiserver::literal;
+use testkit::fake_plugin::{FakePlugin, Step};
 use testkit::inspect::{link_names, list_dir};
 
 use yh_genie::programs::selector::NETWORK_STATUS as STATUS;
@@ -104,13 +106,19 @@ fn a_record_written_by_the_earlier_release_is_deleted_after_the_upgrade() {
     n.assert_nothing_left(&pod, "a record of the earlier release");
 }
 
-#[test]
-fn two_yonghui_networks_in_one_pod_keep_their_state_apart_and_old_state_is_deleted_by_its_network() {
+/// A node with two yonghui networks, `fabric` and `storage`, and the selector's configuration.
+fn two_yonghui_networks() -> (NetnsNode, String) {
     let n = NetnsNode::new();
     n.add_yonghui_network("fabric", 61, json!({}));
     n.add_yonghui_network("storage", 62, json!({}));
-    n.api.put_pod("default", "p", literal("fabric,storage@stor0"));
     let conf = n.selector_conf("1.0.0", json!({}));
+    (n, conf)
+}
+
+#[test]
+fn two_yonghui_networks_in_one_pod_keep_their_state_apart() {
+    let (n, conf) = two_yonghui_networks();
+    n.api.put_pod("default", "p", literal("fabric,storage@stor0"));
     let pod = n.pod("p");
     n.call("ADD", &pod, &conf).ok();
     assert!(addresses(&pod, "eth0")[0].starts_with("10.77.61."));
@@ -119,8 +127,13 @@ fn two_yonghui_networks_in_one_pod_keep_their_state_apart_and_old_state_is_delet
     n.call("CHECK", &pod, &conf).ok();
     n.call("DEL", &pod, &conf).ok();
     n.assert_nothing_left(&pod, "two yonghui networks");
+}
 
-    // What the earlier release saved for a pod's one yonghui network: `<dataDir>/<containerID>`.
+/// What the earlier release saved for a pod's one yonghui network, `<dataDir>/<containerID>`, is
+/// deleted by that network's DEL.
+#[test]
+fn yonghui_state_saved_under_the_container_alone_is_deleted_by_its_network() {
+    let (n, conf) = two_yonghui_networks();
     n.api.put_pod("default", "old", literal("fabric"));
     let pod = n.pod("old");
     n.call("ADD", &pod, &conf).ok();
@@ -131,7 +144,22 @@ fn two_yonghui_networks_in_one_pod_keep_their_state_apart_and_old_state_is_delet
 }
 
 #[test]
-fn check_names_the_interface_that_changed_and_gc_collects_whole_pods() {
+fn check_names_the_interface_that_changed() {
+    let (n, _lan) = node();
+    n.api.put_pod("default", "keep", literal("ptpnet,lan"));
+    let conf = n.selector_conf("1.1.0", json!({}));
+    let keep = n.pod("keep");
+    n.call("ADD", &keep, &conf).ok();
+    n.call("CHECK", &keep, &conf).ok();
+    keep.netns.must("ip link del net1");
+    let err = n.call("CHECK", &keep, &conf).err();
+    assert!(msg(&err).starts_with("interface net1: network lan"), "{err}");
+    n.call("DEL", &keep, &conf).ok();
+    n.assert_nothing_left(&keep, "after CHECK and DEL");
+}
+
+#[test]
+fn gc_collects_whole_pods() {
     let (n, _lan) = node();
     n.api.put_pod("default", "keep", literal("ptpnet,lan"));
     n.api.put_pod("default", "stale", literal("ptpnet,lan@lan0"));
@@ -140,10 +168,6 @@ fn check_names_the_interface_that_changed_and_gc_collects_whole_pods() {
     let stale = n.pod("stale");
     n.call("ADD", &keep, &conf).ok();
     n.call("ADD", &stale, &conf).ok();
-    n.call("CHECK", &keep, &conf).ok();
-    keep.netns.must("ip link del net1");
-    let err = n.call("CHECK", &keep, &conf).err();
-    assert!(msg(&err).starts_with("interface net1: network lan"), "{err}");
 
     let gc =
         n.selector_conf("1.1.0", json!({"cni.dev/valid-attachments": [{"containerID": keep.cid, "ifname": "eth0"}]}));
@@ -165,7 +189,7 @@ fn check_names_the_interface_that_changed_and_gc_collects_whole_pods() {
 /// `CNI_IFNAME`, while the pod's further network takes `net1` both times: the second ADD is refused
 /// (code 106) saying why and what to do, and makes nothing; the first attachment stays whole.
 #[test]
-fn a_second_attachment_taking_a_further_networks_interface_says_why_and_makes_nothing() {
+fn a_second_attachment_taking_a_further_networks_interface_is_refused_saying_why() {
     let (n, _lan) = node();
     n.api.put_pod("default", "p", literal("ptpnet,lan"));
     let conf = n.selector_conf("1.0.0", json!({}));
@@ -197,7 +221,7 @@ fn a_second_attachment_taking_a_further_networks_interface_says_why_and_makes_no
 }
 
 #[test]
-fn the_annotation_asks_for_addresses_a_mac_and_the_default_route() {
+fn the_annotation_asks_each_network_for_its_addresses_mac_default_route() {
     let (n, _lan) = node();
     n.api.put_nad("default", "lan", None);
     let networks = json!([{"name": "lan", "interface": "lan0", "ips": ["192.168.77.77/24"],
@@ -224,7 +248,7 @@ fn the_annotation_asks_for_addresses_a_mac_and_the_default_route() {
 }
 
 #[test]
-fn the_status_is_written_only_on_the_pod_whose_networks_they_are_and_when_asked() {
+fn the_status_is_written_only_when_asked_on_the_pod_it_describes() {
     let (n, _lan) = node();
     n.api.put_pod("default", "p", literal("ptpnet,lan"));
     // The pod was deleted and created again under its name since the runtime started this sandbox:
@@ -244,13 +268,9 @@ fn the_status_is_written_only_on_the_pod_whose_networks_they_are_and_when_asked(
     // replaced, and the ADD still succeeds.
     let gate = n.sb.path().join("gate");
     std::fs::create_dir_all(&gate).unwrap();
-    let script = format!(
-        "#!/bin/sh\ncat >/dev/null\n[ \"$CNI_COMMAND\" = ADD ] || exit 0\ntouch {g}/started\n\
-         for i in $(seq 100); do [ -e {g}/go ] && break; sleep 0.1; done\necho '{{\"cniVersion\":\"1.0.0\"}}'\n",
-        g = gate.display()
-    );
-    let plugin = n.sb.bin().join("gate");
-    testkit::process::write_executable(&plugin, script);
+    let started = [Step::Touch(gate.join("started")), Step::WaitFor(gate.join("go"), Duration::from_secs(10))];
+    let answer = Step::Answer(json!({"cniVersion": "1.0.0"}));
+    FakePlugin::new().on("ADD", started.into_iter().chain([answer])).write(&n.sb.bin().join("gate"));
     n.write_conf("gate/gate.conflist", &json!({"cniVersion": "1.0.0", "name": "gate", "plugins": [{"type": "gate"}]}));
     n.api.put_pod("default", "q", literal("ptpnet,gate"));
     let pod = n.pod("q");
@@ -285,7 +305,7 @@ fn the_status_is_written_only_on_the_pod_whose_networks_they_are_and_when_asked(
 }
 
 #[test]
-fn explain_shows_every_attachment_and_where_it_came_from() {
+fn explain_shows_where_every_attachment_came_from() {
     let (n, _lan) = node();
     n.api.put_nad("default", "lan", None);
     n.api.put_config_map("default", "nets", json!({"k": "ptpnet"}));

@@ -26,7 +26,7 @@ fn json(ns: &Netns, cmd: &str) -> Value {
 }
 
 #[test]
-fn links_bridges_veths_and_port_options() {
+fn links_bridges_veths_with_port_options() {
     require_root();
     let a = Netns::new("nla");
     let b = Netns::new("nlb");
@@ -110,7 +110,7 @@ fn links_bridges_veths_and_port_options() {
 }
 
 #[test]
-fn addresses_routes_neighbours_and_rules() {
+fn address_route_neighbour_rule_operations() {
     require_root();
     let ns = Netns::new("nlr");
     ns.must("ip link add r0 type veth peer name r1 && ip link set r0 up && ip link set r1 up");

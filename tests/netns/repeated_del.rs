@@ -139,7 +139,7 @@ fn del_without_a_record_never_waits_on_the_api_server() {
 }
 
 #[test]
-fn a_del_killed_between_its_tombstone_and_the_records_removal_is_completed_by_the_next() {
+fn a_del_killed_after_its_tombstone_is_completed_by_the_next() {
     let n = node();
     let conf = n.selector_conf("1.0.0", json!({"agentSocket": ""}));
     let pod = n.pod("web-0");

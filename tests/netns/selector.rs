@@ -7,6 +7,7 @@ use crate::support::driver::cnidrive_run;
 use crate::support::node::{NetnsNode, Pod, pod_addresses};
 use serde_json::{Value, json};
 use testkit::apiserver::{ENV_VAR, Fault, from_config_map, literal};
+use testkit::fake_plugin::{FakePlugin, Step};
 use testkit::inspect::{link_names, list_dir};
 use testkit::process::unique;
 
@@ -161,7 +162,7 @@ fn api_server_down_after_add_does_not_stop_check_or_del() {
 }
 
 #[test]
-fn api_server_down_during_add_is_try_again_later_and_leaves_nothing() {
+fn api_server_down_during_add_is_try_again_later_leaving_nothing() {
     let n = node();
     n.api.put_pod("default", "web-0", literal("blue"));
     // Default time budget: this is what a node sees.
@@ -208,7 +209,7 @@ fn transient_api_failures_are_retried_within_the_budget() {
 }
 
 #[test]
-fn bad_inputs_are_named_and_leave_nothing_behind() {
+fn bad_inputs_are_named_leaving_nothing_behind() {
     let n = node();
     let conf = n.selector_conf("1.0.0", json!({}));
     // A network dir with no configuration, an invalid configuration, a network outside confDir
@@ -311,7 +312,7 @@ fn gc_deletes_attachments_the_runtime_no_longer_lists() {
 }
 
 #[test]
-fn status_is_ready_only_with_conf_dir_and_kubeconfig() {
+fn status_is_ready_only_with_what_add_needs() {
     let n = node();
     let pod = n.pod("any");
     n.call("STATUS", &pod, &n.selector_conf("1.1.0", json!({}))).ok();
@@ -323,7 +324,7 @@ fn status_is_ready_only_with_conf_dir_and_kubeconfig() {
 }
 
 #[test]
-fn explain_says_which_network_and_why() {
+fn explain_gives_the_network_with_its_reason() {
     let n = node();
     let seed = json!({"kubernetes": {"kubeconfig": n.conf_dir().join("blue/10-blue.conflist")}}).to_string();
     n.api.put_config_map("default", "canal-config-file", json!({"cni_network_config": seed}));
@@ -388,7 +389,7 @@ fn a_yonghui_network_runs_in_process_through_yh_bridge() {
 fn a_yh_genie_plugin_exec_d_further_down_the_same_operation_does_not_wait_for_the_lock() {
     let n = node();
     let relay = n.sb.bin().join("relay");
-    testkit::process::write_executable(&relay, "#!/bin/sh\nexec \"$(dirname \"$0\")/yh-bridge\"\n");
+    FakePlugin::new().otherwise([Step::Exec("yh-bridge".into())]).write(&relay);
     let mut plugin = n.bridge_plugin(BLUE);
     plugin["type"] = "relay".into();
     n.write_conf(

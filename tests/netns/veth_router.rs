@@ -5,12 +5,14 @@
 //! `par0` from the reference macvlan plugin, so they cannot reach the node until `veth` or `router`
 //! gives them a way. Everything is checked with `ip -j` as an operator would.
 
-use crate::support::driver::{PLUGINS, cnidrive_run};
+use crate::support::driver::{Call, PLUGINS, Reply, cni, cnidrive_run};
+use crate::support::versions;
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
 use testkit::netns::Netns;
 use testkit::require_root;
 use testkit::sandbox::Sandbox;
+use yh_genie::platform::cni::CniVersion;
 use yh_genie::programs::plugins::via_node::plan::host_veth_name;
 
 const NODE_IP: &str = "192.168.77.1";
@@ -69,7 +71,12 @@ impl VethRouterNode {
 
     /// Write a conflist of `plugins` (1.0.0, the newest the reference plugins speak).
     fn conflist(&self, name: &str, plugins: Value) -> PathBuf {
-        let list = json!({"cniVersion": "1.0.0", "name": name, "plugins": plugins});
+        self.conflist_at(CniVersion::V1_0_0, name, plugins)
+    }
+
+    /// Write a conflist of `plugins` at `version`.
+    fn conflist_at(&self, version: CniVersion, name: &str, plugins: Value) -> PathBuf {
+        let list = json!({"cniVersion": version.as_str(), "name": name, "plugins": plugins});
         self.sb.write(&format!("net/{name}.conflist"), &list.to_string())
     }
 
@@ -150,7 +157,7 @@ fn cnidrive_error(r: &crate::support::driver::Reply) -> Value {
 }
 
 #[test]
-fn veth_lets_a_macvlan_pod_reach_its_node_and_services_and_del_restores_the_node() {
+fn veth_connects_a_macvlan_pod_to_its_node_until_del() {
     let n = VethRouterNode::new();
     let pod = Netns::new("vrp");
     let before = n.snapshot();
@@ -276,7 +283,7 @@ fn veth_on_a_second_nic_migrates_its_routes_by_migrate_route() {
 }
 
 #[test]
-fn bad_configuration_is_refused_with_nothing_made_and_del_still_cleans_up() {
+fn bad_configuration_is_refused_yet_del_cleans_up() {
     let n = VethRouterNode::new();
     let pod = Netns::new("vrp");
     let before = n.snapshot();
@@ -306,29 +313,42 @@ fn bad_configuration_is_refused_with_nothing_made_and_del_still_cleans_up() {
     }
 }
 
+/// At every version of the suite's table the reference macvlan speaks: veth with `skip_call` hands
+/// macvlan's result on in that version's shape and makes nothing.
 #[test]
-fn skip_call_passes_the_result_on_and_changes_nothing() {
+fn skip_call_only_passes_the_result_on() {
     let n = VethRouterNode::new();
     let pod = Netns::new("vrp");
     let before = n.snapshot();
-    let list = n.conflist(
-        "skip",
-        json!([
-            n.macvlan("par0", "192.168.77.0/24", "192.168.77.254", true),
-            n.hijack("veth", json!({"skip_call": true}))
-        ]),
-    );
-    let res = n.must_drive("add", &list, &pod, "skip1", "eth0");
-    assert_eq!(res["interfaces"].as_array().unwrap().len(), 1, "only macvlan's interface: {res}");
-    assert!(!pod.exec("ip link show veth0").0);
-    assert!(!pings(&pod, NODE_IP));
-    n.must_drive("check", &list, &pod, "skip1", "eth0");
-    n.must_drive("del", &list, &pod, "skip1", "eth0");
-    assert_eq!(n.snapshot(), before);
+    for version in versions::with_reference() {
+        let list = n.conflist_at(
+            version,
+            "skip",
+            json!([
+                n.macvlan("par0", "192.168.77.0/24", "192.168.77.254", true),
+                n.hijack("veth", json!({"skip_call": true}))
+            ]),
+        );
+        let cid = format!("skip-{version}");
+        let res = n.must_drive("add", &list, &pod, &cid, "eth0");
+        assert_eq!(res["cniVersion"], version.as_str(), "{res}");
+        if version.has_ip4_ip6_result() {
+            assert!(res["ip4"]["ip"].as_str().is_some_and(|ip| ip.starts_with("192.168.77.")), "{res}");
+        } else {
+            assert_eq!(res["interfaces"].as_array().unwrap().len(), 1, "only macvlan's interface: {res}");
+        }
+        assert!(!pod.exec("ip link show veth0").0, "at {version}");
+        assert!(!pings(&pod, NODE_IP), "at {version}");
+        if version.has_check() {
+            n.must_drive("check", &list, &pod, &cid, "eth0");
+        }
+        n.must_drive("del", &list, &pod, &cid, "eth0");
+        assert_eq!(n.snapshot(), before, "at {version}");
+    }
 }
 
 #[test]
-fn router_sends_the_default_by_the_new_nic_and_the_cluster_by_the_overlay() {
+fn router_sends_the_cluster_by_the_overlay_the_rest_by_the_new_nic() {
     let n = VethRouterNode::new();
     let pod = Netns::new("vrp");
     let before = n.snapshot();
@@ -397,7 +417,7 @@ fn router_sends_the_default_by_the_new_nic_and_the_cluster_by_the_overlay() {
 }
 
 #[test]
-fn router_refuses_its_own_overlay_nic_and_a_missing_one() {
+fn router_refuses_an_overlay_or_missing_nic() {
     let n = VethRouterNode::new();
     let pod = Netns::new("vrp");
     let list = n.conflist(
@@ -415,51 +435,60 @@ fn router_refuses_its_own_overlay_nic_and_a_missing_one() {
     assert!(n.records("router").is_empty());
 }
 
-#[test]
-fn repeated_add_replaces_the_first_and_a_taken_name_fails_with_nothing_made() {
-    let n = VethRouterNode::new();
-    let pod = Netns::new("vrp");
+/// A macvlan pod (container `rep1`) and the stdin of `veth` chained after it, as the suite's
+/// driver hands it (`prevResult` the macvlan's result).
+fn veth_after_a_macvlan_pod(n: &VethRouterNode, pod: &Netns) -> String {
     let plain = n.conflist("plain", json!([n.macvlan("par0", "192.168.77.0/24", "192.168.77.254", true)]));
-    let prev = n.must_drive("add", &plain, &pod, "rep1", "eth0");
+    let prev = n.must_drive("add", &plain, pod, "rep1", "eth0");
     let mut conf = n.hijack("veth", json!({}));
     conf["cniVersion"] = "1.0.0".into();
     conf["name"] = "rep".into();
     conf["prevResult"] = prev;
-    let (netns, config) = (pod.path().display().to_string(), conf.to_string());
-    let call = |command, container_id| crate::support::driver::Call {
-        plugin: "veth",
-        command,
-        container_id,
-        netns: &netns,
-        ifname: "eth0",
-        args: "",
-        config: &config,
-    };
-    let before = n.snapshot();
+    conf.to_string()
+}
 
-    // The host end's name is taken: refused with code 106, nothing made, nothing recorded.
+/// `veth`'s `command` for `container_id` in `pod`, with `config` on stdin.
+fn veth_call(n: &VethRouterNode, command: &str, container_id: &str, pod: &Netns, config: &str) -> Reply {
+    let netns = pod.path().display().to_string();
+    cni(&n.sb, &Call { plugin: "veth", command, container_id, netns: &netns, ifname: "eth0", args: "", config })
+}
+
+/// The host end's name is taken: refused with code 106, nothing made, nothing recorded.
+#[test]
+fn a_taken_host_veth_name_fails_with_nothing_made() {
+    let n = VethRouterNode::new();
+    let pod = Netns::new("vrp");
+    let config = veth_after_a_macvlan_pod(&n, &pod);
+    let before = n.snapshot();
     let taken = host_veth_name("rep2");
     n.node.must(&format!("ip link add {taken} type veth peer name other0"));
-    let e = crate::support::driver::cni(&n.sb, &call("ADD", "rep2")).err();
+    let e = veth_call(&n, "ADD", "rep2", &pod, &config).err();
     assert_eq!(e["code"], 106, "{e}");
     assert!(!pod.exec("ip link show veth0").0);
     assert!(n.records("veth").is_empty());
     n.node.must(&format!("ip link del {taken}"));
     assert_eq!(n.snapshot(), before);
+}
 
-    // ADD twice without DEL: the second replaces the first, and one DEL undoes it all.
-    let first = crate::support::driver::cni(&n.sb, &call("ADD", "rep1")).ok();
-    let second = crate::support::driver::cni(&n.sb, &call("ADD", "rep1")).ok();
+/// ADD twice without DEL: the second replaces the first, and one DEL undoes it all.
+#[test]
+fn a_repeated_add_replaces_the_first() {
+    let n = VethRouterNode::new();
+    let pod = Netns::new("vrp");
+    let config = veth_after_a_macvlan_pod(&n, &pod);
+    let before = n.snapshot();
+    let first = veth_call(&n, "ADD", "rep1", &pod, &config).ok();
+    let second = veth_call(&n, "ADD", "rep1", &pod, &config).ok();
     assert_eq!(first["interfaces"][1]["name"], second["interfaces"][1]["name"]);
     assert!(pings(&pod, NODE_IP));
-    crate::support::driver::cni(&n.sb, &call("CHECK", "rep1")).ok();
-    crate::support::driver::cni(&n.sb, &call("DEL", "rep1")).ok();
+    veth_call(&n, "CHECK", "rep1", &pod, &config).ok();
+    veth_call(&n, "DEL", "rep1", &pod, &config).ok();
     assert_eq!(n.snapshot(), before);
     assert!(!pod.exec("ip link show veth0").0);
 }
 
 #[test]
-fn veth_dual_stack_routes_and_neighbours_for_both_families() {
+fn veth_routes_both_families_of_a_dual_stack_pod() {
     let n = VethRouterNode::new();
     n.node.must("ip addr add fd00:77::1/64 dev par0 nodad");
     let pod = Netns::new("vrp");

@@ -3,6 +3,7 @@
 //! `bridge` and `host-local`, with the pod in its own netns. Everything on disk lives in the sandbox.
 
 use crate::support::driver::{Call, PLUGINS, Reply, cni, cnidrive_run};
+use crate::support::versions;
 use serde_json::{Value, json};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
@@ -10,6 +11,7 @@ use testkit::netns::Netns;
 use testkit::process::unique;
 use testkit::require_root;
 use testkit::sandbox::Sandbox;
+use yh_genie::platform::cni::CniVersion;
 
 const NETWORK: &str = "10.1.0.0/16";
 const SUBNET_ENV: &str =
@@ -152,39 +154,67 @@ fn assert_no_panic(reply: &Reply) {
     assert!(!reply.stderr.contains("panicked"), "{reply:?}");
 }
 
+/// The addresses (with prefix length) of a result of `version`, in its shape.
+fn result_addresses(result: &Value, version: CniVersion) -> Vec<String> {
+    let text = |v: &Value| v.as_str().map(String::from);
+    if version.has_ip4_ip6_result() {
+        ["ip4", "ip6"].iter().filter_map(|family| text(&result[family]["ip"])).collect()
+    } else {
+        result["ips"].as_array().unwrap().iter().filter_map(|ip| text(&ip["address"])).collect()
+    }
+}
+
+/// A pod's life at every version yonghui's delegate (the reference bridge) speaks, on one node
+/// and one pod netns: ADD, CHECK where the version has it, DEL (with the ADD's result as
+/// `prevResult` where the version gives DEL one), DEL again, and CHECK of a forgotten container.
 #[test]
 fn pod_lifecycle_through_the_suite_driver() {
     let node = YonghuiNode::with_base_routes(route_via_bridge());
     let pod = Netns::new("yhpod");
-    let cid = unique("cid");
-    let version = "0.4.0";
+    let mut last_del = None;
+    for version in versions::with_reference() {
+        let case = format!("at {version}");
+        let v = version.as_str();
+        let cid = unique("cid");
+        let result = node.call("ADD", &cid, &pod.path(), &node.stdin(v, None)).ok();
+        assert_eq!(result["cniVersion"], v, "{case}");
+        let ip = assert_pod_is_on_the_yonghui_network(&pod);
+        assert!(result_addresses(&result, version).contains(&format!("{ip}/24")), "{case}: {result}");
+        assert!(std::fs::read_to_string(node.lease(&ip)).unwrap().starts_with(&cid), "{case}");
+        let saved: Value = serde_json::from_slice(&std::fs::read(node.saved(&cid)).unwrap()).unwrap();
+        assert_eq!(
+            (saved["type"].as_str(), saved["ipam"]["subnet"].as_str()),
+            (Some("bridge"), Some("10.1.17.0/24")),
+            "{case}"
+        );
+        assert_eq!(saved["cniVersion"], v, "{case}: the delegate speaks the network's version");
+        assert_eq!(saved["ipam"]["routes"], route_via_bridge(), "{case}");
+        assert_eq!(std::fs::metadata(node.saved(&cid)).unwrap().permissions().mode() & 0o777, 0o600, "{case}");
+        // The delegate's bridge is the pod's gateway, in the node netns.
+        let bridge = &ip_json(&node.netns, &format!("addr show dev {}", node.bridge))[0];
+        assert!(bridge["addr_info"].as_array().unwrap().iter().any(|a| a["local"] == "10.1.17.1"), "{case}: {bridge}");
 
-    let result = node.call("ADD", &cid, &pod.path(), &node.stdin(version, None)).ok();
-    assert_eq!(result["cniVersion"], version);
-    let ip = assert_pod_is_on_the_yonghui_network(&pod);
-    assert!(result["ips"].as_array().unwrap().iter().any(|i| i["address"] == format!("{ip}/24")), "{result}");
-    assert!(std::fs::read_to_string(node.lease(&ip)).unwrap().starts_with(&cid));
-    let saved: Value = serde_json::from_slice(&std::fs::read(node.saved(&cid)).unwrap()).unwrap();
-    assert_eq!((saved["type"].as_str(), saved["ipam"]["subnet"].as_str()), (Some("bridge"), Some("10.1.17.0/24")));
-    assert_eq!(saved["ipam"]["routes"], route_via_bridge());
-    assert_eq!(std::fs::metadata(node.saved(&cid)).unwrap().permissions().mode() & 0o777, 0o600);
-    // The delegate's bridge is the pod's gateway, in the node netns.
-    let bridge = &ip_json(&node.netns, &format!("addr show dev {}", node.bridge))[0];
-    assert!(bridge["addr_info"].as_array().unwrap().iter().any(|a| a["local"] == "10.1.17.1"), "{bridge}");
+        if version.has_check() {
+            node.call("CHECK", &cid, &pod.path(), &node.stdin(v, Some(&result))).ok();
+        }
 
-    node.call("CHECK", &cid, &pod.path(), &node.stdin(version, Some(&result))).ok();
-
-    let del = node.stdin(version, Some(&result));
-    node.call("DEL", &cid, &pod.path(), &del).ok();
-    assert_no_eth0(&pod);
-    assert!(!node.lease(&ip).exists(), "host-local still holds {ip}");
-    assert!(node.saved_files().is_empty());
-    let again = node.call("DEL", &cid, &pod.path(), &del);
-    again.ok();
-    assert_no_panic(&again);
-    // CHECK of a container yonghui does not know is code 3.
-    let check = node.call("CHECK", &cid, &pod.path(), &node.stdin(version, Some(&result))).err();
-    assert_eq!(check["code"], 3);
+        let del = node.stdin(v, version.del_gets_prev_result().then_some(&result));
+        node.call("DEL", &cid, &pod.path(), &del).ok();
+        assert_no_eth0(&pod);
+        assert!(!node.lease(&ip).exists(), "{case}: host-local still holds {ip}");
+        assert!(node.saved_files().is_empty(), "{case}");
+        let again = node.call("DEL", &cid, &pod.path(), &del);
+        again.ok();
+        assert_no_panic(&again);
+        if version.has_check() {
+            // CHECK of a container yonghui does not know is code 3.
+            let check = node.call("CHECK", &cid, &pod.path(), &node.stdin(v, Some(&result))).err();
+            assert_eq!(check["code"], 3, "{case}");
+        }
+        last_del = Some((cid, del));
+    }
+    // DEL again once the pod's netns is gone.
+    let (cid, del) = last_del.expect("the reference bridge speaks a version yh-genie supports");
     let pod_path = pod.path();
     drop(pod);
     node.call("DEL", &cid, &pod_path, &del).ok();
@@ -272,7 +302,7 @@ fn a_failing_delegate_add_is_rolled_back() {
 }
 
 #[test]
-fn bad_input_is_a_cni_error_that_says_what_and_where_and_leaves_nothing() {
+fn bad_input_is_a_cni_error_naming_the_fault_leaving_nothing() {
     let node = YonghuiNode::new();
     let pod = Netns::new("yhpod");
     let subnet_file = node.sb.path().join("subnet.env").display().to_string();

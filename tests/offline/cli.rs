@@ -22,13 +22,24 @@ fn run_as(name: &str, args: &[&str], env: &[(&str, &str)]) -> (i32, String, Stri
     )
 }
 
+/// The selector's name and every plugin's.
+fn every_name() -> impl Iterator<Item = &'static str> {
+    std::iter::once(yh_genie::programs::selector::NAME).chain(yh_genie::programs::plugins::NAMES)
+}
+
 #[test]
-fn every_name_answers_version_and_help_as_its_plugin() {
-    for name in std::iter::once(yh_genie::programs::selector::NAME).chain(yh_genie::programs::plugins::NAMES) {
+fn every_name_answers_version_as_its_plugin() {
+    for name in every_name() {
         let (code, out, _) = run_as(name, &["--version"], &[]);
         assert_eq!(code, 0);
         assert!(out.starts_with(&format!("{name} {}", env!("CARGO_PKG_VERSION"))), "{out}");
         assert!(out.contains("0.1.0, 0.2.0, 0.3.0, 0.3.1, 0.4.0, 1.0.0, 1.1.0"), "{out}");
+    }
+}
+
+#[test]
+fn every_name_answers_help_naming_the_commands() {
+    for name in every_name() {
         let (code, out, _) = run_as(name, &["--help"], &[]);
         assert_eq!(code, 0);
         assert!(out.contains("install") && out.contains("explain") && out.contains("CNI_COMMAND"), "{out}");

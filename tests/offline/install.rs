@@ -206,7 +206,7 @@ fn assert_installed(pod: &InstallerPod, token: &str) {
 }
 
 #[test]
-fn installs_binary_links_kubeconfig_networks_and_conflist_whatever_the_umask() {
+fn installs_everything_with_its_modes_whatever_the_umask() {
     let pod = InstallerPod::new();
     // A restrictive umask must not narrow the modes the runtime depends on (0755 binary, 0644 confs).
     let mut c = pod.command(&["--once"]);
@@ -266,7 +266,7 @@ fn replaces_a_running_binary_without_text_file_busy() {
 }
 
 #[test]
-fn a_rotated_token_is_written_to_the_kubeconfig_and_nothing_else_changes() {
+fn a_rotated_token_changes_only_the_kubeconfig() {
     let pod = InstallerPod::new();
     let _installer = pod.spawn(&["--interval", "0.05"]);
     wait_for("the conflist", || pod.conflist().exists().then_some(()));
@@ -293,7 +293,7 @@ fn a_network_added_to_the_source_is_installed_while_running() {
 }
 
 #[test]
-fn sigterm_with_cleanup_on_exit_removes_conflist_and_kubeconfig_but_keeps_binaries() {
+fn sigterm_with_cleanup_on_exit_removes_only_the_configuration() {
     let pod = InstallerPod::new();
     let mut installer = pod.spawn(&["--cleanup-on-exit"]);
     wait_for("the conflist", || pod.conflist().exists().then_some(()));
@@ -305,7 +305,7 @@ fn sigterm_with_cleanup_on_exit_removes_conflist_and_kubeconfig_but_keeps_binari
 }
 
 #[test]
-fn sigterm_without_cleanup_exits_and_leaves_the_install() {
+fn sigterm_without_cleanup_leaves_the_install() {
     let pod = InstallerPod::new();
     let mut installer = pod.spawn(&[]);
     wait_for("the conflist", || pod.conflist().exists().then_some(()));
@@ -356,7 +356,7 @@ fn a_bad_network_file_is_named_but_the_rest_is_installed() {
 }
 
 #[test]
-fn a_running_installer_outlives_a_bad_network_and_installs_it_once_fixed() {
+fn a_running_installer_installs_a_bad_network_once_fixed() {
     let pod = InstallerPod::new();
     let broken = pod.path("networks/late.conflist");
     fs::write(&broken, "{ not json").unwrap();
@@ -438,7 +438,7 @@ fn watch(dir: &Path) -> nix::sys::inotify::Inotify {
 }
 
 #[test]
-fn the_watched_conf_dir_sees_only_complete_files_appear_and_killed_writers_temp_files_are_swept() {
+fn the_watched_conf_dir_sees_only_complete_files_appear() {
     let pod = InstallerPod::new();
     let conf_dir = pod.host("/etc/cni/net.d");
     fs::create_dir_all(&conf_dir).unwrap();
@@ -466,9 +466,15 @@ fn the_watched_conf_dir_sees_only_complete_files_appear_and_killed_writers_temp_
     assert!(seen.contains_key("00-yh-genie.conflist"), "{seen:?}");
     let seen = names_seen(&in_network_dir);
     assert_eq!(seen.keys().collect::<Vec<_>>(), ["yonghui.conflist"], "events in the network's dir");
+}
 
-    // An installer killed before its rename left a temp file where it stages them: the next pass
-    // removes it; a live writer's stays.
+/// An installer killed before its rename left a temp file where it stages them: the next pass
+/// removes it; a live writer's stays.
+#[test]
+fn a_killed_writers_temp_files_are_swept() {
+    let pod = InstallerPod::new();
+    let conf_dir = pod.host("/etc/cni/net.d");
+    assert_ok(&pod.install_once(&[]));
     let staging = conf_dir.join("yh-genie.d");
     let mut exited = Command::new("true").spawn().unwrap();
     exited.wait().unwrap();

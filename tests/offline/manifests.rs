@@ -17,6 +17,7 @@ use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use testkit::cluster::pods::{Network, sleeper, web_server};
 use yh_genie::platform::cni::ConfList;
 use yh_genie::platform::kube::{AGENT_API_CALLS, API_CALLS, NetworkAttachmentDefinition};
 use yh_genie::programs::commands;
@@ -140,6 +141,53 @@ fn every_manifest_document_is_a_valid_object_of_its_kind() {
     for dir in ["manifests", "examples", "e2e"] {
         check_all_typed(dir);
     }
+}
+
+/// The cluster suite's test pods (`testkit::cluster::pods`) are valid pods holding what the test
+/// asked for, whatever the text of a value (the annotation's list syntax, a quantity, a colon).
+#[test]
+fn the_cluster_suites_test_pods_are_valid_pods() {
+    let built = web_server("yh-test", "web-0")
+        .on_slot("a")
+        .annotation(NETWORKS, "lan@net1, infra/x")
+        .annotation("kubernetes.io/ingress-bandwidth", "2M")
+        .host_port(30080)
+        .network(Network::FromConfigMap("nets"))
+        .limit("yh-genie.test/vf", 2)
+        .claim_from_template("nics", "two-vfs")
+        .claim("red", "red");
+    let doc = Doc { origin: "TestPod".into(), value: serde_saphyr::from_str(&built.yaml()).unwrap() };
+    let pod: Pod = doc.typed();
+    assert_eq!(pod.metadata.namespace.as_deref(), Some("yh-test"));
+    let annotations = pod.metadata.annotations.unwrap();
+    assert_eq!(annotations[NETWORKS], "lan@net1, infra/x");
+    assert_eq!(annotations["kubernetes.io/ingress-bandwidth"], "2M");
+    let spec = pod.spec.unwrap();
+    assert_eq!(spec.node_selector.unwrap()["yh-genie-e2e/slot"], "a");
+    assert_eq!(spec.termination_grace_period_seconds, Some(1));
+    let claims: Vec<_> = spec
+        .resource_claims
+        .unwrap()
+        .into_iter()
+        .map(|c| (c.name, c.resource_claim_template_name, c.resource_claim_name))
+        .collect();
+    assert_eq!(claims, [("nics".into(), Some("two-vfs".into()), None), ("red".into(), None, Some("red".into()))]);
+    let container = &spec.containers[0];
+    assert_eq!(container.ports.as_ref().unwrap()[0].host_port, Some(30080));
+    let env = &container.env.as_ref().unwrap()[0];
+    assert_eq!(env.name, "CNI_NETWORK_CONFIG");
+    assert_eq!(env.value_from.as_ref().unwrap().config_map_key_ref.as_ref().unwrap().name, "nets");
+    assert_eq!(container.resources.as_ref().unwrap().limits.as_ref().unwrap()["yh-genie.test/vf"].0, "2");
+
+    let doc = Doc {
+        origin: "TestPod".into(),
+        value: serde_saphyr::from_str(&sleeper("yh-test", "s").network(Network::Named("yonghui")).yaml()).unwrap(),
+    };
+    let pod: Pod = doc.typed();
+    let spec = pod.spec.unwrap();
+    assert!(spec.node_selector.is_none() && pod.metadata.annotations.is_none());
+    assert_eq!(spec.containers[0].command.as_deref(), Some(&["sleep".to_string(), "3600".to_string()][..]));
+    assert_eq!(spec.containers[0].env.as_ref().unwrap()[0].value.as_deref(), Some("yonghui"));
 }
 
 #[test]
@@ -377,7 +425,7 @@ fn the_daemonset_mounts_every_host_path_the_installer_touches() {
 }
 
 #[test]
-fn the_daemonset_runs_the_agent_for_its_node_and_probes_its_readiness() {
+fn the_daemonset_runs_the_agent_for_its_node() {
     let ds = installer_daemonset();
     let container = installer_container(&ds);
     let opts = installer_options(&container);
@@ -386,6 +434,14 @@ fn the_daemonset_runs_the_agent_for_its_node_and_probes_its_readiness() {
     // Where the plugin asks by default (the installer writes it into the conflist; the socket's
     // directory is a mounted host path, see the mounts test).
     assert_eq!(agent.socket, std::path::Path::new(yh_genie::programs::agent::DEFAULT_SOCKET));
+}
+
+#[test]
+fn the_daemonset_probes_the_agents_readiness_only() {
+    let ds = installer_daemonset();
+    let container = installer_container(&ds);
+    let opts = installer_options(&container);
+    let agent = opts.agent.clone().expect("the DaemonSet runs the agent (--agent)");
     // Host network: the probe names the node's loopback, where the agent's port is.
     let probe = container.readiness_probe.as_ref().expect("a readinessProbe").http_get.clone().expect("httpGet");
     assert_eq!(probe.host.as_deref(), Some(agent.metrics_address.ip().to_string().as_str()));
@@ -544,13 +600,21 @@ fn assert_pods_choose_existing_networks(dir: &str, networks: &BTreeMap<String, C
 }
 
 #[test]
-fn the_shipped_networks_are_valid_and_the_default_exists() {
+fn the_shipped_default_network_is_shipped() {
     let networks: ConfigMap = find("manifests", "yh-genie-networks");
     let networks = networks_of(&networks, "manifests/config.yaml");
     let config: ConfigMap = find("manifests", "yh-genie-config");
     let selector: Value = serde_json::from_str(&config.data.unwrap()["selector.json"]).unwrap();
     let default = selector["defaultNetwork"].as_str().unwrap();
     assert!(networks.values().any(|c| c.name == default), "defaultNetwork {default:?} is not shipped");
+}
+
+/// Every shipped network is valid (`networks_of` parses each) and runs only built-in plugins or
+/// those kind's node image has.
+#[test]
+fn the_shipped_networks_are_valid_with_plugins_every_node_has() {
+    let networks: ConfigMap = find("manifests", "yh-genie-networks");
+    let networks = networks_of(&networks, "manifests/config.yaml");
     for conf in networks.values() {
         for t in plugin_types(conf) {
             assert!(BUILTIN_TYPES.contains(&t.as_str()) || KIND_NODE_PLUGINS.contains(&t.as_str()), "{t}");
@@ -674,10 +738,16 @@ fn shell_scripts() -> Vec<PathBuf> {
 }
 
 #[test]
-fn e2e_scripts_pass_bash_n_and_shellcheck() {
+fn e2e_scripts_parse_with_bash_n() {
     for script in shell_scripts() {
         let out = Command::new("bash").arg("-n").arg(&script).output().unwrap();
         assert!(out.status.success(), "bash -n {}: {}", script.display(), String::from_utf8_lossy(&out.stderr));
+    }
+}
+
+#[test]
+fn e2e_scripts_pass_shellcheck() {
+    for script in shell_scripts() {
         let out =
             Command::new("shellcheck").arg("--external-sources").arg(&script).output().unwrap_or_else(|e| {
                 panic!("shellcheck cannot run ({e}); CI installs it with apt-get install shellcheck")

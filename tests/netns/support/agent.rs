@@ -1,5 +1,5 @@
 //! What the node agent answers on its socket: the product's protocol, asked with the product's own
-//! client (testkit::agent runs the agent's process). bench/selector.rs uses it too.
+//! client (testkit::agent runs the agent's process).
 
 use std::path::Path;
 use std::time::{Duration, Instant};

@@ -1,7 +1,8 @@
 //! What the test suites share (docs/testing.md describes the suites): throwaway network namespaces
 //! and the shell commands run in them, a CNI bin dir holding yh-genie under every plugin name beside
-//! Debian's reference plugins, a fake Kubernetes API server, the node agent as the DaemonSet runs
-//! it, and what a node holds of pods as an operator would list it. For the suites that run
+//! Debian's reference plugins, fake plugins that do what a test asks, a fake Kubernetes API server,
+//! the node agent as the DaemonSet runs it, and what a node holds of pods as an operator would list
+//! it. For the suites that run
 //! containerd and Kubernetes: a run directory that owns every process, namespace and cgroup it
 //! starts (and sweeps the runs of killed test processes), the mount namespace a node runs in, the
 //! containerd configuration, the images built here without a registry, and the real cluster.
@@ -13,6 +14,7 @@ pub mod apiserver;
 pub mod cluster;
 pub mod containerd;
 pub mod devices;
+pub mod fake_plugin;
 pub mod grpc;
 pub mod inspect;
 pub mod netns;

@@ -1,8 +1,9 @@
 //! Commands as the tests run them: shell lines whose output goes into failure messages, executables
-//! written without ever being held open, processes stopped as a service manager stops them, and a
-//! test's report lines.
+//! written without ever being held open, daemons started with their output in a log and stopped as
+//! a service manager stops them, and a test's report lines.
 
 use std::io::Write;
+use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -55,17 +56,46 @@ const STOP_PATIENCE: Duration = Duration::from_secs(30);
 
 /// SIGTERM `child` and wait for it to exit; None (and SIGKILL) if it takes longer than 30 s.
 pub fn terminate(child: &mut Child) -> Option<ExitStatus> {
+    stop_within(child, STOP_PATIENCE)
+}
+
+/// SIGTERM `child` and wait for it to exit; None (and SIGKILL) if it takes longer than `grace`.
+pub fn stop_within(child: &mut Child, grace: Duration) -> Option<ExitStatus> {
     let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), nix::sys::signal::Signal::SIGTERM);
     let started = Instant::now();
     loop {
         if let Some(status) = child.try_wait().unwrap() {
             return Some(status);
         }
-        if started.elapsed() > STOP_PATIENCE {
+        if started.elapsed() > grace {
             let _ = child.kill();
             let _ = child.wait();
             return None;
         }
         std::thread::sleep(Duration::from_millis(20));
     }
+}
+
+/// Start `command` with its output appended to `log` and `dir` its working directory (so that the
+/// sweep of a run dir holding `dir` finds it); SIGKILLed when the thread that starts it ends, so
+/// that a daemon never outlives the test or benchmark that started it.
+pub fn spawn_logged(command: &mut Command, dir: &Path, log: &Path) -> Child {
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(log)
+        .unwrap_or_else(|e| panic!("log file {}: {e}", log.display()));
+    // SAFETY: between fork and exec the child only makes the prctl system call.
+    unsafe {
+        command.pre_exec(|| {
+            nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL).map_err(std::io::Error::from)
+        });
+    }
+    command
+        .current_dir(dir)
+        .stdin(Stdio::null())
+        .stdout(log.try_clone().unwrap())
+        .stderr(log)
+        .spawn()
+        .unwrap_or_else(|e| panic!("{:?} does not start: {e}", command.get_program()))
 }

@@ -48,7 +48,7 @@ impl Cluster {
         let started = Instant::now();
         let mut ginkgo = Command::new("nsenter");
         ginkgo
-            .arg(format!("--net={}", self.control.netns.path().display()))
+            .arg(format!("--net={}", self.control_netns().path().display()))
             .arg("--")
             .arg(self.bin.join("ginkgo"))
             .args([
@@ -64,7 +64,7 @@ impl Cluster {
             .arg(self.bin.join("e2e.test"))
             .arg("--")
             .args([
-                format!("--kubeconfig={}", self.run.path().join("pki/admin.kubeconfig").display()),
+                format!("--kubeconfig={}", self.control.admin_kubeconfig().display()),
                 "--provider=skeleton".into(),
                 format!("--num-nodes={}", self.workers.len()),
                 format!("--report-dir={}", run.output.display()),

@@ -23,10 +23,9 @@ pub mod worker;
 use crate::netns::Netns;
 use crate::process::report;
 use crate::run_dir::RunDir;
-use control_plane::ControlPlane;
-use pki::Pki;
+use control_plane::{ControlPlane, Settings};
 use serde_json::Value;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 use worker::WorkerNode;
@@ -50,7 +49,6 @@ pub struct Cluster {
     pub workers: Vec<WorkerNode>,
     pub control: ControlPlane,
     underlay: Netns,
-    pub pki: Pki,
     pub bin: PathBuf,
     /// Dropped last; `Drop` ends its processes first.
     pub run: RunDir,
@@ -80,21 +78,19 @@ impl Cluster {
         }
         let built = started.elapsed();
 
-        let pki = Pki::new(&run.path().join("pki"));
-        control_plane::issue_apiserver_certificates(&pki);
-        pki.kubeconfig("admin", "yh-genie-test-admin", &["system:masters"], &control_plane::api_url());
         let underlay = run.netns("yclu");
         underlay.must("ip link add br0 type bridge && ip link set br0 up");
         let control_netns = run.netns("yclc");
         connect(&underlay, &control_netns, "cp", CONTROL_PLANE_IP);
-        let control = ControlPlane::start(&run, &pki, control_netns, &bin);
-        let mut cluster = Cluster { workers: Vec::new(), control, underlay, pki, bin, run };
+        let settings = Settings { netns: Some(control_netns), controllers: true, ..Settings::new(&bin) };
+        let control = ControlPlane::start(run.path(), settings);
+        let mut cluster = Cluster { workers: Vec::new(), control, underlay, bin, run };
         for (name, ip, labels) in NODES {
             let netns = cluster.run.netns("ycln");
             connect(&cluster.underlay, &netns, name, ip);
             netns.must(&format!("ip route add default via {CONTROL_PLANE_IP}"));
             let worker =
-                WorkerNode::start(&cluster.run, &cluster.pki, &cluster.bin, (name, ip, netns), labels, &images);
+                WorkerNode::start(&cluster.run, &cluster.control.pki, &cluster.bin, (name, ip, netns), labels, &images);
             cluster.workers.push(worker);
         }
         cluster.set_up_fabric();
@@ -122,7 +118,7 @@ impl Cluster {
             worker.write_subnet(&cidrs[i]);
             // The control plane is on the pod network too, as its nodes would be with a CNI of
             // their own: the API server's proxy and webhooks reach pods by their address.
-            self.control.netns.must(&format!("ip route add {} via {}", cidrs[i], worker.ip));
+            self.control_netns().must(&format!("ip route add {} via {}", cidrs[i], worker.ip));
             for (j, other) in self.workers.iter().enumerate() {
                 if i != j {
                     worker.netns.must(&format!("ip route add {} via {}", cidrs[j], other.ip));
@@ -135,9 +131,14 @@ impl Cluster {
         self.workers.iter().find(|w| w.name == name).unwrap_or_else(|| panic!("no node {name}"))
     }
 
+    /// The control plane's network namespace, on the underlay.
+    pub fn control_netns(&self) -> &Netns {
+        self.control.netns().expect("the cluster's control plane has a namespace of its own")
+    }
+
     /// kubectl as the cluster's admin: success, stdout, stderr.
     pub fn kubectl(&self, args: &[&str]) -> (bool, String, String) {
-        let out = kubectl_command(&self.control.netns, &self.bin, &self.run).args(args).output().unwrap();
+        let out = self.control.kubectl().args(args).output().unwrap();
         texts(out)
     }
 
@@ -151,7 +152,9 @@ impl Cluster {
     /// `kubectl apply -f -` of `yaml`.
     pub fn apply_text(&self, yaml: &str) -> String {
         use std::io::Write;
-        let mut child = kubectl_command(&self.control.netns, &self.bin, &self.run)
+        let mut child = self
+            .control
+            .kubectl()
             .args(["apply", "-f", "-"])
             .stdin(std::process::Stdio::piped())
             .stdout(std::process::Stdio::piped())
@@ -212,7 +215,7 @@ impl Cluster {
 
     /// The API server's audit events (one JSON object each), in order.
     pub fn audit_events(&self) -> Vec<Value> {
-        let log = std::fs::read_to_string(control_plane::audit_log(&self.run)).unwrap_or_default();
+        let log = std::fs::read_to_string(self.control.audit_log()).unwrap_or_default();
         log.lines().filter_map(|l| serde_json::from_str(l).ok()).collect()
     }
 
@@ -221,7 +224,7 @@ impl Cluster {
     }
 
     pub fn restart_apiserver(&mut self) {
-        self.control.restart_apiserver(&self.run, &self.pki);
+        self.control.restart_apiserver();
     }
 }
 
@@ -231,16 +234,6 @@ impl Drop for Cluster {
         self.run.end();
         report(&format!("cluster: stopped in {:.1?}", started.elapsed()));
     }
-}
-
-/// kubectl with the admin's kubeconfig, run in the control plane's network namespace.
-pub fn kubectl_command(control: &Netns, bin: &Path, run: &RunDir) -> Command {
-    let mut c = Command::new("nsenter");
-    c.arg(format!("--net={}", control.path().display()))
-        .arg("--")
-        .arg(bin.join("kubectl"))
-        .arg(format!("--kubeconfig={}", run.path().join("pki/admin.kubeconfig").display()));
-    c
 }
 
 fn texts(out: Output) -> (bool, String, String) {

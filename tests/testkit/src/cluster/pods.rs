@@ -1,5 +1,6 @@
 //! What a user checks about pods with kubectl: Ready, status.podIP, addresses seen from inside,
-//! annotations, and an HTTP fetch from one pod to another.
+//! annotations, and an HTTP fetch from one pod to another; and the manifests of the test pods
+//! (`TestPod`: a sleeper or a web server, with only what a test asks of it).
 
 use super::Cluster;
 use serde_json::Value;
@@ -86,26 +87,148 @@ pub enum Network<'a> {
     FromConfigMap(&'a str),
 }
 
-/// A busybox pod that sleeps for an hour, as YAML: on the node with the e2e `slot` label when one
-/// is given (none: any node, or a static pod's manifest), its network chosen as `network` says.
-pub fn sleeper(namespace: &str, name: &str, slot: Option<&str>, network: Network) -> String {
-    let node = slot.map(|s| format!("  nodeSelector: {{yh-genie-e2e/slot: {s}}}\n")).unwrap_or_default();
-    let choice = match network {
-        Network::Named(n) => format!("value: {n}"),
-        Network::FromConfigMap(map) => format!("valueFrom: {{configMapKeyRef: {{name: {map}, key: network}}}}"),
-    };
-    format!(
-        "apiVersion: v1
-kind: Pod
-metadata: {{name: {name}, namespace: {namespace}}}
-spec:
-{node}  terminationGracePeriodSeconds: 1
-  containers:
-  - name: main
-    image: busybox:1.36
-    command: [sleep, '3600']
-    env:
-    - {{name: CNI_NETWORK_CONFIG, {choice}}}
-"
+/// The manifest of a busybox pod, built by saying only what matters to the test: where it runs,
+/// its annotations, its network, what it asks of the node. Every pod gets a one-second grace
+/// period, so that deleting it is quick. [`TestPod::yaml`] gives the text to apply (or to write
+/// into a kubelet's static-pod dir); every string in it is quoted, so any value is taken as text.
+pub struct TestPod {
+    namespace: String,
+    name: String,
+    container: &'static str,
+    command: &'static str,
+    slot: Option<String>,
+    annotations: Vec<(String, String)>,
+    network: Option<String>,
+    host_port: Option<u16>,
+    limits: Vec<(String, u32)>,
+    claims: Vec<String>,
+}
+
+/// A pod that sleeps for an hour (its container `main`).
+pub fn sleeper(namespace: &str, name: &str) -> TestPod {
+    TestPod::new(namespace, name, "main", "[sleep, '3600']")
+}
+
+/// A pod that serves its own name over HTTP on :8080 (its container `web`), as
+/// [`Cluster::fetch`] asks.
+pub fn web_server(namespace: &str, name: &str) -> TestPod {
+    TestPod::new(
+        namespace,
+        name,
+        "web",
+        "[sh, -c, 'mkdir -p /www && hostname > /www/index.html && exec httpd -f -p 8080 -h /www']",
     )
+}
+
+/// `text` as a YAML double-quoted scalar (JSON's string syntax is a subset of it).
+fn quoted(text: &str) -> String {
+    Value::from(text).to_string()
+}
+
+impl TestPod {
+    fn new(namespace: &str, name: &str, container: &'static str, command: &'static str) -> TestPod {
+        TestPod {
+            namespace: namespace.to_string(),
+            name: name.to_string(),
+            container,
+            command,
+            slot: None,
+            annotations: Vec::new(),
+            network: None,
+            host_port: None,
+            limits: Vec::new(),
+            claims: Vec::new(),
+        }
+    }
+
+    /// On the node with the e2e `slot` label (without: any node, or the node of a static pod).
+    pub fn on_slot(mut self, slot: &str) -> TestPod {
+        self.slot = Some(slot.to_string());
+        self
+    }
+
+    /// Its network chosen in `CNI_NETWORK_CONFIG` as `network` says (without: none chosen, the
+    /// selector's default).
+    pub fn network(mut self, network: Network) -> TestPod {
+        self.network = Some(match network {
+            Network::Named(n) => format!("value: {}", quoted(n)),
+            Network::FromConfigMap(map) => {
+                format!("valueFrom: {{configMapKeyRef: {{name: {}, key: network}}}}", quoted(map))
+            }
+        });
+        self
+    }
+
+    /// The annotation `key` set to `value`.
+    pub fn annotation(mut self, key: &str, value: &str) -> TestPod {
+        self.annotations.push((key.to_string(), value.to_string()));
+        self
+    }
+
+    /// Its container's port 8080 published on the node's `port`.
+    pub fn host_port(mut self, port: u16) -> TestPod {
+        self.host_port = Some(port);
+        self
+    }
+
+    /// A limit of `count` of the extended resource `resource` (a device plugin's).
+    pub fn limit(mut self, resource: &str, count: u32) -> TestPod {
+        self.limits.push((resource.to_string(), count));
+        self
+    }
+
+    /// A resource claim `name` made from the ResourceClaimTemplate `template`.
+    pub fn claim_from_template(mut self, name: &str, template: &str) -> TestPod {
+        self.claims.push(format!("{{name: {}, resourceClaimTemplateName: {}}}", quoted(name), quoted(template)));
+        self
+    }
+
+    /// A resource claim `name` that is the ResourceClaim `claim`.
+    pub fn claim(mut self, name: &str, claim: &str) -> TestPod {
+        self.claims.push(format!("{{name: {}, resourceClaimName: {}}}", quoted(name), quoted(claim)));
+        self
+    }
+
+    /// The pod as YAML.
+    pub fn yaml(&self) -> String {
+        let mut out = format!(
+            "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {}\n  namespace: {}\n",
+            quoted(&self.name),
+            quoted(&self.namespace)
+        );
+        if !self.annotations.is_empty() {
+            out.push_str("  annotations:\n");
+            for (key, value) in &self.annotations {
+                out.push_str(&format!("    {}: {}\n", quoted(key), quoted(value)));
+            }
+        }
+        out.push_str("spec:\n");
+        if let Some(slot) = &self.slot {
+            out.push_str(&format!("  nodeSelector: {{yh-genie-e2e/slot: {}}}\n", quoted(slot)));
+        }
+        out.push_str("  terminationGracePeriodSeconds: 1\n  containers:\n");
+        out.push_str(&format!(
+            "  - name: {}\n    image: busybox:1.36\n    command: {}\n",
+            self.container, self.command
+        ));
+        if let Some(port) = self.host_port {
+            out.push_str(&format!("    ports: [{{containerPort: 8080, hostPort: {port}}}]\n"));
+        }
+        if let Some(choice) = &self.network {
+            out.push_str(&format!("    env:\n    - {{name: CNI_NETWORK_CONFIG, {choice}}}\n"));
+        }
+        if !self.limits.is_empty() {
+            out.push_str("    resources:\n      limits:\n");
+            for (resource, count) in &self.limits {
+                out.push_str(&format!("        {}: {}\n", quoted(resource), quoted(&count.to_string())));
+            }
+        }
+        if !self.claims.is_empty() {
+            out.push_str("  resourceClaims:\n");
+            for claim in &self.claims {
+                out.push_str(&format!("  - {claim}\n"));
+            }
+        }
+        out
+    }
 }
