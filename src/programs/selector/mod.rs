@@ -7,12 +7,14 @@
 //! - `requests`: how networks are asked for (a value list in `CNI_NETWORK_CONFIG` or
 //!   `defaultNetwork`, the networks annotation and its `cni-args`);
 //! - `config`: the selector's own configuration, with the admin's policy and default networks;
-//! - `choose`: which networks a pod gets, and why, from the node agent (no API request) or the API
-//!   server, in one pass to a `Selection`;
+//! - `choose`: which networks a pod gets, and why, from the objects of the node agent's answer or
+//!   the API server's, in one pass to a `Selection`;
 //! - `attach`: every choice recorded durably, then each network's chain run on its interface; DEL,
 //!   CHECK and GC work from the records alone, and a completed DEL leaves a tombstone;
 //! - `report`: the network-status annotation and the `AddedInterface` events, after ADD, and how
 //!   each ADD, DEL and CHECK went, for the node agent's metrics;
+//! - `lookup`: where each verb learns about the pod (the node agent or the API server), and who
+//!   hears what ADD reports;
 //! - `dynamic`: networks attached to and detached from running pods, as the node agent asks;
 //! - `commands`: the CNI verbs, one file each; `explain`: `yh-genie explain`.
 //!
@@ -25,6 +27,7 @@ pub mod config;
 pub mod devices;
 pub mod dynamic;
 pub mod explain;
+mod lookup;
 mod name;
 pub mod netconf;
 mod report;

@@ -40,7 +40,7 @@ pub use for_agent::{references, trimmed, trimmed_meta};
 pub use objects::{Fetching, Objects};
 pub use resolve::resolve;
 pub use sandbox::{CONFIG_MIRROR, check_uid, is_sandbox_pod};
-pub use select::{api_client, select, select_with_pod};
+pub use select::{select, select_with_pod};
 pub use selection::{Attachment, DeviceUse, PodIdentity, Selection, Source};
 
 #[cfg(test)]

@@ -8,8 +8,8 @@ use super::objects::Fetching;
 use super::resolve::resolve;
 use super::sandbox::check_uid;
 use super::selection::{Reason, Selection};
-use crate::platform::cni::{CniError, Invocation, code};
-use crate::platform::kube::{ApiClient, ApiPolicy, ObjectRef, PodSource};
+use crate::platform::cni::{CniError, code};
+use crate::platform::kube::{ObjectRef, PodSource};
 use crate::programs::selector::config::SelectorConfig;
 use crate::programs::selector::requests::annotation;
 use k8s_openapi::api::core::v1::Pod;
@@ -74,12 +74,4 @@ fn default_selection(
 ) -> Result<Selection, CniError> {
     let attachments = interfaces::name(default_plans(config, why)?, runtime_ifname, "defaultNetwork")?;
     Ok(Selection { pod: None, reason, attachments, notes: Vec::new() })
-}
-
-/// A client when there is a pod to look up and a kubeconfig to do it with.
-pub fn api_client(config: &SelectorConfig, inv: &Invocation, policy: ApiPolicy) -> Result<Option<ApiClient>, CniError> {
-    match (&config.kubeconfig, inv.args.pod()) {
-        (Some(kubeconfig), Some(_)) => ApiClient::connect(kubeconfig, policy).map(Some),
-        _ => Ok(None),
-    }
 }

@@ -16,14 +16,11 @@ use super::plan::{self, Plan};
 use crate::node::worker_protocol::{ADDED_INTERFACE, Answer, Notice, REMOVED_INTERFACE, Request};
 use crate::platform::cni::{CniArgs, CniError, CniResult, Command, Invocation, attachment_lock};
 use crate::programs::selector::attach::{self, Found, Record, RecordStore, Tombstones, chain};
-use crate::programs::selector::choose::{Attachment, Selection, from_agent};
+use crate::programs::selector::choose::Attachment;
 use crate::programs::selector::config::{NetworkStatus, SelectorConfig};
+use crate::programs::selector::lookup;
 use crate::programs::selector::report::network_status;
 use std::collections::BTreeMap;
-use std::time::{Duration, Instant};
-
-/// How long the worker waits for the agent's answer about the pod.
-const AGENT_WAIT: Duration = Duration::from_secs(5);
 
 /// Make the attachments of the pod `request` names match its networks annotation.
 pub fn reconcile(config: &SelectorConfig, request: &Request) -> Answer {
@@ -49,7 +46,7 @@ pub fn reconcile(config: &SelectorConfig, request: &Request) -> Answer {
     };
     let mut events = Vec::new();
     finish_interrupted(config, &store, &owner, &mut records, &mut events);
-    match wanted(config, request, &owner.ifname) {
+    match lookup::for_hotplug(config, request, &owner.ifname) {
         Ok(selection) => {
             let plan = plan::plan(&records, &owner.ifname, &selection.attachments);
             apply(config, &store, &owner, &records, plan, &mut events);
@@ -89,27 +86,6 @@ fn current(store: &RecordStore, owner: &Record) -> Result<Vec<Record>, CniError>
         .collect();
     attach::in_order(&mut records, &owner.ifname);
     Ok(records)
-}
-
-/// The pod's selection, resolved from the agent's objects as at ADD: the same policy, the same
-/// limits. A refusal is why nothing changes.
-fn wanted(config: &SelectorConfig, request: &Request, owner: &str) -> Result<Selection, String> {
-    use crate::node::agent_socket::client::exchange;
-    use crate::node::agent_socket::protocol::{Answer as AgentAnswer, Ask, Request as AgentRequest};
-    let socket = config.agent_socket.as_ref().ok_or("the selector has no agentSocket")?;
-    let ask = Ask::Selection {
-        namespace: request.namespace.clone(),
-        name: request.name.clone(),
-        uid: Some(request.uid.clone()),
-        // A NetworkAttachmentDefinition namespace the edit just named is being listed.
-        wait_ms: crate::node::agent_socket::protocol::MAX_WAIT_MS,
-    };
-    let objects = match exchange(socket, &AgentRequest::new(ask), Instant::now() + AGENT_WAIT)? {
-        AgentAnswer::Objects(objects) => objects,
-        other => return Err(format!("the node agent does not have the pod: {other:?}")),
-    };
-    let pod = (request.namespace.as_str(), request.name.as_str());
-    from_agent::resolve(config, owner, pod, &request.uid, &objects).map_err(|not_used| not_used.why)
 }
 
 /// The call of the runtime attachment `owner` for `command`, as the runtime made it.
