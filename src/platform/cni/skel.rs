@@ -56,7 +56,9 @@ pub fn dispatch(plugin: &dyn Plugin, inv: &Invocation, conf: &PluginConf) -> Res
 
 /// ADD, failing (with what it made undone) when the result cannot be written in the config's
 /// version: a 0.1.0/0.2.0 result needs an address. Checked here rather than when printing, so a
-/// built-in plugin called in process fails exactly as an exec'd one would.
+/// built-in plugin called in process fails exactly as an exec'd one would. The undoing is the
+/// plugin's own DEL and stays here, beside the protocol's version rules, for every plugin alike:
+/// the selector's undoing of what its ADD made (its records, its networks' chains) is its own.
 fn add_in_version(plugin: &dyn Plugin, inv: &Invocation, conf: &PluginConf) -> Result<CniResult, CniError> {
     let result = plugin.add(inv, conf)?;
     // Only the 0.1.0/0.2.0 shape can refuse a result; later versions write every result.

@@ -9,8 +9,12 @@
 //! - device plugins: the kubelet's PodResources socket, on this node (no API-server request), asked
 //!   only when DRA gave no device of some resource an attachment wants.
 //!
-//! Any error is returned before anything is made, naming what is missing.
+//! Any error is returned before anything is made, naming what is missing. Once recorded, each
+//! device network's attachment hands its device plugin's device-info to its CNI before its chain
+//! runs (`hand_over_info`), and the attachment's file goes once its plugins have let the device go
+//! (`forget_info`).
 
+use super::record::Record;
 use crate::platform::cni::{CniError, Invocation, code};
 use crate::programs::selector::choose::Attachment;
 use crate::programs::selector::config::SelectorConfig;
@@ -97,4 +101,24 @@ pub fn give(
 /// The network's name as its configuration says it (what Multus names the device-info file by).
 fn attachment_network_name(attachment: &Attachment) -> Result<String, CniError> {
     Ok(attachment.conf_list()?.name)
+}
+
+/// A device network's attachment: the device plugin's device-info copied to the attachment's
+/// file, for its CNI. A device plugin that writes none, or a copy that fails, leaves the CNI
+/// without it, as under Multus: logged, never a failed ADD.
+pub fn hand_over_info(config: &SelectorConfig, record: &Record) {
+    if let Some(device) = &record.device
+        && let Err(e) = handoff::copy_plugin_info(&config.device_info_dir, device)
+    {
+        tracing::warn!("the device-info of device {} ({}) was not handed to its CNI: {e}", device.id, device.resource);
+    }
+}
+
+/// The attachment's device-info file, once its plugins have let the device go.
+pub fn forget_info(record: &Record) {
+    if let Some(device) = &record.device
+        && let Err(e) = handoff::remove_info(device)
+    {
+        tracing::warn!("the device-info file of interface {} was not removed: {e}", record.ifname);
+    }
 }

@@ -35,20 +35,24 @@ pub fn add(inv: &Invocation, conf: &PluginConf) -> Result<CniResult, CniError> {
     // A DEL of this attachment that completed before no longer holds once this ADD makes it.
     Tombstones::new(&config.data_dir).remove(&inv.container_id, &inv.ifname);
     to_agent::note_stage(to_agent::Stage::Attaching);
-    let mut attached = attach::add_all(inv, &config, &store, &selection.attachments, pod.clone())?;
+    let mut made = attach::add_all(inv, &config, &store, &selection.attachments, pod.clone())?;
     to_agent::note_stage(to_agent::Stage::Finishing);
     crate::platform::crash_point::reached("selector.add.attached");
     let requests = default_route::requested_by(&selection.attachments);
     let finished = default_route::apply(inv, &requests).and_then(|()| {
+        let attached = made.networks();
         let mut results: Vec<(&str, &mut CniResult)> =
             attached.iter_mut().map(|a| (a.record.ifname.as_str(), &mut a.result)).collect();
         default_route::adjust(&mut results, &requests);
-        attach::record_results(&store, &mut attached)
+        attach::record_results(&store, attached)
     });
     if let Err(e) = finished {
-        attach::abandon(&store, inv, &mut attached);
+        if let Err(undo) = made.undo() {
+            tracing::warn!("{undo}");
+        }
         return Err(e);
     }
+    let attached = made.keep();
     if let Some(pod) = &pod {
         // The status goes on the pod object the API server holds: a static pod's mirror has a
         // uid of its own, not the sandbox's K8S_POD_UID.

@@ -4,7 +4,7 @@
 //!
 //! - Attach: the network's record (marked `hotplugged`, at the next position of the runtime's
 //!   attachment) is written durably before its chain runs; its result is written into it once the
-//!   chain succeeded. A chain that fails is undone and its record removed.
+//!   chain succeeded. A chain that fails is undone and its record removed (`attach::UndoLog`).
 //! - Detach: the chain's DEL from its record, then the record goes.
 //!
 //! Killed at any point, nothing is left half made: a record without a result is a hot-plug that did
@@ -15,7 +15,7 @@
 use super::plan::{self, Plan};
 use crate::node::worker_protocol::{ADDED_INTERFACE, Answer, Notice, REMOVED_INTERFACE, Request};
 use crate::platform::cni::{CniArgs, CniError, CniResult, Command, Invocation, attachment_lock};
-use crate::programs::selector::attach::{self, Found, Record, RecordStore, Tombstones, chain};
+use crate::programs::selector::attach::{self, FailedChain, Found, Record, RecordStore, Tombstones, UndoLog, chain};
 use crate::programs::selector::choose::Attachment;
 use crate::programs::selector::config::{NetworkStatus, SelectorConfig};
 use crate::programs::selector::lookup;
@@ -179,6 +179,8 @@ fn attach_one(
     record.hotplugged = true;
     store.write_all(&[&record])?;
     crate::platform::crash_point::reached("dynamic.attach.recorded");
+    let mut made = UndoLog::new(store, &record.container_id);
+    made.recorded([record.ifname.clone()]);
     match chain::add(&list, &call) {
         Ok(result) => {
             crate::platform::crash_point::reached("dynamic.attach.chain-done");
@@ -187,10 +189,8 @@ fn attach_one(
             Ok(message("Add", &record, &result))
         }
         Err(failed) => {
-            // Not undone: the record stays, for the next reconcile or the sandbox's DEL.
-            if failed.undone {
-                store.remove_all(&record.container_id, std::slice::from_ref(&record.ifname))?;
-            }
+            // What cannot be undone stays recorded, for the next reconcile or the sandbox's DEL.
+            made.undo_after(FailedChain { list: &list, call: &call, record: &record, failed: &failed })?;
             Err(failed.error)
         }
     }
