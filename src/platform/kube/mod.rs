@@ -16,7 +16,6 @@ pub mod tls;
 
 pub use client::{
     ApiClient, ApiPolicy, Failure, POD_REPLACED, annotations_patch, classify, error_chain, jittered, random_fraction,
-    requests_made,
 };
 pub use nad::{NetworkAttachmentDefinition, NetworkAttachmentDefinitionSpec, RESOURCE_NAME};
 

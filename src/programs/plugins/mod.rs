@@ -15,7 +15,7 @@ pub use registry::{NAMES, builtin};
 
 use crate::platform::cni::exec::{self, DEFAULT_TIMEOUT};
 use crate::platform::cni::skel;
-use crate::platform::cni::{CniError, CniResult, Command, Invocation, PluginConf, config};
+use crate::platform::cni::{CniError, CniResult, Command, Invocation, Operation, PluginConf, config};
 use registry::Runs;
 
 /// Run `command` of plugin `plugin_type` with config `stdin` for the call `inv`.
@@ -29,7 +29,8 @@ pub fn invoke(
     let inv = inv.with_command(command);
     if let Runs::Builtin(plugin) = registry::delegate(plugin_type) {
         let conf = PluginConf::parse(stdin)?;
-        return skel::dispatch(plugin, &inv, &conf);
+        // An operation of its own: what a built-in notes is not its caller's to log or report.
+        return skel::dispatch(plugin, &inv, &conf, &Operation::default());
     }
     let binary = exec::find_plugin(plugin_type, &inv.path)?;
     let out =

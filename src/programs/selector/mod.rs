@@ -36,7 +36,7 @@ pub mod requests;
 pub use name::NAME;
 pub use report::network_status::NETWORK_STATUS;
 
-use crate::platform::cni::{CniError, CniResult, Invocation, Plugin, PluginConf};
+use crate::platform::cni::{CniError, CniResult, Invocation, Operation, Plugin, PluginConf};
 
 /// The selector as a CNI plugin: each verb in its own file of `commands`.
 pub struct Selector;
@@ -45,24 +45,31 @@ impl Plugin for Selector {
     fn name(&self) -> &'static str {
         NAME
     }
-    fn add(&self, inv: &Invocation, conf: &PluginConf) -> Result<CniResult, CniError> {
-        commands::add(inv, conf)
+    fn add(&self, inv: &Invocation, conf: &PluginConf, op: &Operation) -> Result<CniResult, CniError> {
+        commands::add(inv, conf, op)
     }
-    fn del(&self, inv: &Invocation, conf: &PluginConf) -> Result<(), CniError> {
-        commands::del(inv, conf)
+    fn del(&self, inv: &Invocation, conf: &PluginConf, op: &Operation) -> Result<(), CniError> {
+        commands::del(inv, conf, op)
     }
-    fn check(&self, inv: &Invocation, conf: &PluginConf) -> Result<(), CniError> {
-        commands::check(inv, conf)
+    fn check(&self, inv: &Invocation, conf: &PluginConf, op: &Operation) -> Result<(), CniError> {
+        commands::check(inv, conf, op)
     }
-    fn gc(&self, inv: &Invocation, conf: &PluginConf) -> Result<(), CniError> {
+    fn gc(&self, inv: &Invocation, conf: &PluginConf, _op: &Operation) -> Result<(), CniError> {
         commands::gc(inv, conf)
     }
-    fn status(&self, inv: &Invocation, conf: &PluginConf) -> Result<(), CniError> {
+    fn status(&self, inv: &Invocation, conf: &PluginConf, _op: &Operation) -> Result<(), CniError> {
         commands::status(inv, conf)
     }
 
     /// ADD, DEL and CHECK tell the node agent's metrics how they went (`report::operation`).
-    fn done(&self, inv: &Invocation, conf: &PluginConf, outcome: Result<(), &CniError>, took: std::time::Duration) {
-        report::operation(inv, conf, outcome, took)
+    fn done(
+        &self,
+        inv: &Invocation,
+        conf: &PluginConf,
+        op: &Operation,
+        outcome: Result<(), &CniError>,
+        took: std::time::Duration,
+    ) {
+        report::operation(inv, conf, op, outcome, took)
     }
 }

@@ -6,22 +6,22 @@
 
 use super::status::readiness_indicator;
 use crate::node::reports as to_agent;
-use crate::platform::cni::{CniError, CniResult, Invocation, PluginConf, code};
+use crate::platform::cni::{CniError, CniResult, Invocation, Operation, PluginConf, code};
 use crate::programs::selector::attach::{self, RecordStore, Tombstones, default_route};
 use crate::programs::selector::choose::{PodIdentity, Selection};
 use crate::programs::selector::config::{NetworkStatus, SelectorConfig};
 use crate::programs::selector::lookup;
 
-pub fn add(inv: &Invocation, conf: &PluginConf) -> Result<CniResult, CniError> {
+pub fn add(inv: &Invocation, conf: &PluginConf, op: &Operation) -> Result<CniResult, CniError> {
     let config = SelectorConfig::from_plugin_conf(conf)?;
     readiness_indicator(&config, code::TRY_AGAIN_LATER)?;
-    to_agent::note_stage(to_agent::Stage::Selecting);
-    let (mut selection, looked_up) = lookup::for_add(&config, inv)?;
+    to_agent::note_stage(op, to_agent::Stage::Selecting);
+    let (mut selection, looked_up) = lookup::for_add(&config, inv, op)?;
     if attach::devices::wanted(&selection.attachments) {
-        let dra_devices = |namespace: &str| looked_up.dra_devices(&config, inv, namespace);
+        let dra_devices = |namespace: &str| looked_up.dra_devices(&config, inv, op, namespace);
         attach::devices::give(inv, &config, &mut selection.attachments, dra_devices)?;
     }
-    crate::platform::logging::note_networks(selection.attachments.iter().map(|a| a.network.as_str()));
+    op.note_networks(selection.attachments.iter().map(|a| a.network.as_str()));
     let status_wanted = wants_status(&config, &selection);
     // Neither the pod's objects nor, for a pod that gets no status write, a client are kept while
     // its plugins run.
@@ -34,9 +34,9 @@ pub fn add(inv: &Invocation, conf: &PluginConf) -> Result<CniResult, CniError> {
     let store = RecordStore::of_node(&config.data_dir);
     // A DEL of this attachment that completed before no longer holds once this ADD makes it.
     Tombstones::new(&config.data_dir).remove(&inv.container_id, &inv.ifname);
-    to_agent::note_stage(to_agent::Stage::Attaching);
+    to_agent::note_stage(op, to_agent::Stage::Attaching);
     let mut made = attach::add_all(inv, &config, &store, &selection.attachments, pod.clone())?;
-    to_agent::note_stage(to_agent::Stage::Finishing);
+    to_agent::note_stage(op, to_agent::Stage::Finishing);
     crate::platform::crash_point::reached("selector.add.attached");
     let requests = default_route::requested_by(&selection.attachments);
     let finished = default_route::apply(inv, &requests).and_then(|()| {
@@ -58,7 +58,7 @@ pub fn add(inv: &Invocation, conf: &PluginConf) -> Result<CniResult, CniError> {
         // uid of its own, not the sandbox's K8S_POD_UID.
         let object_uid = selection.pod.as_ref().and_then(|p| p.uid.clone());
         let object = PodIdentity { uid: object_uid.or(pod.uid.clone()), ..pod.clone() };
-        lookup::deliver(&config, audience, &object, &attached, status_wanted);
+        lookup::deliver(&config, audience, op, &object, &attached, status_wanted);
     }
     let primary = attached.into_iter().next().expect("a selection has at least one attachment");
     Ok(primary.result)

@@ -6,18 +6,18 @@
 //! own cache, from which its delegates are DELeted (`attach::multus`).
 
 use crate::node::reports as to_agent;
-use crate::platform::cni::{CniError, Invocation, PluginConf};
+use crate::platform::cni::{CniError, Invocation, Operation, PluginConf};
 use crate::programs::selector::attach::{self, Found, RecordStore, Tombstones, chain, multus, settle};
 use crate::programs::selector::config::SelectorConfig;
 use crate::programs::selector::lookup;
 
-pub fn del(inv: &Invocation, conf: &PluginConf) -> Result<(), CniError> {
+pub fn del(inv: &Invocation, conf: &PluginConf, op: &Operation) -> Result<(), CniError> {
     let config = SelectorConfig::from_plugin_conf(conf)?;
     let store = RecordStore::of_node(&config.data_dir);
     let tombstones = Tombstones::new(&config.data_dir);
     let (records, others) = attach::records_of(&store, inv)?;
-    crate::platform::logging::note_networks(records.iter().map(|r| r.network.as_str()));
-    to_agent::note_stage(to_agent::Stage::Attaching);
+    op.note_networks(records.iter().map(|r| r.network.as_str()));
+    to_agent::note_stage(op, to_agent::Stage::Attaching);
     let unreadable: Vec<String> = others
         .iter()
         .filter_map(|f| match f {
@@ -41,14 +41,14 @@ pub fn del(inv: &Invocation, conf: &PluginConf) -> Result<(), CniError> {
         if !completed {
             match multus::attachments(inv, &config) {
                 Ok(Some(attached)) => {
-                    crate::platform::logging::note_networks(attached.iter().map(|a| a.list.name.as_str()));
+                    op.note_networks(attached.iter().map(|a| a.list.name.as_str()));
                     multus::del(inv, &config, &attached)?;
                 }
-                Ok(None) => del_without_record(&config, inv, None)?,
+                Ok(None) => del_without_record(&config, inv, op, None)?,
                 Err(e) => {
                     // Kept for the admin to look at; a teardown never waits on a file it cannot read.
                     tracing::warn!("{e}; the pod's networks are looked up as for a pod without a record");
-                    del_without_record(&config, inv, None)?;
+                    del_without_record(&config, inv, op, None)?;
                 }
             }
             crate::platform::crash_point::reached("selector.del.chain-done");
@@ -61,7 +61,7 @@ pub fn del(inv: &Invocation, conf: &PluginConf) -> Result<(), CniError> {
     let outcome = settle::settle(&records, inv.netns.as_deref(), failed);
     unusable.extend(unreadable);
     if !unusable.is_empty() {
-        del_without_record(&config, inv, Some(&unusable))?;
+        del_without_record(&config, inv, op, Some(&unusable))?;
     }
     outcome?;
     // Before the records go: a crash between the two leaves records, which the next DEL takes
@@ -78,8 +78,13 @@ pub fn del(inv: &Invocation, conf: &PluginConf) -> Result<(), CniError> {
 /// reverse, without `prevResult`. If the networks cannot be known, there is nothing this plugin can
 /// undo, and DEL succeeds. A network whose DEL fails and of which nothing is in the pod's netns is
 /// let go (`settle`): without a record, its ADD never got as far as one.
-fn del_without_record(config: &SelectorConfig, inv: &Invocation, only: Option<&[String]>) -> Result<(), CniError> {
-    let chosen = lookup::for_del_without_record(config, inv, only.is_some());
+fn del_without_record(
+    config: &SelectorConfig,
+    inv: &Invocation,
+    op: &Operation,
+    only: Option<&[String]>,
+) -> Result<(), CniError> {
+    let chosen = lookup::for_del_without_record(config, inv, op, only.is_some());
     let selection = match chosen {
         Ok(selection) => selection,
         Err(why) => {

@@ -14,7 +14,7 @@ use super::api_server;
 use super::deliver::Audience;
 use super::devices;
 use super::learned::Learned;
-use crate::platform::cni::{CniError, Invocation};
+use crate::platform::cni::{CniError, Invocation, Operation};
 use crate::platform::kube::PodSource;
 use crate::programs::selector::choose::from_agent::NotUsed;
 use crate::programs::selector::choose::{self, Selection};
@@ -27,8 +27,8 @@ pub struct AddLookup {
     audience: Audience,
 }
 
-/// The pod's selection, and what ADD learned with it.
-pub fn for_add(config: &SelectorConfig, inv: &Invocation) -> Result<(Selection, AddLookup), CniError> {
+/// The pod's selection, and what ADD learned with it; `op` notes where the selection came from.
+pub fn for_add(config: &SelectorConfig, inv: &Invocation, op: &Operation) -> Result<(Selection, AddLookup), CniError> {
     let mut agent_up = None;
     if let (Some(_), Some(pod)) = (&config.kubeconfig, inv.args.pod()) {
         let why_not = match (&config.agent_socket, inv.args.pod_uid()) {
@@ -37,12 +37,12 @@ pub fn for_add(config: &SelectorConfig, inv: &Invocation) -> Result<(Selection, 
             (Some(socket), Some(uid)) => {
                 match agent::selection(config, &inv.ifname, pod, uid, socket, ADD_POD_WAIT) {
                     Ok((selection, objects)) => {
-                        crate::platform::logging::note_selection("agent");
+                        op.note_selection("agent");
                         let audience = Audience { agent: Some(socket.clone()), api: None };
                         return Ok((selection, AddLookup { learned: Learned::Agent(objects), audience }));
                     }
                     Err(NotUsed { refusal: Some(refusal), .. }) => {
-                        crate::platform::logging::note_selection("agent");
+                        op.note_selection("agent");
                         return Err(refusal);
                     }
                     Err(not_used) => {
@@ -53,11 +53,9 @@ pub fn for_add(config: &SelectorConfig, inv: &Invocation) -> Result<(Selection, 
                 }
             }
         };
-        crate::platform::logging::note_selection(
-            &why_not.map_or_else(|| "api".to_string(), |why| format!("api: {why}")),
-        );
+        op.note_selection(&why_not.map_or_else(|| "api".to_string(), |why| format!("api: {why}")));
     }
-    let api = api_server::client(config, inv, config.api)?;
+    let api = api_server::client(config, inv, config.api, op)?;
     let source = api.as_ref().map(|a| a as &dyn PodSource);
     let (selection, pod) = choose::select_with_pod(config, &inv.ifname, inv.args.pod(), inv.args.pod_uid(), source)?;
     let learned = pod.map_or(Learned::Nothing, |pod| Learned::ApiServer(Box::new(pod)));
@@ -71,9 +69,10 @@ impl AddLookup {
         &self,
         config: &SelectorConfig,
         runtime: &Invocation,
+        op: &Operation,
         namespace: &str,
     ) -> Result<DraDevices, CniError> {
-        devices::dra_devices(config, runtime, namespace, &self.learned, self.audience.api.as_ref())
+        devices::dra_devices(config, runtime, op, namespace, &self.learned, self.audience.api.as_ref())
     }
 
     /// Who hears what ADD reports, once its device step is done: the pod's objects are not kept

@@ -7,7 +7,7 @@
 
 use super::agent;
 use super::api_server;
-use crate::platform::cni::Invocation;
+use crate::platform::cni::{Invocation, Operation};
 use crate::platform::kube::{ApiPolicy, PodSource};
 use crate::programs::selector::choose::from_agent::NotUsed;
 use crate::programs::selector::choose::{self, Selection};
@@ -19,6 +19,7 @@ use std::time::Duration;
 pub fn for_del_without_record(
     config: &SelectorConfig,
     inv: &Invocation,
+    op: &Operation,
     record_unusable: bool,
 ) -> Result<Selection, String> {
     let from_agent = match (&config.agent_socket, inv.args.pod(), inv.args.pod_uid()) {
@@ -30,7 +31,7 @@ pub fn for_del_without_record(
     match (from_agent, record_unusable) {
         (Ok(selection), _) => Ok(selection),
         (Err(why), false) => Err(format!("{why}; the API server is not asked on DEL")),
-        (Err(why), true) => api_server::client(config, inv, ApiPolicy::single_attempt(config.api.attempt_timeout))
+        (Err(why), true) => api_server::client(config, inv, ApiPolicy::single_attempt(config.api.attempt_timeout), op)
             .and_then(|api| {
                 let source = api.as_ref().map(|a| a as &dyn PodSource);
                 choose::select(config, &inv.ifname, inv.args.pod(), inv.args.pod_uid(), source)

@@ -9,6 +9,7 @@
 
 use crate::node::agent_socket::client::{exchange, send_without_answer};
 use crate::node::agent_socket::protocol::{Answer, Ask, Request};
+use crate::platform::cni::Operation;
 use crate::platform::kube::{ApiClient, ApiPolicy};
 use crate::programs::selector::attach::Attached;
 use crate::programs::selector::choose::PodIdentity;
@@ -28,11 +29,12 @@ pub struct Audience {
     pub(super) api: Option<ApiClient>,
 }
 
-/// Tell `audience` what ADD attached for `pod` (whose uid is the pod object's): the status if
+/// Tell `audience` what ADD (the operation `op`) attached for `pod` (whose uid is the pod object's): the status if
 /// `status_wanted`, the events if an agent is up and `addedInterfaceEvents` is on.
 pub fn deliver(
     config: &SelectorConfig,
     audience: Audience,
+    op: &Operation,
     pod: &PodIdentity,
     attached: &[Attached],
     status_wanted: bool,
@@ -66,7 +68,7 @@ pub fn deliver(
             api.renew_budget(config.api.attempt_timeout);
             api
         }
-        (None, Some(kubeconfig)) => match ApiClient::connect(kubeconfig, budget) {
+        (None, Some(kubeconfig)) => match ApiClient::connect(kubeconfig, budget, op) {
             Ok(api) => api,
             Err(e) => return tracing::warn!("the {NETWORK_STATUS} annotation of {pod} was not written: {e}"),
         },

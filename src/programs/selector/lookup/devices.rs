@@ -6,7 +6,7 @@
 
 use super::api_server;
 use super::learned::Learned;
-use crate::platform::cni::{CniError, Invocation, code};
+use crate::platform::cni::{CniError, Invocation, Operation, code};
 use crate::platform::kube::ApiClient;
 use crate::programs::selector::config::SelectorConfig;
 use crate::programs::selector::devices::dra::{self, DraDevices};
@@ -16,6 +16,7 @@ use crate::programs::selector::devices::dra::{self, DraDevices};
 pub fn dra_devices(
     config: &SelectorConfig,
     runtime: &Invocation,
+    op: &Operation,
     namespace: &str,
     learned: &Learned,
     api: Option<&ApiClient>,
@@ -28,7 +29,7 @@ pub fn dra_devices(
             let found = dra::allocated(namespace, pod, uid, &mut answered);
             let Some(lacking) = answered.lacking else { return found };
             tracing::info!("the agent's answer lacks {lacking}: the pod's DRA devices are read from the API server");
-            let Some(api) = api_server::client(config, runtime, config.api)? else {
+            let Some(api) = api_server::client(config, runtime, config.api, op)? else {
                 return Err(CniError::new(
                     code::KUBE_API,
                     format!("the agent's answer lacks {lacking}, and there is no API server to ask"),

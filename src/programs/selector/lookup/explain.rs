@@ -4,7 +4,7 @@
 
 use super::agent::{self, ANSWER_WAIT};
 use crate::node::agent_socket::protocol::Answer;
-use crate::platform::cni::CniError;
+use crate::platform::cni::{CniError, Operation};
 use crate::platform::kube::{ApiClient, PodSource};
 use crate::programs::selector::choose::{self, Selection};
 use crate::programs::selector::config::SelectorConfig;
@@ -15,7 +15,8 @@ use std::time::{Duration, Instant};
 /// (none without a kubeconfig), for the pod's DRA devices.
 pub fn from_api_server(config: &SelectorConfig, pod: (&str, &str)) -> Result<(Selection, Option<ApiClient>), CniError> {
     let api = match &config.kubeconfig {
-        Some(kubeconfig) => Some(ApiClient::connect(kubeconfig, config.api)?),
+        // Not a CNI operation: its requests are counted nowhere anyone reads.
+        Some(kubeconfig) => Some(ApiClient::connect(kubeconfig, config.api, &Operation::default())?),
         None => None,
     };
     // The runtimes the selector serves name the pod's first interface eth0.
