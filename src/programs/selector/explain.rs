@@ -5,7 +5,7 @@
 use crate::node::agent_socket::protocol::Answer;
 use crate::platform::cni::CniError;
 use crate::platform::kube::PodSource;
-use crate::programs::selector::choose::{Selection, from_agent};
+use crate::programs::selector::choose::{Selection, from_agent_answer};
 use crate::programs::selector::config::{DEFAULT_CONFIG_FILE, SelectorConfig};
 use crate::programs::selector::devices::dra::{self, DraDevices};
 use crate::programs::selector::lookup;
@@ -217,7 +217,7 @@ fn agent_section(
         line(format!("DRA, from {}: {text}", socket.display()))
     });
     let devices = devices.unwrap_or_default();
-    let selection = match from_agent::resolve(config, "eth0", pod, &uid, &objects) {
+    let selection = match from_agent_answer::resolve(config, "eth0", pod, &uid, &objects) {
         Err(why) => line(format!("{held}, but ADD cannot use its answer ({why}): ADD asks the API server")),
         Ok(selection) if Some(&selection) == direct => {
             line(format!("{held}: ADD (with K8S_POD_UID {uid}) takes its answer, the same networks as above"))

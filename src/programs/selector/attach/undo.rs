@@ -116,7 +116,7 @@ mod tests {
     use super::*;
     use crate::platform::cni::testing::{invocation, script};
     use crate::platform::cni::{CniResult, Command};
-    use crate::programs::selector::choose::selection::{Attachment, Source};
+    use crate::programs::selector::choose::chosen::{Attachment, Source};
     use crate::programs::selector::requests::annotation::Extras;
     use std::path::Path;
 

@@ -1,7 +1,7 @@
 //! ADD's lookup: the pod's selection from the node agent when there is one that knows the pod (no
 //! API request at all), waiting `ADD_POD_WAIT` for a pod its watch has not delivered yet; else from
 //! the API server, exactly as without an agent. A refusal the agent's objects decide is the ADD's
-//! error, without asking the API server (`choose::from_agent`). Without `K8S_POD_UID` the agent is
+//! error, without asking the API server (`choose::from_agent_answer`). Without `K8S_POD_UID` the agent is
 //! not asked: it could not tell the sandbox's pod from another of the same name. The operation's
 //! log line says which (`selection="agent"`, or `"api: <why not the agent>"`).
 //!
@@ -16,7 +16,7 @@ use super::devices;
 use super::learned::Learned;
 use crate::platform::cni::{CniError, Invocation, Operation};
 use crate::platform::kube::PodSource;
-use crate::programs::selector::choose::from_agent::NotUsed;
+use crate::programs::selector::choose::from_agent_answer::NotUsed;
 use crate::programs::selector::choose::{self, Selection};
 use crate::programs::selector::config::SelectorConfig;
 use crate::programs::selector::devices::dra::DraDevices;

@@ -1,18 +1,18 @@
 //! Asking the node agent (`crate::programs::agent`) about a pod, over its socket
 //! (`node::agent_socket`): it answers with the pod and the objects the pod refers to, as it holds
-//! them, and the plugin decides from them itself (`choose::from_agent`), with its own view of
+//! them, and the plugin decides from them itself (`choose::from_agent_answer`), with its own view of
 //! `confDir`; the only thing the agent decides is which objects it holds.
 //!
 //! Every way the agent cannot answer is a reason not to use it (`NotUsed`): no socket, nobody
 //! listening, no answer within `ANSWER_WAIT`, an answer of another protocol version or that does not
-//! parse, "unknown", and what `choose::from_agent` finds unusable in an answer (the pod of another
+//! parse, "unknown", and what `choose::from_agent_answer` finds unusable in an answer (the pod of another
 //! uid, an object it lacks). Whether the verb then asks the API server is its own policy
 //! (`lookup`).
 
 use crate::node::agent_socket::client::exchange;
 use crate::node::agent_socket::protocol::{Answer, Ask, PodObjects, Request};
 use crate::programs::selector::choose::Selection;
-use crate::programs::selector::choose::from_agent::{self, NotUsed};
+use crate::programs::selector::choose::from_agent_answer::{self, NotUsed};
 use crate::programs::selector::config::SelectorConfig;
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -64,6 +64,6 @@ pub fn selection(
         Answer::Refused { why } => return Err(not_used(format!("the agent refused the request: {why}"))),
         Answer::Accepted => return Err(not_used("the agent answered a selection request with \"accepted\"".into())),
     };
-    let selection = from_agent::resolve(config, runtime_ifname, pod, uid, &objects)?;
+    let selection = from_agent_answer::resolve(config, runtime_ifname, pod, uid, &objects)?;
     Ok((selection, objects))
 }

@@ -9,7 +9,7 @@ use super::agent;
 use super::api_server;
 use crate::platform::cni::{Invocation, Operation};
 use crate::platform::kube::{ApiPolicy, PodSource};
-use crate::programs::selector::choose::from_agent::NotUsed;
+use crate::programs::selector::choose::from_agent_answer::NotUsed;
 use crate::programs::selector::choose::{self, Selection};
 use crate::programs::selector::config::SelectorConfig;
 use std::time::Duration;

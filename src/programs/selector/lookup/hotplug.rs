@@ -6,7 +6,7 @@
 use super::agent;
 use crate::node::agent_socket::protocol::{Answer, MAX_WAIT_MS};
 use crate::node::worker_protocol::Request;
-use crate::programs::selector::choose::{Selection, from_agent};
+use crate::programs::selector::choose::{Selection, from_agent_answer};
 use crate::programs::selector::config::SelectorConfig;
 use std::time::{Duration, Instant};
 
@@ -22,5 +22,5 @@ pub fn for_hotplug(config: &SelectorConfig, request: &Request, owner: &str) -> R
         Answer::Objects(objects) => objects,
         other => return Err(format!("the node agent does not have the pod: {other:?}")),
     };
-    from_agent::resolve(config, owner, pod, &request.uid, &objects).map_err(|not_used| not_used.why)
+    from_agent_answer::resolve(config, owner, pod, &request.uid, &objects).map_err(|not_used| not_used.why)
 }

@@ -10,10 +10,10 @@
 //! confirms an absence. Anything else the agent's copy says is as current as what a success would
 //! have used, and a refused sandbox is retried by the kubelet anyway.
 
+use super::chosen::Selection;
+use super::from_objects::resolve as resolve_pod;
 use super::objects::Objects;
-use super::resolve::resolve as resolve_pod;
 use super::sandbox::check_uid;
-use super::selection::Selection;
 use crate::node::agent_socket::protocol::PodObjects;
 use crate::platform::cni::{CniError, code};
 use crate::platform::kube::{NetworkAttachmentDefinition, ObjectRef};
@@ -122,7 +122,7 @@ impl Objects for Answered<'_> {
 mod tests {
     use super::*;
     use crate::node::agent_socket::protocol::Held;
-    use crate::programs::selector::choose::selection::Reason;
+    use crate::programs::selector::choose::chosen::Reason;
     use serde_json::json;
 
     /// A conf dir with networks `blue` and `red`, and the selector's configuration over it.
