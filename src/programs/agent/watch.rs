@@ -73,11 +73,11 @@ pub(super) async fn pods(shared: Arc<Shared>, node: String) -> String {
 pub(super) fn start(shared: &Arc<Shared>, key: WatchKey) -> AbortHandle {
     shared.sync.started(Watched::Object(key.clone()));
     let task = match key {
-        WatchKey::ConfigMap(object) if object.kind == Kind::ResourceClaim => {
+        WatchKey::Object(object) if object.kind == Kind::ResourceClaim => {
             let state = |claim| ObjectState::ResourceClaim(Box::new(trim_claim(claim)));
             tokio::spawn(by_name::<ResourceClaim>(shared.clone(), object, state))
         }
-        WatchKey::ConfigMap(object) => {
+        WatchKey::Object(object) => {
             let state = |cm| ObjectState::ConfigMap(Box::new(trim_config_map(cm)));
             tokio::spawn(by_name::<ConfigMap>(shared.clone(), object, state))
         }
@@ -99,7 +99,7 @@ where
         + 'static,
 {
     let api: Api<K> = Api::namespaced(shared.client.clone(), &key.namespace);
-    let watched = Watched::Object(WatchKey::ConfigMap(key.clone()));
+    let watched = Watched::Object(WatchKey::Object(key.clone()));
     // What a list in progress found; absent if it ends without it.
     let mut found: Option<ObjectState> = None;
     let selector = format!("metadata.name={}", key.name);

@@ -1,11 +1,11 @@
 //! What the agent holds: every pod of its node, trimmed to what selection reads
-//! (`select::trimmed`), and the ConfigMaps and NetworkAttachmentDefinitions those pods refer to
-//! (`select::references`, under the namespace policy and the admin's `defaultNetworks`), each
+//! (`choose::trimmed`), and the ConfigMaps and NetworkAttachmentDefinitions those pods refer to
+//! (`choose::references`, under the namespace policy and the admin's `defaultNetworks`), each
 //! counted by the pods that use it. The store decides which watches run (`Watches`) and answers
 //! lookups; it does no I/O, so the watches and the socket server around it are thin.
 //!
-//! The two kinds of objects are watched differently, each as it costs least:
-//! - **A ConfigMap, by name** (`WatchKey::ConfigMap`): started when the first pod refers to it,
+//! Each kind of object is watched as it costs least:
+//! - **A ConfigMap, by name** (`WatchKey::Object`): started when the first pod refers to it,
 //!   stopped when the last goes, as the kubelet watches the ConfigMaps its pods mount. A namespace
 //!   may hold thousands of ConfigMaps of up to 1 MiB each (application configuration, Helm
 //!   releases, leader elections) that have nothing to do with networks: watching a whole namespace
@@ -15,7 +15,7 @@
 //!   configuration each) that change rarely; one watch per namespace (Multus watches every
 //!   namespace's) costs the API server one request at start where a watch per NAD costs one per
 //!   NAD, and a NAD a new pod names is known at once.
-//! - **A DRA ResourceClaim, by name** (`WatchKey::ConfigMap` with `Kind::ResourceClaim`), as a
+//! - **A DRA ResourceClaim, by name** (`WatchKey::Object` with `Kind::ResourceClaim`), as a
 //!   ConfigMap: a claim has no node field to select on, and a namespace holds the claims of all its
 //!   pods on every node (one per pod made from a template, each written as it is allocated and
 //!   reserved), so a watch of a namespace's claims would send every agent the changes of the other
@@ -56,8 +56,8 @@ pub enum ObjectState {
 /// One watch the store needs.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum WatchKey {
-    /// One ConfigMap or ResourceClaim (its key's kind), by name.
-    ConfigMap(ObjectKey),
+    /// One object by name: a ConfigMap or a ResourceClaim (its key's kind).
+    Object(ObjectKey),
     /// Every NetworkAttachmentDefinition of a namespace.
     Attachments(String),
     /// The ResourceSlices of the agent's node.
@@ -67,7 +67,7 @@ pub enum WatchKey {
 impl WatchKey {
     pub fn kind(&self) -> Kind {
         match self {
-            WatchKey::ConfigMap(key) => key.kind,
+            WatchKey::Object(key) => key.kind,
             WatchKey::Attachments(_) => Kind::NetworkAttachmentDefinition,
             WatchKey::NodeDevices => Kind::ResourceSlice,
         }
@@ -77,7 +77,7 @@ impl WatchKey {
 impl fmt::Display for WatchKey {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            WatchKey::ConfigMap(key) => key.fmt(f),
+            WatchKey::Object(key) => key.fmt(f),
             WatchKey::Attachments(namespace) => write!(f, "the NetworkAttachmentDefinitions of namespace {namespace}"),
             WatchKey::NodeDevices => f.write_str("the node's ResourceSlices"),
         }
@@ -547,7 +547,7 @@ pub fn watch_key(key: &ObjectKey) -> WatchKey {
     match key.kind {
         Kind::NetworkAttachmentDefinition => WatchKey::Attachments(key.namespace.clone()),
         Kind::ResourceSlice => WatchKey::NodeDevices,
-        _ => WatchKey::ConfigMap(key.clone()),
+        _ => WatchKey::Object(key.clone()),
     }
 }
 

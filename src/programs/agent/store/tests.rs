@@ -46,7 +46,7 @@ fn miss(store: &Store, name: &str, uid: Option<&str>) -> (bool, Miss) {
 }
 
 fn cm_watch(name: &str) -> WatchKey {
-    WatchKey::ConfigMap(cm_key(name))
+    WatchKey::Object(cm_key(name))
 }
 
 fn nads_watch(namespace: &str) -> WatchKey {
@@ -285,7 +285,7 @@ fn node_slice() -> ResourceSlice {
 fn a_pod_with_resource_claims_has_its_claims_and_the_node_slices_watched_and_gets_its_devices() {
     let mut store = Store::new(AttachmentPolicy::default());
     store.replace_all(vec![]);
-    let claim_watch = WatchKey::ConfigMap(claim_key("a-nics"));
+    let claim_watch = WatchKey::Object(claim_key("a-nics"));
     assert_eq!(
         store.apply(&pod_with_claim("a", "ua", "a-nics")),
         started(&[claim_watch.clone(), WatchKey::NodeDevices])
@@ -311,11 +311,11 @@ fn a_pod_with_resource_claims_has_its_claims_and_the_node_slices_watched_and_get
     assert_eq!(store.object_count(Kind::ConfigMap), 0, "claims are not ConfigMaps");
 
     // A second pod with claims starts its claim's watch only; the last one gone stops the slices'.
-    assert_eq!(store.apply(&pod_with_claim("b", "ub", "b-nics")), started(&[WatchKey::ConfigMap(claim_key("b-nics"))]));
+    assert_eq!(store.apply(&pod_with_claim("b", "ub", "b-nics")), started(&[WatchKey::Object(claim_key("b-nics"))]));
     assert_eq!(store.delete(&pod_with_claim("a", "ua", "a-nics")), stopped(&[claim_watch]));
     assert_eq!(
         store.delete(&pod_with_claim("b", "ub", "b-nics")),
-        stopped(&[WatchKey::ConfigMap(claim_key("b-nics")), WatchKey::NodeDevices])
+        stopped(&[WatchKey::Object(claim_key("b-nics")), WatchKey::NodeDevices])
     );
     assert_eq!(store.object_count(Kind::ResourceSlice), 0, "forgotten with the watch");
 }
