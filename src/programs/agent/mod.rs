@@ -31,8 +31,7 @@ pub mod watching;
 
 use crate::platform::kube::jittered;
 use crate::programs::agent::watching::list_watch::Streaming;
-use crate::programs::selector::config::defaults::PodDefaults;
-use crate::programs::selector::config::policy::AttachmentPolicy;
+use crate::programs::selector::agent_face::{AttachmentPolicy, PodDefaults};
 use anyhow::{Context, anyhow, bail};
 use metrics::Metrics;
 use server::FileId;

@@ -16,10 +16,12 @@
 //! - `lookup`: where each verb learns about the pod (the node agent or the API server), and who
 //!   hears what ADD reports;
 //! - `dynamic`: networks attached to and detached from running pods, as the node agent asks;
-//! - `commands`: the CNI verbs, one file each; `explain`: `yh-genie explain`.
+//! - `commands`: the CNI verbs, one file each; `explain`: `yh-genie explain`;
+//! - `agent_face`: all the node agent must know of the selector, and all it may use of it.
 //!
 //! The rules for users: docs/selector.md; the layout: docs/layout.md.
 
+pub mod agent_face;
 mod attach;
 pub mod choose;
 mod commands;

@@ -1,6 +1,6 @@
 //! What the agent holds: every pod of its node, trimmed to what selection reads
-//! (`choose::trimmed`), and the ConfigMaps and NetworkAttachmentDefinitions those pods refer to
-//! (`choose::references`, under the namespace policy and the admin's `defaultNetworks`), each
+//! (`agent_face::trim_pod`), and the ConfigMaps and NetworkAttachmentDefinitions those pods refer to
+//! (`agent_face::references`, under the namespace policy and the admin's `defaultNetworks`), each
 //! counted by the pods that use it. The store decides which watches run (`Watches`) and answers
 //! lookups; it does no I/O, so the watches and the socket server around it are thin.
 //!
@@ -28,13 +28,11 @@
 
 use crate::node::agent_socket::protocol::{Held, PodObjects, PublishedDevice};
 use crate::platform::kube::{Kind, NetworkAttachmentDefinition, ObjectKey};
-use crate::programs::selector::NETWORK_STATUS;
-use crate::programs::selector::choose::{is_sandbox_pod, references, trimmed, trimmed_meta};
-use crate::programs::selector::config::defaults::PodDefaults;
-use crate::programs::selector::config::policy::AttachmentPolicy;
-use crate::programs::selector::devices::dra::{self, DeviceKey, NodeDevices};
+use crate::programs::selector::agent_face::{
+    self, AttachmentPolicy, NETWORK_STATUS, PodDefaults, is_sandbox_pod, references, trim_attachment, trim_pod,
+};
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
-use k8s_openapi::api::resource::v1::{Device, ResourceClaim, ResourceSlice, ResourceSliceSpec};
+use k8s_openapi::api::resource::v1::{ResourceClaim, ResourceSlice};
 use std::collections::{HashMap, VecDeque};
 use std::fmt;
 
@@ -254,9 +252,9 @@ impl Store {
     pub fn apply(&mut self, pod: &Pod) -> Watches {
         let Some(key) = pod_key(pod) else { return Watches::default() };
         let network_status = pod.metadata.annotations.as_ref().and_then(|a| a.get(NETWORK_STATUS)).cloned();
-        let pod = trimmed(pod);
+        let pod = trim_pod(pod);
         let mut refs = references(&self.policy, &self.defaults, &key.0, &pod);
-        let claims = dra::claim_names(&pod);
+        let claims = agent_face::claim_names(&pod);
         refs.extend(claims.iter().map(|claim| ObjectKey::new(Kind::ResourceClaim, &key.0, claim)));
         if !claims.is_empty() {
             refs.push(node_slices());
@@ -450,16 +448,7 @@ impl Store {
 
     /// What the node's slices publish of the devices allocated to `claims`.
     fn node_devices_of(&self, claims: &[Held<ResourceClaim>]) -> Vec<PublishedDevice> {
-        let devices = NodeDevices::from_slices(self.slices.slices.values());
-        let allocated: Vec<DeviceKey> = claims
-            .iter()
-            .filter_map(|held| {
-                held.object.as_ref()?.status.as_ref()?.allocation.as_ref()?.devices.as_ref()?.results.as_ref()
-            })
-            .flatten()
-            .map(|r| DeviceKey { driver: r.driver.clone(), pool: r.pool.clone(), device: r.device.clone() })
-            .collect();
-        devices.only(&allocated)
+        agent_face::published_devices(self.slices.slices.values(), claims)
     }
 
     /// Count one more user of each of `refs`; the watches that were not running yet start.
@@ -572,47 +561,6 @@ fn held_object<T>(key: &ObjectKey, object: Option<T>) -> Held<T> {
 
 fn pod_key(pod: &Pod) -> Option<(String, String)> {
     Some((pod.metadata.namespace.clone()?, pod.metadata.name.clone()?))
-}
-
-/// A ConfigMap with only what selection reads: its `data` (and its name and version).
-pub fn trim_config_map(cm: ConfigMap) -> ConfigMap {
-    ConfigMap { metadata: trimmed_meta(&cm.metadata), data: cm.data, ..Default::default() }
-}
-
-/// A ResourceSlice with only what the plugin reads: its driver, pool and node, and each device's
-/// name and CNI attributes.
-pub fn trim_slice(slice: ResourceSlice) -> ResourceSlice {
-    let keep = |name: &String| name == dra::RESOURCE_NAME_ATTRIBUTE || name == dra::DEVICE_ID_ATTRIBUTE;
-    let devices = slice.spec.devices.map(|devices| {
-        devices
-            .into_iter()
-            .map(|device| Device {
-                name: device.name,
-                attributes: device.attributes.map(|a| a.into_iter().filter(|(name, _)| keep(name)).collect()),
-                ..Default::default()
-            })
-            .collect()
-    });
-    let spec = ResourceSliceSpec {
-        driver: slice.spec.driver,
-        pool: slice.spec.pool,
-        node_name: slice.spec.node_name,
-        devices,
-        ..Default::default()
-    };
-    ResourceSlice { metadata: trimmed_meta(&slice.metadata), spec }
-}
-
-/// A NetworkAttachmentDefinition with only its `spec` and its `resourceName` annotation (and its
-/// name and version).
-pub fn trim_attachment(nad: NetworkAttachmentDefinition) -> NetworkAttachmentDefinition {
-    let resource =
-        nad.resource_name().map(|r| (crate::programs::selector::devices::RESOURCE_NAME.to_string(), r.to_string()));
-    let metadata = k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
-        annotations: resource.map(|r| [r].into()),
-        ..trimmed_meta(&nad.metadata)
-    };
-    NetworkAttachmentDefinition { metadata, spec: nad.spec, ..Default::default() }
 }
 
 #[cfg(test)]

@@ -1,5 +1,5 @@
 use super::*;
-use crate::programs::selector::requests::annotation::NETWORKS;
+use crate::programs::selector::agent_face::{NETWORKS, trim_claim, trim_config_map, trim_slice};
 use serde_json::json;
 use std::collections::BTreeMap;
 
@@ -212,13 +212,13 @@ fn objects_are_held_trimmed() {
     // A device network keeps its resourceName: the plugin decides from it as from the API server.
     let device: NetworkAttachmentDefinition = serde_json::from_value(json!({
         "metadata": {"name": "vf", "namespace": "default",
-                     "annotations": {"x": "y", crate::programs::selector::devices::RESOURCE_NAME: "example.com/vf"}}
+                     "annotations": {"x": "y", crate::platform::kube::RESOURCE_NAME: "example.com/vf"}}
     }))
     .unwrap();
     assert_eq!(
         serde_json::to_value(trim_attachment(device)).unwrap(),
         json!({"metadata": {"name": "vf", "namespace": "default",
-                            "annotations": {crate::programs::selector::devices::RESOURCE_NAME: "example.com/vf"}}})
+                            "annotations": {crate::platform::kube::RESOURCE_NAME: "example.com/vf"}}})
     );
 }
 
@@ -327,6 +327,6 @@ fn slices_and_claims_are_held_trimmed() {
     assert!(!text.contains("managedFields") && !text.contains("model"), "{text}");
     assert!(text.contains("k8s.cni.cncf.io/deviceID") && text.contains("\"pool\""), "{text}");
     let ObjectState::ResourceClaim(claim) = allocated_claim("c", "vf-0") else { unreachable!() };
-    let text = serde_json::to_string(&crate::programs::selector::devices::dra::trim_claim(*claim)).unwrap();
+    let text = serde_json::to_string(&trim_claim(*claim)).unwrap();
     assert!(!text.contains("managedFields") && !text.contains("deviceClassName") && text.contains("vf-0"), "{text}");
 }
