@@ -8,7 +8,7 @@ use libfuzzer_sys::fuzz_target;
 use serde_json::{Value, json};
 use support::{Nads, Objects, selector_config};
 use yh_genie::programs::selector::choose;
-use yh_genie::programs::selector::choose::selection::Selection;
+use yh_genie::programs::selector::choose::chosen::Selection;
 use yh_genie::programs::selector::requests::annotation::{self, NETWORKS};
 use yh_genie::programs::selector::requests::value;
 

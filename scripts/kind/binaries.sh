@@ -216,7 +216,7 @@ debian_pid=$!
 cached "kind $KIND_VERSION" "$kind_cache_root/kind-tools-$KIND_VERSION" build_kind kind
 emit kind "$kind_cache_root/kind-tools-$KIND_VERSION/bin/kind"
 
-# containerd: scripts/containerd2.sh builds it (containerd, its runc shim, ctr) for tests/cri.rs; the
+# containerd: scripts/containerd2.sh builds it (containerd, its runc shim, ctr) for tests/cri; the
 # same script at kind's version (scripts/kind/common.sh says why not the CRI suite's).
 containerd_bin=$(CONTAINERD2_VERSION=$KIND_CONTAINERD_VERSION kind_timed "containerd $KIND_CONTAINERD_VERSION" \
 	"$kind_repo/scripts/containerd2.sh" | tail -1)

@@ -8,9 +8,9 @@
 //! dropped.
 
 use super::paths::reports_socket;
+use crate::platform::cni::Operation;
 use serde::{Deserialize, Serialize};
 use std::path::Path;
-use std::sync::atomic::{AtomicU8, Ordering};
 
 /// The reports' version; the agent drops any other.
 pub const VERSION: u32 = 1;
@@ -110,7 +110,7 @@ pub enum Selection {
 }
 
 /// How far an operation got, so that a failure is told by where it happened. Noted by the plugin
-/// as it goes (one operation per process), read when it reports.
+/// in its operation's context as it goes (`note_stage`), read when it reports (`noted_stage`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(u8)]
 pub enum Stage {
@@ -124,14 +124,14 @@ pub enum Stage {
     Finishing = 3,
 }
 
-static STAGE: AtomicU8 = AtomicU8::new(Stage::Starting as u8);
-
-pub fn note_stage(stage: Stage) {
-    STAGE.store(stage as u8, Ordering::Relaxed);
+/// Note in `op` that it has reached `stage`.
+pub fn note_stage(op: &Operation, stage: Stage) {
+    op.note_stage(stage as u8);
 }
 
-pub fn noted_stage() -> Stage {
-    match STAGE.load(Ordering::Relaxed) {
+/// How far `op` got.
+pub fn noted_stage(op: &Operation) -> Stage {
+    match op.noted_stage() {
         1 => Stage::Selecting,
         2 => Stage::Attaching,
         3 => Stage::Finishing,

@@ -1,6 +1,6 @@
 //! Crash points: named places between two steps of ADD or DEL where the process can be made to kill
 //! itself with SIGKILL, exactly as if the runtime (or the OOM killer) had killed it at that instant.
-//! The crash tests (tests/crash.rs) use them to reach every window between two durable steps
+//! The crash tests (tests/netns/crash.rs) use them to reach every window between two durable steps
 //! deterministically, beside kills at random times.
 //!
 //! Inert unless `YH_GENIE_CRASH_AT` is set in the plugin's environment: `<point>` kills the process

@@ -28,34 +28,6 @@ pub fn init_stderr_log() {
         .try_init();
 }
 
-/// The networks this process's operation concerns, comma-separated, when the plugin knows better
-/// than its config's `name` (the selector learns them by selecting). Read by the operation line.
-static OPERATION_NETWORK: Mutex<String> = Mutex::new(String::new());
-
-/// Note the operation's networks (none: the config's `name` stays).
-pub fn note_networks<'a>(names: impl Iterator<Item = &'a str>) {
-    let names: Vec<&str> = names.collect();
-    if !names.is_empty() {
-        *OPERATION_NETWORK.lock().unwrap_or_else(|e| e.into_inner()) = names.join(",");
-    }
-}
-
-pub fn noted_network() -> Option<String> {
-    Some(OPERATION_NETWORK.lock().unwrap_or_else(|e| e.into_inner()).clone()).filter(|n| !n.is_empty())
-}
-
-/// Where the selector got the operation's selection from (`agent`, or `api` and why not the agent).
-/// Read by the operation line.
-static OPERATION_SELECTION: Mutex<String> = Mutex::new(String::new());
-
-pub fn note_selection(how: &str) {
-    *OPERATION_SELECTION.lock().unwrap_or_else(|e| e.into_inner()) = how.to_string();
-}
-
-pub fn noted_selection() -> Option<String> {
-    Some(OPERATION_SELECTION.lock().unwrap_or_else(|e| e.into_inner()).clone()).filter(|n| !n.is_empty())
-}
-
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LogConfig {
     pub level: Level,

@@ -331,7 +331,7 @@ fn no_request_from_the_plugin_in_a_pods_life(cluster: &mut Cluster) {
 }
 
 /// The plugin's and the agent's status write is a JSON merge patch carrying the uid the pod must
-/// still have (src/kube/client.rs). A real API server answers it, for a pod since replaced under
+/// still have (src/platform/kube/client.rs). A real API server answers it, for a pod since replaced under
 /// the same name, with 422 Unprocessable Entity ("metadata.uid ... field is immutable"), not 409.
 fn a_uid_guarded_patch_of_a_replaced_pod_gets_422(cluster: &mut Cluster) {
     let patch = |uid: &str| {

@@ -1,7 +1,7 @@
 //! A certificate problem is not an outage: when the API server's certificate is not trusted, the
 //! selector's ADD fails at once with code 103 and says what is wrong with which certificate and
 //! what to change, instead of retrying for its whole budget and reporting "unreachable" (code 11).
-//! The self-signed CA:TRUE serving certificate kubectl accepts is accepted too (src/kube/tls/).
+//! The self-signed CA:TRUE serving certificate kubectl accepts is accepted too (src/platform/kube/tls/).
 //! A node netns with the HTTPS fake API server presenting each kind of certificate; as root.
 
 use crate::support::node::{NetnsNode, pod_addresses};

@@ -8,7 +8,7 @@
 //!
 //! Three ways of killing: at random times spread over the whole of a normal ADD or DEL, measured
 //! first, one random offset within each of equal slices (the seed is printed; `YH_GENIE_TEST_SEED`
-//! replays it); at every crash point (src/crash_point.rs), so that each window between two steps is
+//! replays it); at every crash point (src/platform/crash_point.rs), so that each window between two steps is
 //! hit for sure; and while a slow IPAM plugin runs, which the DEL must wait for.
 
 use crate::support::node::{NetnsNode, Pod};
@@ -207,7 +207,7 @@ fn killed_at_random_times(networks: &[&str], kills: usize) {
     assert!(left.is_empty(), "left on the node (seed {seed}): {left:#?}");
 }
 
-/// Every crash point (src/crash_point.rs) of ADD and of DEL on one network, in the order a call
+/// Every crash point (src/platform/crash_point.rs) of ADD and of DEL on one network, in the order a call
 /// reaches them. `write_atomic` is reached three times by ADD: the record, yonghui's saved
 /// configuration, the record with the result.
 const CRASH_POINTS: &[(&str, &str)] = &[

@@ -236,7 +236,7 @@ fn the_cluster_role_grants_exactly_what_the_selector_calls() {
             }
         }
     }
-    // Every request the selector's API client makes (src/kube: `API_CALLS`) and the node agent's
+    // Every request the selector's API client makes (src/platform/kube: `API_CALLS`) and the node agent's
     // (`AGENT_API_CALLS`), no more, no less.
     let wanted: BTreeSet<_> = API_CALLS
         .iter()

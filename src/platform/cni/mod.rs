@@ -1,5 +1,6 @@
 //! The CNI protocol, in one place: environment, arguments, configurations, results and their
-//! version conversions, errors, exec of external plugins, and the `Plugin` trait every plugin implements.
+//! version conversions, errors, exec of external plugins, the `Plugin` trait every plugin
+//! implements, and the context of one operation (`operation`).
 
 pub mod args;
 pub mod attachment_lock;
@@ -7,6 +8,7 @@ pub mod config;
 pub mod env;
 pub mod error;
 pub mod exec;
+pub mod operation;
 pub mod result;
 pub mod skel;
 #[cfg(test)]
@@ -17,6 +19,7 @@ pub use args::CniArgs;
 pub use config::{ConfList, PluginConf};
 pub use env::{Command, Invocation};
 pub use error::{CniError, code};
+pub use operation::Operation;
 pub use result::CniResult;
 pub use skel::Plugin;
 pub use version::CniVersion;

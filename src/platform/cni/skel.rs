@@ -5,6 +5,7 @@ use super::attachment_lock;
 use super::config::PluginConf;
 use super::env::{Command, Invocation};
 use super::error::CniError;
+use super::operation::Operation;
 use super::result::CniResult;
 use super::version::{self, CniVersion};
 use crate::platform::logging::LogConfig;
@@ -14,19 +15,21 @@ use std::time::{Duration, Instant};
 
 /// A CNI plugin. Methods are synchronous and are never called from inside an async runtime, so a
 /// plugin may build its own (current-thread) runtime and a built-in plugin can call another in process.
+/// Each verb gets the operation's context (`op`), to note into what the operation's log line and
+/// report read.
 pub trait Plugin: Sync {
     /// The name it is installed and chosen under (`type` in a config, argv[0] of the binary).
     fn name(&self) -> &'static str;
-    fn add(&self, inv: &Invocation, conf: &PluginConf) -> Result<CniResult, CniError>;
+    fn add(&self, inv: &Invocation, conf: &PluginConf, op: &Operation) -> Result<CniResult, CniError>;
     /// Idempotent and best effort: what is already gone is success.
-    fn del(&self, inv: &Invocation, conf: &PluginConf) -> Result<(), CniError>;
-    fn check(&self, inv: &Invocation, conf: &PluginConf) -> Result<(), CniError>;
+    fn del(&self, inv: &Invocation, conf: &PluginConf, op: &Operation) -> Result<(), CniError>;
+    fn check(&self, inv: &Invocation, conf: &PluginConf, op: &Operation) -> Result<(), CniError>;
     /// CNI 1.1.0 GC: stdin carries `cni.dev/valid-attachments`.
-    fn gc(&self, _inv: &Invocation, _conf: &PluginConf) -> Result<(), CniError> {
+    fn gc(&self, _inv: &Invocation, _conf: &PluginConf, _op: &Operation) -> Result<(), CniError> {
         Ok(())
     }
     /// CNI 1.1.0 STATUS: Ok means ready for ADDs.
-    fn status(&self, _inv: &Invocation, _conf: &PluginConf) -> Result<(), CniError> {
+    fn status(&self, _inv: &Invocation, _conf: &PluginConf, _op: &Operation) -> Result<(), CniError> {
         Ok(())
     }
     /// Where and how much it logs, as its configuration says: the keys every plugin reads, unless
@@ -34,38 +37,58 @@ pub trait Plugin: Sync {
     fn log_config(&self, conf: &PluginConf) -> LogConfig {
         LogConfig::from_keys(&conf.raw)
     }
-    /// Called once a command has run, with how it ended and how long the process took to get
-    /// there (the selector reports it to its node agent's metrics). Must not wait on anything.
-    fn done(&self, _inv: &Invocation, _conf: &PluginConf, _outcome: Result<(), &CniError>, _took: Duration) {}
+    /// Called once a command has run, with what it noted, how it ended and how long the process took
+    /// to get there (the selector reports it to its node agent's metrics). Must not wait on anything.
+    fn done(
+        &self,
+        _inv: &Invocation,
+        _conf: &PluginConf,
+        _op: &Operation,
+        _outcome: Result<(), &CniError>,
+        _took: Duration,
+    ) {
+    }
 }
 
-/// Run one command on a plugin whose config is already parsed, with the spec's version gates.
-/// Returns the ADD result; other commands return `None`.
-pub fn dispatch(plugin: &dyn Plugin, inv: &Invocation, conf: &PluginConf) -> Result<Option<CniResult>, CniError> {
+/// Run one command on a plugin whose config is already parsed, with the spec's version gates, as
+/// the operation `op`. Returns the ADD result; other commands return `None`.
+pub fn dispatch(
+    plugin: &dyn Plugin,
+    inv: &Invocation,
+    conf: &PluginConf,
+    op: &Operation,
+) -> Result<Option<CniResult>, CniError> {
     let v = conf.cni_version;
     match inv.command {
-        Command::Add => add_in_version(plugin, inv, conf).map(Some),
-        Command::Del => plugin.del(inv, conf).map(|()| None),
+        Command::Add => add_in_version(plugin, inv, conf, op).map(Some),
+        Command::Del => plugin.del(inv, conf, op).map(|()| None),
         Command::Check if !v.has_check() => Err(incompatible(v, "CHECK")),
-        Command::Check => plugin.check(inv, conf).map(|()| None),
+        Command::Check => plugin.check(inv, conf, op).map(|()| None),
         Command::Gc | Command::Status if !v.has_gc_and_status() => Err(incompatible(v, inv.command.as_str())),
-        Command::Gc => plugin.gc(inv, conf).map(|()| None),
-        Command::Status => plugin.status(inv, conf).map(|()| None),
+        Command::Gc => plugin.gc(inv, conf, op).map(|()| None),
+        Command::Status => plugin.status(inv, conf, op).map(|()| None),
         Command::Version => Ok(None),
     }
 }
 
 /// ADD, failing (with what it made undone) when the result cannot be written in the config's
 /// version: a 0.1.0/0.2.0 result needs an address. Checked here rather than when printing, so a
-/// built-in plugin called in process fails exactly as an exec'd one would.
-fn add_in_version(plugin: &dyn Plugin, inv: &Invocation, conf: &PluginConf) -> Result<CniResult, CniError> {
-    let result = plugin.add(inv, conf)?;
+/// built-in plugin called in process fails exactly as an exec'd one would. The undoing is the
+/// plugin's own DEL and stays here, beside the protocol's version rules, for every plugin alike:
+/// the selector's undoing of what its ADD made (its records, its networks' chains) is its own.
+fn add_in_version(
+    plugin: &dyn Plugin,
+    inv: &Invocation,
+    conf: &PluginConf,
+    op: &Operation,
+) -> Result<CniResult, CniError> {
+    let result = plugin.add(inv, conf, op)?;
     // Only the 0.1.0/0.2.0 shape can refuse a result; later versions write every result.
     if !conf.cni_version.has_ip4_ip6_result() {
         return Ok(result);
     }
     if let Err(e) = result.to_json(conf.cni_version) {
-        if let Err(undo) = plugin.del(&inv.with_command(Command::Del), conf) {
+        if let Err(undo) = plugin.del(&inv.with_command(Command::Del), conf, op) {
             tracing::warn!("undoing the ADD whose result could not be written: {undo}");
         }
         return Err(e);
@@ -97,10 +120,11 @@ pub fn run_with(
 ) -> Outcome {
     let started = Instant::now();
     let mut version_for_errors = String::new();
-    let mut op = OpLine::default();
+    let mut line = OpLine::default();
+    let op = Operation::default();
     let result = (|| -> Result<Vec<u8>, CniError> {
         let inv = Invocation::from_env(&get_env)?;
-        op.invocation(&inv);
+        line.invocation(&inv);
         let mut input = Vec::new();
         stdin.read_to_end(&mut input).map_err(|e| CniError::io(format!("cannot read stdin: {e}")))?;
         if inv.command == Command::Version {
@@ -120,7 +144,7 @@ pub fn run_with(
         })?;
         version_for_errors = conf.cni_version.as_str().to_string();
         plugin.log_config(&conf).init();
-        op.network = conf.name.clone();
+        line.network = conf.name.clone();
         // Held until this call returns; its helpers hold it until they end (see attachment_lock).
         let lock = match inv.command {
             Command::Add | Command::Del | Command::Check => {
@@ -128,8 +152,8 @@ pub fn run_with(
             }
             _ => None,
         };
-        let out = dispatch(plugin, &inv, &conf);
-        plugin.done(&inv, &conf, out.as_ref().map(drop), started.elapsed());
+        let out = dispatch(plugin, &inv, &conf, &op);
+        plugin.done(&inv, &conf, &op, out.as_ref().map(drop), started.elapsed());
         let out = out?;
         if inv.command == Command::Del
             && let Some(lock) = lock
@@ -137,7 +161,7 @@ pub fn run_with(
             lock.remove();
         }
         if let Some(r) = &out {
-            op.ips = r.ips.iter().map(|ip| ip.address.to_string()).collect::<Vec<_>>().join(",");
+            line.ips = r.ips.iter().map(|ip| ip.address.to_string()).collect::<Vec<_>>().join(",");
         }
         match out {
             Some(r) => Ok(r.to_string(conf.cni_version)?.into_bytes()),
@@ -150,7 +174,7 @@ pub fn run_with(
             Outcome { exit_code: 1, stdout: e.to_json(&version_for_errors).to_string().into_bytes(), error: Some(e) }
         }
     };
-    op.log(plugin.name(), &outcome, started.elapsed());
+    line.log(plugin.name(), &op, &outcome, started.elapsed());
     outcome
 }
 
@@ -173,17 +197,18 @@ impl OpLine {
         self.pod = inv.args.pod().map(|(ns, name)| format!("{ns}/{name}")).unwrap_or_default();
     }
 
-    fn log(&self, plugin: &str, outcome: &Outcome, took: std::time::Duration) {
+    /// The line, with what the operation `op` noted.
+    fn log(&self, plugin: &str, op: &Operation, outcome: &Outcome, took: std::time::Duration) {
         if self.command == "VERSION" {
             return;
         }
         // Errors before the config was read (bad env, bad JSON) still get their line, on stderr.
         LogConfig::default().init();
         let ms = format!("{:.1}", took.as_secs_f64() * 1000.0);
-        let network = crate::platform::logging::noted_network().unwrap_or_else(|| self.network.clone());
+        let network = op.noted_networks().unwrap_or_else(|| self.network.clone());
         let (command, container, ifname, pod) = (self.command, &self.container, &self.ifname, &self.pod);
         // Only the selector's ADD says where its selection came from; a field that is None is left out.
-        let selection = crate::platform::logging::noted_selection();
+        let selection = op.noted_selection();
         let selection = selection.as_deref();
         match &outcome.error {
             None => {
@@ -219,14 +244,14 @@ mod tests {
         fn name(&self) -> &'static str {
             "echo"
         }
-        fn add(&self, _: &Invocation, conf: &PluginConf) -> Result<CniResult, CniError> {
+        fn add(&self, _: &Invocation, conf: &PluginConf, _: &Operation) -> Result<CniResult, CniError> {
             Ok(conf.prev_result()?.unwrap_or_default())
         }
-        fn del(&self, _: &Invocation, _: &PluginConf) -> Result<(), CniError> {
+        fn del(&self, _: &Invocation, _: &PluginConf, _: &Operation) -> Result<(), CniError> {
             ECHO_DELS.set(ECHO_DELS.get() + 1);
             Ok(())
         }
-        fn check(&self, _: &Invocation, _: &PluginConf) -> Result<(), CniError> {
+        fn check(&self, _: &Invocation, _: &PluginConf, _: &Operation) -> Result<(), CniError> {
             Err(CniError::new(3, "unknown container"))
         }
     }

@@ -9,7 +9,8 @@
 //! own, so this is the only retry loop and the budget is the only clock.
 
 use super::{Annotations, NetworkAttachmentDefinition, ObjectRef, PodSource, tls};
-use crate::platform::cni::{CniError, code};
+use crate::platform::cni::operation::ApiRequests;
+use crate::platform::cni::{CniError, Operation, code};
 use ::kube::api::{ListParams, Patch, PatchParams};
 use ::kube::config::{KubeConfigOptions, Kubeconfig};
 use ::kube::{Api, Client, Config, Resource};
@@ -20,17 +21,7 @@ use serde::de::DeserializeOwned;
 use std::fmt::Debug;
 use std::future::Future;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
-
-/// Requests this process has made to the API server (every attempt counts): what a plugin
-/// operation reports to the agent's metrics, where ADD's should be 0 while the agent answers.
-static REQUESTS: AtomicU32 = AtomicU32::new(0);
-
-/// Requests this process has made to the API server so far.
-pub fn requests_made() -> u32 {
-    REQUESTS.load(Ordering::Relaxed)
-}
 
 /// The first pause between attempts; it doubles up to `MAX_PAUSE`.
 const FIRST_PAUSE: Duration = Duration::from_millis(100);
@@ -83,13 +74,17 @@ pub struct ApiClient {
     has_ca_data: bool,
     policy: ApiPolicy,
     deadline: Instant,
+    /// Every attempt counts, in the operation's count: what a plugin operation reports to the
+    /// agent's metrics, where ADD's should be 0 while the agent answers.
+    requests: ApiRequests,
     runtime: tokio::runtime::Runtime,
 }
 
 impl ApiClient {
-    /// Load `kubeconfig` and build a client. The policy's budget starts now. A kubeconfig that is
-    /// missing or unusable is a node configuration error (code 7) naming the file.
-    pub fn connect(kubeconfig: &Path, policy: ApiPolicy) -> Result<Self, CniError> {
+    /// Load `kubeconfig` and build a client whose requests count among `op`'s. The policy's budget
+    /// starts now. A kubeconfig that is missing or unusable is a node configuration error (code 7)
+    /// naming the file.
+    pub fn connect(kubeconfig: &Path, policy: ApiPolicy, op: &Operation) -> Result<Self, CniError> {
         let deadline = Instant::now() + policy.budget;
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
@@ -115,7 +110,17 @@ impl ApiClient {
             // Each request is bounded as a whole by `attempt_timeout` (see `with_retries`).
             tls::client(config, policy.attempt_timeout, tls::Protocols::Http1).map_err(|e| bad_kubeconfig(&e))?
         };
-        Ok(ApiClient { client, server, kubeconfig: kubeconfig.to_path_buf(), has_ca_data, policy, deadline, runtime })
+        let requests = op.api_requests().clone();
+        Ok(ApiClient {
+            client,
+            server,
+            kubeconfig: kubeconfig.to_path_buf(),
+            has_ca_data,
+            policy,
+            deadline,
+            requests,
+            runtime,
+        })
     }
 
     /// Give the API work that follows a fresh budget of its own (the status write after the
@@ -156,7 +161,7 @@ impl ApiClient {
                 break;
             }
             attempts += 1;
-            REQUESTS.fetch_add(1, Ordering::Relaxed);
+            self.requests.count_one();
             let limit = remaining.min(self.policy.attempt_timeout);
             match tokio::time::timeout(limit, request()).await {
                 Ok(Ok(object)) => return Ok(Some(object)),
@@ -415,7 +420,9 @@ mod tests {
 
     #[test]
     fn missing_kubeconfig_is_a_configuration_error_naming_the_file() {
-        let e = ApiClient::connect(Path::new("/nonexistent/kubeconfig"), ApiPolicy::default()).err().unwrap();
+        let e = ApiClient::connect(Path::new("/nonexistent/kubeconfig"), ApiPolicy::default(), &Operation::default())
+            .err()
+            .unwrap();
         assert_eq!(e.code, 7);
         assert!(e.msg.contains("/nonexistent/kubeconfig"), "{e}");
     }

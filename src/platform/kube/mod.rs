@@ -16,7 +16,6 @@ pub mod tls;
 
 pub use client::{
     ApiClient, ApiPolicy, Failure, POD_REPLACED, annotations_patch, classify, error_chain, jittered, random_fraction,
-    requests_made,
 };
 pub use nad::{NetworkAttachmentDefinition, NetworkAttachmentDefinitionSpec, RESOURCE_NAME};
 
@@ -28,7 +27,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 
 /// Every request `ApiClient` makes, as RBAC names it: (API group, resource, verb). The installer's
-/// ClusterRole grants exactly these (tests/manifests.rs holds the two equal).
+/// ClusterRole grants exactly these (tests/offline/manifests.rs holds the two equal).
 pub const API_CALLS: [(&str, &str, &str); 6] = [
     ("", "pods", "get"),
     ("", "pods", "patch"),

@@ -219,7 +219,7 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 
 /// Send the queued events, each when the node is quiet or it has waited long enough, one per `PACE`.
 pub(super) async fn send_events(shared: Arc<Shared>) -> String {
-    let reporter = Reporter { component: crate::programs::selector::NAME, node: &shared.node };
+    let reporter = Reporter { component: crate::programs::selector::agent_face::NAME, node: &shared.node };
     loop {
         match shared.events.next(Instant::now()) {
             Next::WaitForMore => shared.events.wake.notified().await,

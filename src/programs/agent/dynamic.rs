@@ -17,8 +17,7 @@ use super::Shared;
 use super::annotate::retried;
 use crate::node::worker_protocol::{self as protocol, Answer, MAX_LINE, Request, VERSION};
 use crate::programs::agent::watching::{Annotated, EventPod, Reporter, annotate_at_version, create_event_of_type};
-use crate::programs::selector::NETWORK_STATUS;
-use crate::programs::selector::requests::annotation::NETWORKS;
+use crate::programs::selector::agent_face::{self, NETWORK_STATUS, NETWORKS};
 use k8s_openapi::api::core::v1::Pod;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::{Path, PathBuf};
@@ -223,7 +222,7 @@ async fn report(
         }
     };
     let about = EventPod { namespace: &seen.namespace, name: &seen.name, uid: &seen.uid };
-    let reporter = Reporter { component: crate::programs::selector::NAME, node: &shared.node };
+    let reporter = Reporter { component: agent_face::NAME, node: &shared.node };
     for event in &events {
         let outcome = retried(deadline, || {
             create_event_of_type(

@@ -439,7 +439,7 @@ mod tests {
     use crate::node::reports::VERSION;
     use crate::programs::agent::store::WatchKey;
     use crate::programs::agent::sync::{Failure as WatchFailure, Watched};
-    use crate::programs::selector::config::policy::AttachmentPolicy;
+    use crate::programs::selector::agent_face::AttachmentPolicy;
 
     fn snapshot<'a>(store: &'a Store, sync: &'a Sync) -> Snapshot<'a> {
         static STREAMING: std::sync::LazyLock<Streaming> = std::sync::LazyLock::new(Streaming::default);

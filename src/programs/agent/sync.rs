@@ -20,7 +20,8 @@ use std::time::{Duration, Instant};
 pub enum Watched {
     /// The node's pods.
     Pods,
-    /// A ConfigMap, or a namespace's NADs.
+    /// One the store needs for its pods: a ConfigMap or a ResourceClaim, a namespace's NADs, the
+    /// node's ResourceSlices.
     Object(WatchKey),
 }
 
@@ -205,7 +206,7 @@ mod tests {
         assert_eq!(sync.pods_behind(), Some(Behind { listed: false, failure: None }), "established is not listed");
         sync.listed(&Watched::Pods);
         assert_eq!(sync.pods_behind(), None);
-        let cm = Watched::Object(WatchKey::ConfigMap(ObjectKey::new(Kind::ConfigMap, "default", "nets")));
+        let cm = Watched::Object(WatchKey::Object(ObjectKey::new(Kind::ConfigMap, "default", "nets")));
         sync.started(cm.clone());
         assert_eq!(sync.pods_behind(), None, "only the pods' watch is readiness");
         assert!(!sync.kind(Kind::ConfigMap).synced && sync.kind(Kind::Pod).synced);

@@ -7,11 +7,11 @@
 //! delivers is trimmed as it arrives, and each reports whether it is current (`sync`).
 
 use super::Shared;
-use super::store::{ObjectState, WatchKey, trim_attachment, trim_config_map, trim_slice};
+use super::store::{ObjectState, WatchKey};
 use super::sync::{Failure, Watched};
 use crate::platform::kube::{Kind, NetworkAttachmentDefinition, ObjectKey};
 use crate::programs::agent::watching::list_watch::{Update, follow};
-use crate::programs::selector::devices::dra::trim_claim;
+use crate::programs::selector::agent_face::{trim_attachment, trim_claim, trim_config_map, trim_pod, trim_slice};
 use ::kube::Api;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use k8s_openapi::api::resource::v1::{ResourceClaim, ResourceSlice};
@@ -36,7 +36,7 @@ pub(super) async fn pods(shared: Arc<Shared>, node: String) -> String {
         }
         Update::Listed(pod) => {
             shared.pod_event(&pod, false);
-            listing.push(crate::programs::selector::choose::trimmed(&pod))
+            listing.push(trim_pod(&pod))
         }
         Update::ListDone => {
             let pods = std::mem::take(&mut listing);
@@ -73,11 +73,11 @@ pub(super) async fn pods(shared: Arc<Shared>, node: String) -> String {
 pub(super) fn start(shared: &Arc<Shared>, key: WatchKey) -> AbortHandle {
     shared.sync.started(Watched::Object(key.clone()));
     let task = match key {
-        WatchKey::ConfigMap(object) if object.kind == Kind::ResourceClaim => {
+        WatchKey::Object(object) if object.kind == Kind::ResourceClaim => {
             let state = |claim| ObjectState::ResourceClaim(Box::new(trim_claim(claim)));
             tokio::spawn(by_name::<ResourceClaim>(shared.clone(), object, state))
         }
-        WatchKey::ConfigMap(object) => {
+        WatchKey::Object(object) => {
             let state = |cm| ObjectState::ConfigMap(Box::new(trim_config_map(cm)));
             tokio::spawn(by_name::<ConfigMap>(shared.clone(), object, state))
         }
@@ -99,7 +99,7 @@ where
         + 'static,
 {
     let api: Api<K> = Api::namespaced(shared.client.clone(), &key.namespace);
-    let watched = Watched::Object(WatchKey::ConfigMap(key.clone()));
+    let watched = Watched::Object(WatchKey::Object(key.clone()));
     // What a list in progress found; absent if it ends without it.
     let mut found: Option<ObjectState> = None;
     let selector = format!("metadata.name={}", key.name);

@@ -1,43 +1,22 @@
-//! The built-in plugins, chosen by name, and `invoke`, which runs any plugin type: built-ins in
-//! process, everything else by exec from the CNI path (netavark's "drivers by name, plugins on dirs").
+//! The built-in plugins, and how any plugin type runs (`registry`: built-ins and host-local in
+//! process, everything else exec'd from the CNI path); `invoke` runs a network's plugin as the
+//! registry says.
 
 pub mod bridge;
 pub mod firewall;
 pub mod ipam;
+pub mod registry;
 pub mod router;
 pub mod veth;
 pub mod via_node;
 pub mod yonghui;
 
+pub use registry::{NAMES, builtin};
+
 use crate::platform::cni::exec::{self, DEFAULT_TIMEOUT};
-use crate::platform::cni::skel::{self, Plugin};
-use crate::platform::cni::{CniError, CniResult, Command, Invocation, PluginConf, config};
-
-/// The plugins that are part of this binary, each by the name it is installed and chosen under
-/// (`type` in a configuration, argv[0], its link in `binDir`): the one list of them. The selector is
-/// not here: it is never a delegate.
-const BUILTIN: [(&str, &dyn Plugin); 4] = [
-    (yonghui::NAME, &yonghui::Yonghui),
-    (bridge::NAME, &bridge::Bridge),
-    (veth::NAME, &veth::Veth),
-    (router::NAME, &router::Router),
-];
-
-/// The built-in plugins' names, in `BUILTIN`'s order.
-pub const NAMES: [&str; BUILTIN.len()] = {
-    let mut names = [""; BUILTIN.len()];
-    let mut i = 0;
-    while i < BUILTIN.len() {
-        names[i] = BUILTIN[i].0;
-        i += 1;
-    }
-    names
-};
-
-/// The built-in plugin of this type, if it is one.
-pub fn builtin(plugin_type: &str) -> Option<&'static dyn Plugin> {
-    BUILTIN.iter().find(|(name, _)| *name == plugin_type).map(|&(_, plugin)| plugin)
-}
+use crate::platform::cni::skel;
+use crate::platform::cni::{CniError, CniResult, Command, Invocation, Operation, PluginConf, config};
+use registry::Runs;
 
 /// Run `command` of plugin `plugin_type` with config `stdin` for the call `inv`.
 /// Returns the result for ADD, `None` otherwise. Must not be called inside an async runtime.
@@ -48,9 +27,10 @@ pub fn invoke(
     stdin: &[u8],
 ) -> Result<Option<CniResult>, CniError> {
     let inv = inv.with_command(command);
-    if let Some(plugin) = builtin(plugin_type) {
+    if let Runs::Builtin(plugin) = registry::delegate(plugin_type) {
         let conf = PluginConf::parse(stdin)?;
-        return skel::dispatch(plugin, &inv, &conf);
+        // An operation of its own: what a built-in notes is not its caller's to log or report.
+        return skel::dispatch(plugin, &inv, &conf, &Operation::default());
     }
     let binary = exec::find_plugin(plugin_type, &inv.path)?;
     let out =

@@ -2,13 +2,13 @@
 //! code as ADD, without touching the node's networking or writing anything; and whether the node
 //! agent holds the pod, what it would answer and what ADD would do with that.
 
-use crate::node::agent_socket::client::exchange;
-use crate::node::agent_socket::protocol::{Answer, Ask, Request};
+use crate::node::agent_socket::protocol::Answer;
 use crate::platform::cni::CniError;
-use crate::platform::kube::{ApiClient, PodSource};
-use crate::programs::selector::choose::{self, Selection, from_agent};
+use crate::platform::kube::PodSource;
+use crate::programs::selector::choose::{Selection, from_agent_answer};
 use crate::programs::selector::config::SelectorConfig;
 use crate::programs::selector::devices::dra::{self, DraDevices};
+use crate::programs::selector::lookup;
 use std::fmt::Write;
 use std::path::PathBuf;
 
@@ -72,13 +72,8 @@ fn failed(options: &Options, e: &CniError, agent: &str) -> i32 {
 type Explained = (Selection, String, Option<Result<DraDevices, CniError>>);
 
 fn explain(options: &Options, config: &SelectorConfig) -> Result<Explained, CniError> {
-    let pod = Some((options.namespace.as_str(), options.pod.as_str()));
-    let api = match &config.kubeconfig {
-        Some(kubeconfig) => Some(ApiClient::connect(kubeconfig, config.api)?),
-        None => None,
-    };
-    // The runtimes the selector serves name the pod's first interface eth0.
-    let selection = choose::select(config, "eth0", pod, None, api.as_ref().map(|a| a as &dyn PodSource))?;
+    let pod = (options.namespace.as_str(), options.pod.as_str());
+    let (selection, api) = lookup::explain::from_api_server(config, pod)?;
     let mut text = render(options, &selection)?;
     let mut devices = None;
     if let (Some(api), Some(identity)) = (&api, &selection.pod) {
@@ -132,16 +127,15 @@ fn agent_section(
     if config.kubeconfig.is_none() {
         return String::new();
     }
-    let ask = Ask::Selection { namespace: options.namespace.clone(), name: options.pod.clone(), uid: None, wait_ms: 0 };
-    let deadline = std::time::Instant::now() + from_agent::WAIT;
-    let objects = match exchange(socket, &Request::new(ask), deadline) {
+    let pod = (options.namespace.as_str(), options.pod.as_str());
+    let objects = match lookup::explain::from_agent(socket, pod) {
         Err(why) => return line(format!("not reachable ({why}): ADD asks the API server")),
         Ok(Answer::Objects(objects)) => objects,
         Ok(Answer::Unknown { why }) => {
             return line(format!(
                 "{} does not hold the pod ({why}): ADD waits up to {} ms for it, then asks the API server",
                 socket.display(),
-                from_agent::WAIT.as_millis()
+                lookup::ANSWER_WAIT.as_millis()
             ));
         }
         Ok(other) => return line(format!("{} answered {other:?}: ADD asks the API server", socket.display())),
@@ -152,7 +146,6 @@ fn agent_section(
         socket.display(),
         objects.config_maps.len() + objects.network_attachments.len()
     );
-    let pod = (options.namespace.as_str(), options.pod.as_str());
     let devices = devices.map(|direct| {
         let mut answered = dra::FromAgent::new(&objects);
         let found = dra::allocated(&options.namespace, &objects.pod, Some(&uid), &mut answered);
@@ -169,7 +162,7 @@ fn agent_section(
         line(format!("DRA, from {}: {text}", socket.display()))
     });
     let devices = devices.unwrap_or_default();
-    let selection = match from_agent::resolve(config, "eth0", pod, &uid, &objects) {
+    let selection = match from_agent_answer::resolve(config, "eth0", pod, &uid, &objects) {
         Err(why) => line(format!("{held}, but ADD cannot use its answer ({why}): ADD asks the API server")),
         Ok(selection) if Some(&selection) == direct => {
             line(format!("{held}: ADD (with K8S_POD_UID {uid}) takes its answer, the same networks as above"))

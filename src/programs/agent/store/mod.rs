@@ -1,11 +1,11 @@
 //! What the agent holds: every pod of its node, trimmed to what selection reads
-//! (`select::trimmed`), and the ConfigMaps and NetworkAttachmentDefinitions those pods refer to
-//! (`select::references`, under the namespace policy and the admin's `defaultNetworks`), each
+//! (`agent_face::trim_pod`), and the ConfigMaps and NetworkAttachmentDefinitions those pods refer to
+//! (`agent_face::references`, under the namespace policy and the admin's `defaultNetworks`), each
 //! counted by the pods that use it. The store decides which watches run (`Watches`) and answers
 //! lookups; it does no I/O, so the watches and the socket server around it are thin.
 //!
-//! The two kinds of objects are watched differently, each as it costs least:
-//! - **A ConfigMap, by name** (`WatchKey::ConfigMap`): started when the first pod refers to it,
+//! Each kind of object is watched as it costs least:
+//! - **A ConfigMap, by name** (`WatchKey::Object`): started when the first pod refers to it,
 //!   stopped when the last goes, as the kubelet watches the ConfigMaps its pods mount. A namespace
 //!   may hold thousands of ConfigMaps of up to 1 MiB each (application configuration, Helm
 //!   releases, leader elections) that have nothing to do with networks: watching a whole namespace
@@ -15,7 +15,7 @@
 //!   configuration each) that change rarely; one watch per namespace (Multus watches every
 //!   namespace's) costs the API server one request at start where a watch per NAD costs one per
 //!   NAD, and a NAD a new pod names is known at once.
-//! - **A DRA ResourceClaim, by name** (`WatchKey::ConfigMap` with `Kind::ResourceClaim`), as a
+//! - **A DRA ResourceClaim, by name** (`WatchKey::Object` with `Kind::ResourceClaim`), as a
 //!   ConfigMap: a claim has no node field to select on, and a namespace holds the claims of all its
 //!   pods on every node (one per pod made from a template, each written as it is allocated and
 //!   reserved), so a watch of a namespace's claims would send every agent the changes of the other
@@ -28,13 +28,11 @@
 
 use crate::node::agent_socket::protocol::{Held, PodObjects, PublishedDevice};
 use crate::platform::kube::{Kind, NetworkAttachmentDefinition, ObjectKey};
-use crate::programs::selector::NETWORK_STATUS;
-use crate::programs::selector::choose::{is_sandbox_pod, references, trimmed, trimmed_meta};
-use crate::programs::selector::config::defaults::PodDefaults;
-use crate::programs::selector::config::policy::AttachmentPolicy;
-use crate::programs::selector::devices::dra::{self, DeviceKey, NodeDevices};
+use crate::programs::selector::agent_face::{
+    self, AttachmentPolicy, NETWORK_STATUS, PodDefaults, is_sandbox_pod, references, trim_attachment, trim_pod,
+};
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
-use k8s_openapi::api::resource::v1::{Device, ResourceClaim, ResourceSlice, ResourceSliceSpec};
+use k8s_openapi::api::resource::v1::{ResourceClaim, ResourceSlice};
 use std::collections::{HashMap, VecDeque};
 use std::fmt;
 
@@ -56,8 +54,8 @@ pub enum ObjectState {
 /// One watch the store needs.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum WatchKey {
-    /// One ConfigMap or ResourceClaim (its key's kind), by name.
-    ConfigMap(ObjectKey),
+    /// One object by name: a ConfigMap or a ResourceClaim (its key's kind).
+    Object(ObjectKey),
     /// Every NetworkAttachmentDefinition of a namespace.
     Attachments(String),
     /// The ResourceSlices of the agent's node.
@@ -67,7 +65,7 @@ pub enum WatchKey {
 impl WatchKey {
     pub fn kind(&self) -> Kind {
         match self {
-            WatchKey::ConfigMap(key) => key.kind,
+            WatchKey::Object(key) => key.kind,
             WatchKey::Attachments(_) => Kind::NetworkAttachmentDefinition,
             WatchKey::NodeDevices => Kind::ResourceSlice,
         }
@@ -77,7 +75,7 @@ impl WatchKey {
 impl fmt::Display for WatchKey {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            WatchKey::ConfigMap(key) => key.fmt(f),
+            WatchKey::Object(key) => key.fmt(f),
             WatchKey::Attachments(namespace) => write!(f, "the NetworkAttachmentDefinitions of namespace {namespace}"),
             WatchKey::NodeDevices => f.write_str("the node's ResourceSlices"),
         }
@@ -254,9 +252,9 @@ impl Store {
     pub fn apply(&mut self, pod: &Pod) -> Watches {
         let Some(key) = pod_key(pod) else { return Watches::default() };
         let network_status = pod.metadata.annotations.as_ref().and_then(|a| a.get(NETWORK_STATUS)).cloned();
-        let pod = trimmed(pod);
+        let pod = trim_pod(pod);
         let mut refs = references(&self.policy, &self.defaults, &key.0, &pod);
-        let claims = dra::claim_names(&pod);
+        let claims = agent_face::claim_names(&pod);
         refs.extend(claims.iter().map(|claim| ObjectKey::new(Kind::ResourceClaim, &key.0, claim)));
         if !claims.is_empty() {
             refs.push(node_slices());
@@ -450,16 +448,7 @@ impl Store {
 
     /// What the node's slices publish of the devices allocated to `claims`.
     fn node_devices_of(&self, claims: &[Held<ResourceClaim>]) -> Vec<PublishedDevice> {
-        let devices = NodeDevices::from_slices(self.slices.slices.values());
-        let allocated: Vec<DeviceKey> = claims
-            .iter()
-            .filter_map(|held| {
-                held.object.as_ref()?.status.as_ref()?.allocation.as_ref()?.devices.as_ref()?.results.as_ref()
-            })
-            .flatten()
-            .map(|r| DeviceKey { driver: r.driver.clone(), pool: r.pool.clone(), device: r.device.clone() })
-            .collect();
-        devices.only(&allocated)
+        agent_face::published_devices(self.slices.slices.values(), claims)
     }
 
     /// Count one more user of each of `refs`; the watches that were not running yet start.
@@ -547,7 +536,7 @@ pub fn watch_key(key: &ObjectKey) -> WatchKey {
     match key.kind {
         Kind::NetworkAttachmentDefinition => WatchKey::Attachments(key.namespace.clone()),
         Kind::ResourceSlice => WatchKey::NodeDevices,
-        _ => WatchKey::ConfigMap(key.clone()),
+        _ => WatchKey::Object(key.clone()),
     }
 }
 
@@ -572,47 +561,6 @@ fn held_object<T>(key: &ObjectKey, object: Option<T>) -> Held<T> {
 
 fn pod_key(pod: &Pod) -> Option<(String, String)> {
     Some((pod.metadata.namespace.clone()?, pod.metadata.name.clone()?))
-}
-
-/// A ConfigMap with only what selection reads: its `data` (and its name and version).
-pub fn trim_config_map(cm: ConfigMap) -> ConfigMap {
-    ConfigMap { metadata: trimmed_meta(&cm.metadata), data: cm.data, ..Default::default() }
-}
-
-/// A ResourceSlice with only what the plugin reads: its driver, pool and node, and each device's
-/// name and CNI attributes.
-pub fn trim_slice(slice: ResourceSlice) -> ResourceSlice {
-    let keep = |name: &String| name == dra::RESOURCE_NAME_ATTRIBUTE || name == dra::DEVICE_ID_ATTRIBUTE;
-    let devices = slice.spec.devices.map(|devices| {
-        devices
-            .into_iter()
-            .map(|device| Device {
-                name: device.name,
-                attributes: device.attributes.map(|a| a.into_iter().filter(|(name, _)| keep(name)).collect()),
-                ..Default::default()
-            })
-            .collect()
-    });
-    let spec = ResourceSliceSpec {
-        driver: slice.spec.driver,
-        pool: slice.spec.pool,
-        node_name: slice.spec.node_name,
-        devices,
-        ..Default::default()
-    };
-    ResourceSlice { metadata: trimmed_meta(&slice.metadata), spec }
-}
-
-/// A NetworkAttachmentDefinition with only its `spec` and its `resourceName` annotation (and its
-/// name and version).
-pub fn trim_attachment(nad: NetworkAttachmentDefinition) -> NetworkAttachmentDefinition {
-    let resource =
-        nad.resource_name().map(|r| (crate::programs::selector::devices::RESOURCE_NAME.to_string(), r.to_string()));
-    let metadata = k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
-        annotations: resource.map(|r| [r].into()),
-        ..trimmed_meta(&nad.metadata)
-    };
-    NetworkAttachmentDefinition { metadata, spec: nad.spec, ..Default::default() }
 }
 
 #[cfg(test)]

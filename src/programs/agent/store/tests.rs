@@ -1,5 +1,5 @@
 use super::*;
-use crate::programs::selector::requests::annotation::NETWORKS;
+use crate::programs::selector::agent_face::{NETWORKS, trim_claim, trim_config_map, trim_slice};
 use serde_json::json;
 use std::collections::BTreeMap;
 
@@ -46,7 +46,7 @@ fn miss(store: &Store, name: &str, uid: Option<&str>) -> (bool, Miss) {
 }
 
 fn cm_watch(name: &str) -> WatchKey {
-    WatchKey::ConfigMap(cm_key(name))
+    WatchKey::Object(cm_key(name))
 }
 
 fn nads_watch(namespace: &str) -> WatchKey {
@@ -212,13 +212,13 @@ fn objects_are_held_trimmed() {
     // A device network keeps its resourceName: the plugin decides from it as from the API server.
     let device: NetworkAttachmentDefinition = serde_json::from_value(json!({
         "metadata": {"name": "vf", "namespace": "default",
-                     "annotations": {"x": "y", crate::programs::selector::devices::RESOURCE_NAME: "example.com/vf"}}
+                     "annotations": {"x": "y", crate::platform::kube::RESOURCE_NAME: "example.com/vf"}}
     }))
     .unwrap();
     assert_eq!(
         serde_json::to_value(trim_attachment(device)).unwrap(),
         json!({"metadata": {"name": "vf", "namespace": "default",
-                            "annotations": {crate::programs::selector::devices::RESOURCE_NAME: "example.com/vf"}}})
+                            "annotations": {crate::platform::kube::RESOURCE_NAME: "example.com/vf"}}})
     );
 }
 
@@ -285,7 +285,7 @@ fn node_slice() -> ResourceSlice {
 fn a_pod_with_resource_claims_has_its_claims_and_the_node_slices_watched_and_gets_its_devices() {
     let mut store = Store::new(AttachmentPolicy::default());
     store.replace_all(vec![]);
-    let claim_watch = WatchKey::ConfigMap(claim_key("a-nics"));
+    let claim_watch = WatchKey::Object(claim_key("a-nics"));
     assert_eq!(
         store.apply(&pod_with_claim("a", "ua", "a-nics")),
         started(&[claim_watch.clone(), WatchKey::NodeDevices])
@@ -311,11 +311,11 @@ fn a_pod_with_resource_claims_has_its_claims_and_the_node_slices_watched_and_get
     assert_eq!(store.object_count(Kind::ConfigMap), 0, "claims are not ConfigMaps");
 
     // A second pod with claims starts its claim's watch only; the last one gone stops the slices'.
-    assert_eq!(store.apply(&pod_with_claim("b", "ub", "b-nics")), started(&[WatchKey::ConfigMap(claim_key("b-nics"))]));
+    assert_eq!(store.apply(&pod_with_claim("b", "ub", "b-nics")), started(&[WatchKey::Object(claim_key("b-nics"))]));
     assert_eq!(store.delete(&pod_with_claim("a", "ua", "a-nics")), stopped(&[claim_watch]));
     assert_eq!(
         store.delete(&pod_with_claim("b", "ub", "b-nics")),
-        stopped(&[WatchKey::ConfigMap(claim_key("b-nics")), WatchKey::NodeDevices])
+        stopped(&[WatchKey::Object(claim_key("b-nics")), WatchKey::NodeDevices])
     );
     assert_eq!(store.object_count(Kind::ResourceSlice), 0, "forgotten with the watch");
 }
@@ -327,6 +327,6 @@ fn slices_and_claims_are_held_trimmed() {
     assert!(!text.contains("managedFields") && !text.contains("model"), "{text}");
     assert!(text.contains("k8s.cni.cncf.io/deviceID") && text.contains("\"pool\""), "{text}");
     let ObjectState::ResourceClaim(claim) = allocated_claim("c", "vf-0") else { unreachable!() };
-    let text = serde_json::to_string(&crate::programs::selector::devices::dra::trim_claim(*claim)).unwrap();
+    let text = serde_json::to_string(&trim_claim(*claim)).unwrap();
     assert!(!text.contains("managedFields") && !text.contains("deviceClassName") && text.contains("vf-0"), "{text}");
 }

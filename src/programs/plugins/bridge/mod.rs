@@ -19,7 +19,7 @@ mod links;
 mod plan;
 
 use crate::platform::cni::result::Interface;
-use crate::platform::cni::{CniError, CniResult, Invocation, Plugin, PluginConf, code};
+use crate::platform::cni::{CniError, CniResult, Invocation, Operation, Plugin, PluginConf, code};
 use crate::platform::netlink::{IpFamily, Link, MacAddr, Netlink, OPER_UP_TIMEOUT, Route};
 use crate::platform::{async_runtime, crash_point, netns};
 use crate::programs::plugins::firewall::{Firewall, Owner};
@@ -40,7 +40,7 @@ impl Plugin for Bridge {
         NAME
     }
 
-    fn add(&self, inv: &Invocation, conf: &PluginConf) -> Result<CniResult, CniError> {
+    fn add(&self, inv: &Invocation, conf: &PluginConf, _op: &Operation) -> Result<CniResult, CniError> {
         let c = Conf::parse(conf, &inv.args)?;
         let ipam = Ipam::from_conf(conf, inv)?;
         let netns_path = inv.container_netns()?;
@@ -69,7 +69,7 @@ impl Plugin for Bridge {
         })
     }
 
-    fn del(&self, inv: &Invocation, conf: &PluginConf) -> Result<(), CniError> {
+    fn del(&self, inv: &Invocation, conf: &PluginConf, _op: &Operation) -> Result<(), CniError> {
         let masquerade = Conf::masquerade_for_del(conf);
         let ipam = Ipam::from_conf(conf, inv)?;
         // The pod's addresses, for NAT teardown: prevResult's when the runtime passes it, else those
@@ -110,7 +110,7 @@ impl Plugin for Bridge {
         })
     }
 
-    fn check(&self, inv: &Invocation, conf: &PluginConf) -> Result<(), CniError> {
+    fn check(&self, inv: &Invocation, conf: &PluginConf, _op: &Operation) -> Result<(), CniError> {
         let c = Conf::parse(conf, &inv.args)?;
         let prev = conf
             .prev_result()?

@@ -160,7 +160,7 @@ mod tests {
     #[test]
     fn chain_name_matches_the_reference_plugins() {
         // utils.FormatChainName("mynet", "abc123") of containernetworking/plugins is "CNI-" and
-        // `printf 'mynetabc123' | sha512sum | cut -c1-24`. (tests/bridge.rs also compares the chains
+        // `printf 'mynetabc123' | sha512sum | cut -c1-24`. (tests/netns/bridge.rs also compares the chains
         // the reference plugin makes with ours.)
         assert_eq!(Owner::new("mynet", "abc123").chain(), "CNI-70a29d9dc18bc4d652ea5d59");
         assert_ne!(Owner::new("mynet", "abc124").chain(), Owner::new("mynet", "abc123").chain());

@@ -1,11 +1,13 @@
 //! IPAM delegation, as the spec describes it: the plugin named by `ipam.type` is exec'd from the CNI
 //! path with the same environment and the whole network configuration on stdin. An allocation is a
 //! resource ADD must give back when anything after it fails; [`Ipam::add_with_rollback`] ties the
-//! two together so no caller can forget. `host-local`'s ADD and DEL run in process (`host_local`:
-//! the same files under the same lock) when the configuration is one that module reads entirely.
+//! two together so no caller can forget. Whether it runs in process instead is the registry's
+//! (`registry::ipam`): `host-local`'s ADD and DEL do (`host_local`: the same files under the same
+//! lock) when the configuration is one that module reads entirely.
 
-mod host_local;
+pub mod host_local;
 
+use super::registry::{self, Runs};
 use crate::platform::cni::exec::{DEFAULT_TIMEOUT, exec_plugin, find_plugin};
 use crate::platform::cni::{CniError, CniResult, CniVersion, Command, Invocation, PluginConf, code};
 use serde_json::Value;
@@ -17,8 +19,8 @@ pub struct Ipam<'a> {
     stdin: Vec<u8>,
     /// The configuration's version: the shape of an answer that does not say its own.
     version: CniVersion,
-    /// `host-local` run in process, when it can be.
-    host_local: Option<host_local::HostLocal>,
+    /// How it runs (`registry::ipam`).
+    runs: Runs,
 }
 
 impl<'a> Ipam<'a> {
@@ -35,9 +37,8 @@ impl<'a> Ipam<'a> {
             },
             Some(_) => return Err(CniError::invalid_config("'ipam' must be an object")),
         };
-        let host_local =
-            if plugin_type == "host-local" { host_local::HostLocal::from_conf(conf, &inv.args) } else { None };
-        Ok(Some(Ipam { plugin_type, inv, stdin: conf.to_bytes(), version: conf.cni_version, host_local }))
+        let runs = registry::ipam(&plugin_type, conf, &inv.args);
+        Ok(Some(Ipam { plugin_type, inv, stdin: conf.to_bytes(), version: conf.cni_version, runs }))
     }
 
     pub fn plugin_type(&self) -> &str {
@@ -47,7 +48,7 @@ impl<'a> Ipam<'a> {
     async fn exec(&self, command: Command) -> Result<Vec<u8>, CniError> {
         // Looked for even when it runs in process: without it on CNI_PATH the answer is the same.
         let binary = find_plugin(&self.plugin_type, &self.inv.path)?;
-        if let Some(host_local) = &self.host_local
+        if let Runs::HostLocal(host_local) = &self.runs
             && let Some(outcome) = host_local.run(command, self.inv)
         {
             return outcome.map_err(|e| e.context(format!("IPAM plugin host-local {}", command.as_str())));

@@ -12,7 +12,7 @@
 //!   permanent neighbour entry for it, so the node reaches the new NIC's addresses the same way.
 
 use crate::platform::cni::env::validate_ifname;
-use crate::platform::cni::{CniError, CniResult, Invocation, Plugin, PluginConf, code};
+use crate::platform::cni::{CniError, CniResult, Invocation, Operation, Plugin, PluginConf, code};
 use crate::platform::logging::LogConfig;
 use crate::platform::netlink::{IpFamily, MacAddr};
 use crate::programs::plugins::via_node;
@@ -49,7 +49,7 @@ impl Plugin for Router {
         NAME
     }
 
-    fn add(&self, inv: &Invocation, conf: &PluginConf) -> Result<CniResult, CniError> {
+    fn add(&self, inv: &Invocation, conf: &PluginConf, _op: &Operation) -> Result<CniResult, CniError> {
         let config = RouterConfig::parse(conf)?;
         config.common.log.scope(|| {
             let result = via_node::chained_result(NAME, conf)?;
@@ -81,11 +81,11 @@ impl Plugin for Router {
         })
     }
 
-    fn del(&self, inv: &Invocation, conf: &PluginConf) -> Result<(), CniError> {
+    fn del(&self, inv: &Invocation, conf: &PluginConf, _op: &Operation) -> Result<(), CniError> {
         via_node::del(NAME, inv, conf)
     }
 
-    fn check(&self, inv: &Invocation, conf: &PluginConf) -> Result<(), CniError> {
+    fn check(&self, inv: &Invocation, conf: &PluginConf, _op: &Operation) -> Result<(), CniError> {
         via_node::check(inv, &RouterConfig::parse(conf)?.common)
     }
     fn log_config(&self, conf: &PluginConf) -> LogConfig {

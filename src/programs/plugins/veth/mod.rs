@@ -10,7 +10,7 @@
 //! of the interfaces concerned. A later NIC of the same pod reuses the pair, adds its own addresses
 //! to it, and by `migrate_route` moves its routes to a table of its own.
 
-use crate::platform::cni::{CniError, CniResult, Invocation, Plugin, PluginConf, code, result::Interface};
+use crate::platform::cni::{CniError, CniResult, Invocation, Operation, Plugin, PluginConf, code, result::Interface};
 use crate::platform::logging::LogConfig;
 use crate::platform::netlink::MacAddr;
 use crate::programs::plugins::via_node;
@@ -34,7 +34,7 @@ impl Plugin for Veth {
         via_node::log_config(NAME, conf)
     }
 
-    fn add(&self, inv: &Invocation, conf: &PluginConf) -> Result<CniResult, CniError> {
+    fn add(&self, inv: &Invocation, conf: &PluginConf, _op: &Operation) -> Result<CniResult, CniError> {
         let config = HijackConfig::parse(NAME, &conf.raw)?;
         config.log.scope(|| {
             let mut result = via_node::chained_result(NAME, conf)?;
@@ -76,11 +76,11 @@ impl Plugin for Veth {
         })
     }
 
-    fn del(&self, inv: &Invocation, conf: &PluginConf) -> Result<(), CniError> {
+    fn del(&self, inv: &Invocation, conf: &PluginConf, _op: &Operation) -> Result<(), CniError> {
         via_node::del(NAME, inv, conf)
     }
 
-    fn check(&self, inv: &Invocation, conf: &PluginConf) -> Result<(), CniError> {
+    fn check(&self, inv: &Invocation, conf: &PluginConf, _op: &Operation) -> Result<(), CniError> {
         via_node::check(inv, &HijackConfig::parse(NAME, &conf.raw)?)
     }
 }

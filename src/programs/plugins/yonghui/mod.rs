@@ -25,7 +25,7 @@ pub mod windows;
 use self::config::NetConf;
 use self::delegate::{Delegate, Platform};
 use self::subnet_env::SubnetEnv;
-use crate::platform::cni::{CniError, CniResult, Command, Invocation, Plugin, PluginConf, code};
+use crate::platform::cni::{CniError, CniResult, Command, Invocation, Operation, Plugin, PluginConf, code};
 use crate::platform::durable;
 use crate::programs::plugins;
 use std::path::{Path, PathBuf};
@@ -41,7 +41,7 @@ impl Plugin for Yonghui {
 
     /// Generate, save, delegate. If the delegate fails, what it may have made is deleted with the
     /// same configuration and the saved file goes, so a failed ADD leaves nothing behind.
-    fn add(&self, inv: &Invocation, conf: &PluginConf) -> Result<CniResult, CniError> {
+    fn add(&self, inv: &Invocation, conf: &PluginConf, _op: &Operation) -> Result<CniResult, CniError> {
         let conf = NetConf::from_plugin_conf(conf)?;
         let delegate = generate(&conf)?;
         let saved = SavedDelegate::new(&conf.data_dir, &inv.container_id, &inv.ifname);
@@ -61,12 +61,12 @@ impl Plugin for Yonghui {
     /// stays, so the runtime's retry can finish the job. A file saved by the earlier release
     /// (`<dataDir>/<containerID>`) is replayed too when it is this network's. Without `dataDir`,
     /// both the default and the earlier default are looked in.
-    fn del(&self, inv: &Invocation, conf: &PluginConf) -> Result<(), CniError> {
+    fn del(&self, inv: &Invocation, conf: &PluginConf, _op: &Operation) -> Result<(), CniError> {
         del_from(&config::data_dirs(conf)?, inv, conf)
     }
 
     /// Forward CHECK to the delegate with the saved configuration and the runtime's `prevResult`.
-    fn check(&self, inv: &Invocation, conf: &PluginConf) -> Result<(), CniError> {
+    fn check(&self, inv: &Invocation, conf: &PluginConf, _op: &Operation) -> Result<(), CniError> {
         check_from(&config::data_dirs(conf)?, inv, conf)
     }
 
@@ -74,7 +74,7 @@ impl Plugin for Yonghui {
     /// release leaked addresses. Saved configurations are not collected here: `dataDir` may be
     /// shared by several networks, and the valid attachments name the runtime's interfaces, not a
     /// pod's further ones, so this network's list cannot tell which of them are stale.
-    fn gc(&self, inv: &Invocation, conf: &PluginConf) -> Result<(), CniError> {
+    fn gc(&self, inv: &Invocation, conf: &PluginConf, _op: &Operation) -> Result<(), CniError> {
         let mut delegate = generate(&NetConf::from_plugin_conf(conf)?)?;
         if let Some(valid) = conf.raw.get(VALID_ATTACHMENTS) {
             delegate.config.insert(VALID_ATTACHMENTS.into(), valid.clone());
@@ -84,7 +84,7 @@ impl Plugin for Yonghui {
 
     /// STATUS (1.1.0): ready when the daemon has written a usable subnet.env (code 50 until then,
     /// so the runtime reports the network as not ready instead of failing pods) and the delegate is.
-    fn status(&self, inv: &Invocation, conf: &PluginConf) -> Result<(), CniError> {
+    fn status(&self, inv: &Invocation, conf: &PluginConf, _op: &Operation) -> Result<(), CniError> {
         let conf = NetConf::from_plugin_conf(conf)?;
         let env = SubnetEnv::load(&conf.subnet_file)
             .map_err(|e| CniError::new(code::PLUGIN_NOT_AVAILABLE, e.msg).with_details(e.details))?;

@@ -87,11 +87,11 @@ fi
     }
 
     fn add(&self) -> Result<CniResult, CniError> {
-        Yonghui.add(&self.inv(Command::Add), &self.conf(json!({})))
+        Yonghui.add(&self.inv(Command::Add), &self.conf(json!({})), &Operation::default())
     }
 
     fn del(&self) -> Result<(), CniError> {
-        Yonghui.del(&self.inv(Command::Del), &self.conf(json!({})))
+        Yonghui.del(&self.inv(Command::Del), &self.conf(json!({})), &Operation::default())
     }
 }
 
@@ -130,7 +130,8 @@ fn errors_before_delegation_leave_no_file_and_run_nothing() {
     let node = Node::new();
     std::fs::remove_file(node.path("subnet.env")).unwrap();
     assert_eq!(node.add().unwrap_err().code, 5);
-    let bad = Yonghui.add(&node.inv(Command::Add), &node.conf(json!({"delegate": {"name": "x"}})));
+    let bad =
+        Yonghui.add(&node.inv(Command::Add), &node.conf(json!({"delegate": {"name": "x"}})), &Operation::default());
     assert_eq!(bad.unwrap_err().code, 7);
     assert!(!node.path("data").exists());
     assert_eq!(node.calls(), "");
@@ -139,7 +140,11 @@ fn errors_before_delegation_leave_no_file_and_run_nothing() {
 #[test]
 fn unknown_delegate_is_refused_and_nothing_is_left() {
     let node = Node::new();
-    let e = Yonghui.add(&node.inv(Command::Add), &node.conf(json!({"delegate": {"type": "no-such-plugin"}})));
+    let e = Yonghui.add(
+        &node.inv(Command::Add),
+        &node.conf(json!({"delegate": {"type": "no-such-plugin"}})),
+        &Operation::default(),
+    );
     let e = e.unwrap_err();
     assert!(e.msg.contains("delegate no-such-plugin ADD") && e.msg.contains("no-such-plugin"), "{e}");
     assert_eq!(std::fs::read_dir(node.path("data")).unwrap().count(), 0);
@@ -151,7 +156,9 @@ fn del_replays_the_saved_config_then_forgets_it_and_is_idempotent() {
     node.add().unwrap();
     // DEL does not depend on subnet.env or the delegate section any more.
     std::fs::remove_file(node.path("subnet.env")).unwrap();
-    Yonghui.del(&node.inv(Command::Del), &node.conf(json!({"delegate": {"type": "other"}}))).unwrap();
+    Yonghui
+        .del(&node.inv(Command::Del), &node.conf(json!({"delegate": {"type": "other"}})), &Operation::default())
+        .unwrap();
     assert_eq!(node.stdin_of("DEL"), node.stdin_of("ADD"));
     assert!(!node.saved().exists());
     assert_eq!(node.calls(), "ADD\nDEL\n");
@@ -222,12 +229,12 @@ fn without_a_version_the_delegate_gets_none_and_its_0_1_0_answer_is_read() {
     let mut conf = node.conf(json!({})).raw;
     conf.remove("cniVersion");
     let conf = PluginConf::from_value(Value::Object(conf)).unwrap();
-    let result = Yonghui.add(&node.inv(Command::Add), &conf).unwrap();
+    let result = Yonghui.add(&node.inv(Command::Add), &conf, &Operation::default()).unwrap();
     assert!(node.stdin_of("ADD").get("cniVersion").is_none(), "{}", node.stdin_of("ADD"));
     assert_eq!(result.ips[0].address.to_string(), "10.1.17.2/24");
     assert_eq!(result.routes[0].dst.to_string(), "10.1.0.0/16");
     // DEL replays the saved bytes, version-less as they were.
-    Yonghui.del(&node.inv(Command::Del), &conf).unwrap();
+    Yonghui.del(&node.inv(Command::Del), &conf, &Operation::default()).unwrap();
     assert!(node.stdin_of("DEL").get("cniVersion").is_none());
 }
 
@@ -236,12 +243,12 @@ fn two_interfaces_of_one_container_keep_a_file_each() {
     let node = Node::new();
     node.add().unwrap();
     let other = node.conf(json!({"name": "second"}));
-    Yonghui.add(&node.inv_on(Command::Add, "net1"), &other).unwrap();
+    Yonghui.add(&node.inv_on(Command::Add, "net1"), &other, &Operation::default()).unwrap();
     assert!(node.saved().exists() && node.path("data/c1:net1").exists());
     node.del().unwrap();
     assert!(!node.saved().exists());
     assert!(node.path("data/c1:net1").exists(), "net1's file is not eth0's");
-    Yonghui.del(&node.inv_on(Command::Del, "net1"), &other).unwrap();
+    Yonghui.del(&node.inv_on(Command::Del, "net1"), &other, &Operation::default()).unwrap();
     assert!(!node.path("data/c1:net1").exists());
     assert_eq!(node.calls(), "ADD\nADD\nDEL\nDEL\n");
 }
@@ -259,7 +266,7 @@ fn saved_by_the_earlier_release(node: &Node) -> PathBuf {
 fn a_file_saved_by_the_earlier_release_is_deleted_and_checked_by_its_own_network() {
     let node = Node::new();
     let legacy = saved_by_the_earlier_release(&node);
-    Yonghui.check(&node.inv(Command::Check), &node.conf(json!({}))).unwrap();
+    Yonghui.check(&node.inv(Command::Check), &node.conf(json!({})), &Operation::default()).unwrap();
     node.del().unwrap();
     assert_eq!(node.calls(), "CHECK\nDEL\n");
     assert_eq!(node.stdin_of("DEL"), node.stdin_of("ADD"), "its own configuration, replayed");
@@ -272,8 +279,8 @@ fn a_file_saved_by_the_earlier_release_is_left_to_the_network_it_belongs_to() {
     let legacy = saved_by_the_earlier_release(&node);
     // The same pod's other yonghui network, in the same data dir, on net1.
     let other = node.conf(json!({"name": "second"}));
-    Yonghui.del(&node.inv_on(Command::Del, "net1"), &other).unwrap();
-    let e = Yonghui.check(&node.inv_on(Command::Check, "net1"), &other).unwrap_err();
+    Yonghui.del(&node.inv_on(Command::Del, "net1"), &other, &Operation::default()).unwrap();
+    let e = Yonghui.check(&node.inv_on(Command::Check, "net1"), &other, &Operation::default()).unwrap_err();
     assert_eq!(e.code, 3);
     assert!(legacy.exists(), "not second's");
     // second saved nothing of its own: its delegate's DEL, configured again from subnet.env.
@@ -287,20 +294,20 @@ fn a_file_saved_by_the_earlier_release_is_left_to_the_network_it_belongs_to() {
 #[test]
 fn check_forwards_the_saved_config_with_the_runtime_prev_result() {
     let node = Node::new();
-    let e = Yonghui.check(&node.inv(Command::Check), &node.conf(json!({}))).unwrap_err();
+    let e = Yonghui.check(&node.inv(Command::Check), &node.conf(json!({})), &Operation::default()).unwrap_err();
     assert_eq!(e.code, 3);
     assert!(e.msg.contains("c1") && e.msg.contains(&node.path("data").display().to_string()), "{e}");
 
     node.add().unwrap();
     let prev = json!({"cniVersion": "1.0.0", "ips": [{"address": "10.1.17.2/24", "gateway": "10.1.17.1"}]});
-    Yonghui.check(&node.inv(Command::Check), &node.conf(json!({"prevResult": prev}))).unwrap();
+    Yonghui.check(&node.inv(Command::Check), &node.conf(json!({"prevResult": prev})), &Operation::default()).unwrap();
     let mut want = node.stdin_of("ADD");
     want["prevResult"] =
         json!({"cniVersion": "1.0.0", "ips": [{"address": "10.1.17.2/24", "gateway": "10.1.17.1"}], "dns": {}});
     assert_eq!(node.stdin_of("CHECK"), want);
 
     node.fail("CHECK", true);
-    let e = Yonghui.check(&node.inv(Command::Check), &node.conf(json!({}))).unwrap_err();
+    let e = Yonghui.check(&node.inv(Command::Check), &node.conf(json!({})), &Operation::default()).unwrap_err();
     assert_eq!((e.code, e.msg.as_str()), (11, "delegate fake CHECK: injected failure"));
 }
 
@@ -309,19 +316,19 @@ fn status_is_not_available_until_subnet_env_is_usable_then_asks_the_delegate() {
     let node = Node::new();
     let conf = node.conf(json!({"cniVersion": "1.1.0"}));
     std::fs::write(node.path("subnet.env"), "FLANNEL_MTU=1472\n").unwrap();
-    let e = Yonghui.status(&node.inv(Command::Status), &conf).unwrap_err();
+    let e = Yonghui.status(&node.inv(Command::Status), &conf, &Operation::default()).unwrap_err();
     assert_eq!(e.code, 50);
     assert!(e.msg.contains("subnet.env is missing FLANNEL_NETWORK"), "{e}");
     std::fs::remove_file(node.path("subnet.env")).unwrap();
-    assert_eq!(Yonghui.status(&node.inv(Command::Status), &conf).unwrap_err().code, 50);
+    assert_eq!(Yonghui.status(&node.inv(Command::Status), &conf, &Operation::default()).unwrap_err().code, 50);
     assert_eq!(node.calls(), "");
 
     let node = Node::new();
     let conf = node.conf(json!({"cniVersion": "1.1.0"}));
-    Yonghui.status(&node.inv(Command::Status), &conf).unwrap();
+    Yonghui.status(&node.inv(Command::Status), &conf, &Operation::default()).unwrap();
     assert_eq!(node.calls(), "STATUS\n");
     node.fail("STATUS", true);
-    let e = Yonghui.status(&node.inv(Command::Status), &conf).unwrap_err();
+    let e = Yonghui.status(&node.inv(Command::Status), &conf, &Operation::default()).unwrap_err();
     assert_eq!((e.code, e.msg.as_str()), (11, "delegate fake STATUS: injected failure"));
 }
 
@@ -331,7 +338,7 @@ fn gc_is_forwarded_with_the_valid_attachments_and_keeps_saved_configs() {
     node.add().unwrap();
     let valid = json!([{"containerID": "other", "ifname": "eth0"}]);
     let conf = node.conf(json!({"cniVersion": "1.1.0", VALID_ATTACHMENTS: valid}));
-    Yonghui.gc(&node.inv(Command::Gc), &conf).unwrap();
+    Yonghui.gc(&node.inv(Command::Gc), &conf, &Operation::default()).unwrap();
     let sent = node.stdin_of("GC");
     assert_eq!(sent[VALID_ATTACHMENTS], valid);
     assert_eq!(sent["ipam"]["subnet"], "10.1.17.0/24");

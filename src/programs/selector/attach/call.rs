@@ -7,7 +7,7 @@ use super::extras;
 use super::record::Record;
 use crate::platform::cni::{CniArgs, CniError, ConfList, Invocation};
 use crate::programs::selector::choose::Attachment;
-use crate::programs::selector::choose::selection;
+use crate::programs::selector::choose::chosen;
 use crate::programs::selector::config::SelectorConfig;
 use crate::programs::selector::netconf::capabilities;
 use crate::programs::selector::requests::annotation::Extras;
@@ -49,7 +49,7 @@ pub fn plugins_call(
         Some(device) => crate::programs::selector::devices::handoff::apply_to_config(&conf, device),
         None => conf,
     };
-    let list = selection::parse_config(&attachment.network, attachment.path.as_deref(), &conf)?;
+    let list = chosen::parse_config(&attachment.network, attachment.path.as_deref(), &conf)?;
     Ok((conf, list, call_of(runtime, config, &attachment.ifname, &attachment.extras)))
 }
 
@@ -75,7 +75,7 @@ mod tests {
             network: "blue".into(),
             path: None,
             config: config.to_string(),
-            source: selection::Source::DefaultNetwork { element: "blue".into() },
+            source: chosen::Source::DefaultNetwork { element: "blue".into() },
             extras: serde_json::from_value(extras).unwrap(),
             device: None,
         }

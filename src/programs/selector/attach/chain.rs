@@ -5,16 +5,18 @@
 use crate::platform::cni::{CniError, CniResult, Command, ConfList, Invocation, code};
 use crate::programs::plugins;
 
-/// An ADD that failed, and whether what it had made was undone.
+/// An ADD that failed, and what its plugins may have made, for `undo` to take back.
 #[derive(Debug)]
 pub struct AddFailed {
     pub error: CniError,
-    /// Every plugin that may have made something was DELeted successfully.
-    pub undone: bool,
+    /// How many plugins were tried, in order: the last one failed (maybe half-way).
+    pub tried: usize,
+    /// The last result a plugin gave, if any.
+    pub prev: Option<Box<CniResult>>,
 }
 
-/// ADD every plugin in order. On failure, the plugins that ran (the failing one too: a plugin that
-/// fails half-way may leave things behind, and DEL is idempotent) are DELeted in reverse.
+/// ADD every plugin in order, up to the first that fails. What the plugins tried may have made is
+/// not undone here: `undo` does it, with what else the ADD made.
 pub fn add(list: &ConfList, inv: &Invocation) -> Result<CniResult, AddFailed> {
     let mut prev: Option<CniResult> = None;
     for i in 0..list.plugins.len() {
@@ -25,10 +27,11 @@ pub fn add(list: &ConfList, inv: &Invocation) -> Result<CniResult, AddFailed> {
         match outcome {
             Ok(result) => prev = Some(result),
             Err(e) => {
-                let undone = del_plugins(list, inv, i + 1, prev.as_ref())
-                    .inspect_err(|undo| tracing::warn!("undoing the failed ADD: {undo}"))
-                    .is_ok();
-                return Err(AddFailed { error: e.context(step(list, i, Command::Add)), undone });
+                return Err(AddFailed {
+                    error: e.context(step(list, i, Command::Add)),
+                    tried: i + 1,
+                    prev: prev.map(Box::new),
+                });
             }
         }
     }
@@ -38,7 +41,7 @@ pub fn add(list: &ConfList, inv: &Invocation) -> Result<CniResult, AddFailed> {
 /// DEL every plugin in reverse with `prev` (the ADD result) as `prevResult` where the version has it.
 /// All plugins are called even if one fails; the first failure is returned.
 pub fn del(list: &ConfList, inv: &Invocation, prev: Option<&CniResult>) -> Result<(), CniError> {
-    del_plugins(list, inv, list.plugins.len(), prev)
+    del_first(list, inv, list.plugins.len(), prev)
 }
 
 /// CHECK every plugin in order with the ADD result. Skipped for chains with `disableCheck`, as
@@ -100,8 +103,8 @@ pub fn gc(list: &ConfList, inv: &Invocation, valid: &serde_json::Value) -> Resul
 /// The key of a GC call's valid attachments.
 pub const VALID_ATTACHMENTS: &str = "cni.dev/valid-attachments";
 
-/// DEL plugins `count-1` down to 0.
-fn del_plugins(list: &ConfList, inv: &Invocation, count: usize, prev: Option<&CniResult>) -> Result<(), CniError> {
+/// DEL the first `count` plugins, `count-1` down to 0, as `del` DELs them all.
+pub fn del_first(list: &ConfList, inv: &Invocation, count: usize, prev: Option<&CniResult>) -> Result<(), CniError> {
     let prev = prev.filter(|_| list.cni_version.del_gets_prev_result());
     let mut first_error = None;
     for i in (0..count).rev() {
@@ -195,13 +198,13 @@ mod tests {
     }
 
     #[test]
-    fn a_failed_add_is_undone_in_reverse_including_the_failing_plugin() {
+    fn a_failed_add_stops_at_the_failing_plugin_and_says_what_was_tried() {
         let p = Plugins::new();
         let failed = add(&chain("1.0.0", &["a", "fail", "b"], false), &p.inv()).unwrap_err();
-        assert!(failed.undone);
+        assert_eq!((failed.tried, address(failed.prev.as_deref().unwrap())), (2, "10.0.0.1/24".to_string()));
         assert_eq!(failed.error.code, 7);
         assert_eq!(failed.error.msg, "network net: plugin 2 of 3 (fail) ADD: boom");
-        assert_eq!(p.log(), ["ADD a prev=no", "ADD fail prev=yes", "DEL fail prev=yes", "DEL a prev=yes"]);
+        assert_eq!(p.log(), ["ADD a prev=no", "ADD fail prev=yes"]);
     }
 
     #[test]
@@ -260,13 +263,13 @@ mod tests {
         // The fake plugins answer in 1.0.0; the list's 0.1.0 prevResult carries the address on.
         assert_eq!(address(&add(&list, &p.inv()).unwrap()), "10.0.0.2/24");
         assert_eq!(p.log(), ["ADD a prev=no", "ADD b prev=yes"]);
-        // A first result with no address cannot be handed on in 0.1.0: the ADD fails, undone.
+        // A first result with no address cannot be handed on in 0.1.0: the ADD fails at the second.
         script(p.dir.path(), "empty", r#"cat >/dev/null; echo '{"cniVersion":"1.0.0"}'"#);
         let list = ConfList::parse(br#"{"name":"net","plugins":[{"type":"empty"},{"type":"b"}]}"#, true, "x").unwrap();
         let failed = add(&list, &p.inv()).unwrap_err();
         assert_eq!(failed.error.code, 1);
         assert!(failed.error.msg.starts_with("network net: plugin 2 of 2 (b) ADD: prevResult: "), "{}", failed.error);
-        assert!(failed.undone);
+        assert_eq!(failed.tried, 2);
     }
 
     #[test]

@@ -10,7 +10,7 @@
 use crate::platform::cni::result::Route as ResultRoute;
 use crate::platform::cni::{CniError, CniResult, Invocation};
 use crate::platform::netlink::{IpFamily, Netlink, Route};
-use crate::programs::selector::choose::selection::Attachment;
+use crate::programs::selector::choose::chosen::Attachment;
 use std::net::IpAddr;
 
 /// (interface, gateway) for every default route the attachments ask for (at most one per family:

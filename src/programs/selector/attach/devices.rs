@@ -4,32 +4,22 @@
 //! asks nothing. Two paths allocate devices, and both are read:
 //!
 //! - DRA: the devices of the pod's resource claims whose ResourceSlice attributes carry a resource
-//!   name (`programs::selector::devices::dra`), read from the node agent's answer on the agent's path (the API server
-//!   only for a claim or the node's slices the answer lacks) and from the API server on the direct
-//!   path; a pod without resource claims costs no request;
+//!   name (`programs::selector::devices::dra`), read where ADD learned about the pod
+//!   (`lookup::AddLookup::dra_devices`, handed in); a pod without resource claims costs no request;
 //! - device plugins: the kubelet's PodResources socket, on this node (no API-server request), asked
 //!   only when DRA gave no device of some resource an attachment wants.
 //!
-//! Any error is returned before anything is made, naming what is missing.
+//! Any error is returned before anything is made, naming what is missing. Once recorded, each
+//! device network's attachment hands its device plugin's device-info to its CNI before its chain
+//! runs (`hand_over_info`), and the attachment's file goes once its plugins have let the device go
+//! (`forget_info`).
 
-use crate::node::agent_socket::protocol::PodObjects;
+use super::record::Record;
 use crate::platform::cni::{CniError, Invocation, code};
-use crate::platform::kube::PodSource;
-use crate::programs::selector::choose::{self, Attachment};
+use crate::programs::selector::choose::Attachment;
 use crate::programs::selector::config::SelectorConfig;
-use crate::programs::selector::devices::dra::{self, DraDevices};
+use crate::programs::selector::devices::dra::DraDevices;
 use crate::programs::selector::devices::{self, DeviceError, DeviceWant, PodDevices, handoff, podresources};
-use k8s_openapi::api::core::v1::Pod;
-
-/// The pod object the selection was made from, where the pod's DRA claims are read.
-pub enum PodView<'a> {
-    /// The node agent's answer.
-    Agent(&'a PodObjects),
-    /// The API server's pod object, and the API server.
-    Api(&'a Pod, &'a dyn PodSource),
-    /// No pod object (not a Kubernetes pod, or no kubeconfig): no DRA devices.
-    Unseen,
-}
 
 /// Whether any attachment is a device network's: only then does ADD read devices at all.
 pub fn wanted(attachments: &[Attachment]) -> bool {
@@ -37,12 +27,13 @@ pub fn wanted(attachments: &[Attachment]) -> bool {
 }
 
 /// Gives each device network's attachment of `attachments` its device, of those allocated to the
-/// pod through its DRA claims (read through `view`) and by the kubelet's device plugins.
+/// pod through its DRA claims (`dra_devices`, given the pod's namespace) and by the kubelet's
+/// device plugins.
 pub fn give(
     runtime: &Invocation,
     config: &SelectorConfig,
     attachments: &mut [Attachment],
-    view: PodView<'_>,
+    dra_devices: impl FnOnce(&str) -> Result<DraDevices, CniError>,
 ) -> Result<(), CniError> {
     if !wanted(attachments) {
         return Ok(());
@@ -50,7 +41,7 @@ pub fn give(
     let (namespace, name) = runtime.args.pod().ok_or_else(|| {
         CniError::invalid_config("a device network's attachment needs the pod's K8S_POD_NAMESPACE and K8S_POD_NAME")
     })?;
-    let dra = dra_devices(runtime, config, namespace, view).map_err(|e| {
+    let dra = dra_devices(namespace).map_err(|e| {
         CniError::new(e.code, format!("pod {namespace}/{name}: the devices of its DRA claims: {}", e.msg))
     })?;
     let refused = |e: DeviceError| {
@@ -107,37 +98,27 @@ pub fn give(
     Ok(())
 }
 
-/// The network devices of the pod's DRA claims. On the agent's path, a claim or the node's slices
-/// its answer lacks (it may not have known the pod needs them yet) are asked of the API server, as
-/// the rest of ADD does for what the agent lacks; anything else its answer says is final.
-fn dra_devices(
-    runtime: &Invocation,
-    config: &SelectorConfig,
-    namespace: &str,
-    view: PodView<'_>,
-) -> Result<DraDevices, CniError> {
-    match view {
-        PodView::Unseen => Ok(DraDevices::default()),
-        PodView::Api(pod, api) => dra::allocated(namespace, pod, pod.metadata.uid.as_deref(), &mut dra::FromApi(api)),
-        PodView::Agent(objects) => {
-            let pod = &objects.pod;
-            let uid = pod.metadata.uid.as_deref();
-            let mut answered = dra::FromAgent::new(objects);
-            let found = dra::allocated(namespace, pod, uid, &mut answered);
-            let Some(lacking) = answered.lacking else { return found };
-            tracing::info!("the agent's answer lacks {lacking}: the pod's DRA devices are read from the API server");
-            let Some(api) = choose::api_client(config, runtime, config.api)? else {
-                return Err(CniError::new(
-                    code::KUBE_API,
-                    format!("the agent's answer lacks {lacking}, and there is no API server to ask"),
-                ));
-            };
-            dra::allocated(namespace, pod, uid, &mut dra::FromApi(&api))
-        }
-    }
-}
-
 /// The network's name as its configuration says it (what Multus names the device-info file by).
 fn attachment_network_name(attachment: &Attachment) -> Result<String, CniError> {
     Ok(attachment.conf_list()?.name)
+}
+
+/// A device network's attachment: the device plugin's device-info copied to the attachment's
+/// file, for its CNI. A device plugin that writes none, or a copy that fails, leaves the CNI
+/// without it, as under Multus: logged, never a failed ADD.
+pub fn hand_over_info(config: &SelectorConfig, record: &Record) {
+    if let Some(device) = &record.device
+        && let Err(e) = handoff::copy_plugin_info(&config.device_info_dir, device)
+    {
+        tracing::warn!("the device-info of device {} ({}) was not handed to its CNI: {e}", device.id, device.resource);
+    }
+}
+
+/// The attachment's device-info file, once its plugins have let the device go.
+pub fn forget_info(record: &Record) {
+    if let Some(device) = &record.device
+        && let Err(e) = handoff::remove_info(device)
+    {
+        tracing::warn!("the device-info file of interface {} was not removed: {e}", record.ifname);
+    }
 }

@@ -1,6 +1,6 @@
-//! A pod's networks as one: ADD records them all, then attaches them in order and undoes the ones
-//! already made if one fails; DEL, CHECK and GC work from the records of every attachment that
-//! belongs to the runtime's interface.
+//! A pod's networks as one: ADD records them all, then attaches them in order, logging what it makes
+//! for `undo` to take back if one fails; DEL, CHECK and GC work from the records of every attachment
+//! that belongs to the runtime's interface.
 //!
 //! What is durable, and when: every network's record is on disk before the first chain runs
 //! (written together: a file fsync each, one of the directory); the results are written once every
@@ -14,31 +14,27 @@
 //! runtime's `<containerID>:<CNI_IFNAME>`): helpers of all of them hold it, so the runtime's next
 //! call waits for all of them.
 
+use super::attached::Attached;
 use super::call::{plugins_call, recorded_call};
 use super::chain;
+use super::devices;
 use super::record::{Found, Record, RecordStore};
+use super::undo::{FailedChain, UndoLog};
 use crate::platform::cni::{CniError, CniResult, ConfList, Invocation, code};
 use crate::programs::selector::choose::{Attachment, PodIdentity};
 use crate::programs::selector::config::SelectorConfig;
 
-/// One network attached: its record, chain, call and result (recorded by `record_results`).
-pub struct Attached {
-    pub record: Record,
-    pub list: ConfList,
-    pub call: Invocation,
-    pub result: CniResult,
-}
-
-/// Record every attachment, then ADD each in order. On a failure, the ones attached are DELeted in
-/// reverse and every record is removed, and the error names the network and interface that failed.
-/// The results are not recorded yet: `record_results` does it once the pod is complete.
-pub fn add_all(
+/// Record every attachment, then ADD each in order. On a failure, what was made is undone
+/// (`undo`), and the error names the network and interface that failed. On success, the networks
+/// attached, as an `UndoLog` to undo them by if what ADD does next fails; the results are not
+/// recorded yet: `record_results` does it once the pod is complete.
+pub fn add_all<'s>(
     runtime: &Invocation,
     config: &SelectorConfig,
-    store: &RecordStore,
+    store: &'s RecordStore,
     attachments: &[Attachment],
     pod: Option<PodIdentity>,
-) -> Result<Vec<Attached>, CniError> {
+) -> Result<UndoLog<'s>, CniError> {
     let mut prepared = Vec::with_capacity(attachments.len());
     for (position, attachment) in attachments.iter().enumerate() {
         prepared.push(
@@ -47,27 +43,25 @@ pub fn add_all(
         );
     }
     store.write_all(&prepared.iter().map(|(record, _, _)| record).collect::<Vec<_>>())?;
-    let mut done: Vec<Attached> = Vec::with_capacity(attachments.len());
+    let mut made = UndoLog::new(store, &runtime.container_id);
+    made.recorded(attachments.iter().map(|a| a.ifname.clone()));
     for (position, (record, list, call)) in prepared.into_iter().enumerate() {
-        hand_over_device_info(config, &record);
+        devices::hand_over_info(config, &record);
         match chain::add(&list, &call) {
             Ok(result) => {
                 crate::platform::crash_point::reached("selector.add.chain-done");
-                done.push(Attached { record, list, call, result });
+                made.attached(Attached { record, list, call, result });
             }
             Err(failed) => {
-                if failed.undone {
-                    forget_device_info(&record);
-                }
-                // When undoing failed, the records stay so that the runtime's DEL can finish the job.
-                if undo(&mut done) && failed.undone {
-                    remove_logged(store, runtime, attachments.iter().map(|a| a.ifname.clone()).collect());
+                let chain = FailedChain { list: &list, call: &call, record: &record, failed: &failed };
+                if let Err(e) = made.undo_after(chain) {
+                    tracing::warn!("{e}");
                 }
                 return Err(in_context(failed.error, position, attachments));
             }
         }
     }
-    Ok(done)
+    Ok(made)
 }
 
 /// Write the results of `done` (in the record of the runtime's interface).
@@ -78,15 +72,6 @@ pub fn record_results(store: &RecordStore, done: &mut [Attached]) -> Result<(), 
         first.record.set_further_result(&a.record.ifname, &a.result);
     }
     store.complete(&first.record)
-}
-
-/// Undo a whole ADD after its attachments: DEL them in reverse and remove every record, unless a
-/// DEL failed (the runtime's DEL will finish the job from the records).
-pub fn abandon(store: &RecordStore, runtime: &Invocation, done: &mut Vec<Attached>) {
-    let ifnames = done.iter().map(|a| a.record.ifname.clone()).collect();
-    if undo(done) {
-        remove_logged(store, runtime, ifnames);
-    }
 }
 
 /// A pod with one network keeps the messages it always had; with several, the message says which.
@@ -152,41 +137,6 @@ pub fn plugins_exist(list: &ConfList, call: &Invocation, network: &str) -> Resul
     Ok(())
 }
 
-/// DEL what was attached, in reverse. Whether every DEL succeeded.
-fn undo(done: &mut Vec<Attached>) -> bool {
-    let mut all = true;
-    while let Some(a) = done.pop() {
-        match chain::del(&a.list, &a.call, Some(&a.result)) {
-            Ok(()) => forget_device_info(&a.record),
-            Err(e) => {
-                tracing::warn!("undoing interface {} of the failed ADD: {e}", a.record.ifname);
-                all = false;
-            }
-        }
-    }
-    all
-}
-
-/// A device network's attachment: the device plugin's device-info copied to the attachment's
-/// file, for its CNI. A device plugin that writes none, or a copy that fails, leaves the CNI
-/// without it, as under Multus: logged, never a failed ADD.
-fn hand_over_device_info(config: &SelectorConfig, record: &Record) {
-    if let Some(device) = &record.device
-        && let Err(e) = crate::programs::selector::devices::handoff::copy_plugin_info(&config.device_info_dir, device)
-    {
-        tracing::warn!("the device-info of device {} ({}) was not handed to its CNI: {e}", device.id, device.resource);
-    }
-}
-
-/// The attachment's device-info file, once its plugins have let the device go.
-fn forget_device_info(record: &Record) {
-    if let Some(device) = &record.device
-        && let Err(e) = crate::programs::selector::devices::handoff::remove_info(device)
-    {
-        tracing::warn!("the device-info file of interface {} was not removed: {e}", record.ifname);
-    }
-}
-
 /// The records of the runtime's attachment, in ADD order, and what else the container has under
 /// its name: record files that cannot be read, and temp files of interrupted record writes. Those
 /// cannot say whose they are, so whoever DELs the container takes them (a runtime makes one
@@ -236,7 +186,7 @@ pub fn del_records(
         let call = recorded_call(runtime, config, record);
         match chain::del(&list, &call, result.as_ref()) {
             Ok(()) => {
-                forget_device_info(record);
+                devices::forget_info(record);
                 crate::platform::crash_point::reached("selector.del.chain-done")
             }
             Err(e) => {
@@ -278,11 +228,5 @@ pub fn usable(record: &Record) -> Option<(ConfList, Option<CniResult>)> {
             );
             None
         }
-    }
-}
-
-fn remove_logged(store: &RecordStore, runtime: &Invocation, ifnames: Vec<String>) {
-    if let Err(e) = store.remove_all(&runtime.container_id, &ifnames) {
-        tracing::warn!("{e}");
     }
 }

@@ -25,7 +25,7 @@
 use crate::node::paths::NodePaths;
 use crate::platform::cni::{CniError, CniResult, ConfList, Invocation};
 use crate::platform::durable;
-use crate::programs::selector::choose::selection::{self, Attachment, PodIdentity, Source};
+use crate::programs::selector::choose::chosen::{self, Attachment, PodIdentity, Source};
 use crate::programs::selector::requests::annotation::Extras;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -126,7 +126,7 @@ impl Record {
 
     /// The recorded configuration, parsed as it was at ADD.
     pub fn conf_list(&self) -> Result<ConfList, CniError> {
-        selection::parse_config(&self.network, self.conf_path.as_deref(), &self.conf)
+        chosen::parse_config(&self.network, self.conf_path.as_deref(), &self.conf)
     }
 
     pub fn result(&self) -> Result<Option<CniResult>, CniError> {

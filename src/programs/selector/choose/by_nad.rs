@@ -4,9 +4,9 @@
 //! admin's `multusNamespace`, the inline rule for all), then resolves to its inline configuration
 //! or to the `confDir` network of its name.
 
+use super::chosen::{Attachment, DeviceUse, Source};
 use super::interfaces::Planned;
 use super::objects::Objects;
-use super::selection::{Attachment, DeviceUse, Source};
 use crate::platform::cni::{CniError, code};
 use crate::platform::kube::ObjectRef;
 use crate::programs::selector::config::SelectorConfig;

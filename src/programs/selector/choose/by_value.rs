@@ -1,8 +1,8 @@
 //! Networks named by a value (`CNI_NETWORK_CONFIG`, `defaultNetwork`, CNI-Genie's annotation): each
 //! element resolved to its file under `confDir` and loaded, in the value's order.
 
+use super::chosen::{Attachment, Source};
 use super::interfaces::{self, Planned};
-use super::selection::{Attachment, Source};
 use crate::platform::cni::CniError;
 use crate::programs::selector::config::SelectorConfig;
 use crate::programs::selector::netconf::confdir;

@@ -3,10 +3,10 @@
 //! networks are an error naming both; init containers are not consulted.
 
 use super::by_value::value_plans;
+use super::chosen::{Choice, ENV_VAR, Source, ValueSource};
 use super::interfaces::Planned;
 use super::objects::Objects;
 use super::pod::{config_map_source, env_entry};
-use super::selection::{Choice, ENV_VAR, Source, ValueSource};
 use crate::platform::cni::{CniError, code};
 use crate::platform::kube::ObjectRef;
 use crate::programs::selector::config::SelectorConfig;

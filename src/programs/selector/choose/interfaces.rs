@@ -3,7 +3,7 @@
 //! each later one on the name it asks for, or `net<position>` (the second is `net1`). A name given
 //! twice, a network given twice and more than `MAX_ATTACHMENTS` networks are code 7 naming them.
 
-use super::selection::Attachment;
+use super::chosen::Attachment;
 use crate::platform::cni::CniError;
 use std::collections::BTreeMap;
 
@@ -86,7 +86,7 @@ fn describe(i: usize, plan: &Planned) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::programs::selector::choose::selection::{Choice, PodIdentity, Reason, Selection, Source, ValueSource};
+    use crate::programs::selector::choose::chosen::{Choice, PodIdentity, Reason, Selection, Source, ValueSource};
     use crate::programs::selector::requests::annotation::Extras;
 
     fn plan(element: &str, network: &str, ifname: Option<&str>) -> Planned {

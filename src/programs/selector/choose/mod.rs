@@ -1,4 +1,4 @@
-//! Which networks a pod gets, and why: the pod's `Selection` (`selection`), decided in one pass.
+//! Which networks a pod gets, and why: the pod's `Selection` (`chosen`), decided in one pass.
 //!
 //! The rules: a caller that is not a Kubernetes pod gets `defaultNetwork`. A pod's containers may
 //! carry the env var `CNI_NETWORK_CONFIG`, as a literal `value` or from `valueFrom.configMapKeyRef`
@@ -14,34 +14,35 @@
 //! control. `explain` mentions an init container that carries the variable, so the choice is never
 //! silent. The rules for users: docs/selector.md.
 //!
-//! The pass: `select` (the API server) or `from_agent` (the node agent's answer) hands the pod and
-//! an `Objects` to `resolve`, which decides from them and nothing else: `precedence` picks the first
-//! networks (from the containers' value, `containers`, or an annotation), `by_value` and `by_nad`
-//! turn what was named into planned attachments (a `confDir` network, or one through a
-//! NetworkAttachmentDefinition, within the admin's policy), and `interfaces` gives each its
-//! interface. `pod` is what the pass reads of the pod object; `for_agent` tells the node agent
-//! which objects to hold and what of a pod, by the same reading.
+//! The pass: `from_api_server` (the API server's objects, `select`) or `from_agent_answer` (the node
+//! agent's) hands the pod and an `Objects` (`objects`) to `from_objects::resolve`, which decides
+//! from them and nothing else: `precedence` picks the first networks (from the containers' value,
+//! `containers`, or an annotation), `by_value` and `by_nad` turn what was named into planned
+//! attachments (a `confDir` network, or one through a NetworkAttachmentDefinition, within the
+//! admin's policy), and `interfaces` gives each its interface. `pod` is what the pass reads of the
+//! pod object; `inputs` tells the node agent which objects to hold and what of a pod, by the same
+//! reading. Where each verb gets the objects from is not decided here: `lookup` does.
 
 mod by_nad;
 mod by_value;
+pub mod chosen;
 mod containers;
-mod for_agent;
-pub mod from_agent;
+pub mod from_agent_answer;
+mod from_api_server;
+mod from_objects;
+mod inputs;
 mod interfaces;
 mod objects;
 mod pod;
 mod precedence;
-mod resolve;
 mod sandbox;
-mod select;
-pub mod selection;
 
-pub use for_agent::{references, trimmed, trimmed_meta};
-pub use objects::{Fetching, Objects};
-pub use resolve::resolve;
+pub use chosen::{Attachment, DeviceUse, PodIdentity, Selection, Source};
+pub use from_api_server::{Fetching, select, select_with_pod};
+pub use from_objects::resolve;
+pub use inputs::{references, trimmed, trimmed_meta};
+pub use objects::Objects;
 pub use sandbox::{CONFIG_MIRROR, check_uid, is_sandbox_pod};
-pub use select::{api_client, select, select_with_pod};
-pub use selection::{Attachment, DeviceUse, PodIdentity, Selection, Source};
 
 #[cfg(test)]
 mod tests;

@@ -2,7 +2,7 @@
 //! counts, and the networks annotation. `resolve`, the agent's `references` and `trimmed` read the
 //! pod through these alone, so what the agent holds is what `resolve` asks for.
 
-use super::selection::ENV_VAR;
+use super::chosen::ENV_VAR;
 use crate::platform::cni::CniError;
 use crate::programs::selector::requests::annotation::{self, Request};
 use k8s_openapi::api::core::v1::{ConfigMapKeySelector, Container, EnvVar, Pod, ResourceRequirements};

@@ -16,11 +16,11 @@
 
 use super::by_nad::{NadUse, nad_plan};
 use super::by_value::{default_plans, value_plans};
+use super::chosen::{ENV_VAR, Reason, Source};
 use super::containers::containers_choice;
 use super::interfaces::Planned;
 use super::objects::Objects;
 use super::pod::{containers, env_entry};
-use super::selection::{ENV_VAR, Reason, Source};
 use crate::platform::cni::CniError;
 use crate::platform::kube::ObjectRef;
 use crate::programs::selector::config::SelectorConfig;
@@ -123,7 +123,7 @@ pub fn genie_names(plans: &mut [Planned]) {
 
 #[cfg(test)]
 mod tests {
-    use super::super::selection::Attachment;
+    use super::super::chosen::Attachment;
     use super::*;
 
     fn plan(ifname: Option<&str>) -> Planned {

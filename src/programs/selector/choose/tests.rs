@@ -1,4 +1,4 @@
-use super::selection::{ENV_VAR, Reason, Selection, Source, ValueSource};
+use super::chosen::{ENV_VAR, Reason, Selection, Source, ValueSource};
 use super::{Fetching, Objects, references, resolve, select, trimmed};
 use crate::platform::cni::CniError;
 use crate::platform::kube::NetworkAttachmentDefinition;

@@ -1,6 +1,6 @@
 //! Multus's and CNI-Genie's ways of choosing, and the one precedence rule between all of them.
 
-use super::selection::{Reason, Source};
+use super::chosen::{Reason, Source};
 use super::tests::{FakeApi, Node, app, env_cm, pairs, plan};
 use super::{CONFIG_MIRROR, Fetching, references, resolve, select, trimmed};
 use crate::programs::selector::requests::annotation;

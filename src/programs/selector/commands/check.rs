@@ -2,11 +2,11 @@
 //! recorded configuration and result, from the records alone (no API server).
 
 use crate::node::reports as to_agent;
-use crate::platform::cni::{CniError, Invocation, PluginConf, code};
+use crate::platform::cni::{CniError, Invocation, Operation, PluginConf, code};
 use crate::programs::selector::attach::{self, RecordStore};
 use crate::programs::selector::config::SelectorConfig;
 
-pub fn check(inv: &Invocation, conf: &PluginConf) -> Result<(), CniError> {
+pub fn check(inv: &Invocation, conf: &PluginConf, op: &Operation) -> Result<(), CniError> {
     let config = SelectorConfig::from_plugin_conf(conf)?;
     let store = RecordStore::of_node(&config.data_dir);
     let (records, _) = attach::records_of(&store, inv)?;
@@ -16,7 +16,7 @@ pub fn check(inv: &Invocation, conf: &PluginConf) -> Result<(), CniError> {
             format!("container {} interface {}: no attachment record", inv.container_id, inv.ifname),
         ));
     }
-    crate::platform::logging::note_networks(records.iter().map(|r| r.network.as_str()));
-    to_agent::note_stage(to_agent::Stage::Attaching);
+    op.note_networks(records.iter().map(|r| r.network.as_str()));
+    to_agent::note_stage(op, to_agent::Stage::Attaching);
     attach::check_records(inv, &config, &records)
 }

@@ -6,19 +6,18 @@
 //! own cache, from which its delegates are DELeted (`attach::multus`).
 
 use crate::node::reports as to_agent;
-use crate::platform::cni::{CniError, Invocation, PluginConf};
-use crate::platform::kube::{ApiPolicy, PodSource};
+use crate::platform::cni::{CniError, Invocation, Operation, PluginConf};
 use crate::programs::selector::attach::{self, Found, RecordStore, Tombstones, chain, multus, settle};
-use crate::programs::selector::choose::{self, from_agent};
 use crate::programs::selector::config::SelectorConfig;
+use crate::programs::selector::lookup;
 
-pub fn del(inv: &Invocation, conf: &PluginConf) -> Result<(), CniError> {
+pub fn del(inv: &Invocation, conf: &PluginConf, op: &Operation) -> Result<(), CniError> {
     let config = SelectorConfig::from_plugin_conf(conf)?;
     let store = RecordStore::of_node(&config.data_dir);
     let tombstones = Tombstones::new(&config.data_dir);
     let (records, others) = attach::records_of(&store, inv)?;
-    crate::platform::logging::note_networks(records.iter().map(|r| r.network.as_str()));
-    to_agent::note_stage(to_agent::Stage::Attaching);
+    op.note_networks(records.iter().map(|r| r.network.as_str()));
+    to_agent::note_stage(op, to_agent::Stage::Attaching);
     let unreadable: Vec<String> = others
         .iter()
         .filter_map(|f| match f {
@@ -42,14 +41,14 @@ pub fn del(inv: &Invocation, conf: &PluginConf) -> Result<(), CniError> {
         if !completed {
             match multus::attachments(inv, &config) {
                 Ok(Some(attached)) => {
-                    crate::platform::logging::note_networks(attached.iter().map(|a| a.list.name.as_str()));
+                    op.note_networks(attached.iter().map(|a| a.list.name.as_str()));
                     multus::del(inv, &config, &attached)?;
                 }
-                Ok(None) => del_without_record(&config, inv, None)?,
+                Ok(None) => del_without_record(&config, inv, op, None)?,
                 Err(e) => {
                     // Kept for the admin to look at; a teardown never waits on a file it cannot read.
                     tracing::warn!("{e}; the pod's networks are looked up as for a pod without a record");
-                    del_without_record(&config, inv, None)?;
+                    del_without_record(&config, inv, op, None)?;
                 }
             }
             crate::platform::crash_point::reached("selector.del.chain-done");
@@ -62,7 +61,7 @@ pub fn del(inv: &Invocation, conf: &PluginConf) -> Result<(), CniError> {
     let outcome = settle::settle(&records, inv.netns.as_deref(), failed);
     unusable.extend(unreadable);
     if !unusable.is_empty() {
-        del_without_record(&config, inv, Some(&unusable))?;
+        del_without_record(&config, inv, op, Some(&unusable))?;
     }
     outcome?;
     // Before the records go: a crash between the two leaves records, which the next DEL takes
@@ -73,34 +72,19 @@ pub fn del(inv: &Invocation, conf: &PluginConf) -> Result<(), CniError> {
     store.remove_all(&inv.container_id, &ifnames)
 }
 
-/// DEL with no (usable) record and no tombstone. Records are written durably before any plugin
-/// runs, so without one this version made nothing, unless records were lost: then the node agent,
-/// if it still holds the pod, says which networks it has (a local request that does not wait for
-/// the pod), and they are DELeted (those on `only`'s interfaces, if given) in reverse, without
-/// `prevResult`. The API server is asked (once, one attempt) only for a record that exists but
-/// cannot be used (`only`): something was made, and only the pod can say what. A pod teardown
-/// without a record never waits on the API server. If the networks cannot be known, there is
-/// nothing this plugin can undo, and DEL succeeds.
-/// A network whose DEL fails and of which nothing is in the pod's netns is let go (`settle`):
-/// without a record, its ADD never got as far as one.
-fn del_without_record(config: &SelectorConfig, inv: &Invocation, only: Option<&[String]>) -> Result<(), CniError> {
-    let from_agent = match (&config.agent_socket, inv.args.pod(), inv.args.pod_uid()) {
-        (Some(socket), Some(pod), Some(uid)) => {
-            from_agent::selection(config, &inv.ifname, pod, uid, socket, std::time::Duration::ZERO)
-                .map(|(selection, _)| selection)
-        }
-        _ => Err(from_agent::NotUsed::new("no agent to ask".to_string(), false)),
-    };
-    let chosen = match (from_agent, only) {
-        (Ok(selection), _) => Ok(selection),
-        (Err(why), None) => Err(format!("{why}; the API server is not asked on DEL")),
-        (Err(why), Some(_)) => choose::api_client(config, inv, ApiPolicy::single_attempt(config.api.attempt_timeout))
-            .and_then(|api| {
-                let source = api.as_ref().map(|a| a as &dyn PodSource);
-                choose::select(config, &inv.ifname, inv.args.pod(), inv.args.pod_uid(), source)
-            })
-            .map_err(|e| format!("{why}; {e}")),
-    };
+/// DEL with no (usable) record and no tombstone: the networks of the pod, as the agent (or, for a
+/// record that exists but cannot be used, `only`'s interfaces, the API server) says it has them
+/// (`lookup::for_del_without_record`), are DELeted (those on `only`'s interfaces, if given) in
+/// reverse, without `prevResult`. If the networks cannot be known, there is nothing this plugin can
+/// undo, and DEL succeeds. A network whose DEL fails and of which nothing is in the pod's netns is
+/// let go (`settle`): without a record, its ADD never got as far as one.
+fn del_without_record(
+    config: &SelectorConfig,
+    inv: &Invocation,
+    op: &Operation,
+    only: Option<&[String]>,
+) -> Result<(), CniError> {
+    let chosen = lookup::for_del_without_record(config, inv, op, only.is_some());
     let selection = match chosen {
         Ok(selection) => selection,
         Err(why) => {

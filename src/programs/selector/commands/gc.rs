@@ -164,7 +164,7 @@ fn without_runtime_config(mut list: ConfList) -> ConfList {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::programs::selector::choose::selection::{Attachment, Source};
+    use crate::programs::selector::choose::chosen::{Attachment, Source};
     use crate::programs::selector::requests::annotation::Extras;
 
     fn record(cid: &str, network: &str, config: &str) -> Record {

@@ -4,7 +4,7 @@
 //!
 //! - Attach: the network's record (marked `hotplugged`, at the next position of the runtime's
 //!   attachment) is written durably before its chain runs; its result is written into it once the
-//!   chain succeeded. A chain that fails is undone and its record removed.
+//!   chain succeeded. A chain that fails is undone and its record removed (`attach::UndoLog`).
 //! - Detach: the chain's DEL from its record, then the record goes.
 //!
 //! Killed at any point, nothing is left half made: a record without a result is a hot-plug that did
@@ -16,15 +16,12 @@ use super::plan::{self, Plan};
 use crate::node::paths::NodePaths;
 use crate::node::worker_protocol::{ADDED_INTERFACE, Answer, Notice, REMOVED_INTERFACE, Request};
 use crate::platform::cni::{CniArgs, CniError, CniResult, Command, Invocation, attachment_lock};
-use crate::programs::selector::attach::{self, Found, Record, RecordStore, Tombstones, chain};
-use crate::programs::selector::choose::{Attachment, Selection, from_agent};
+use crate::programs::selector::attach::{self, FailedChain, Found, Record, RecordStore, Tombstones, UndoLog, chain};
+use crate::programs::selector::choose::Attachment;
 use crate::programs::selector::config::{NetworkStatus, SelectorConfig};
+use crate::programs::selector::lookup;
 use crate::programs::selector::report::network_status;
 use std::collections::BTreeMap;
-use std::time::{Duration, Instant};
-
-/// How long the worker waits for the agent's answer about the pod.
-const AGENT_WAIT: Duration = Duration::from_secs(5);
 
 /// Make the attachments of the pod `request` names match its networks annotation.
 pub fn reconcile(config: &SelectorConfig, request: &Request) -> Answer {
@@ -51,7 +48,7 @@ pub fn reconcile(config: &SelectorConfig, request: &Request) -> Answer {
     };
     let mut events = Vec::new();
     finish_interrupted(config, &store, &owner, &mut records, &mut events);
-    match wanted(config, request, &owner.ifname) {
+    match lookup::for_hotplug(config, request, &owner.ifname) {
         Ok(selection) => {
             let plan = plan::plan(&records, &owner.ifname, &selection.attachments);
             apply(config, &store, &owner, &records, plan, &mut events);
@@ -91,27 +88,6 @@ fn current(store: &RecordStore, owner: &Record) -> Result<Vec<Record>, CniError>
         .collect();
     attach::in_order(&mut records, &owner.ifname);
     Ok(records)
-}
-
-/// The pod's selection, resolved from the agent's objects as at ADD: the same policy, the same
-/// limits. A refusal is why nothing changes.
-fn wanted(config: &SelectorConfig, request: &Request, owner: &str) -> Result<Selection, String> {
-    use crate::node::agent_socket::client::exchange;
-    use crate::node::agent_socket::protocol::{Answer as AgentAnswer, Ask, Request as AgentRequest};
-    let socket = config.agent_socket.as_ref().ok_or("the selector has no agentSocket")?;
-    let ask = Ask::Selection {
-        namespace: request.namespace.clone(),
-        name: request.name.clone(),
-        uid: Some(request.uid.clone()),
-        // A NetworkAttachmentDefinition namespace the edit just named is being listed.
-        wait_ms: crate::node::agent_socket::protocol::MAX_WAIT_MS,
-    };
-    let objects = match exchange(socket, &AgentRequest::new(ask), Instant::now() + AGENT_WAIT)? {
-        AgentAnswer::Objects(objects) => objects,
-        other => return Err(format!("the node agent does not have the pod: {other:?}")),
-    };
-    let pod = (request.namespace.as_str(), request.name.as_str());
-    from_agent::resolve(config, owner, pod, &request.uid, &objects).map_err(|not_used| not_used.why)
 }
 
 /// The call of the runtime attachment `owner` for `command`, as the runtime made it.
@@ -205,6 +181,8 @@ fn attach_one(
     record.hotplugged = true;
     store.write_all(&[&record])?;
     crate::platform::crash_point::reached("dynamic.attach.recorded");
+    let mut made = UndoLog::new(store, &record.container_id);
+    made.recorded([record.ifname.clone()]);
     match chain::add(&list, &call) {
         Ok(result) => {
             crate::platform::crash_point::reached("dynamic.attach.chain-done");
@@ -213,10 +191,8 @@ fn attach_one(
             Ok(message("Add", &record, &result))
         }
         Err(failed) => {
-            // Not undone: the record stays, for the next reconcile or the sandbox's DEL.
-            if failed.undone {
-                store.remove_all(&record.container_id, std::slice::from_ref(&record.ifname))?;
-            }
+            // What cannot be undone stays recorded, for the next reconcile or the sandbox's DEL.
+            made.undo_after(FailedChain { list: &list, call: &call, record: &record, failed: &failed })?;
             Err(failed.error)
         }
     }

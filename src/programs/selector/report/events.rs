@@ -1,5 +1,5 @@
 //! The `AddedInterface` Events of an ADD, one per network, as Multus creates them
-//! (`Add eth0 [10.1.2.3/24] from default/lan`). The node agent creates them (`deliver`).
+//! (`Add eth0 [10.1.2.3/24] from default/lan`). The node agent creates them (`lookup::deliver`).
 
 use super::network_status;
 use crate::platform::cni::CniResult;

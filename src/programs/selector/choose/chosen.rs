@@ -1,4 +1,4 @@
-//! What a pod gets: the ordered attachments of a `Selection`, each with its interface, its network's
+//! What was chosen, what a pod gets: the ordered attachments of a `Selection`, each with its interface, its network's
 //! configuration (the exact bytes), where the choice came from, and what the pod asked for beyond
 //! the network. A `Selection` is plain data (serializable): `resolve` makes it from the pod's
 //! objects, the API server's or the node agent's, and it is what `attach` records and runs.

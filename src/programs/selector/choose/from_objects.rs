@@ -1,15 +1,16 @@
-//! `resolve`: the networks of a pod, decided from the pod object and the objects it refers to, which
-//! it asks of an `Objects` (the API server's, or the node agent's answer); nothing else. In one pass:
+//! The choice itself, `resolve`: the networks of a pod, decided from the pod object and the objects
+//! it refers to, which it asks of an `Objects` (the API server's, or the node agent's answer);
+//! nothing else. In one pass:
 //! the first networks by the precedence rule (`precedence`), then the admin's `defaultNetworks`, then
 //! the networks annotation's, each through its NetworkAttachmentDefinition (`by_nad`); then every
 //! attachment gets its interface (`interfaces`).
 
 use super::by_nad::{NadUse, nad_plan};
+use super::chosen::{Attachment, ENV_VAR, PodIdentity, Selection};
 use super::interfaces;
 use super::objects::Objects;
 use super::pod::{annotation_requests, containers, env_entry, requests_resource};
 use super::precedence::{self, First};
-use super::selection::{Attachment, ENV_VAR, PodIdentity, Selection};
 use crate::platform::cni::CniError;
 use crate::platform::kube::ObjectRef;
 use crate::programs::selector::config::SelectorConfig;

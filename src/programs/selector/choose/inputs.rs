@@ -1,6 +1,6 @@
-//! What the node agent holds so that `resolve` decides for a pod from its answer exactly as from
-//! the API server: `references` says which objects a pod needs, `trimmed` keeps of a pod only what
-//! `resolve` reads. Both read the pod as `resolve` does (`pod`), so what the agent holds is what
+//! The inputs of a pod's choice, for the node agent to hold so that `resolve` decides for a pod from
+//! its answer exactly as from the API server: `references` says which objects a pod's choice reads,
+//! `trimmed` keeps of a pod only what `resolve` reads. Both read the pod as `resolve` does (`pod`), so what the agent holds is what
 //! `resolve` asks for.
 
 use super::by_nad::NadUse;

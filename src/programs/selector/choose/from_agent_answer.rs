@@ -1,35 +1,24 @@
-//! ADD with the node agent (`crate::programs::agent`): the plugin asks it for the pod's objects and resolves
-//! them itself, with the same `resolve` as the direct path and its own view of `confDir`
-//! (the agent's container may see the host's files elsewhere, and the files are the plugin's to
-//! read). So the record carries the pod's uid, the files and where each choice came from exactly
-//! as on the direct path, and the only thing the agent decides is which objects it holds.
+//! Choosing from the node agent's answer (`lookup::agent` asks for it): `resolve` over the pod
+//! and the objects the agent holds for it, exactly as over the API server's, so the record carries
+//! the pod's uid, the files and where each choice came from exactly as on the direct path.
 //!
-//! Every way the agent cannot answer is a reason to take the direct path: no socket, nobody
-//! listening, no answer within `WAIT`, an answer of another protocol version or that does not
-//! parse, "unknown", the pod of another uid, an answer that lacks an object `resolve` asks for.
-//! An answer that makes `resolve` fail is the ADD's error (`NotUsed::refusal`), asking the API
-//! server nothing, unless an object it names is absent: a pod and the ConfigMap or NAD it names,
+//! An answer is unusable (`NotUsed`, and the verb asks the API server if its policy says so) when
+//! it is of another pod, of the pod of another uid, or lacks an object `resolve` asks for. An
+//! answer that makes `resolve` fail is a refusal (`NotUsed::refusal`), the ADD's error, asking the
+//! API server nothing, unless an object it names is absent: a pod and the ConfigMap or NAD it names,
 //! created together, may reach the agent on their two watches in either order, so the API server
 //! confirms an absence. Anything else the agent's copy says is as current as what a success would
 //! have used, and a refused sandbox is retried by the kubelet anyway.
 
+use super::chosen::Selection;
+use super::from_objects::resolve as resolve_pod;
 use super::objects::Objects;
-use super::resolve::resolve as resolve_pod;
 use super::sandbox::check_uid;
-use super::selection::Selection;
-use crate::node::agent_socket::client::exchange;
-use crate::node::agent_socket::protocol::{Answer, Ask, PodObjects, Request};
+use crate::node::agent_socket::protocol::PodObjects;
 use crate::platform::cni::{CniError, code};
 use crate::platform::kube::{NetworkAttachmentDefinition, ObjectRef};
 use crate::programs::selector::config::SelectorConfig;
 use k8s_openapi::api::core::v1::ConfigMap;
-use std::path::Path;
-use std::time::{Duration, Instant};
-
-/// The longest ADD waits for the agent, all included: for a pod its watch has not delivered yet,
-/// the agent waits `AGENT_WAIT`, and the exchange must be over by `WAIT`.
-pub const WAIT: Duration = Duration::from_millis(1000);
-pub const AGENT_WAIT: Duration = Duration::from_millis(900);
 
 /// Why the agent's answer was not used, and whether it answered at all: an agent that answered is
 /// up, and still takes what ADD hands over afterwards (the status, the events) for a pod its watch
@@ -53,37 +42,6 @@ impl std::fmt::Display for NotUsed {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(&self.why)
     }
-}
-
-/// The networks of `pod` (namespace, name), whose sandbox is for `uid`, from the agent at `socket`,
-/// which waits up to `agent_wait` for a pod its watch has not delivered yet (ADD: `AGENT_WAIT`; DEL
-/// asks about a pod that existed, and does not wait), with the agent's answer (the device step
-/// reads the pod's DRA claims from it); why not, when its answer cannot be used.
-pub fn selection(
-    config: &SelectorConfig,
-    runtime_ifname: &str,
-    pod: (&str, &str),
-    uid: &str,
-    socket: &Path,
-    agent_wait: Duration,
-) -> Result<(Selection, Box<PodObjects>), NotUsed> {
-    let (namespace, name) = pod;
-    let ask = Ask::Selection {
-        namespace: namespace.into(),
-        name: name.into(),
-        uid: Some(uid.into()),
-        wait_ms: agent_wait.as_millis() as u64,
-    };
-    let answer = exchange(socket, &Request::new(ask), Instant::now() + WAIT).map_err(|why| NotUsed::new(why, false))?;
-    let not_used = |why: String| NotUsed::new(why, true);
-    let objects = match answer {
-        Answer::Objects(objects) => objects,
-        Answer::Unknown { why } => return Err(not_used(format!("the agent does not have it: {why}"))),
-        Answer::Refused { why } => return Err(not_used(format!("the agent refused the request: {why}"))),
-        Answer::Accepted => return Err(not_used("the agent answered a selection request with \"accepted\"".into())),
-    };
-    let selection = resolve(config, runtime_ifname, pod, uid, &objects)?;
-    Ok((selection, objects))
 }
 
 /// `resolve` over the agent's answer.
@@ -164,7 +122,7 @@ impl Objects for Answered<'_> {
 mod tests {
     use super::*;
     use crate::node::agent_socket::protocol::Held;
-    use crate::programs::selector::choose::selection::Reason;
+    use crate::programs::selector::choose::chosen::Reason;
     use serde_json::json;
 
     /// A conf dir with networks `blue` and `red`, and the selector's configuration over it.

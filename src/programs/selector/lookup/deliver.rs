@@ -1,47 +1,46 @@
-//! Who writes what ADD reports: the network-status annotation (`network_status`, when
+//! Who hears what ADD reports: the network-status annotation (`report::network_status`, when
 //! `networkStatus` asks for it) and, through the node agent, one `AddedInterface` Event per
-//! interface (`events`). Both are handed to the agent when it is up (it gave the selection, or
-//! answered that its watch had not delivered the pod yet): it writes them on its own time, so ADD
+//! interface (`report::events`). Both are handed to the agent when it is up (it gave the selection,
+//! or answered that its watch had not delivered the pod yet): it writes them on its own time, so ADD
 //! makes no API request for them. Without the agent (or when it does not take them) the status is
-//! written here, in one request with a budget of its own; the events are not (they would cost every
-//! ADD a request). So only a status waits for the agent's answer: events alone (a pod of one
-//! network, the common case) are sent without waiting for it. Neither ever fails the ADD.
+//! written to the API server, in one request with a budget of its own; the events are not (they
+//! would cost every ADD a request). So only a status waits for the agent's answer: events alone (a
+//! pod of one network, the common case) are sent without waiting for it. Neither ever fails the ADD.
 
-use super::events;
-use super::network_status::{self, NETWORK_STATUS};
 use crate::node::agent_socket::client::{exchange, send_without_answer};
 use crate::node::agent_socket::protocol::{Answer, Ask, Request};
+use crate::platform::cni::Operation;
 use crate::platform::kube::{ApiClient, ApiPolicy};
 use crate::programs::selector::attach::Attached;
 use crate::programs::selector::choose::PodIdentity;
 use crate::programs::selector::config::SelectorConfig;
+use crate::programs::selector::report::events;
+use crate::programs::selector::report::network_status::{self, NETWORK_STATUS};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-/// Where ADD got the pod's selection from.
-pub enum Via {
-    /// The node agent listening on this socket.
-    Agent(PathBuf),
-    /// The API server (or nothing at all: not a pod, no kubeconfig); `agent`: the socket of an
-    /// agent that answered but did not have the pod yet, which takes the hand-over all the same.
-    Direct { agent: Option<PathBuf> },
+/// Who hears what ADD reports, as ADD's lookup found them (`lookup::for_add`).
+pub struct Audience {
+    /// The socket of the node agent when it is up: it gave the selection, or answered but did not
+    /// have the pod yet, and takes the hand-over all the same.
+    pub(super) agent: Option<PathBuf>,
+    /// The client that looked the pod up on the direct path, kept only for a status to write.
+    pub(super) api: Option<ApiClient>,
 }
 
-/// Report what ADD attached for `pod` (whose uid is the pod object's): the status if
+/// Tell `audience` what ADD (the operation `op`) attached for `pod` (whose uid is the pod object's): the status if
 /// `status_wanted`, the events if an agent is up and `addedInterfaceEvents` is on.
-pub fn report(
+pub fn deliver(
     config: &SelectorConfig,
-    via: &Via,
-    api: Option<ApiClient>,
+    audience: Audience,
+    op: &Operation,
     pod: &PodIdentity,
     attached: &[Attached],
     status_wanted: bool,
 ) {
-    let agent = match via {
-        Via::Agent(socket) => Some(socket),
-        Via::Direct { agent } => agent.as_ref(),
-    };
+    let Audience { agent, api } = audience;
+    let agent = agent.as_ref();
     let events = match agent {
         Some(_) if config.added_interface_events => events::messages(attached),
         _ => Vec::new(),
@@ -69,7 +68,7 @@ pub fn report(
             api.renew_budget(config.api.attempt_timeout);
             api
         }
-        (None, Some(kubeconfig)) => match ApiClient::connect(kubeconfig, budget) {
+        (None, Some(kubeconfig)) => match ApiClient::connect(kubeconfig, budget, op) {
             Ok(api) => api,
             Err(e) => return tracing::warn!("the {NETWORK_STATUS} annotation of {pod} was not written: {e}"),
         },

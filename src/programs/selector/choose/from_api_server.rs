@@ -1,18 +1,19 @@
-//! The pod's selection from the API server: the pod object (checked to be the sandbox's), then
-//! `resolve` over the objects it refers to, each fetched once. A caller that is not a Kubernetes
-//! pod, or a selector without a kubeconfig, gets `defaultNetwork`.
+//! Choosing from the API server: the pod object (checked to be the sandbox's), then `resolve` over
+//! the objects it refers to, each fetched once (`Fetching`). A caller that is not a Kubernetes pod,
+//! or a selector without a kubeconfig, gets `defaultNetwork`.
 
 use super::by_value::default_plans;
+use super::chosen::{Reason, Selection};
+use super::from_objects::resolve;
 use super::interfaces;
-use super::objects::Fetching;
-use super::resolve::resolve;
+use super::objects::Objects;
 use super::sandbox::check_uid;
-use super::selection::{Reason, Selection};
-use crate::platform::cni::{CniError, Invocation, code};
-use crate::platform::kube::{ApiClient, ApiPolicy, ObjectRef, PodSource};
+use crate::platform::cni::{CniError, code};
+use crate::platform::kube::{NetworkAttachmentDefinition, ObjectRef, PodSource};
 use crate::programs::selector::config::SelectorConfig;
 use crate::programs::selector::requests::annotation;
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{ConfigMap, Pod};
+use std::collections::BTreeMap;
 
 /// Choose the networks for `pod` (namespace, name), asking `source` (None: no Kubernetes access).
 /// `runtime_ifname` is the runtime's `CNI_IFNAME`, which the first network gets. `sandbox_uid` is
@@ -76,10 +77,38 @@ fn default_selection(
     Ok(Selection { pod: None, reason, attachments, notes: Vec::new() })
 }
 
-/// A client when there is a pod to look up and a kubeconfig to do it with.
-pub fn api_client(config: &SelectorConfig, inv: &Invocation, policy: ApiPolicy) -> Result<Option<ApiClient>, CniError> {
-    match (&config.kubeconfig, inv.args.pod()) {
-        (Some(kubeconfig), Some(_)) => ApiClient::connect(kubeconfig, policy).map(Some),
-        _ => Ok(None),
+/// `Objects` from the API server, each fetched once however often it is referred to.
+pub struct Fetching<'a> {
+    source: &'a dyn PodSource,
+    config_maps: BTreeMap<(String, String), Option<ConfigMap>>,
+    attachments: BTreeMap<(String, String), Option<NetworkAttachmentDefinition>>,
+}
+
+impl<'a> Fetching<'a> {
+    pub fn new(source: &'a dyn PodSource) -> Self {
+        Fetching { source, config_maps: BTreeMap::new(), attachments: BTreeMap::new() }
+    }
+}
+
+impl Objects for Fetching<'_> {
+    fn config_map(&mut self, namespace: &str, name: &str) -> Result<Option<ConfigMap>, CniError> {
+        let key = (namespace.to_string(), name.to_string());
+        if !self.config_maps.contains_key(&key) {
+            let fetched = self.source.config_map(namespace, name)?;
+            self.config_maps.insert(key.clone(), fetched);
+        }
+        Ok(self.config_maps[&key].clone())
+    }
+    fn network_attachment(
+        &mut self,
+        namespace: &str,
+        name: &str,
+    ) -> Result<Option<NetworkAttachmentDefinition>, CniError> {
+        let key = (namespace.to_string(), name.to_string());
+        if !self.attachments.contains_key(&key) {
+            let fetched = self.source.network_attachment(namespace, name)?;
+            self.attachments.insert(key.clone(), fetched);
+        }
+        Ok(self.attachments[&key].clone())
     }
 }
