@@ -1,10 +1,12 @@
 //! The CNI protocol, in one place: environment, arguments, configurations, results and their
 //! version conversions, errors, exec of external plugins, the `Plugin` trait every plugin
-//! implements, and the context of one operation (`operation`).
+//! implements, how a plugin runs its delegates (`delegate`), and the context of one operation
+//! (`operation`).
 
 pub mod args;
 pub mod attachment_lock;
 pub mod config;
+pub mod delegate;
 pub mod env;
 pub mod error;
 pub mod exec;
@@ -17,6 +19,7 @@ pub mod version;
 
 pub use args::CniArgs;
 pub use config::{ConfList, PluginConf};
+pub use delegate::Delegates;
 pub use env::{Command, Invocation};
 pub use error::{CniError, code};
 pub use operation::Operation;

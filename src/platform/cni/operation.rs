@@ -5,12 +5,14 @@
 //! requests its clients make (`kube::ApiClient`) stay with that operation. What a program adds of
 //! its own is kept generic here: its stage is a number the program gives meaning to.
 
+use super::delegate::{Delegates, ExecDelegates};
 use std::sync::atomic::{AtomicU8, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 
 /// What one operation has noted so far.
-#[derive(Debug, Default)]
 pub struct Operation {
+    /// How the operation's plugin runs the plugins it delegates to.
+    delegates: &'static dyn Delegates,
     /// The networks the operation concerns, comma-separated, when the plugin knows better than its
     /// config's `name` (the selector learns them by selecting).
     networks: Mutex<String>,
@@ -38,7 +40,41 @@ impl ApiRequests {
     }
 }
 
+impl Default for Operation {
+    /// An operation whose delegates are exec'd from the CNI path.
+    fn default() -> Self {
+        Self::with_delegates(&ExecDelegates)
+    }
+}
+
+impl std::fmt::Debug for Operation {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Operation")
+            .field("networks", &self.networks)
+            .field("selection", &self.selection)
+            .field("stage", &self.stage)
+            .field("api_requests", &self.api_requests)
+            .finish_non_exhaustive()
+    }
+}
+
 impl Operation {
+    /// An operation whose plugin runs its delegates with `delegates`.
+    pub fn with_delegates(delegates: &'static dyn Delegates) -> Self {
+        Operation {
+            delegates,
+            networks: Mutex::default(),
+            selection: Mutex::default(),
+            stage: AtomicU8::default(),
+            api_requests: ApiRequests::default(),
+        }
+    }
+
+    /// How the operation's plugin runs the plugins it delegates to.
+    pub fn delegates(&self) -> &'static dyn Delegates {
+        self.delegates
+    }
+
     /// Note the operation's networks (none: the config's `name` stays).
     pub fn note_networks<'a>(&self, names: impl Iterator<Item = &'a str>) {
         let names: Vec<&str> = names.collect();

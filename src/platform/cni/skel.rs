@@ -3,6 +3,7 @@
 
 use super::attachment_lock;
 use super::config::PluginConf;
+use super::delegate::Delegates;
 use super::env::{Command, Invocation};
 use super::error::CniError;
 use super::operation::Operation;
@@ -115,13 +116,14 @@ pub struct Outcome {
 pub fn run_with(
     plugin: &dyn Plugin,
     locks: &Path,
+    delegates: &'static dyn Delegates,
     get_env: impl Fn(&str) -> Option<String>,
     stdin: &mut dyn Read,
 ) -> Outcome {
     let started = Instant::now();
     let mut version_for_errors = String::new();
     let mut line = OpLine::default();
-    let op = Operation::default();
+    let op = Operation::with_delegates(delegates);
     let result = (|| -> Result<Vec<u8>, CniError> {
         let inv = Invocation::from_env(&get_env)?;
         line.invocation(&inv);
@@ -222,8 +224,8 @@ impl OpLine {
 }
 
 /// `run_with` on the real process: env, stdin, stdout. Returns the exit code.
-pub fn run(plugin: &dyn Plugin, locks: &Path) -> i32 {
-    let outcome = run_with(plugin, locks, |k| std::env::var(k).ok(), &mut std::io::stdin().lock());
+pub fn run(plugin: &dyn Plugin, locks: &Path, delegates: &'static dyn Delegates) -> i32 {
+    let outcome = run_with(plugin, locks, delegates, |k| std::env::var(k).ok(), &mut std::io::stdin().lock());
     let mut out = std::io::stdout().lock();
     let _ = out.write_all(&outcome.stdout);
     let _ = out.flush();
@@ -272,7 +274,13 @@ mod tests {
         .into_iter()
         .collect();
         let _serial = attachment_lock::tests::serial();
-        let o = run_with(&Echo, locks, |k| env.get(k).map(|v| v.to_string()), &mut stdin.as_bytes());
+        let o = run_with(
+            &Echo,
+            locks,
+            &crate::platform::cni::delegate::ExecDelegates,
+            |k| env.get(k).map(|v| v.to_string()),
+            &mut stdin.as_bytes(),
+        );
         (o.exit_code, serde_json::from_slice(&o.stdout).unwrap_or(serde_json::Value::Null))
     }
 

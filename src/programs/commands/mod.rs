@@ -44,7 +44,8 @@ pub fn main() -> i32 {
     let args: Vec<OsString> = std::env::args_os().collect();
     let plugin = plugin_for(args.first().and_then(|a| a.to_str()).unwrap_or_default());
     if std::env::var_os("CNI_COMMAND").is_some() {
-        return skel::run(plugin, crate::node::paths::NodePaths::from_env().attachment_locks());
+        let locks = crate::node::paths::NodePaths::from_env();
+        return skel::run(plugin, locks.attachment_locks(), &crate::programs::plugins::Registry);
     }
     run(plugin.name(), args, &|name| std::env::var(name).ok())
 }

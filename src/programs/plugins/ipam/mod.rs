@@ -7,7 +7,8 @@
 
 pub mod host_local;
 
-use super::registry::{self, Runs};
+use super::registry::ipam::ipam;
+use super::registry::runs::Runs;
 use crate::platform::cni::exec::{DEFAULT_TIMEOUT, exec_plugin, find_plugin};
 use crate::platform::cni::{CniError, CniResult, CniVersion, Command, Invocation, PluginConf, code};
 use serde_json::Value;
@@ -37,7 +38,7 @@ impl<'a> Ipam<'a> {
             },
             Some(_) => return Err(CniError::invalid_config("'ipam' must be an object")),
         };
-        let runs = registry::ipam(&plugin_type, conf, &inv.args);
+        let runs = ipam(&plugin_type, conf, &inv.args);
         Ok(Some(Ipam { plugin_type, inv, stdin: conf.to_bytes(), version: conf.cni_version, runs }))
     }
 

@@ -25,9 +25,8 @@ pub mod windows;
 use self::config::NetConf;
 use self::delegate::{Delegate, Platform};
 use self::subnet_env::SubnetEnv;
-use crate::platform::cni::{CniError, CniResult, Command, Invocation, Operation, Plugin, PluginConf, code};
+use crate::platform::cni::{CniError, CniResult, Command, Delegates, Invocation, Operation, Plugin, PluginConf, code};
 use crate::platform::durable;
-use crate::programs::plugins;
 use std::path::{Path, PathBuf};
 
 pub const NAME: &str = "yonghui";
@@ -41,17 +40,17 @@ impl Plugin for Yonghui {
 
     /// Generate, save, delegate. If the delegate fails, what it may have made is deleted with the
     /// same configuration and the saved file goes, so a failed ADD leaves nothing behind.
-    fn add(&self, inv: &Invocation, conf: &PluginConf, _op: &Operation) -> Result<CniResult, CniError> {
+    fn add(&self, inv: &Invocation, conf: &PluginConf, op: &Operation) -> Result<CniResult, CniError> {
         let conf = NetConf::from_plugin_conf(conf)?;
         let delegate = generate(&conf)?;
         let saved = SavedDelegate::new(&conf.data_dir, &inv.container_id, &inv.ifname);
         let bytes = delegate.to_bytes();
         saved.save(&bytes)?;
-        run_delegate(&delegate.plugin_type, Command::Add, inv, &bytes)
+        run_delegate(op.delegates(), &delegate.plugin_type, Command::Add, inv, &bytes)
             .and_then(|result| {
                 result.ok_or_else(|| CniError::new(code::DELEGATE_FAILED, "the delegate's ADD returned no result"))
             })
-            .inspect_err(|_| undo_add(&delegate, inv, &bytes, &saved))
+            .inspect_err(|_| undo_add(op.delegates(), &delegate, inv, &bytes, &saved))
     }
 
     /// Replay the saved configuration to the delegate's DEL, then forget it. Nothing saved (already
@@ -61,35 +60,35 @@ impl Plugin for Yonghui {
     /// stays, so the runtime's retry can finish the job. A file saved by the earlier release
     /// (`<dataDir>/<containerID>`) is replayed too when it is this network's. Without `dataDir`,
     /// both the default and the earlier default are looked in.
-    fn del(&self, inv: &Invocation, conf: &PluginConf, _op: &Operation) -> Result<(), CniError> {
-        del_from(&config::data_dirs(conf)?, inv, conf)
+    fn del(&self, inv: &Invocation, conf: &PluginConf, op: &Operation) -> Result<(), CniError> {
+        del_from(op.delegates(), &config::data_dirs(conf)?, inv, conf)
     }
 
     /// Forward CHECK to the delegate with the saved configuration and the runtime's `prevResult`.
-    fn check(&self, inv: &Invocation, conf: &PluginConf, _op: &Operation) -> Result<(), CniError> {
-        check_from(&config::data_dirs(conf)?, inv, conf)
+    fn check(&self, inv: &Invocation, conf: &PluginConf, op: &Operation) -> Result<(), CniError> {
+        check_from(op.delegates(), &config::data_dirs(conf)?, inv, conf)
     }
 
     /// GC (1.1.0), forwarded to the delegate with the runtime's valid attachments, so its IPAM can
     /// release leaked addresses. Saved configurations are not collected here: `dataDir` may be
     /// shared by several networks, and the valid attachments name the runtime's interfaces, not a
     /// pod's further ones, so this network's list cannot tell which of them are stale.
-    fn gc(&self, inv: &Invocation, conf: &PluginConf, _op: &Operation) -> Result<(), CniError> {
+    fn gc(&self, inv: &Invocation, conf: &PluginConf, op: &Operation) -> Result<(), CniError> {
         let mut delegate = generate(&NetConf::from_plugin_conf(conf)?)?;
         if let Some(valid) = conf.raw.get(VALID_ATTACHMENTS) {
             delegate.config.insert(VALID_ATTACHMENTS.into(), valid.clone());
         }
-        run_delegate(&delegate.plugin_type, Command::Gc, inv, &delegate.to_bytes()).map(drop)
+        run_delegate(op.delegates(), &delegate.plugin_type, Command::Gc, inv, &delegate.to_bytes()).map(drop)
     }
 
     /// STATUS (1.1.0): ready when the daemon has written a usable subnet.env (code 50 until then,
     /// so the runtime reports the network as not ready instead of failing pods) and the delegate is.
-    fn status(&self, inv: &Invocation, conf: &PluginConf, _op: &Operation) -> Result<(), CniError> {
+    fn status(&self, inv: &Invocation, conf: &PluginConf, op: &Operation) -> Result<(), CniError> {
         let conf = NetConf::from_plugin_conf(conf)?;
         let env = SubnetEnv::load(&conf.subnet_file)
             .map_err(|e| CniError::new(code::PLUGIN_NOT_AVAILABLE, e.msg).with_details(e.details))?;
         let delegate = delegate::generate(&conf, &env, Platform::HOST)?;
-        run_delegate(&delegate.plugin_type, Command::Status, inv, &delegate.to_bytes()).map(drop)
+        run_delegate(op.delegates(), &delegate.plugin_type, Command::Status, inv, &delegate.to_bytes()).map(drop)
     }
 }
 
@@ -104,19 +103,21 @@ fn generate(conf: &NetConf) -> Result<Delegate, CniError> {
 
 /// Run the delegate; its errors keep their code and say which delegate and command failed.
 fn run_delegate(
+    delegates: &dyn Delegates,
     plugin_type: &str,
     command: Command,
     inv: &Invocation,
     stdin: &[u8],
 ) -> Result<Option<CniResult>, CniError> {
-    plugins::invoke(plugin_type, command, inv, stdin)
+    delegates
+        .invoke(plugin_type, command, inv, stdin)
         .map_err(|e| e.context(format!("delegate {plugin_type} {}", command.as_str())))
 }
 
 /// After a failed delegate ADD: its DEL (best effort: ADD's error is the one to report) and the
 /// saved file's removal.
-fn undo_add(delegate: &Delegate, inv: &Invocation, bytes: &[u8], saved: &SavedDelegate) {
-    if let Err(e) = run_delegate(&delegate.plugin_type, Command::Del, inv, bytes) {
+fn undo_add(delegates: &dyn Delegates, delegate: &Delegate, inv: &Invocation, bytes: &[u8], saved: &SavedDelegate) {
+    if let Err(e) = run_delegate(delegates, &delegate.plugin_type, Command::Del, inv, bytes) {
         tracing::warn!("cleaning up after the failed ADD: {e}");
     }
     if let Err(e) = saved.remove() {
@@ -127,9 +128,11 @@ fn undo_add(delegate: &Delegate, inv: &Invocation, bytes: &[u8], saved: &SavedDe
 /// The delegate's DEL with the configuration generated from subnet.env now, for an attachment with
 /// nothing saved. Without a usable subnet.env or network configuration nothing is known to undo:
 /// success, as a DEL must not block a pod's removal on what cannot be repaired.
-fn del_regenerated(conf: &PluginConf, inv: &Invocation) -> Result<(), CniError> {
+fn del_regenerated(delegates: &dyn Delegates, conf: &PluginConf, inv: &Invocation) -> Result<(), CniError> {
     match NetConf::from_plugin_conf(conf).and_then(|conf| generate(&conf)) {
-        Ok(delegate) => run_delegate(&delegate.plugin_type, Command::Del, inv, &delegate.to_bytes()).map(drop),
+        Ok(delegate) => {
+            run_delegate(delegates, &delegate.plugin_type, Command::Del, inv, &delegate.to_bytes()).map(drop)
+        }
         Err(e) => {
             tracing::info!("DEL of container {} interface {}: nothing saved, and {e}", inv.container_id, inv.ifname);
             Ok(())
@@ -138,7 +141,12 @@ fn del_regenerated(conf: &PluginConf, inv: &Invocation) -> Result<(), CniError> 
 }
 
 /// Replay `bytes` (a saved delegate configuration) to its delegate's DEL, then remove `saved`.
-fn replay_del(saved: &SavedDelegate, bytes: &[u8], inv: &Invocation) -> Result<(), CniError> {
+fn replay_del(
+    delegates: &dyn Delegates,
+    saved: &SavedDelegate,
+    bytes: &[u8],
+    inv: &Invocation,
+) -> Result<(), CniError> {
     let delegate = match PluginConf::parse(bytes) {
         Ok(delegate) => delegate,
         Err(e) => {
@@ -150,7 +158,7 @@ fn replay_del(saved: &SavedDelegate, bytes: &[u8], inv: &Invocation) -> Result<(
             return Ok(());
         }
     };
-    run_delegate(&delegate.plugin_type, Command::Del, inv, bytes)?;
+    run_delegate(delegates, &delegate.plugin_type, Command::Del, inv, bytes)?;
     crate::platform::crash_point::reached("yonghui.del.delegate-done");
     saved.remove()
 }
@@ -158,31 +166,41 @@ fn replay_del(saved: &SavedDelegate, bytes: &[u8], inv: &Invocation) -> Result<(
 /// DEL with each of `data_dirs`' saved configuration of this attachment, and each file the earlier
 /// release saved per container there for this network; with none saved anywhere, the delegate's
 /// DEL with the configuration made again from subnet.env.
-fn del_from(data_dirs: &[PathBuf], inv: &Invocation, conf: &PluginConf) -> Result<(), CniError> {
+fn del_from(
+    delegates: &dyn Delegates,
+    data_dirs: &[PathBuf],
+    inv: &Invocation,
+    conf: &PluginConf,
+) -> Result<(), CniError> {
     let mut replayed = false;
     for data_dir in data_dirs {
         let saved = SavedDelegate::new(data_dir, &inv.container_id, &inv.ifname);
         match saved.read()? {
             Some(bytes) => {
-                replay_del(&saved, &bytes, inv)?;
+                replay_del(delegates, &saved, &bytes, inv)?;
                 replayed = true;
             }
             None => saved.remove()?,
         }
         let legacy = SavedDelegate::legacy(data_dir, &inv.container_id);
         if let Some(bytes) = legacy.read()?.filter(|bytes| legacy.is_of(bytes, &conf.name)) {
-            replay_del(&legacy, &bytes, inv)?;
+            replay_del(delegates, &legacy, &bytes, inv)?;
             replayed = true;
         }
     }
     if !replayed {
-        del_regenerated(conf, inv)?;
+        del_regenerated(delegates, conf, inv)?;
     }
     Ok(())
 }
 
 /// CHECK with the first saved configuration of this attachment in `data_dirs`.
-fn check_from(data_dirs: &[PathBuf], inv: &Invocation, conf: &PluginConf) -> Result<(), CniError> {
+fn check_from(
+    delegates: &dyn Delegates,
+    data_dirs: &[PathBuf],
+    inv: &Invocation,
+    conf: &PluginConf,
+) -> Result<(), CniError> {
     let Some((saved, bytes)) = find_saved(data_dirs, inv, &conf.name)? else {
         let dirs: Vec<String> = data_dirs.iter().map(|d| d.display().to_string()).collect();
         return Err(CniError::new(
@@ -202,7 +220,7 @@ fn check_from(data_dirs: &[PathBuf], inv: &Invocation, conf: &PluginConf) -> Res
             .raw
             .insert("prevResult".into(), prev.to_json(delegate.cni_version).map_err(|e| e.context("prevResult"))?);
     }
-    run_delegate(&delegate.plugin_type, Command::Check, inv, &delegate.to_bytes()).map(drop)
+    run_delegate(delegates, &delegate.plugin_type, Command::Check, inv, &delegate.to_bytes()).map(drop)
 }
 
 /// The first saved configuration of this attachment in `data_dirs`: its own file, or one the

@@ -357,14 +357,14 @@ fn a_configuration_saved_where_earlier_releases_did_is_checked_and_deleted() {
     std::fs::remove_file(node.path("calls")).unwrap();
     let dirs = [node.path("data"), earlier.clone()];
     let (conf, inv) = (node.conf(json!({})), node.inv(Command::Del));
-    check_from(&dirs, &node.inv(Command::Check), &conf).unwrap();
-    del_from(&dirs, &inv, &conf).unwrap();
+    check_from(&crate::programs::plugins::Registry, &dirs, &node.inv(Command::Check), &conf).unwrap();
+    del_from(&crate::programs::plugins::Registry, &dirs, &inv, &conf).unwrap();
     assert_eq!(node.calls(), "CHECK\nDEL\n", "one DEL, with the configuration saved at ADD");
     assert_eq!(node.stdin_of("DEL"), node.stdin_of("ADD"));
     assert!(!earlier.join("c1:eth0").exists());
     // Saved nowhere any more: one DEL made again from subnet.env, and CHECK knows no container.
-    del_from(&dirs, &inv, &conf).unwrap();
+    del_from(&crate::programs::plugins::Registry, &dirs, &inv, &conf).unwrap();
     assert_eq!(node.calls(), "CHECK\nDEL\nDEL\n");
-    let e = check_from(&dirs, &node.inv(Command::Check), &conf).unwrap_err();
+    let e = check_from(&crate::programs::plugins::Registry, &dirs, &node.inv(Command::Check), &conf).unwrap_err();
     assert!(e.code == 3 && e.msg.contains(&earlier.display().to_string()), "{e}");
 }

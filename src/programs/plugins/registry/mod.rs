@@ -5,10 +5,16 @@
 //! (`invoke`) and IPAM (`ipam::Ipam`) both ask here; where the binary is looked for on the CNI path
 //! stays with them, since that lookup is what a missing plugin's error says.
 
-use super::ipam::host_local::HostLocal;
+pub mod ipam;
+pub mod runs;
+
+pub use ipam::ipam;
+pub use runs::Runs;
+
 use super::{bridge, router, veth, yonghui};
-use crate::platform::cni::skel::Plugin;
-use crate::platform::cni::{CniArgs, PluginConf};
+use crate::platform::cni::delegate::ExecDelegates;
+use crate::platform::cni::skel::{self, Plugin};
+use crate::platform::cni::{CniError, CniResult, Command, Delegates, Invocation, Operation, PluginConf};
 
 /// The plugins that are part of this binary, each by the name it is installed and chosen under
 /// (`type` in a configuration, argv[0], its link in `binDir`): the one list of them. The selector is
@@ -36,28 +42,31 @@ pub fn builtin(plugin_type: &str) -> Option<&'static dyn Plugin> {
     BUILTIN.iter().find(|(name, _)| *name == plugin_type).map(|&(_, plugin)| plugin)
 }
 
-/// How a plugin runs.
-pub enum Runs {
-    /// One of this binary's plugins, called in process.
-    Builtin(&'static dyn Plugin),
-    /// host-local's ADD and DEL in process (its CHECK and GC are exec'd: `HostLocal::run`).
-    HostLocal(HostLocal),
-    /// Exec'd from the CNI path.
-    Exec,
-}
-
 /// How a network's plugin of `plugin_type` runs (a chain's, or a meta plugin's delegate): a
 /// built-in in process, anything else exec'd. Never `HostLocal`: host-local is an IPAM plugin.
 pub fn delegate(plugin_type: &str) -> Runs {
     builtin(plugin_type).map_or(Runs::Exec, Runs::Builtin)
 }
 
-/// How the IPAM plugin of `plugin_type` that configuration `conf` names runs for a call with
-/// `args`: host-local in process when `conf` is one `ipam::host_local` reads entirely, anything else
-/// exec'd (this binary's plugins too: none is an IPAM plugin).
-pub fn ipam(plugin_type: &str, conf: &PluginConf, args: &CniArgs) -> Runs {
-    match plugin_type {
-        "host-local" => HostLocal::from_conf(conf, args).map_or(Runs::Exec, Runs::HostLocal),
-        _ => Runs::Exec,
+/// This binary's way of running delegates: its own plugins in process, each in an operation of its
+/// own (what a built-in notes is not its caller's to log or report) that runs its delegates the
+/// same way; everything else exec'd from the CNI path.
+pub struct Registry;
+
+impl Delegates for Registry {
+    fn invoke(
+        &self,
+        plugin_type: &str,
+        command: Command,
+        inv: &Invocation,
+        stdin: &[u8],
+    ) -> Result<Option<CniResult>, CniError> {
+        match delegate(plugin_type) {
+            Runs::Builtin(plugin) => {
+                let conf = PluginConf::parse(stdin)?;
+                skel::dispatch(plugin, &inv.with_command(command), &conf, &Operation::with_delegates(&Registry))
+            }
+            Runs::HostLocal(_) | Runs::Exec => ExecDelegates.invoke(plugin_type, command, inv, stdin),
+        }
     }
 }
