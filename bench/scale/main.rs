@@ -757,45 +757,11 @@ fn print_report(o: &Options, bin: &Path, results: &[Outcome]) {
     row("  all (median / max per node)", results.iter().map(|r| mm(&r.start_per_node, "")).collect());
     row(
         "pod created -> agent holds it (p50 / p99)",
-        results
-            .iter()
-            .map(|r| {
-                if r.propagation_ms.is_empty() {
-                    return "-".into();
-                }
-                let missing = if r.propagation_missing > 0 {
-                    format!(" ({} never)", r.propagation_missing)
-                } else {
-                    String::new()
-                };
-                format!(
-                    "{:.0} / {:.0} ms{missing}",
-                    procs::quantile(&r.propagation_ms, 0.5),
-                    procs::quantile(&r.propagation_ms, 0.99)
-                )
-            })
-            .collect(),
+        results.iter().map(|r| p50_p99(&r.propagation_ms, r.propagation_missing)).collect(),
     );
     row(
         "agents started at once -> each holds its pods (p50 / p99)",
-        results
-            .iter()
-            .map(|r| {
-                let all = &r.start_all;
-                if all.held_ms.is_empty() && all.never == 0 {
-                    return "-".into();
-                }
-                let never = if all.never > 0 { format!(" ({} never)", all.never) } else { String::new() };
-                if all.held_ms.is_empty() {
-                    return never.trim().to_string();
-                }
-                format!(
-                    "{:.0} / {:.0} ms{never}",
-                    procs::quantile(&all.held_ms, 0.5),
-                    procs::quantile(&all.held_ms, 0.99)
-                )
-            })
-            .collect(),
+        results.iter().map(|r| p50_p99(&r.start_all.held_ms, r.start_all.never)).collect(),
     );
     row(
         "  streaming lists refused: agents / refusals",
@@ -887,4 +853,13 @@ fn print_report(o: &Options, bin: &Path, results: &[Outcome]) {
             );
         }
     }
+}
+
+/// `p50 / p99 ms`, and how many never came; `-` when there is nothing to say.
+fn p50_p99(ms: &[f64], never: usize) -> String {
+    let never = if never > 0 { format!(" ({never} never)") } else { String::new() };
+    if ms.is_empty() {
+        return if never.is_empty() { "-".into() } else { never.trim().to_string() };
+    }
+    format!("{:.0} / {:.0} ms{never}", procs::quantile(ms, 0.5), procs::quantile(ms, 0.99))
 }

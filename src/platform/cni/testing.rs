@@ -2,9 +2,7 @@
 //! fake plugins on a CNI path.
 
 use super::{CniArgs, Command, Invocation};
-use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
 
 /// A call for container `c1`, interface `eth0`, netns `/run/netns/pod`, with plugins found in `path`.
 pub fn invocation(command: Command, path: &Path) -> Invocation {
@@ -25,18 +23,6 @@ pub fn script(dir: &Path, name: &str, body: &str) -> PathBuf {
     p
 }
 
-/// Writes an executable file without this process ever holding it open for writing. Tests run on
-/// parallel threads: a thread that forks a plugin while another has a script open for writing
-/// hands that descriptor to its child until the child execs, and an exec of the script in that
-/// window fails with ETXTBSY ("Text file busy"). A short-lived `sh` writes the file instead and has
-/// exited before anything runs it.
-pub fn write_executable(path: &Path, contents: impl AsRef<[u8]>) {
-    let mut writer = std::process::Command::new("/bin/sh")
-        .args(["-c", r#"cat >"$1" && chmod 755 "$1""#, "sh"])
-        .arg(path)
-        .stdin(Stdio::piped())
-        .spawn()
-        .unwrap();
-    writer.stdin.take().unwrap().write_all(contents.as_ref()).unwrap();
-    assert!(writer.wait().unwrap().success(), "writing {}", path.display());
-}
+/// Writes an executable file without this process holding it open for writing (the testkit says
+/// why: "Text file busy").
+pub use testkit::process::write_executable;

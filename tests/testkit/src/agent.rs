@@ -43,12 +43,7 @@ impl Agent {
         extra: &[&str],
     ) -> Agent {
         let (mut command, log) = installer(netns, api, dir);
-        command
-            .arg("--agent")
-            .arg(format!("--node-name={NODE_NAME}"))
-            .arg(format!("--agent-socket={}", socket.display()))
-            .arg(format!("--agent-metrics-address=127.0.0.1:{metrics_port}"))
-            .args(extra);
+        command.arg("--agent").args(agent_flags(socket, metrics_port)).args(extra);
         let child = command.spawn().expect("the agent starts");
         Agent { child, node_netns: netns.path(), metrics_port, log }
     }
@@ -68,11 +63,9 @@ impl Agent {
             .args(["netns", "exec", &netns.name])
             .arg(yh_genie_binary())
             .arg("agent")
-            .arg(format!("--node-name={NODE_NAME}"))
             .arg(format!("--api-server={}", api.url()))
             .arg(format!("--sa-dir={}", sa.display()))
-            .arg(format!("--agent-socket={}", socket.display()))
-            .arg(format!("--agent-metrics-address=127.0.0.1:{metrics_port}"))
+            .args(agent_flags(socket, metrics_port))
             .args(extra)
             .env_clear()
             .env("PATH", std::env::var_os("PATH").unwrap_or_default())
@@ -209,4 +202,13 @@ impl Drop for Agent {
         let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(self.pid()), nix::sys::signal::Signal::SIGCONT);
         self.kill();
     }
+}
+
+/// The agent's flags as the tests run it: this node, its socket, its metrics port.
+fn agent_flags(socket: &Path, metrics_port: u16) -> [String; 3] {
+    [
+        format!("--node-name={NODE_NAME}"),
+        format!("--agent-socket={}", socket.display()),
+        format!("--agent-metrics-address=127.0.0.1:{metrics_port}"),
+    ]
 }

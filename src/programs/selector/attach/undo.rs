@@ -167,15 +167,20 @@ mod tests {
         record
     }
 
+    /// The records of a node whose data and volatile directories are under `dir`.
+    fn store_in(dir: &std::path::Path) -> RecordStore {
+        RecordStore::new(
+            &dir.join("data"),
+            &crate::node::paths::NodePaths::with_lock_dir(Some(dir.join("run/attachments"))),
+        )
+    }
+
     /// Network `one` attached on eth0 (its plugin `first`), then network `two` on net1 failing in
     /// its second plugin: what undoing DELs, in order, and whether the records are left.
     fn undo_after_a_failed_second_network(first: &str) -> (Vec<String>, bool) {
         let dir = tempfile::tempdir().unwrap();
         plugins(dir.path());
-        let store = RecordStore::new(
-            &dir.path().join("data"),
-            &crate::node::paths::NodePaths::with_lock_dir(Some(dir.path().join("run/attachments"))),
-        );
+        let store = store_in(dir.path());
         let call = invocation(Command::Add, dir.path());
         let mut undo = UndoLog::new(&store, &call.container_id);
         let (one, two) = (recorded(&store, &call, "eth0", "one"), recorded(&store, &call, "net1", "two"));
@@ -209,10 +214,7 @@ mod tests {
     fn kept_networks_are_not_undone() {
         let dir = tempfile::tempdir().unwrap();
         plugins(dir.path());
-        let store = RecordStore::new(
-            &dir.path().join("data"),
-            &crate::node::paths::NodePaths::with_lock_dir(Some(dir.path().join("run/attachments"))),
-        );
+        let store = store_in(dir.path());
         let call = invocation(Command::Add, dir.path());
         let mut undo = UndoLog::new(&store, &call.container_id);
         let record = recorded(&store, &call, "eth0", "one");

@@ -20,7 +20,7 @@ use crate::programs::selector::attach::{self, FailedChain, Found, Record, Record
 use crate::programs::selector::choose::Attachment;
 use crate::programs::selector::config::{NetworkStatus, SelectorConfig};
 use crate::programs::selector::lookup;
-use crate::programs::selector::report::network_status;
+use crate::programs::selector::report::{events, network_status};
 use std::collections::BTreeMap;
 
 /// Make the attachments of the pod `request` names match its networks annotation.
@@ -225,14 +225,7 @@ fn forget_further_result(store: &RecordStore, owner: &Record, ifname: &str) -> R
 
 /// `Add net1 [10.1.2.3/24] from web/lan`, as Multus words its `AddedInterface` events.
 fn message(verb: &str, record: &Record, result: &CniResult) -> String {
-    let own = result.interfaces.iter().position(|i| i.name == record.ifname && i.sandbox.is_some());
-    let ips: Vec<String> = result
-        .ips
-        .iter()
-        .filter(|ip| ip.interface.is_none() || ip.interface == own)
-        .map(|ip| ip.address.to_string())
-        .collect();
-    format!("{verb} {} [{}] from {}", record.ifname, ips.join(" "), status_name(record))
+    events::message(verb, &record.ifname, result, &status_name(record))
 }
 
 /// The network as network-status names it: a NAD's `namespace/name`, else the network's name.

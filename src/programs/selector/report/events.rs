@@ -17,6 +17,12 @@ pub fn messages(attached: &[Attached]) -> Vec<String> {
 
 fn added_interface(network: &str, source: Option<&Source>, ifname: &str, result: &CniResult) -> String {
     let entry = network_status::entries(network, source, ifname, result, false).remove(0);
+    message("Add", ifname, result, &entry.name)
+}
+
+/// `<verb> <ifname> [<its addresses>] from <network>`, as Multus words its interface events: the
+/// addresses of the result that are the pod's interface's own, or of no interface in particular.
+pub fn message(verb: &str, ifname: &str, result: &CniResult, network: &str) -> String {
     let own = result.interfaces.iter().position(|i| i.name == ifname && i.sandbox.is_some());
     let ips: Vec<String> = result
         .ips
@@ -24,7 +30,7 @@ fn added_interface(network: &str, source: Option<&Source>, ifname: &str, result:
         .filter(|ip| ip.interface.is_none() || ip.interface == own)
         .map(|ip| ip.address.to_string())
         .collect();
-    format!("Add {ifname} [{}] from {}", ips.join(" "), entry.name)
+    format!("{verb} {ifname} [{}] from {network}", ips.join(" "))
 }
 
 #[cfg(test)]
