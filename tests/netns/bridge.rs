@@ -201,6 +201,7 @@ fn routes(ns: &Netns, family: &str) -> Value {
 
 /// What the pod sees: its links, global addresses, routes of both families, and the sysctls set on its interface.
 fn pod_view(pod: &Netns) -> Value {
+    wait_for_carrier(pod);
     let links: Vec<Value> = json_of(pod, "ip -j -d link show").as_array().unwrap().iter().map(link_view).collect();
     let addrs: Vec<Value> = json_of(pod, "ip -j addr show")
         .as_array()
@@ -214,6 +215,19 @@ fn pod_view(pod: &Netns) -> Value {
         "arp_notify": sysctl(pod, "net/ipv4/conf/eth0/arp_notify"),
         "disable_ipv6": sysctl(pod, "net/ipv6/conf/eth0/disable_ipv6"),
     })
+}
+
+/// The kernel applies a link's carrier to its operational state in the background (linkwatch, up
+/// to a second later): wait (boundedly) until the pod's eth0 shows the carrier both plugins gave it,
+/// so that the views compare the plugins' doing, not the kernel's pace.
+fn wait_for_carrier(pod: &Netns) {
+    for _ in 0..60 {
+        let eth0 = &json_of(pod, "ip -j link show dev eth0")[0];
+        if eth0["operstate"] != "DOWN" && !eth0["flags"].as_array().is_some_and(|f| f.contains(&json!("NO-CARRIER"))) {
+            return;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
 }
 
 /// What the node holds for the pod: the bridge (link, global addresses), the host veth as its port,
