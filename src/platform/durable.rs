@@ -318,7 +318,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn writes_whole_file_with_mode_and_leaves_no_temp() {
+    fn every_write_leaves_just_the_whole_new_file_with_its_mode() {
         let d = tempfile::tempdir().unwrap();
         let p = d.path().join("sub/dir/record");
         write_atomic(&p, b"one", 0o600).unwrap();
@@ -353,7 +353,7 @@ mod tests {
     }
 
     #[test]
-    fn symlink_replaces_a_file_and_leaves_no_temp() {
+    fn a_symlink_replaces_a_file_leaving_nothing_beside_it() {
         let d = tempfile::tempdir().unwrap();
         let p = d.path().join("name");
         fs::write(&p, b"old").unwrap();
@@ -444,16 +444,27 @@ mod tests {
         assert!(fs::symlink_metadata(&live).is_ok(), "a live maker's temp link is gone");
     }
 
+    /// Two records in one directory, each holding its own name.
+    fn two_records(dir: &Path) -> Vec<(PathBuf, Vec<u8>)> {
+        ["c1:eth0", "c1:net1"].iter().map(|n| (dir.join("records").join(n), n.as_bytes().to_vec())).collect()
+    }
+
     #[test]
-    fn several_files_written_and_removed_together() {
+    fn several_files_are_written_together() {
         let d = tempfile::tempdir().unwrap();
-        let files: Vec<(PathBuf, Vec<u8>)> =
-            ["c1:eth0", "c1:net1"].iter().map(|n| (d.path().join("records").join(n), n.as_bytes().to_vec())).collect();
+        let files = two_records(d.path());
         write_atomic_all(&files, 0o600).unwrap();
         for (path, bytes) in &files {
             assert_eq!(&fs::read(path).unwrap(), bytes);
             assert_eq!(fs::metadata(path).unwrap().permissions().mode() & 0o777, 0o600);
         }
+    }
+
+    #[test]
+    fn several_files_are_removed_together_with_a_dead_writers_temp() {
+        let d = tempfile::tempdir().unwrap();
+        let files = two_records(d.path());
+        write_atomic_all(&files, 0o600).unwrap();
         let dead = d.path().join(format!("records/.c1:net1.tmp-{}-0123456789ab", dead_pid()));
         fs::write(&dead, b"half").unwrap();
         assert_eq!(fs::read_dir(d.path().join("records")).unwrap().count(), 3);
@@ -461,12 +472,17 @@ mod tests {
         remove_all_durably(&paths).unwrap();
         assert_eq!(fs::read_dir(d.path().join("records")).unwrap().count(), 0, "the dead writer's temp file too");
         remove_all_durably(&paths).unwrap();
+    }
+
+    #[test]
+    fn files_written_together_must_share_one_directory() {
+        let d = tempfile::tempdir().unwrap();
         let elsewhere = vec![(d.path().join("a/x"), vec![]), (d.path().join("b/y"), vec![])];
         assert_eq!(write_atomic_all(&elsewhere, 0o600).unwrap_err().kind(), io::ErrorKind::InvalidInput);
     }
 
     #[test]
-    fn a_staged_write_leaves_no_temp_beside_the_file_and_abandoned_temps_are_swept() {
+    fn a_staged_write_leaves_no_temp_beside_the_file() {
         let d = tempfile::tempdir().unwrap();
         let (watched, staging) = (d.path().join("net.d"), d.path().join("net.d/yh-genie.d"));
         fs::create_dir_all(&watched).unwrap();
@@ -479,6 +495,13 @@ mod tests {
         names.sort();
         assert_eq!(names, ["00-a.conflist", "yh-genie.d"]);
         assert_eq!(fs::read_dir(&staging).unwrap().count(), 0);
+    }
+
+    #[test]
+    fn only_the_temps_of_dead_writers_are_swept() {
+        let d = tempfile::tempdir().unwrap();
+        let staging = d.path().join("net.d/yh-genie.d");
+        fs::create_dir_all(&staging).unwrap();
         let dead = format!(".00-a.conflist.tmp-{}-0123456789ab", dead_pid());
         let live = format!(".00-a.conflist.tmp-{}-0123456789ab", std::process::id());
         for name in [&dead, &live, &"kubeconfig".to_string(), &".x.tmp-1-zz".to_string()] {

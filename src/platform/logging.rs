@@ -222,21 +222,29 @@ mod tests {
     }
 
     #[test]
-    fn camel_case_keys_and_bad_values_fall_back() {
+    fn camel_case_log_keys_are_read() {
         let c = LogConfig::from_keys(&conf(json!({"logLevel": "debug", "logFile": "/tmp/x.log", "logMaxSizeMB": 2})));
         assert_eq!(
             (c.level, c.file.as_deref(), c.max_size_bytes),
             (Level::DEBUG, Some(Path::new("/tmp/x.log")), 2 << 20)
         );
+    }
+
+    #[test]
+    fn bad_camel_case_log_values_fall_back_to_the_defaults() {
         let c = LogConfig::from_keys(&conf(json!({"logLevel": 5, "logMaxSizeMB": -1, "logFile": ""})));
         assert_eq!(c, LogConfig::default());
     }
 
     #[test]
-    fn log_options_defaults_overrides_and_strictness() {
+    fn without_log_options_a_plugin_logs_debug_to_the_meta_plugins_dir() {
         let d = LogConfig::from_log_options_or_defaults("router", &Map::new());
         assert_eq!(d.file.as_deref(), Some(Path::new("/var/log/meta-plugins/router.log")));
         assert_eq!(d.level, Level::DEBUG);
+    }
+
+    #[test]
+    fn log_options_override_the_defaults() {
         let o = LogConfig::from_log_options(
             "veth",
             Some(&json!({"log_level": "Info", "log_file": "/tmp/v.log", "log_max_size": 1, "log_max_age": 2, "log_max_count": 3})),
@@ -246,6 +254,10 @@ mod tests {
             (o.level, o.max_size_bytes, o.max_age, o.max_files),
             (Level::INFO, 1 << 20, Some(Duration::from_secs(2 * 86_400)), 3)
         );
+    }
+
+    #[test]
+    fn bad_log_options_are_refused() {
         for bad in [
             json!({"log_level": "loud"}),
             json!({"log_file": "rel.log"}),
@@ -255,6 +267,10 @@ mod tests {
         ] {
             assert!(LogConfig::from_log_options("veth", Some(&bad)).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn the_operation_log_takes_the_defaults_for_bad_log_options() {
         // Lenient for the operation log: a bad value is the default, not an error.
         assert_eq!(
             LogConfig::from_log_options_or_defaults("veth", &conf(json!({"log_options": {"log_level": "loud"}}))),
@@ -263,7 +279,7 @@ mod tests {
     }
 
     #[test]
-    fn rotates_when_too_big_and_keeps_at_most_n() {
+    fn a_full_log_rotates_into_at_most_n_numbered_files() {
         let d = tempfile::tempdir().unwrap();
         let p = d.path().join("logs/op.log");
         for round in 0..5u8 {

@@ -116,29 +116,45 @@ mod tests {
         (dir, path, server)
     }
 
+    /// A deadline 200 ms from now.
+    fn soon() -> Instant {
+        Instant::now() + Duration::from_millis(200)
+    }
+
     #[test]
-    fn answers_and_every_way_of_not_answering() {
-        let soon = || Instant::now() + Duration::from_millis(200);
+    fn the_agents_answer_is_returned() {
         let (_dir, path, server) = serve_once(b"{\"version\":1,\"answer\":\"unknown\",\"why\":\"not seen\"}\n");
         assert_eq!(exchange(&path, &ask(), soon()).unwrap(), Answer::Unknown { why: "not seen".into() });
         server.join().unwrap();
+    }
 
+    #[test]
+    fn without_an_agent_the_error_says_whether_its_socket_exists() {
         let dir = tempfile::tempdir().unwrap();
         let missing = dir.path().join("none.sock");
         assert!(exchange(&missing, &ask(), soon()).unwrap_err().contains("there is no agent socket"));
         drop(UnixListener::bind(&missing).unwrap());
         assert!(exchange(&missing, &ask(), soon()).unwrap_err().contains("no agent is listening"));
+    }
 
+    #[test]
+    fn a_half_written_answer_fails_at_the_deadline() {
         let (_dir, path, server) = serve_once(b"{\"version\":1,\"answer\":\"acc");
         let started = Instant::now();
         assert!(exchange(&path, &ask(), soon()).unwrap_err().contains("no answer from the agent in time"));
         assert!(started.elapsed() < Duration::from_millis(290), "the deadline holds: {:?}", started.elapsed());
         server.join().unwrap();
+    }
 
+    #[test]
+    fn an_answer_of_another_protocol_version_is_refused() {
         let (_dir, path, server) = serve_once(b"{\"version\":7,\"answer\":\"accepted\"}\n");
         assert!(exchange(&path, &ask(), soon()).unwrap_err().contains("protocol version 7"));
         server.join().unwrap();
+    }
 
+    #[test]
+    fn an_agent_that_never_accepts_fails_at_the_deadline() {
         // Listening, never accepting: the connect succeeds (backlog), the answer never comes.
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("stuck.sock");

@@ -201,7 +201,7 @@ mod tests {
     use serde_json::json;
 
     #[test]
-    fn requests_and_replies_round_trip_as_one_line() {
+    fn a_request_round_trips_as_one_json_line() {
         let ask = Request::new(Ask::Selection {
             namespace: "default".into(),
             name: "web-0".into(),
@@ -215,6 +215,10 @@ mod tests {
             json!({"version": 1, "ask": "selection", "namespace": "default", "name": "web-0", "uid": "u1", "waitMs": 1000})
         );
         assert_eq!(Request::parse(&line).unwrap(), ask);
+    }
+
+    #[test]
+    fn a_reply_round_trips_through_its_line() {
         let pod: Pod = serde_json::from_value(json!({"metadata": {"name": "web-0", "uid": "u1"}})).unwrap();
         let reply = Reply::new(Answer::Objects(Box::new(PodObjects {
             pod,

@@ -84,17 +84,26 @@ mod tests {
     }
 
     #[test]
-    fn empty_and_trailing_segments_and_equals_in_value() {
+    fn empty_segments_are_skipped() {
         let a = CniArgs::parse(";A=1;;B=x=y;").unwrap();
         assert_eq!(a.get("A"), Some("1"));
-        assert_eq!(a.get("B"), Some("x=y"));
         assert_eq!(a.to_env_string(), "A=1;B=x=y");
         assert_eq!(CniArgs::parse("").unwrap(), CniArgs::default());
     }
 
     #[test]
-    fn pod_needs_both_keys_and_empty_values_count_as_missing() {
+    fn a_value_keeps_every_equals_sign_after_the_key() {
+        let a = CniArgs::parse(";A=1;;B=x=y;").unwrap();
+        assert_eq!(a.get("B"), Some("x=y"));
+    }
+
+    #[test]
+    fn a_pod_needs_its_namespace_key_as_well_as_its_name() {
         assert_eq!(CniArgs::parse("K8S_POD_NAME=a").unwrap().pod(), None);
+    }
+
+    #[test]
+    fn an_empty_pod_key_counts_as_missing() {
         assert_eq!(CniArgs::parse("K8S_POD_NAMESPACE=;K8S_POD_NAME=a").unwrap().pod(), None);
     }
 

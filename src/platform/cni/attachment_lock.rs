@@ -312,7 +312,7 @@ pub(crate) mod tests {
     }
 
     #[test]
-    fn killing_the_holders_spares_this_process_and_its_ancestors() {
+    fn killing_the_holders_kills_only_the_other_holders() {
         let _serial = serial();
         let dir = tempfile::tempdir().unwrap();
         let mine = locked_quietly(dir.path());
@@ -321,12 +321,16 @@ pub(crate) mod tests {
         assert_eq!(kill_holders(&path), [helper.id() as i32], "only the other holder");
         assert_eq!(std::os::unix::process::ExitStatusExt::signal(&helper.wait().unwrap()), Some(9));
         assert!(mine.metadata().is_ok(), "this process still has it open");
+    }
+
+    #[test]
+    fn the_ancestry_spared_from_killing_starts_with_this_process_then_its_parent() {
         let line = ancestry();
         assert_eq!(line[..2], [std::process::id(), std::os::unix::process::parent_id()]);
     }
 
     #[test]
-    fn del_removes_the_file_and_a_waiter_locks_the_new_one() {
+    fn a_waiter_on_the_file_del_removed_locks_a_new_file() {
         let _serial = serial();
         let dir = tempfile::tempdir().unwrap();
         let lock = acquire(dir.path(), "c1", "eth0", WAIT).unwrap();

@@ -227,11 +227,15 @@ mod tests {
     use serde_json::json;
 
     #[test]
-    fn plugin_conf_keeps_unknown_keys_and_checks_basics() {
+    fn plugin_conf_keeps_unknown_keys() {
         let c =
             PluginConf::parse(br#"{"cniVersion":"0.3.1","name":"n","type":"yonghui","futureKey":{"a":1}}"#).unwrap();
         assert_eq!(c.cni_version, CniVersion::V0_3_1);
         assert_eq!(c.raw["futureKey"], json!({"a":1}));
+    }
+
+    #[test]
+    fn a_malformed_plugin_conf_is_refused_with_its_cni_error_code() {
         assert_eq!(PluginConf::parse(b"[1]").unwrap_err().code, 6);
         assert_eq!(PluginConf::parse(b"{nope").unwrap_err().code, 6);
         assert_eq!(PluginConf::parse(br#"{"cniVersion":"1.0.0","type":5}"#).unwrap_err().code, 7);
@@ -248,13 +252,17 @@ mod tests {
     }
 
     #[test]
-    fn no_version_or_an_empty_one_is_0_1_0_and_not_declared() {
+    fn a_missing_or_empty_version_reads_as_an_undeclared_0_1_0() {
         for conf in [&br#"{"type":"x"}"#[..], br#"{"cniVersion":"","type":"x"}"#] {
             let c = PluginConf::parse(conf).unwrap();
             assert_eq!((c.cni_version, c.declared_version()), (CniVersion::V0_1_0, None));
         }
         let c = PluginConf::parse(br#"{"cniVersion":"0.1.0","type":"x"}"#).unwrap();
         assert_eq!(c.declared_version(), Some(CniVersion::V0_1_0));
+    }
+
+    #[test]
+    fn a_version_that_is_not_a_string_is_invalid_config() {
         assert_eq!(PluginConf::parse(br#"{"cniVersion":2,"type":"x"}"#).unwrap_err().code, 7);
     }
 
@@ -275,12 +283,16 @@ mod tests {
     }
 
     #[test]
-    fn conf_and_conflist_shapes() {
+    fn a_single_conf_is_a_list_of_one_plugin() {
         let single =
             ConfList::parse(br#"{"cniVersion":"0.4.0","name":"a","type":"bridge","bridge":"b0"}"#, false, "a.conf")
                 .unwrap();
         assert_eq!(single.plugins.len(), 1);
         assert_eq!(single.plugin_type(0), "bridge");
+    }
+
+    #[test]
+    fn a_conflist_plugin_gets_the_lists_version_with_its_name_on_stdin() {
         let list = ConfList::parse(
             br#"{"cniVersion":"1.0.0","name":"b","plugins":[{"type":"macvlan"},{"type":"veth","x":1}]}"#,
             true,

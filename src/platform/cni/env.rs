@@ -161,7 +161,7 @@ mod tests {
     }
 
     #[test]
-    fn add_needs_everything_and_names_what_is_missing() {
+    fn add_without_required_variables_names_each_missing_one() {
         let e = env(&[("CNI_COMMAND", "ADD"), ("CNI_IFNAME", "eth0")]).unwrap_err();
         assert_eq!(e.code, 4);
         assert_eq!(e.msg, "required env variables [CNI_CONTAINERID,CNI_NETNS,CNI_PATH] missing");
@@ -177,20 +177,28 @@ mod tests {
     }
 
     #[test]
-    fn version_needs_nothing_and_unknown_command_is_refused() {
+    fn version_needs_no_other_variable() {
         assert_eq!(env(&[("CNI_COMMAND", "VERSION")]).unwrap().command, Command::Version);
+    }
+
+    #[test]
+    fn an_unknown_or_missing_command_is_refused() {
         assert_eq!(env(&[("CNI_COMMAND", "BOGUS")]).unwrap_err().code, 4);
         assert_eq!(env(&[]).unwrap_err().code, 4);
     }
 
     #[test]
-    fn container_id_and_ifname_are_validated() {
+    fn a_malformed_container_id_is_refused() {
         let base = [("CNI_COMMAND", "DEL"), ("CNI_PATH", "/x"), ("CNI_IFNAME", "eth0")];
         for bad in ["-abc", "a b", "a/b", "_x"] {
             let mut e = base.to_vec();
             e.push(("CNI_CONTAINERID", bad));
             assert_eq!(env(&e).unwrap_err().code, 4, "{bad}");
         }
+    }
+
+    #[test]
+    fn a_malformed_ifname_is_refused() {
         assert!(validate_ifname("eth0").is_ok());
         assert!(validate_ifname("a-very-long-name").is_err());
         assert!(validate_ifname("..").is_err());

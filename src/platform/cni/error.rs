@@ -137,7 +137,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn json_has_spec_fields_and_omits_empty_details() {
+    fn error_json_holds_the_spec_fields_that_are_not_empty() {
         let e = CniError::invalid_config("bad mtu");
         assert_eq!(e.to_json("1.0.0"), serde_json::json!({"cniVersion":"1.0.0","code":7,"msg":"bad mtu"}));
         let e = CniError::io("cannot read").with_details("/run/x: ENOENT");
@@ -146,9 +146,13 @@ mod tests {
     }
 
     #[test]
-    fn parses_delegate_error_output_and_rejects_other_text() {
+    fn a_delegates_error_json_is_read_back() {
         let e = CniError::from_plugin_output(br#"{"code":11,"msg":"later","details":"d"}"#).unwrap();
         assert_eq!((e.code, e.msg.as_str(), e.details.as_str()), (11, "later", "d"));
+    }
+
+    #[test]
+    fn delegate_output_that_is_not_error_json_is_not_taken_for_an_error() {
         assert!(CniError::from_plugin_output(b"panic: oops").is_none());
         assert!(CniError::from_plugin_output(br#"{"msg":"no code"}"#).is_none());
     }
@@ -171,7 +175,7 @@ mod tests {
     }
 
     #[test]
-    fn context_prefixes_message_and_keeps_code() {
+    fn context_prefixes_the_message_keeping_the_code() {
         let e = CniError::decode("eof").context("parsing prevResult");
         assert_eq!((e.code, e.msg.as_str()), (6, "parsing prevResult: eof"));
     }

@@ -134,7 +134,7 @@ mod tests {
     }
 
     #[test]
-    fn passes_env_and_stdin_and_returns_stdout() {
+    fn a_plugin_is_called_through_env_with_stdin_returning_its_stdout() {
         let d = tempfile::tempdir().unwrap();
         let p = script(
             d.path(),
@@ -173,12 +173,17 @@ mod tests {
     }
 
     #[test]
-    fn garbage_failure_and_timeout_are_code_101() {
+    fn a_plugin_failing_without_error_json_is_code_101_with_its_output() {
         let d = tempfile::tempdir().unwrap();
         let p = script(d.path(), "crasher", "echo boom; exit 3");
         let e = rt().block_on(exec_plugin(&p, Command::Add, &inv(), b"{}", DEFAULT_TIMEOUT)).unwrap_err();
         assert_eq!(e.code, 101);
         assert!(e.details.contains("boom"));
+    }
+
+    #[test]
+    fn a_plugin_that_times_out_is_code_101() {
+        let d = tempfile::tempdir().unwrap();
         let p = script(d.path(), "sleeper", "exec sleep 30");
         let e = rt().block_on(exec_plugin(&p, Command::Add, &inv(), b"{}", Duration::from_millis(200))).unwrap_err();
         assert_eq!(e.code, 101);
@@ -195,14 +200,24 @@ mod tests {
     }
 
     #[test]
-    fn find_plugin_searches_in_order_and_names_the_path() {
+    fn find_plugin_takes_the_first_executable_in_path_order() {
         let a = tempfile::tempdir().unwrap();
         let b = tempfile::tempdir().unwrap();
         let want = script(b.path(), "p", "true");
         std::fs::write(a.path().join("p"), "not executable").unwrap();
         assert_eq!(find_plugin("p", &[a.path().into(), b.path().into()]).unwrap(), want);
+    }
+
+    #[test]
+    fn a_plugin_not_found_is_named_with_the_path_searched() {
+        let a = tempfile::tempdir().unwrap();
         let e = find_plugin("nope", &[a.path().into()]).unwrap_err();
         assert!(e.msg.contains("nope") && e.msg.contains(&a.path().display().to_string()));
+    }
+
+    #[test]
+    fn a_plugin_type_with_a_path_in_it_is_refused() {
+        let a = tempfile::tempdir().unwrap();
         assert_eq!(find_plugin("../etc/passwd", &[a.path().into()]).unwrap_err().code, 7);
     }
 }

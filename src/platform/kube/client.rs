@@ -377,10 +377,14 @@ mod tests {
     }
 
     #[test]
-    fn server_trouble_is_transient_and_refusals_are_final() {
+    fn server_trouble_is_transient() {
         for code in [408, 429, 500, 502, 503, 504] {
             assert!(matches!(classify(&api_error(code, "busy")), Failure::Transient(_)), "{code}");
         }
+    }
+
+    #[test]
+    fn refusals_are_final() {
         for code in [400, 401, 403, 410] {
             assert_eq!(
                 classify(&api_error(code, "no")),
@@ -388,23 +392,27 @@ mod tests {
                 "{code}"
             );
         }
-        // A 404 names the object that is not there; one that names none is a kind not served.
+        // A 404 names the object that is not there.
         let mut missing = Status::failure("pods \"web\" not found", "NotFound").with_code(404);
         missing.details = Some(serde_json::from_value(serde_json::json!({"name": "web", "kind": "pods"})).unwrap());
         assert_eq!(
             classify(&::kube::Error::Api(missing.boxed())),
             Failure::Refused { status: Some(404), text: "pods \"web\" not found".into() }
         );
-        assert_eq!(
-            classify(&api_error(404, "the server could not find the requested resource")),
-            Failure::NotServed("404 the server could not find the requested resource".into())
-        );
         let bad_object = serde_json::from_str::<Pod>("[1]").unwrap_err();
         assert!(matches!(classify(&::kube::Error::SerdeError(bad_object)), Failure::Refused { status: None, .. }));
     }
 
     #[test]
-    fn jitter_stays_between_half_and_whole() {
+    fn a_404_that_names_no_object_is_a_kind_not_served() {
+        assert_eq!(
+            classify(&api_error(404, "the server could not find the requested resource")),
+            Failure::NotServed("404 the server could not find the requested resource".into())
+        );
+    }
+
+    #[test]
+    fn jitter_stays_in_the_upper_half_of_the_delay() {
         for _ in 0..200 {
             let d = jittered(Duration::from_millis(1000));
             assert!(d >= Duration::from_millis(500) && d < Duration::from_millis(1000), "{d:?}");

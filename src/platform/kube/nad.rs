@@ -69,7 +69,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn parses_as_the_api_server_sends_it_and_knows_its_url() {
+    fn parses_as_the_api_server_sends_it() {
         let nad: NetworkAttachmentDefinition = serde_json::from_value(serde_json::json!({
             "apiVersion": "k8s.cni.cncf.io/v1", "kind": "NetworkAttachmentDefinition",
             "metadata": {"name": "lan", "namespace": "web"},
@@ -84,6 +84,10 @@ mod tests {
         let no_spec: NetworkAttachmentDefinition =
             serde_json::from_value(serde_json::json!({"metadata": {"name": "lan"}})).unwrap();
         assert_eq!(no_spec.inline_config(), None);
+    }
+
+    #[test]
+    fn its_url_is_namespaced_under_the_multus_api_group() {
         let url = <NetworkAttachmentDefinition as ::kube::Resource>::url_path(&(), Some("web"));
         assert_eq!(url, "/apis/k8s.cni.cncf.io/v1/namespaces/web/network-attachment-definitions");
     }

@@ -86,20 +86,34 @@ mod tests {
     use super::*;
     use netlink_packet_route::AddressFamily;
 
-    #[test]
-    fn v4_prefers_local_and_v6_uses_address() {
+    /// An address message on interface 4 with `attributes`, the family left IPv4 as the kernel's
+    /// header is read only for its prefix length, scope and index.
+    fn message(prefix_len: u8, scope: AddressScope, attributes: Vec<AddressAttribute>) -> AddressMessage {
         let mut m = AddressMessage::default();
         m.header.family = AddressFamily::Inet;
-        m.header.prefix_len = 24;
+        m.header.prefix_len = prefix_len;
         m.header.index = 4;
-        m.attributes = vec![
-            AddressAttribute::Address("10.0.0.9".parse().unwrap()),
-            AddressAttribute::Local("10.0.0.2".parse().unwrap()),
-        ];
+        m.header.scope = scope;
+        m.attributes = attributes;
+        m
+    }
+
+    #[test]
+    fn an_ipv4_address_is_its_local_attribute_not_the_peer() {
+        let m = message(
+            24,
+            AddressScope::default(),
+            vec![
+                AddressAttribute::Address("10.0.0.9".parse().unwrap()),
+                AddressAttribute::Local("10.0.0.2".parse().unwrap()),
+            ],
+        );
         assert_eq!(Address::from_message(&m).unwrap().net.to_string(), "10.0.0.2/24");
-        m.header.prefix_len = 64;
-        m.header.scope = AddressScope::Link;
-        m.attributes = vec![AddressAttribute::Address("fe80::1".parse().unwrap())];
+    }
+
+    #[test]
+    fn an_ipv6_address_is_its_address_attribute() {
+        let mut m = message(64, AddressScope::Link, vec![AddressAttribute::Address("fe80::1".parse().unwrap())]);
         let a = Address::from_message(&m).unwrap();
         assert_eq!((a.net.to_string().as_str(), a.is_link_local()), ("fe80::1/64", true));
         m.attributes.clear();

@@ -329,11 +329,20 @@ mod tests {
     use super::*;
 
     #[test]
-    fn mac_parses_and_prints() {
+    fn a_mac_parses_with_colons_or_dashes_in_either_case() {
         let m: MacAddr = "0A:58:0a:f4:01:02".parse().unwrap();
         assert_eq!(m.0, [0x0a, 0x58, 0x0a, 0xf4, 0x01, 0x02]);
-        assert_eq!(m.to_string(), "0a:58:0a:f4:01:02");
         assert_eq!("0a-58-0a-f4-01-02".parse::<MacAddr>().unwrap(), m);
+    }
+
+    #[test]
+    fn a_mac_prints_in_lower_case_with_colons() {
+        let m: MacAddr = "0A:58:0a:f4:01:02".parse().unwrap();
+        assert_eq!(m.to_string(), "0a:58:0a:f4:01:02");
+    }
+
+    #[test]
+    fn a_malformed_mac_is_refused() {
         for bad in ["", "0a:58:0a:f4:01", "0a:58:0a:f4:01:02:03", "0a:58:0a:f4:01:zz", "a:58:0a:f4:01:002"] {
             assert!(bad.parse::<MacAddr>().is_err(), "{bad}");
         }

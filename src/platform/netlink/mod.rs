@@ -175,24 +175,40 @@ mod tests {
     }
 
     #[test]
-    fn errors_are_classified_and_described() {
+    fn a_kernel_error_gets_its_cni_code_with_what_was_being_done() {
         let e = kernel_err("creating bridge cni0")(kernel_error(libc_errno::EEXIST));
         assert_eq!(e.code, code::ALREADY_EXISTS);
         assert!(e.msg.starts_with("creating bridge cni0: File exists"), "{e}");
         let e = kernel_err("x")(kernel_error(libc_errno::EPERM));
         assert_eq!(e.code, code::KERNEL);
+    }
+
+    #[test]
+    fn a_missing_device_counts_as_not_found() {
         assert!(is_not_found(&kernel_error(libc_errno::ENODEV)));
         assert!(!is_not_found(&kernel_error(libc_errno::EPERM)));
+    }
+
+    #[test]
+    fn ok_if_gone_forgives_only_what_is_not_found() {
         assert!(ok_if_gone(Err(kernel_error(libc_errno::ENOENT)), "x").is_ok());
         assert_eq!(ok_if_gone(Err(kernel_error(libc_errno::EPERM)), "x").unwrap_err().code, code::KERNEL);
     }
 
     #[test]
-    fn families_and_default_routes() {
+    fn an_address_knows_its_family() {
         assert_eq!(IpFamily::of("10.0.0.1".parse().unwrap()), IpFamily::V4);
         assert_eq!(IpFamily::of_net(&"fd00::1/64".parse().unwrap()), IpFamily::V6);
+    }
+
+    #[test]
+    fn each_family_has_its_default_route() {
         assert_eq!(IpFamily::V4.default_route().to_string(), "0.0.0.0/0");
         assert_eq!(IpFamily::V6.default_route().to_string(), "::/0");
+    }
+
+    #[test]
+    fn distinct_families_keep_the_order_first_seen() {
         let nets: Vec<IpNetwork> =
             ["fd00::1/64", "10.0.0.1/8", "fd01::1/64"].iter().map(|n| n.parse().unwrap()).collect();
         assert_eq!(IpFamily::distinct(&nets), [IpFamily::V6, IpFamily::V4]);

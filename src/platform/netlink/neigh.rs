@@ -76,21 +76,31 @@ impl Netlink {
 mod tests {
     use super::*;
 
-    #[test]
-    fn parses_entries_and_skips_non_ip_ones() {
+    /// A permanent neighbour entry on interface 5 with `attributes`.
+    fn entry(attributes: Vec<NeighbourAttribute>) -> NeighbourMessage {
         let mut m = NeighbourMessage::default();
         m.header.ifindex = 5;
         m.header.state = NeighbourState::Permanent;
-        m.attributes = vec![
+        m.attributes = attributes;
+        m
+    }
+
+    #[test]
+    fn a_neighbour_entry_reads_as_its_ip_with_its_mac() {
+        let m = entry(vec![
             NeighbourAttribute::Destination(NeighbourAddress::Inet("169.254.1.1".parse().unwrap())),
             NeighbourAttribute::LinkLayerAddress(vec![0xee; 6]),
-        ];
+        ]);
         let n = Neighbour::from_message(&m).unwrap();
         assert_eq!(
             n,
             Neighbour { index: 5, ip: "169.254.1.1".parse().unwrap(), mac: Some(MacAddr([0xee; 6])), permanent: true }
         );
-        m.attributes = vec![NeighbourAttribute::LinkLayerAddress(vec![0xee; 6])];
+    }
+
+    #[test]
+    fn a_neighbour_entry_without_an_ip_is_skipped() {
+        let m = entry(vec![NeighbourAttribute::LinkLayerAddress(vec![0xee; 6])]);
         assert!(Neighbour::from_message(&m).is_none());
     }
 }

@@ -123,16 +123,26 @@ mod tests {
     use super::*;
 
     #[test]
-    fn round_trips_and_big_tables_use_the_attribute() {
+    fn a_rule_round_trips_through_its_netlink_message() {
         for table in [200, 1000] {
             let r = Rule::from("10.244.1.5/32".parse().unwrap(), table).priority(1000);
-            let m = r.to_message().unwrap();
-            assert_eq!(Rule::from_message(&m).unwrap(), r);
-            assert_eq!(m.attributes.contains(&RuleAttribute::Table(table)), table > 255);
+            assert_eq!(Rule::from_message(&r.to_message().unwrap()).unwrap(), r);
         }
         let r = Rule::to("fd00::/64".parse().unwrap(), 200);
         assert_eq!(Rule::from_message(&r.to_message().unwrap()).unwrap(), r);
-        assert_eq!(r.to_string(), "from all to fd00::/64 lookup 200");
+    }
+
+    #[test]
+    fn only_a_table_above_255_goes_in_the_table_attribute() {
+        for table in [200, 1000] {
+            let m = Rule::from("10.244.1.5/32".parse().unwrap(), table).priority(1000).to_message().unwrap();
+            assert_eq!(m.attributes.contains(&RuleAttribute::Table(table)), table > 255);
+        }
+    }
+
+    #[test]
+    fn a_rule_prints_as_ip_rule_shows_it() {
+        assert_eq!(Rule::to("fd00::/64".parse().unwrap(), 200).to_string(), "from all to fd00::/64 lookup 200");
     }
 
     #[test]

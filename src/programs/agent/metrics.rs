@@ -453,7 +453,7 @@ mod tests {
     }
 
     #[test]
-    fn renders_counters_and_a_cumulative_histogram() {
+    fn metrics_render_in_prometheus_text_format() {
         let m = Metrics::default();
         m.answered(Outcome::Hit, Duration::from_micros(80));
         m.answered(Outcome::HitAfterWait, Duration::from_millis(300));
@@ -497,8 +497,9 @@ mod tests {
         );
     }
 
-    #[test]
-    fn plugin_reports_become_histograms_per_network_and_outcome_with_bounded_labels() {
+    /// The metrics' text after five plugin reports on networks `lan` and "", and CHECKs on more
+    /// networks than are labelled, each named with a quote in it.
+    fn rendered_plugin_reports() -> String {
         let m = Metrics::default();
         let report = |command, network: &str, failure, seconds, selection, api_requests| OperationReport {
             version: VERSION,
@@ -519,9 +520,13 @@ mod tests {
         }
         m.malformed_report();
         let (store, sync) = (Store::new(AttachmentPolicy::default()), Sync::default());
-        let text = m.render(&snapshot(&store, &sync));
+        m.render(&snapshot(&store, &sync))
+    }
+
+    #[test]
+    fn plugin_reports_become_histograms_per_command_network_outcome() {
         lines(
-            &text,
+            &rendered_plugin_reports(),
             &[
                 "yh_genie_cni_operation_duration_seconds_bucket{command=\"ADD\",network=\"lan\",outcome=\"success\",le=\"0.005\"} 1",
                 "yh_genie_cni_operation_duration_seconds_bucket{command=\"ADD\",network=\"lan\",outcome=\"success\",le=\"0.025\"} 2",
@@ -533,9 +538,19 @@ mod tests {
                 "yh_genie_cni_api_requests_total{command=\"ADD\"} 2",
                 "yh_genie_cni_add_selections_total{source=\"agent\"} 3",
                 "yh_genie_cni_add_selections_total{source=\"api\"} 1",
+                "yh_genie_agent_malformed_reports_total 1",
+            ],
+        );
+    }
+
+    #[test]
+    fn network_labels_are_escaped_with_networks_past_the_first_64_counted_as_other() {
+        let text = rendered_plugin_reports();
+        lines(
+            &text,
+            &[
                 "yh_genie_cni_operation_duration_seconds_count{command=\"CHECK\",network=\"n\\\"0\",outcome=\"success\"} 1",
                 "yh_genie_cni_operation_duration_seconds_count{command=\"CHECK\",network=\"other\",outcome=\"success\"} 6",
-                "yh_genie_agent_malformed_reports_total 1",
             ],
         );
         let networks: BTreeSet<&str> = text
@@ -547,24 +562,40 @@ mod tests {
         assert_eq!(networks.len(), MAX_NETWORK_LABELS + 2, "{networks:?}");
     }
 
-    /// An operator finds every metric the agent serves in docs/agent.md, named as Prometheus
-    /// expects: counters end in `_total`, histograms carry their unit (`_seconds`), gauges are not
-    /// named like counters, and every sample belongs to a family announced with its type.
-    #[test]
-    fn every_family_is_documented_and_named_by_prometheus_conventions() {
-        let docs = include_str!("../../../docs/agent.md");
+    /// The metrics' text with nothing counted yet, and its families (name, type) from `# TYPE`.
+    fn families_served() -> (String, Vec<(String, String)>) {
         let (store, sync) = (Store::new(AttachmentPolicy::default()), Sync::default());
         let text = Metrics::default().render(&snapshot(&store, &sync));
-        let families: Vec<(&str, &str)> = text
+        let families = text
             .lines()
             .filter_map(|l| l.strip_prefix("# TYPE "))
             .map(|rest| rest.split_once(' ').expect("# TYPE name type"))
+            .map(|(name, kind)| (name.to_string(), kind.to_string()))
             .collect();
+        (text, families)
+    }
+
+    /// An operator finds every metric the agent serves in docs/agent.md.
+    #[test]
+    fn every_metric_family_is_documented() {
+        let docs = include_str!("../../../docs/agent.md");
+        let (text, families) = families_served();
+        assert!(families.len() >= 15, "{text}");
+        for (name, _) in &families {
+            assert!(docs.contains(&format!("`{name}")), "{name} is not documented in docs/agent.md");
+        }
+    }
+
+    /// Every metric is named as Prometheus expects: counters end in `_total`, histograms carry their
+    /// unit (`_seconds`), gauges are not named like counters, and every sample belongs to a family
+    /// announced with its type.
+    #[test]
+    fn every_metric_family_follows_prometheus_naming_conventions() {
+        let (text, families) = families_served();
         assert!(families.len() >= 15, "{text}");
         for (name, kind) in &families {
-            assert!(docs.contains(&format!("`{name}")), "{name} is not documented in docs/agent.md");
             assert!(name.starts_with("yh_genie_"), "{name}: the namespace prefix");
-            match *kind {
+            match kind.as_str() {
                 "counter" => assert!(name.ends_with("_total"), "counter {name} must end in _total"),
                 "histogram" => assert!(name.ends_with("_seconds"), "histogram {name} must name its unit"),
                 "gauge" => assert!(!name.ends_with("_total"), "gauge {name} named like a counter"),

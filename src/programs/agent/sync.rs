@@ -199,7 +199,7 @@ mod tests {
     use crate::platform::kube::ObjectKey;
 
     #[test]
-    fn synced_once_every_watch_listed_and_none_lost_since() {
+    fn a_kind_is_synced_once_each_of_its_watches_listed_with_none_lost_since() {
         let sync = Sync::default();
         sync.started(Watched::Pods);
         sync.confirmed(&Watched::Pods);

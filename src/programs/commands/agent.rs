@@ -155,17 +155,18 @@ mod tests {
         assert_eq!(o.default_network.waiting_for(), None, "no installer to wait for");
     }
 
+    /// What the installer's DaemonSet sets for the agent.
+    const INSTALLER_ENV: [(&str, &str); 5] = [
+        ("YH_GENIE_NODE_NAME", "worker-1"),
+        ("YH_GENIE_API_SERVER", "https://api:6443"),
+        ("YH_GENIE_AGENT_SOCKET", "/run/x/agent.sock"),
+        ("YH_GENIE_DYNAMIC_NETWORKS", "true"),
+        ("YH_GENIE_SELECTOR_CONFIG", "/etc/yh-genie/selector.json"),
+    ];
+
     #[test]
-    fn the_installers_variables_set_it_and_flags_win() {
-        let env = [
-            ("YH_GENIE_NODE_NAME", "worker-1"),
-            ("YH_GENIE_API_SERVER", "https://api:6443"),
-            ("YH_GENIE_AGENT_SOCKET", "/run/x/agent.sock"),
-            ("YH_GENIE_DYNAMIC_NETWORKS", "true"),
-            ("YH_GENIE_SELECTOR_CONFIG", "/etc/yh-genie/selector.json"),
-        ];
-        let o = parse(&["--node-name=worker-2"], &env).unwrap();
-        assert_eq!(o.node, "worker-2");
+    fn the_installers_variables_configure_the_agent() {
+        let o = parse(&["--node-name=worker-2"], &INSTALLER_ENV).unwrap();
         assert_eq!(
             o.access,
             Access::ServiceAccount {
@@ -176,7 +177,13 @@ mod tests {
         assert_eq!(o.socket, PathBuf::from("/run/x/agent.sock"));
         assert_eq!(o.dynamic_networks, Some(PathBuf::from("/run/x/dynamic-networks.sock")));
         assert_eq!(o.selector_config, Some(PathBuf::from("/etc/yh-genie/selector.json")));
-        let o = parse(&["--kubeconfig", "/root/.kube/config"], &[env[0]]).unwrap();
+    }
+
+    #[test]
+    fn flags_win_over_the_installers_variables() {
+        let o = parse(&["--node-name=worker-2"], &INSTALLER_ENV).unwrap();
+        assert_eq!(o.node, "worker-2");
+        let o = parse(&["--kubeconfig", "/root/.kube/config"], &[INSTALLER_ENV[0]]).unwrap();
         assert_eq!(o.access, Access::Kubeconfig("/root/.kube/config".into()));
     }
 

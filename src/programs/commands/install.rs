@@ -170,10 +170,12 @@ mod tests {
         assert_eq!(parse(&[], IN_POD).unwrap(), Options::standard());
     }
 
+    /// In a pod, on node worker-1.
+    const ON_WORKER_1: [(&str, &str); 3] = [IN_POD[0], IN_POD[1], ("YH_GENIE_NODE_NAME", "worker-1")];
+
     #[test]
-    fn the_agent_needs_a_node_and_the_long_running_mode() {
-        let env = [IN_POD[0], IN_POD[1], ("YH_GENIE_NODE_NAME", "worker-1")];
-        let o = parse(&["--agent"], &env).unwrap();
+    fn the_agents_settings_have_defaults_that_flags_override() {
+        let o = parse(&["--agent"], &ON_WORKER_1).unwrap();
         assert_eq!(
             o.agent,
             Some(AgentSettings {
@@ -184,41 +186,81 @@ mod tests {
             })
         );
         let o =
-            parse(&["--agent", "--agent-socket=/run/x/a.sock", "--agent-metrics-address", "[::1]:9000"], &env).unwrap();
+            parse(&["--agent", "--agent-socket=/run/x/a.sock", "--agent-metrics-address", "[::1]:9000"], &ON_WORKER_1)
+                .unwrap();
         let agent = o.agent.unwrap();
         assert_eq!((agent.socket.to_str(), agent.metrics_address.port()), (Some("/run/x/a.sock"), 9000));
-        assert!(err(&["--agent"], IN_POD).contains("--agent needs --node-name (or YH_GENIE_NODE_NAME"));
-        assert!(err(&["--agent", "--once"], &env).contains("--once"));
-        assert!(err(&["--dynamic-networks"], &env).contains("needs --agent"));
-        assert!(parse(&["--agent", "--dynamic-networks"], &env).unwrap().agent.unwrap().dynamic_networks);
-        assert!(err(&["--agent", "--node-name", "a,b"], IN_POD).contains("not a node name"));
-        assert!(err(&["--agent", "--agent-metrics-address", "9745"], &env).contains("--agent-metrics-address"));
-        assert!(err(&["--agent", "--agent-socket", "run/a.sock"], &env).contains("--agent-socket must be an absolute"));
-        assert_eq!(parse(&["--node-name", "x"], IN_POD).unwrap().agent, None, "settings without --agent do nothing");
     }
 
     #[test]
-    fn flags_in_both_spellings_and_env_with_flags_winning() {
-        let env = [
-            ("KUBERNETES_SERVICE_HOST", "h"),
-            ("KUBERNETES_SERVICE_PORT", "6443"),
-            ("YH_GENIE_DEFAULT_NETWORK", "from-env"),
-            ("YH_GENIE_CONF_DIR", "/env/net.d"),
-            ("YH_GENIE_CLEANUP_ON_EXIT", "true"),
-            ("YH_GENIE_WAIT_FOR", "/run/a:/run/b"),
-            ("YH_GENIE_DATA_DIR", ""),
-        ];
-        let o =
-            parse(&["--host-root=/host", "--default-network", "yonghui", "--once", "--interval", "0.5"], &env).unwrap();
+    fn the_agent_needs_a_node_name() {
+        assert!(err(&["--agent"], IN_POD).contains("--agent needs --node-name (or YH_GENIE_NODE_NAME"));
+    }
+
+    #[test]
+    fn the_agent_needs_the_long_running_mode() {
+        assert!(err(&["--agent", "--once"], &ON_WORKER_1).contains("--once"));
+    }
+
+    #[test]
+    fn dynamic_networks_need_the_agent() {
+        assert!(err(&["--dynamic-networks"], &ON_WORKER_1).contains("needs --agent"));
+        assert!(parse(&["--agent", "--dynamic-networks"], &ON_WORKER_1).unwrap().agent.unwrap().dynamic_networks);
+    }
+
+    #[test]
+    fn malformed_agent_settings_are_refused_naming_the_flag() {
+        assert!(err(&["--agent", "--node-name", "a,b"], IN_POD).contains("not a node name"));
+        assert!(err(&["--agent", "--agent-metrics-address", "9745"], &ON_WORKER_1).contains("--agent-metrics-address"));
+        assert!(
+            err(&["--agent", "--agent-socket", "run/a.sock"], &ON_WORKER_1)
+                .contains("--agent-socket must be an absolute")
+        );
+    }
+
+    #[test]
+    fn agent_settings_without_agent_do_nothing() {
+        assert_eq!(parse(&["--node-name", "x"], IN_POD).unwrap().agent, None, "settings without --agent do nothing");
+    }
+
+    /// In a pod, with every setting the environment may carry.
+    const INSTALL_ENV: [(&str, &str); 7] = [
+        ("KUBERNETES_SERVICE_HOST", "h"),
+        ("KUBERNETES_SERVICE_PORT", "6443"),
+        ("YH_GENIE_DEFAULT_NETWORK", "from-env"),
+        ("YH_GENIE_CONF_DIR", "/env/net.d"),
+        ("YH_GENIE_CLEANUP_ON_EXIT", "true"),
+        ("YH_GENIE_WAIT_FOR", "/run/a:/run/b"),
+        ("YH_GENIE_DATA_DIR", ""),
+    ];
+
+    /// Flags in both spellings (`--flag=value`, `--flag value`) over `INSTALL_ENV`.
+    fn flags_in_both_spellings() -> Options {
+        parse(&["--host-root=/host", "--default-network", "yonghui", "--once", "--interval", "0.5"], &INSTALL_ENV)
+            .unwrap()
+    }
+
+    #[test]
+    fn flags_are_read_in_both_spellings() {
+        let o = flags_in_both_spellings();
         assert_eq!(o.host_root, Path::new("/host"));
-        assert_eq!(o.default_network.as_deref(), Some("yonghui"));
+        assert_eq!(o.interval, Duration::from_millis(500));
+    }
+
+    #[test]
+    fn the_environment_sets_what_the_flags_leave_unset() {
+        let o = flags_in_both_spellings();
         assert_eq!(o.conf_dir, Path::new("/env/net.d"));
         assert_eq!(o.data_dir, Path::new("/var/lib/cni/yh-genie"), "an empty variable is unset");
         assert!(o.once && o.cleanup_on_exit);
         assert_eq!(o.wait_for, vec![PathBuf::from("/run/a"), PathBuf::from("/run/b")]);
-        assert_eq!(o.interval, Duration::from_millis(500));
+    }
+
+    #[test]
+    fn flags_win_over_the_environment() {
+        assert_eq!(flags_in_both_spellings().default_network.as_deref(), Some("yonghui"));
         // Flags replace, not extend, the environment's list.
-        let o = parse(&["--wait-for", "/x", "--wait-for=/y", "--cleanup-on-exit=no"], &env).unwrap();
+        let o = parse(&["--wait-for", "/x", "--wait-for=/y", "--cleanup-on-exit=no"], &INSTALL_ENV).unwrap();
         assert_eq!(o.wait_for, vec![PathBuf::from("/x"), PathBuf::from("/y")]);
         assert!(!o.cleanup_on_exit);
     }

@@ -71,7 +71,7 @@ mod tests {
     }
 
     #[test]
-    fn reads_token_trimmed_and_ca() {
+    fn a_service_account_is_read_with_its_token_trimmed() {
         let d = sa_dir("abc.def.ghi\n", CA);
         assert_eq!(
             ServiceAccount::read(d.path()).unwrap(),

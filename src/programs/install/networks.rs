@@ -77,26 +77,46 @@ mod tests {
     const YONGHUI: &str = r#"{"cniVersion": "1.0.0", "name": "yonghui", "plugins": [{"type": "yonghui"}]}"#;
     const PTP: &str = r#"{"cniVersion": "1.0.0", "name": "ptpnet", "type": "ptp", "ipam": {"type": "host-local"}}"#;
 
-    #[test]
-    fn installs_each_network_in_its_own_dir_and_skips_configmap_internals() {
-        let d = tempfile::tempdir().unwrap();
-        let (src, conf) = (d.path().join("src"), d.path().join("net.d"));
+    /// A ConfigMap's volume in `dir`/src, with its internal timestamped directory and two network
+    /// files, and the conf dir `dir`/net.d to install them in.
+    fn configmap_volume(dir: &Path) -> (PathBuf, PathBuf) {
+        let (src, conf) = (dir.join("src"), dir.join("net.d"));
         fs::create_dir_all(src.join("..2024_01_01_00_00_00.1")).unwrap();
         fs::write(src.join("yonghui.conflist"), YONGHUI).unwrap();
         fs::write(src.join("ptpnet.conf"), PTP).unwrap();
+        (src, conf)
+    }
+
+    #[test]
+    fn each_network_is_installed_in_its_own_dir() {
+        let d = tempfile::tempdir().unwrap();
+        let (src, conf) = configmap_volume(d.path());
         let done = sync(&src, &conf, &conf.join("yh-genie.d"), &["yh-genie.d"]).unwrap();
-        assert_eq!(done.len(), 2);
         assert!(done.iter().all(|i| i.change == Change::Written));
         assert_eq!(fs::read_to_string(conf.join("yonghui/yonghui.conflist")).unwrap(), YONGHUI);
         assert_eq!(fs::read_to_string(conf.join("ptpnet/ptpnet.conf")).unwrap(), PTP);
+    }
+
+    #[test]
+    fn the_configmaps_internals_are_skipped() {
+        let d = tempfile::tempdir().unwrap();
+        let (src, conf) = configmap_volume(d.path());
+        let done = sync(&src, &conf, &conf.join("yh-genie.d"), &["yh-genie.d"]).unwrap();
+        assert_eq!(done.len(), 2);
+    }
+
+    #[test]
+    fn a_second_sync_of_the_same_files_changes_nothing() {
+        let d = tempfile::tempdir().unwrap();
+        let (src, conf) = configmap_volume(d.path());
+        sync(&src, &conf, &conf.join("yh-genie.d"), &["yh-genie.d"]).unwrap();
         let again = sync(&src, &conf, &conf.join("yh-genie.d"), &["yh-genie.d"]).unwrap();
         assert!(again.iter().all(|i| i.change == Change::Unchanged));
     }
 
-    #[test]
-    fn bad_files_are_named_and_do_not_block_good_ones() {
-        let d = tempfile::tempdir().unwrap();
-        let (src, conf) = (d.path().join("src"), d.path().join("net.d"));
+    /// Syncs a good network file beside four bad ones into `dir`/net.d: the error, and the conf dir.
+    fn sync_with_bad_files(dir: &Path) -> (String, PathBuf) {
+        let (src, conf) = (dir.join("src"), dir.join("net.d"));
         fs::create_dir_all(&src).unwrap();
         fs::write(src.join("yonghui.conflist"), YONGHUI).unwrap();
         fs::write(src.join("broken.conflist"), "{").unwrap();
@@ -104,10 +124,23 @@ mod tests {
         fs::write(src.join("yh-genie.d.conf"), PTP).unwrap();
         fs::write(src.join("loop.conf"), r#"{"cniVersion": "1.0.0", "name": "loop", "type": "yh-genie"}"#).unwrap();
         let err = format!("{:#}", sync(&src, &conf, &conf.join("yh-genie.d"), &["yh-genie.d"]).unwrap_err());
+        (err, conf)
+    }
+
+    #[test]
+    fn each_bad_network_file_is_named_with_its_fault() {
+        let d = tempfile::tempdir().unwrap();
+        let (err, _) = sync_with_bad_files(d.path());
         assert!(err.contains("broken.conflist: not valid JSON"), "{err}");
         assert!(err.contains("README: a network file is named"), "{err}");
         assert!(err.contains("reserved"), "{err}");
         assert!(err.contains("loop.conf: plugins[0].type is yh-genie"), "{err}");
+    }
+
+    #[test]
+    fn bad_network_files_do_not_block_good_ones() {
+        let d = tempfile::tempdir().unwrap();
+        let (_, conf) = sync_with_bad_files(d.path());
         assert!(conf.join("yonghui/yonghui.conflist").exists());
         assert!(!conf.join("broken").exists());
     }

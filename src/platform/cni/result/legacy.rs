@@ -100,7 +100,7 @@ mod tests {
     }
 
     #[test]
-    fn dual_stack_with_routes_goes_down_and_up_unchanged() {
+    fn a_dual_stack_result_with_routes_round_trips_through_0_2_0() {
         let r = current(json!({
             "cniVersion": "1.1.0",
             "ips": [{"address": "10.1.17.2/24", "gateway": "10.1.17.1"}, {"address": "fd00::2/64", "gateway": "fd00::1"}],
@@ -128,7 +128,7 @@ mod tests {
     }
 
     #[test]
-    fn ip4_without_gateway_or_routes_and_0_1_0_label() {
+    fn a_bare_ip4_result_round_trips_through_0_1_0() {
         let r = current(json!({"ips": [{"address": "10.0.0.5/8"}]}));
         let down = print(&r, CniVersion::V0_1_0).unwrap();
         assert_eq!(down, json!({"cniVersion": "0.1.0", "ip4": {"ip": "10.0.0.5/8"}, "dns": {}}));
@@ -147,17 +147,26 @@ mod tests {
         assert_eq!(empty.dns.domain.as_deref(), Some("x"));
     }
 
-    #[test]
-    fn going_down_keeps_the_first_address_of_each_family_and_drops_what_0_2_0_cannot_say() {
-        let r = current(json!({
+    /// Three addresses of two families on an interface, and routes 0.2.0 can only partly say.
+    fn three_addresses_on_one_interface() -> CniResult {
+        current(json!({
             "interfaces": [{"name": "eth0", "sandbox": "/run/netns/p"}],
             "ips": [{"address": "fd00::2/64", "interface": 0}, {"address": "10.0.0.2/24", "interface": 0},
                     {"address": "10.0.0.3/24", "interface": 0}],
             "routes": [{"dst": "192.168.0.0/16", "gw": "10.0.0.1", "table": 100}, {"dst": "fd01::/64"}]
-        }));
-        let down = print(&r, CniVersion::V0_2_0).unwrap();
+        }))
+    }
+
+    #[test]
+    fn going_down_to_0_2_0_keeps_the_first_address_of_each_family() {
+        let down = print(&three_addresses_on_one_interface(), CniVersion::V0_2_0).unwrap();
         assert_eq!(down["ip4"], json!({"ip": "10.0.0.2/24", "routes": [{"dst": "192.168.0.0/16", "gw": "10.0.0.1"}]}));
         assert_eq!(down["ip6"], json!({"ip": "fd00::2/64", "routes": [{"dst": "fd01::/64"}]}));
+    }
+
+    #[test]
+    fn going_down_to_0_2_0_drops_what_it_cannot_say() {
+        let down = print(&three_addresses_on_one_interface(), CniVersion::V0_2_0).unwrap();
         assert!(down.get("interfaces").is_none() && down.get("ips").is_none());
         // A route whose family has no address has nowhere to go.
         let v4_only = current(json!({"ips": [{"address": "10.0.0.2/24"}], "routes": [{"dst": "fd01::/64"}]}));
@@ -165,10 +174,14 @@ mod tests {
     }
 
     #[test]
-    fn no_address_cannot_be_written_and_a_wrong_family_is_a_decode_error() {
+    fn a_result_without_an_address_cannot_be_written_as_0_2_0() {
         let e = print(&CniResult::default(), CniVersion::V0_2_0).unwrap_err();
         assert_eq!(e.code, 1);
         assert!(e.msg.contains("0.2.0") && e.details.contains("0.3.0"), "{e}");
+    }
+
+    #[test]
+    fn a_malformed_legacy_result_is_a_decode_error() {
         for bad in [
             json!({"ip4": {"ip": "fd00::1/64"}}),
             json!({"ip6": {"ip": "10.0.0.1/24"}}),

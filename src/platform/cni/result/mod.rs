@@ -186,22 +186,30 @@ mod tests {
     }
 
     #[test]
-    fn old_versions_get_ip_version_and_lose_new_fields() {
+    fn ips_carry_their_version_from_0_3_0_to_0_4_0_only() {
         for v in [CniVersion::V0_3_0, CniVersion::V0_3_1, CniVersion::V0_4_0] {
             let j = sample().to_json(v).unwrap();
             assert_eq!(j["cniVersion"], v.as_str());
             assert_eq!(j["ips"][0]["version"], "4");
             assert_eq!(j["ips"][1]["version"], "6");
-            assert!(j["interfaces"][1].get("mtu").is_none());
-            assert!(j["routes"][0].get("table").is_none());
         }
+        let j = sample().to_json(CniVersion::V1_0_0).unwrap();
+        assert!(j["ips"][0].get("version").is_none());
     }
 
     #[test]
-    fn v1_has_no_ip_version_and_v110_keeps_new_fields() {
+    fn versions_before_1_1_0_drop_the_fields_it_added() {
+        for v in [CniVersion::V0_3_0, CniVersion::V0_3_1, CniVersion::V0_4_0] {
+            let j = sample().to_json(v).unwrap();
+            assert!(j["interfaces"][1].get("mtu").is_none());
+            assert!(j["routes"][0].get("table").is_none());
+        }
         let j = sample().to_json(CniVersion::V1_0_0).unwrap();
-        assert!(j["ips"][0].get("version").is_none());
         assert!(j["routes"][0].get("table").is_none());
+    }
+
+    #[test]
+    fn version_1_1_0_keeps_the_fields_it_added() {
         let j = sample().to_json(CniVersion::V1_1_0).unwrap();
         assert_eq!(j["routes"][0]["table"], 200);
         assert_eq!(j["interfaces"][1]["mtu"], 1450);
@@ -222,8 +230,12 @@ mod tests {
     }
 
     #[test]
-    fn host_bits_are_kept_and_bad_input_is_a_decode_error() {
+    fn an_address_keeps_its_host_bits() {
         assert_eq!(sample().ips[0].address.to_string(), "10.1.17.2/24");
+    }
+
+    #[test]
+    fn a_malformed_result_is_a_decode_error() {
         let latest = CniVersion::LATEST;
         assert_eq!(CniResult::from_json(&json!({"ips": [{"address": "nope"}]}), latest).unwrap_err().code, 6);
         assert_eq!(
@@ -260,7 +272,7 @@ mod tests {
     }
 
     #[test]
-    fn every_version_prints_and_reparses_the_first_address_of_each_family() {
+    fn every_version_round_trips_the_first_address_of_each_family() {
         for v in CniVersion::ALL {
             let printed = sample().to_json(v).unwrap();
             assert_eq!(printed["cniVersion"], v.as_str());

@@ -248,10 +248,17 @@ pub(crate) mod tests {
         trust.verify_server_cert(cert, &[], &name, &[], now).map(drop)
     }
 
-    #[test]
-    fn a_ca_true_serving_certificate_is_accepted_only_as_its_own_anchor_valid_now_and_for_the_name() {
+    /// A CA:TRUE serving certificate for 127.0.0.1 and api.test, valid 2020 to 2040, and the trust of
+    /// a kubeconfig that holds it as its certificate-authority-data.
+    fn ca_true_serving_certificate() -> (CertificateDer<'static>, KubeconfigTrust) {
         let cert = self_signed(&["127.0.0.1", "api.test"], true, (2020, 1, 1), (2040, 1, 1));
         let trust = KubeconfigTrust::new(&[cert.to_vec()], provider()).unwrap();
+        (cert, trust)
+    }
+
+    #[test]
+    fn rustls_alone_refuses_a_ca_true_serving_certificate() {
+        let (cert, trust) = ca_true_serving_certificate();
         // rustls alone refuses it, as kube's client did.
         let refused = trust.webpki.verify_server_cert(
             &cert,
@@ -261,17 +268,35 @@ pub(crate) mod tests {
             at(2030, 1, 1),
         );
         assert!(is_ca_used_as_end_entity(&refused.unwrap_err()));
+    }
 
+    #[test]
+    fn a_ca_true_serving_certificate_is_accepted_as_its_own_anchor_for_its_names() {
+        let (cert, trust) = ca_true_serving_certificate();
         verify(&trust, &cert, "api.test", at(2030, 1, 1)).unwrap();
         verify(&trust, &cert, "127.0.0.1", at(2030, 1, 1)).unwrap();
+    }
+
+    #[test]
+    fn a_ca_true_serving_certificate_is_refused_for_another_name() {
+        let (cert, trust) = ca_true_serving_certificate();
         let e = verify(&trust, &cert, "other.test", at(2030, 1, 1)).unwrap_err();
         assert!(matches!(e, TlsError::InvalidCertificate(CertificateError::NotValidForNameContext { .. })), "{e:?}");
+    }
+
+    #[test]
+    fn a_ca_true_serving_certificate_is_refused_outside_its_validity() {
+        let (cert, trust) = ca_true_serving_certificate();
         let e = verify(&trust, &cert, "api.test", at(2041, 1, 1)).unwrap_err();
         assert!(matches!(e, TlsError::InvalidCertificate(CertificateError::ExpiredContext { .. })), "{e:?}");
         let e = verify(&trust, &cert, "api.test", at(2019, 1, 1)).unwrap_err();
         assert!(matches!(e, TlsError::InvalidCertificate(CertificateError::NotValidYetContext { .. })), "{e:?}");
+    }
 
-        // Another CA:TRUE certificate, not the kubeconfig's: refused as rustls refuses it.
+    #[test]
+    fn another_ca_true_certificate_is_refused_as_rustls_refuses_it() {
+        let (_, trust) = ca_true_serving_certificate();
+        // Another CA:TRUE certificate, not the kubeconfig's.
         let stranger = self_signed(&["api.test"], true, (2020, 1, 1), (2040, 1, 1));
         assert!(is_ca_used_as_end_entity(&verify(&trust, &stranger, "api.test", at(2030, 1, 1)).unwrap_err()));
     }

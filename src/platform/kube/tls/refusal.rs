@@ -105,7 +105,7 @@ mod tests {
     use std::sync::Arc;
 
     #[test]
-    fn explanations_name_the_server_the_problem_and_the_fix() {
+    fn a_refusal_explanation_tells_the_operator_what_to_fix() {
         let kc = Path::new("/etc/cni/net.d/yh-genie.d/kubeconfig");
         let server = "https://10.96.0.1:443";
         let text = explain(&CertificateError::UnknownIssuer, server, kc, true);

@@ -70,7 +70,7 @@ fn stopped(keys: &[WatchKey]) -> Watches {
 }
 
 #[test]
-fn a_watch_per_referenced_configmap_and_per_namespace_of_attachments_from_first_user_to_last() {
+fn a_referenced_configmap_or_namespace_of_nads_is_watched_from_first_user_to_last() {
     let mut store = Store::new(AttachmentPolicy::default());
     assert_eq!(miss(&store, "a", Some("ua")), (false, Miss::NotListed));
     assert_eq!(store.replace_all(vec![]), Watches::default());
@@ -165,7 +165,7 @@ fn a_static_pod_is_answered_for_the_uid_its_mirror_pod_carries() {
 }
 
 #[test]
-fn a_relist_drops_the_pods_it_no_longer_lists_and_their_watches() {
+fn a_relist_forgets_the_pods_it_no_longer_lists_with_their_watches() {
     let mut store = Store::new(AttachmentPolicy::default());
     store.replace_all(vec![pod("a", "ua", "one", None), pod("b", "ub", "two", None)]);
     assert!(store.listed());
@@ -223,7 +223,7 @@ fn objects_are_held_trimmed() {
 }
 
 #[test]
-fn an_object_whose_last_user_goes_and_another_comes_in_one_listing_is_listed_again() {
+fn an_object_that_changes_users_within_one_listing_is_listed_again() {
     let mut store = Store::new(AttachmentPolicy::default());
     store.replace_all(vec![pod("a", "ua", "x", None)]);
     store.set_object(&cm_key("x"), config_map("x", "red"));
@@ -282,14 +282,11 @@ fn node_slice() -> ResourceSlice {
 }
 
 #[test]
-fn a_pod_with_resource_claims_has_its_claims_and_the_node_slices_watched_and_gets_its_devices() {
+fn a_pod_with_resource_claims_is_answered_with_its_allocated_devices() {
     let mut store = Store::new(AttachmentPolicy::default());
     store.replace_all(vec![]);
     let claim_watch = WatchKey::Object(claim_key("a-nics"));
-    assert_eq!(
-        store.apply(&pod_with_claim("a", "ua", "a-nics")),
-        started(&[claim_watch.clone(), WatchKey::NodeDevices])
-    );
+    assert_eq!(store.apply(&pod_with_claim("a", "ua", "a-nics")), started(&[claim_watch, WatchKey::NodeDevices]));
     assert_eq!(miss(&store, "a", Some("ua")).1, Miss::ObjectPending(claim_key("a-nics")));
     store.set_object(&claim_key("a-nics"), allocated_claim("a-nics", "vf-1"));
     assert_eq!(miss(&store, "a", Some("ua")).1, Miss::SlicesPending);
@@ -309,7 +306,19 @@ fn a_pod_with_resource_claims_has_its_claims_and_the_node_slices_watched_and_get
     assert_eq!(found_devices.device_ids["example.com/vf"], ["vf1"]);
     assert_eq!((store.object_count(Kind::ResourceClaim), store.object_count(Kind::ResourceSlice)), (1, 1));
     assert_eq!(store.object_count(Kind::ConfigMap), 0, "claims are not ConfigMaps");
+}
 
+#[test]
+fn the_node_slices_are_watched_while_any_pod_with_claims_is_held() {
+    let mut store = Store::new(AttachmentPolicy::default());
+    store.replace_all(vec![]);
+    let claim_watch = WatchKey::Object(claim_key("a-nics"));
+    assert_eq!(
+        store.apply(&pod_with_claim("a", "ua", "a-nics")),
+        started(&[claim_watch.clone(), WatchKey::NodeDevices])
+    );
+    store.set_object(&claim_key("a-nics"), allocated_claim("a-nics", "vf-1"));
+    store.replace_slices(vec![trim_slice(node_slice())]);
     // A second pod with claims starts its claim's watch only; the last one gone stops the slices'.
     assert_eq!(store.apply(&pod_with_claim("b", "ub", "b-nics")), started(&[WatchKey::Object(claim_key("b-nics"))]));
     assert_eq!(store.delete(&pod_with_claim("a", "ua", "a-nics")), stopped(&[claim_watch]));
@@ -321,11 +330,15 @@ fn a_pod_with_resource_claims_has_its_claims_and_the_node_slices_watched_and_get
 }
 
 #[test]
-fn slices_and_claims_are_held_trimmed() {
+fn slices_are_held_trimmed() {
     let slice = trim_slice(node_slice());
     let text = serde_json::to_string(&slice).unwrap();
     assert!(!text.contains("managedFields") && !text.contains("model"), "{text}");
     assert!(text.contains("k8s.cni.cncf.io/deviceID") && text.contains("\"pool\""), "{text}");
+}
+
+#[test]
+fn claims_are_held_trimmed() {
     let ObjectState::ResourceClaim(claim) = allocated_claim("c", "vf-0") else { unreachable!() };
     let text = serde_json::to_string(&trim_claim(*claim)).unwrap();
     assert!(!text.contains("managedFields") && !text.contains("deviceClassName") && text.contains("vf-0"), "{text}");

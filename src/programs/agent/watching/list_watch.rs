@@ -520,15 +520,32 @@ mod tests {
     }
 
     #[test]
-    fn a_refused_streaming_list_is_offered_again_only_later_and_each_refusal_is_counted() {
+    fn a_refused_streaming_list_is_offered_again_only_later() {
         let streaming = Streaming::default();
         assert!(streaming.offered());
-        assert!(streaming.refused(&refusal("500")), "the first refusal is news");
+        streaming.refused(&refusal("500"));
         assert!(!streaming.offered());
-        assert!(!streaming.refused(&refusal("ended")), "the next is not");
-        assert!(!streaming.refused(&refusal("500")));
+        streaming.refused(&refusal("ended"));
+        streaming.refused(&refusal("500"));
+        assert!(!streaming.offered());
         *streaming.refused_at.lock().unwrap() = Some(Instant::now() - STREAMING_RETRY);
         assert!(streaming.offered());
+    }
+
+    #[test]
+    fn only_the_first_streaming_list_refusal_is_news() {
+        let streaming = Streaming::default();
+        assert!(streaming.refused(&refusal("500")), "the first refusal is news");
+        assert!(!streaming.refused(&refusal("ended")), "the next is not");
+        assert!(!streaming.refused(&refusal("500")));
+    }
+
+    #[test]
+    fn each_streaming_list_refusal_is_counted_by_its_cause() {
+        let streaming = Streaming::default();
+        for cause in ["500", "ended", "500"] {
+            streaming.refused(&refusal(cause));
+        }
         assert_eq!(streaming.refusals(), BTreeMap::from([("500".into(), 2), ("ended".into(), 1)]));
     }
 
@@ -610,31 +627,45 @@ mod tests {
         assert_eq!(failure.code, None);
     }
 
+    /// A refusal `code` whose details ask to retry after `seconds`.
+    fn with_retry(code: u16, seconds: u32) -> ::kube::core::Status {
+        let mut s = status(code, "slow down");
+        s.details = Some(serde_json::from_value(serde_json::json!({"retryAfterSeconds": seconds})).unwrap());
+        s
+    }
+
     #[test]
-    fn only_a_429_or_503_asks_to_wait_and_never_longer_than_the_cap() {
-        let with_retry = |code: u16, seconds: u32| {
-            let mut s = status(code, "slow down");
-            s.details = Some(serde_json::from_value(serde_json::json!({"retryAfterSeconds": seconds})).unwrap());
-            s
-        };
+    fn only_a_429_or_503_with_a_retry_after_asks_to_wait() {
         assert_eq!(retry_after(&with_retry(429, 3)), Some(Duration::from_secs(3)));
-        assert_eq!(retry_after(&with_retry(503, 3600)), Some(MAX_RETRY_AFTER));
         assert_eq!(retry_after(&with_retry(500, 3)), None);
         assert_eq!(retry_after(&with_retry(429, 0)), None);
         assert_eq!(retry_after(&status(429, "no details")), None);
+    }
+
+    #[test]
+    fn a_wait_asked_for_never_exceeds_the_cap() {
+        assert_eq!(retry_after(&with_retry(503, 3600)), Some(MAX_RETRY_AFTER));
+    }
+
+    #[test]
+    fn a_wait_asked_for_is_carried_into_the_failure() {
         let e = ::kube::Error::Api(with_retry(429, 2).boxed());
         assert_eq!(answered(&e).unwrap().retry_after, Some(Duration::from_secs(2)));
         assert_eq!(Failure::of(&e).retry_after, Some(Duration::from_secs(2)));
     }
 
     #[test]
-    fn watches_ask_for_timeouts_spread_between_once_and_twice_the_shortest() {
+    fn watch_timeouts_spread_from_once_to_twice_the_shortest() {
         let timeouts: Vec<u32> = (0..200).map(|_| watch_params(None, false).timeout.unwrap()).collect();
         let shortest = WATCH_TIMEOUT.as_secs() as u32;
         assert!(timeouts.iter().all(|t| (shortest..shortest * 2).contains(t)), "{timeouts:?}");
         assert!(
             timeouts.iter().any(|t| *t < shortest + shortest / 4) && timeouts.iter().any(|t| *t > shortest * 7 / 4)
         );
+    }
+
+    #[test]
+    fn a_streaming_list_asks_for_its_initial_events_with_bookmarks() {
         let streaming = watch_params(Some("metadata.name=x"), true);
         assert!(streaming.send_initial_events && streaming.bookmarks);
     }

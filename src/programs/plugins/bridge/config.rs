@@ -227,9 +227,14 @@ mod tests {
     }
 
     #[test]
-    fn default_gateway_forces_gateway_and_masq_picks_a_backend() {
+    fn a_default_gateway_is_a_gateway() {
         let c = parse(json!({"isDefaultGateway": true, "ipMasq": true, "ipMasqBackend": "nftables"})).unwrap();
         assert!(c.is_gateway && c.is_default_gateway);
+    }
+
+    #[test]
+    fn ip_masq_uses_the_backend_named() {
+        let c = parse(json!({"isDefaultGateway": true, "ipMasq": true, "ipMasqBackend": "nftables"})).unwrap();
         assert_eq!(c.ip_masq, Some(Backend::Nftables(Nftables)));
         let c = parse(json!({"ipMasq": true, "ipMasqBackend": "iptables", "mtu": 1400, "vlan": 100})).unwrap();
         assert_eq!((c.ip_masq, c.mtu, c.vlan), (Some(Backend::Iptables(Iptables)), Some(1400), Some(100)));
@@ -237,7 +242,7 @@ mod tests {
     }
 
     #[test]
-    fn out_of_range_values_are_code_7_and_say_why() {
+    fn a_value_out_of_range_is_code_7_saying_why() {
         for (bad, want) in [
             (json!({"mtu": -1}), "invalid mtu -1"),
             (json!({"mtu": 67}), "invalid mtu 67"),
@@ -268,7 +273,7 @@ mod tests {
     }
 
     #[test]
-    fn mac_sources_later_wins_and_errors_name_the_source() {
+    fn of_the_mac_sources_the_later_wins() {
         let c = parse_with(json!({}), "IgnoreUnknown=1;MAC=02:00:00:00:00:01").unwrap();
         assert_eq!(c.mac.unwrap().to_string(), "02:00:00:00:00:01");
         let c = parse_with(json!({"args": {"cni": {"mac": "02:00:00:00:00:02"}}}), "MAC=02:00:00:00:00:01").unwrap();
@@ -279,6 +284,10 @@ mod tests {
         )
         .unwrap();
         assert_eq!(c.mac.unwrap().to_string(), "02:00:00:00:00:03");
+    }
+
+    #[test]
+    fn a_bad_mac_error_names_its_source() {
         let e = parse_with(json!({}), "MAC=nope").unwrap_err();
         assert_eq!((e.code, e.msg.starts_with("CNI_ARGS MAC")), (4, true));
         let e = parse(json!({"runtimeConfig": {"mac": "01:00:5e:00:00:01"}})).unwrap_err();

@@ -99,21 +99,31 @@ mod tests {
         assert_eq!(p.container_routes, vec![("10.0.0.0/8".parse().unwrap(), None)]);
     }
 
-    #[test]
-    fn gateway_is_filled_per_family_and_goes_on_the_bridge() {
-        let p = Plan::new(
+    /// A gateway bridge's plan for an IPAM answer of two families, the IPv6 one with its gateway.
+    fn dual_stack_gateway_plan() -> Plan {
+        Plan::new(
             ipam(json!({
                 "ips": [{"address": "10.1.0.7/24"}, {"address": "fd00:1::7/64", "gateway": "fd00:1::fe"}],
                 "routes": [{"dst": "10.0.0.0/8"}, {"dst": "fd00::/16"}, {"dst": "192.168.0.0/16", "gw": "10.1.0.254"}]
             })),
             &conf(json!({"isGateway": true})),
-        );
+        )
+    }
+
+    #[test]
+    fn a_missing_gateway_is_filled_in_per_family() {
+        let p = dual_stack_gateway_plan();
         let gws: Vec<_> = p.result.ips.iter().map(|i| i.gateway.unwrap().to_string()).collect();
         assert_eq!(gws, ["10.1.0.1", "fd00:1::fe"]);
-        let br: Vec<_> = p.bridge_addresses.iter().map(ToString::to_string).collect();
-        assert_eq!(br, ["10.1.0.1/24", "fd00:1::fe/64"]);
         let hops: Vec<_> = p.container_routes.iter().map(|(_, gw)| gw.unwrap().to_string()).collect();
         assert_eq!(hops, ["10.1.0.1", "fd00:1::fe", "10.1.0.254"]);
+    }
+
+    #[test]
+    fn the_gateways_go_on_the_bridge() {
+        let p = dual_stack_gateway_plan();
+        let br: Vec<_> = p.bridge_addresses.iter().map(ToString::to_string).collect();
+        assert_eq!(br, ["10.1.0.1/24", "fd00:1::fe/64"]);
     }
 
     #[test]

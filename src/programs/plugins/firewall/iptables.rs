@@ -143,7 +143,7 @@ mod tests {
     }
 
     #[test]
-    fn del_of_known_addresses_is_blind_and_per_family() {
+    fn del_of_known_addresses_scripts_each_family_blind() {
         let ips: Vec<IpNetwork> = ["10.1.17.2/24", "fd00::2/64"].iter().map(|s| s.parse().unwrap()).collect();
         let chain = owner().chain();
         assert_eq!(
@@ -158,7 +158,7 @@ mod tests {
     }
 
     #[test]
-    fn del_removes_only_this_owners_jumps_and_chain() {
+    fn del_removes_only_what_this_owner_added() {
         let chain = owner().chain();
         let other = Owner::new("mynet", "zzz").chain();
         let save = format!(
@@ -176,6 +176,11 @@ mod tests {
             )
         );
         assert!(del_script(&Owner::new("mynet", "gone"), &save).is_none());
+    }
+
+    #[test]
+    fn del_removes_a_chain_left_without_its_jump() {
+        let chain = owner().chain();
         // A chain left without its jump (an interrupted DEL) is still removed.
         let half = format!("*nat\n:{chain} - [0:0]\nCOMMIT\n");
         assert_eq!(del_script(&owner(), &half).unwrap(), format!("*nat\n:{chain} - [0:0]\n-X {chain}\nCOMMIT\n"));

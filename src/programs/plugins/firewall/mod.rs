@@ -167,15 +167,23 @@ mod tests {
     }
 
     #[test]
-    fn comment_is_the_reference_text_and_stays_unquoted() {
+    fn the_comment_is_the_reference_plugins_text() {
         assert_eq!(Owner::new("mynet", "abc").comment(), r#"name: "mynet" id: "abc""#);
+    }
+
+    #[test]
+    fn a_comment_replaces_quotes_or_backslashes_in_the_name() {
         assert_eq!(Owner::new("my\"n\\et", "abc").comment(), r#"name: "my_n_et" id: "abc""#);
+    }
+
+    #[test]
+    fn a_long_comment_is_cut_to_255_bytes() {
         let long = Owner::new(&"é".repeat(200), "abc").comment();
         assert!(long.len() <= 255 && long.starts_with("name: \"é"));
     }
 
     #[test]
-    fn subnets_are_per_family_and_deduplicated() {
+    fn subnets_are_listed_once_per_family() {
         let ips: Vec<IpNetwork> =
             ["10.1.17.2/24", "10.1.17.3/24", "fd00::5/64", "10.2.0.9/16"].iter().map(|s| s.parse().unwrap()).collect();
         let v4: Vec<String> = subnets(&ips, IpFamily::V4).iter().map(ToString::to_string).collect();

@@ -65,7 +65,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn one_rule_per_address_excluding_its_family_subnets_and_multicast() {
+    fn each_address_masquerades_except_toward_its_subnet_or_multicast() {
         let ips: Vec<IpNetwork> = ["10.1.17.2/24", "fd00::2/64"].iter().map(|s| s.parse().unwrap()).collect();
         let s = add_script(&Owner::new("mynet", "abc123"), &ips);
         let c = "CNI-70a29d9dc18bc4d652ea5d59";

@@ -151,16 +151,21 @@ mod tests {
     }
 
     #[test]
-    fn no_type_means_no_ipam_and_bad_shapes_are_code_7() {
+    fn no_ipam_type_means_no_ipam() {
         let i = inv(Path::new("/nonexistent"));
         assert!(Ipam::from_conf(&conf("{}"), &i).unwrap().is_none());
         assert!(Ipam::from_conf(&conf(r#"{"type":""}"#), &i).unwrap().is_none());
-        assert_eq!(Ipam::from_conf(&conf("[]"), &i).err().unwrap().code, 7);
-        assert_eq!(Ipam::from_conf(&conf(r#"{"type":1}"#), &i).err().unwrap().code, 7);
         assert_eq!(
             Ipam::from_conf(&conf(r#"{"type":"host-local"}"#), &i).unwrap().unwrap().plugin_type(),
             "host-local"
         );
+    }
+
+    #[test]
+    fn a_malformed_ipam_section_is_code_7() {
+        let i = inv(Path::new("/nonexistent"));
+        assert_eq!(Ipam::from_conf(&conf("[]"), &i).err().unwrap().code, 7);
+        assert_eq!(Ipam::from_conf(&conf(r#"{"type":1}"#), &i).err().unwrap().code, 7);
     }
 
     #[test]
@@ -208,7 +213,7 @@ mod tests {
     }
 
     #[test]
-    fn an_answer_without_addresses_is_code_104_and_released() {
+    fn an_ipam_answer_without_addresses_is_released_as_code_104() {
         let d = tempfile::tempdir().unwrap();
         let log = fake_ipam(d.path(), r#"{"cniVersion":"1.0.0"}"#);
         let i = inv(d.path());
@@ -219,7 +224,7 @@ mod tests {
     }
 
     #[test]
-    fn a_gateway_of_another_family_is_code_104_and_released() {
+    fn an_ipam_gateway_of_another_family_is_released_as_code_104() {
         for answer in [
             r#"{"cniVersion":"1.0.0","ips":[{"address":"fd00::7/64","gateway":"10.0.0.1"}]}"#,
             r#"{"cniVersion":"1.0.0","ips":[{"address":"10.0.0.7/24"}],"routes":[{"dst":"::/0","gw":"10.0.0.1"}]}"#,

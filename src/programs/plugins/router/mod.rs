@@ -244,7 +244,7 @@ mod tests {
     }
 
     #[test]
-    fn moves_the_overlay_into_the_table_and_the_default_to_the_new_nic() {
+    fn the_new_nic_takes_the_default_route_leaving_the_overlay_a_table() {
         assert_eq!(
             lines(&plan(&config(json!({})), &facts())),
             [
@@ -267,13 +267,20 @@ mod tests {
     }
 
     #[test]
-    fn keeps_an_existing_default_and_works_without_a_host_peer() {
+    fn an_existing_default_route_is_kept() {
         let mut f = facts();
         f.other_defaults = vec![IpFamily::V4];
+        let l = lines(&plan(&config(json!({"route_table": 300, "overlay_interface": "eth0"})), &f));
+        assert!(!l.contains(&"pod: route 0.0.0.0/0 via 192.168.7.254 dev net1".to_string()));
+        assert!(l.contains(&"pod: rule priority 1000 from all to 10.96.0.0/12 lookup 300".to_string()));
+    }
+
+    #[test]
+    fn without_a_host_peer_nothing_is_done_on_the_host() {
+        let mut f = facts();
         f.host_peer = None;
         let l = lines(&plan(&config(json!({"route_table": 300, "overlay_interface": "eth0"})), &f));
         assert!(!l.iter().any(|l| l.starts_with("host:")), "{l:#?}");
-        assert!(!l.contains(&"pod: route 0.0.0.0/0 via 192.168.7.254 dev net1".to_string()));
         assert!(l.contains(&"pod: rule priority 1000 from all to 10.96.0.0/12 lookup 300".to_string()));
     }
 

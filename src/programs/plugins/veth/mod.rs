@@ -247,7 +247,7 @@ mod tests {
     }
 
     #[test]
-    fn first_nic_gets_the_pair_neighbours_and_routes() {
+    fn the_first_nic_is_wired_through_a_new_veth_pair() {
         let p = plan(&config(json!({})), &first_nic(), (mac(1), mac(2))).unwrap();
         assert_eq!(
             lines(&p),
@@ -307,13 +307,18 @@ mod tests {
     }
 
     #[test]
-    fn second_nic_reuses_the_pair_and_migrates_by_default() {
-        let c = config(json!({}));
-        assert_eq!(c.migrate_route, MigrateRoute::Auto);
-        let p = plan(&c, &second_nic(), (mac(9), mac(9))).unwrap();
+    fn a_second_nic_reuses_the_pair() {
+        let p = plan(&config(json!({})), &second_nic(), (mac(9), mac(9))).unwrap();
         assert!(p.created.is_none());
         let l = lines(&p);
         assert!(!l.iter().any(|l| l.contains("veth pair") || l.starts_with("host: sysctl")));
+    }
+
+    #[test]
+    fn a_second_nic_migrates_routes_into_a_table_by_default() {
+        let c = config(json!({}));
+        assert_eq!(c.migrate_route, MigrateRoute::Auto);
+        let l = lines(&plan(&c, &second_nic(), (mac(9), mac(9))).unwrap());
         for want in [
             "host: neighbour 10.1.0.5 dev vethabcdef01234 lladdr 02:00:00:00:00:02 nud permanent",
             "host: route 10.1.0.5/32 dev vethabcdef01234 scope link",
@@ -328,9 +333,13 @@ mod tests {
     }
 
     #[test]
-    fn migrate_route_zero_keeps_main_and_route_table_moves_the_table() {
+    fn migrate_route_zero_leaves_the_main_table_alone() {
         let l = lines(&plan(&config(json!({"migrate_route": 0})), &second_nic(), (mac(9), mac(9))).unwrap());
         assert!(!l.iter().any(|l| l.contains("table") || l.contains("rule")), "{l:#?}");
+    }
+
+    #[test]
+    fn route_table_names_the_table_routes_migrate_to() {
         let l = lines(&plan(&config(json!({"route_table": 300})), &second_nic(), (mac(9), mac(9))).unwrap());
         assert!(l.contains(&"pod: rule priority 1000 from 10.1.0.5/32 lookup 300".to_string()));
     }

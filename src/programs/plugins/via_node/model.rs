@@ -264,9 +264,9 @@ mod tests {
     use super::*;
     use serde_json::json;
 
-    #[test]
-    fn changes_serialize_readably_and_round_trip() {
-        let changes = vec![
+    /// A veth pair, a route, a rule and a sysctl.
+    fn four_changes() -> Vec<Change> {
+        vec![
             Change::host(Op::CreateVeth(VethSpec {
                 host: "veth0123456789a".into(),
                 host_mac: "02:00:00:00:00:01".parse().unwrap(),
@@ -286,8 +286,12 @@ mod tests {
                 priority: 1000,
             })),
             Change::host(Op::SetSysctl(SysctlSpec::new("net/ipv4/conf/x/rp_filter".into(), 2))),
-        ];
-        let v = serde_json::to_value(&changes).unwrap();
+        ]
+    }
+
+    #[test]
+    fn changes_serialize_as_readable_json() {
+        let v = serde_json::to_value(four_changes()).unwrap();
         assert_eq!(v[0]["op"], "create_veth");
         assert_eq!(v[0]["ns"], "host");
         assert_eq!(v[0]["host_mac"], "02:00:00:00:00:01");
@@ -296,8 +300,18 @@ mod tests {
             v[1],
             json!({"ns": "pod", "op": "add_route", "dst": "10.96.0.0/12", "via": "192.168.1.2", "dev": "veth0", "table": 254, "scope_link": false, "protocol": 3})
         );
-        let back: Vec<Change> = serde_json::from_value(v).unwrap();
+    }
+
+    #[test]
+    fn changes_round_trip_through_json() {
+        let changes = four_changes();
+        let back: Vec<Change> = serde_json::from_value(serde_json::to_value(&changes).unwrap()).unwrap();
         assert_eq!(back, changes);
+    }
+
+    #[test]
+    fn changes_print_as_ip_shows_them() {
+        let changes = four_changes();
         assert_eq!(changes[1].to_string(), "pod: route 10.96.0.0/12 via 192.168.1.2 dev veth0");
         assert_eq!(changes[2].to_string(), "pod: rule priority 1000 from 10.1.0.5/32 lookup 200");
         assert_eq!(changes[3].to_string(), "host: sysctl net.ipv4.conf.x.rp_filter=2");

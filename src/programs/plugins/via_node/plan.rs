@@ -249,12 +249,17 @@ mod tests {
     }
 
     #[test]
-    fn host_veth_names_are_deterministic_and_fit() {
+    fn host_veth_names_are_deterministic_per_container() {
+        let a = host_veth_name("0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef");
+        assert_eq!(a, host_veth_name("0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"));
+        assert_ne!(host_veth_name("c1"), host_veth_name("c2"));
+    }
+
+    #[test]
+    fn host_veth_names_are_valid_interface_names() {
         let a = host_veth_name("0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef");
         assert_eq!(a.len(), 15);
         assert!(a.starts_with("veth"));
-        assert_eq!(a, host_veth_name("0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"));
-        assert_ne!(host_veth_name("c1"), host_veth_name("c2"));
         assert!(crate::platform::cni::env::validate_ifname(&host_veth_name("weird.id_-x")).is_ok());
     }
 
@@ -297,27 +302,38 @@ mod tests {
         }
     }
 
+    /// Node addresses of two families, 192.168.7.1 the route's source, for an IPv4 pod.
+    fn node_addresses_for_an_ipv4_pod() -> NodeAddresses {
+        NodeAddresses::new(&[ip("172.18.0.2"), ip("192.168.7.1"), ip("fd00::2")], &[ip("192.168.7.1")], &[IpFamily::V4])
+    }
+
     #[test]
-    fn node_addresses_put_the_route_source_first_and_keep_the_pods_families() {
-        let n = NodeAddresses::new(
-            &[ip("172.18.0.2"), ip("192.168.7.1"), ip("fd00::2")],
-            &[ip("192.168.7.1")],
-            &[IpFamily::V4],
-        );
+    fn node_addresses_put_the_route_source_first() {
+        let n = node_addresses_for_an_ipv4_pod();
         assert_eq!(n.all, vec![ip("192.168.7.1"), ip("172.18.0.2")]);
         assert_eq!(n.next_hop(IpFamily::V4), Some(ip("192.168.7.1")));
+    }
+
+    #[test]
+    fn node_addresses_keep_only_the_pods_families() {
+        let n = node_addresses_for_an_ipv4_pod();
         assert_eq!(n.next_hop(IpFamily::V6), None);
         let n = NodeAddresses::new(&[ip("172.18.0.2"), ip("fd00::2")], &[], &[IpFamily::V4, IpFamily::V6]);
         assert_eq!(n.toward_pod, vec![ip("172.18.0.2"), ip("fd00::2")]);
     }
 
     #[test]
-    fn node_and_hijack_routes() {
+    fn node_routes_reach_the_node_on_link_or_through_the_pods_gateway() {
         let n = NodeAddresses::new(&[ip("192.168.7.1")], &[], &[IpFamily::V4]);
         let routes = node_routes(&n, "veth0", &[], 254);
         assert_eq!(routes[0].to_string(), "pod: route 192.168.7.1/32 dev veth0 scope link");
         let routes = node_routes(&n, "eth0", &[ip("fd00::1"), ip("10.1.0.1")], 254);
         assert_eq!(routes[0].to_string(), "pod: route 192.168.7.1/32 via 10.1.0.1 dev eth0");
+    }
+
+    #[test]
+    fn hijack_routes_send_the_subnets_of_the_pods_families_via_the_node() {
+        let n = NodeAddresses::new(&[ip("192.168.7.1")], &[], &[IpFamily::V4]);
         let subnets = [net("10.96.0.0/12"), net("fd00:96::/112")];
         let (routes, skipped) = hijack_routes(subnets.iter(), &n, "veth0", 200);
         assert_eq!(routes.len(), 1);

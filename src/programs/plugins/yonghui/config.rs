@@ -160,7 +160,7 @@ mod tests {
     }
 
     #[test]
-    fn shape_errors_are_code_7_and_name_the_key() {
+    fn a_shape_error_is_code_7_naming_the_key() {
         for (extra, want) in [
             (json!({"delegate": {"name": "x"}}), "'delegate' must not have 'name'"),
             (json!({"delegate": {"ipam": {}}}), "'delegate' must not have 'ipam'"),

@@ -209,7 +209,7 @@ mod tests {
     }
 
     #[test]
-    fn delegate_with_bridge_name_and_mtu_keeps_the_mtu() {
+    fn a_delegates_own_mtu_is_kept_over_the_subnet_env() {
         for version in SUPPORTED {
             let d = linux(
                 r#"{"name": "mynet", "type": "yonghui", "delegate": {"bridge": "mynet0", "mtu": 1400}}"#,
@@ -288,7 +288,7 @@ mod tests {
     }
 
     #[test]
-    fn dual_stack_uses_one_range_set_per_family_and_routes_both() {
+    fn dual_stack_gets_a_range_set_with_a_route_per_family() {
         let c = config(r#"{"name": "n", "type": "yonghui"}"#, DUAL_STACK_ENV);
         assert_eq!(
             c["ipam"],
@@ -329,7 +329,7 @@ mod tests {
     }
 
     #[test]
-    fn ipam_base_keeps_its_keys_and_routes_first_and_loses_its_ranges() {
+    fn an_ipam_base_keeps_its_keys_with_its_routes_first_but_not_its_ranges() {
         let c = config(
             r#"{"name": "n", "type": "yonghui", "ipam": {
                 "type": "host-local",
@@ -358,16 +358,20 @@ mod tests {
     }
 
     #[test]
-    fn ipam_base_type_and_missing_type() {
+    fn an_ipam_base_keeps_its_type() {
         let c = config(r#"{"name": "n", "type": "yonghui", "ipam": {"type": "static-ish", "x": 1}}"#, NODE_ENV);
         assert_eq!((c["ipam"]["type"].as_str(), c["ipam"]["x"].as_i64()), (Some("static-ish"), Some(1)));
+    }
+
+    #[test]
+    fn an_ipam_base_without_a_type_is_host_local() {
         let c = config(r#"{"name": "n", "type": "yonghui", "ipam": {"routes": [{"dst": "10.96.0.0/12"}]}}"#, NODE_ENV);
         assert_eq!(c["ipam"]["type"], "host-local");
         assert_eq!(c["ipam"]["routes"], json!([{"dst": "10.96.0.0/12"}, {"dst": "10.1.0.0/16"}]));
     }
 
     #[test]
-    fn bad_ipam_routes_are_code_7_and_say_which() {
+    fn a_bad_ipam_route_is_code_7_saying_which() {
         for (routes, want) in [
             (r#"{"dst": "10.0.0.0/8"}"#, "'ipam.routes' must be a list of routes"),
             (r#"[{"dst": "10.0.0.0/8"}, {"gw": "10.0.0.1"}]"#, "'ipam.routes' [1] must be an object with a 'dst'"),
@@ -442,14 +446,19 @@ mod tests {
         assert_eq!(c["isGateway"], true);
     }
 
+    /// A delegate section with a key yonghui does not know, one it does, and a cniVersion of its own.
+    const DELEGATE_WITH_KEYS_OF_ITS_OWN: &str = r#"{"name": "n", "type": "yonghui", "delegate": {"futureKey": {"deep": [1, 2]}, "hairpinMode": true, "cniVersion": "0.3.0"}}"#;
+
     #[test]
-    fn unknown_keys_pass_through_and_yonghui_owns_name_type_and_version() {
-        let c = config(
-            r#"{"name": "n", "type": "yonghui", "delegate": {"futureKey": {"deep": [1, 2]}, "hairpinMode": true, "cniVersion": "0.3.0"}}"#,
-            NODE_ENV,
-        );
+    fn the_delegates_other_keys_pass_through() {
+        let c = config(DELEGATE_WITH_KEYS_OF_ITS_OWN, NODE_ENV);
         assert_eq!(c["futureKey"], json!({"deep": [1, 2]}));
         assert_eq!(c["hairpinMode"], true);
+    }
+
+    #[test]
+    fn yonghui_sets_the_delegates_name_type_with_version() {
+        let c = config(DELEGATE_WITH_KEYS_OF_ITS_OWN, NODE_ENV);
         assert_eq!(c["cniVersion"], "1.0.0");
         assert_eq!((c["name"].as_str(), c["type"].as_str()), (Some("n"), Some("yh-bridge")));
     }

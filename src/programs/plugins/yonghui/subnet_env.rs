@@ -314,7 +314,7 @@ mod tests {
     }
 
     #[test]
-    fn comments_blank_lines_crlf_spaces_and_unknown_keys_are_fine() {
+    fn a_subnet_env_with_comments_crlf_spaces_or_unknown_keys_parses() {
         let env = parse(
             "# written by yonghui\r\n\r\n  FLANNEL_NETWORK = 10.1.0.0/16\r\nFLANNEL_SUBNET=10.1.17.1/24\r\n\
              FLANNEL_MTU=1472\r\nFLANNEL_IPMASQ=true\r\nFLANNEL_FUTURE=whatever=x\r\n",
@@ -341,7 +341,7 @@ mod tests {
     }
 
     #[test]
-    fn a_family_needs_both_network_and_subnet() {
+    fn a_family_needs_its_network_with_its_subnet() {
         let tail = "FLANNEL_MTU=1400\nFLANNEL_IPMASQ=true\n";
         let msg = decode_error(&format!("FLANNEL_NETWORK=10.1.0.0/16\nFLANNEL_IPV6_SUBNET=fd00::/64\n{tail}"));
         assert!(msg.ends_with("has FLANNEL_NETWORK but no FLANNEL_SUBNET"), "{msg}");
@@ -358,7 +358,7 @@ mod tests {
     }
 
     #[test]
-    fn unparsable_values_name_key_line_and_value() {
+    fn an_unparsable_value_is_named_by_line_with_key_without_quoting_it() {
         let good = [
             "FLANNEL_NETWORK=10.1.0.0/16",
             "FLANNEL_SUBNET=10.1.17.1/24",
@@ -407,24 +407,40 @@ mod tests {
     }
 
     #[test]
-    fn load_names_a_missing_file_and_reads_a_real_one() {
+    fn a_missing_subnet_env_is_code_5_naming_the_file() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("subnet.env");
         let e = SubnetEnv::load(&path).unwrap_err();
         assert_eq!(e.code, 5);
         assert!(e.msg.contains(&path.display().to_string()), "{e}");
+    }
+
+    #[test]
+    fn a_subnet_env_that_is_not_utf_8_is_code_6() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("subnet.env");
         std::fs::write(&path, [0xff, 0xfe]).unwrap();
         assert_eq!(SubnetEnv::load(&path).unwrap_err().code, 6);
+    }
+
+    #[test]
+    fn a_subnet_env_lacking_a_key_names_the_file_with_the_key() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("subnet.env");
         std::fs::write(&path, "FLANNEL_NETWORK=10.1.0.0/16\nFLANNEL_SUBNET=10.1.17.1/24\nFLANNEL_MTU=1472\n").unwrap();
         let e = SubnetEnv::load(&path).unwrap_err();
         assert_eq!(e.msg, format!("{} is missing FLANNEL_IPMASQ", path.display()));
     }
 
     #[test]
-    fn cidr_parsing_is_strict_and_masks() {
+    fn a_cidr_is_masked_to_its_network() {
         assert_eq!(parse_cidr("10.1.17.9/24").unwrap().to_string(), "10.1.17.0/24");
         assert_eq!(parse_cidr("fd00::1/64").unwrap().to_string(), "fd00::/64");
         assert_eq!(parse_cidr("0.0.0.0/0").unwrap().to_string(), "0.0.0.0/0");
+    }
+
+    #[test]
+    fn cidr_parsing_is_strict() {
         for bad in ["10.1.17.9", "10.1.17.9/", "/24", "10.1/16", " 10.1.0.0/16", "10.1.0.0/16/1", "x/8"] {
             assert!(parse_cidr(bad).is_err(), "{bad}");
         }

@@ -114,19 +114,26 @@ fn add_saves_the_generated_config_privately_before_delegating() {
 }
 
 #[test]
-fn failed_delegate_add_is_undone_and_its_error_returned() {
+fn a_failed_delegate_add_is_undone() {
     let node = Node::new();
     node.fail("ADD", true);
-    let e = node.add().unwrap_err();
-    assert_eq!(e.code, 11);
-    assert_eq!(e.msg, "delegate fake ADD: injected failure");
+    node.add().unwrap_err();
     assert_eq!(node.calls(), "ADD\nDEL\n");
     assert_eq!(node.stdin_of("DEL"), node.stdin_of("ADD"));
     assert!(!node.saved().exists());
 }
 
 #[test]
-fn errors_before_delegation_leave_no_file_and_run_nothing() {
+fn a_failed_delegate_adds_error_is_returned() {
+    let node = Node::new();
+    node.fail("ADD", true);
+    let e = node.add().unwrap_err();
+    assert_eq!(e.code, 11);
+    assert_eq!(e.msg, "delegate fake ADD: injected failure");
+}
+
+#[test]
+fn an_error_before_delegation_leaves_nothing_behind() {
     let node = Node::new();
     std::fs::remove_file(node.path("subnet.env")).unwrap();
     assert_eq!(node.add().unwrap_err().code, 5);
@@ -138,7 +145,7 @@ fn errors_before_delegation_leave_no_file_and_run_nothing() {
 }
 
 #[test]
-fn unknown_delegate_is_refused_and_nothing_is_left() {
+fn an_unknown_delegate_is_refused_leaving_nothing() {
     let node = Node::new();
     let e = Yonghui.add(
         &node.inv(Command::Add),
@@ -150,8 +157,8 @@ fn unknown_delegate_is_refused_and_nothing_is_left() {
     assert_eq!(std::fs::read_dir(node.path("data")).unwrap().count(), 0);
 }
 
-#[test]
-fn del_replays_the_saved_config_then_forgets_it_and_is_idempotent() {
+/// A node whose attachment was ADDed, then DELeted without subnet.env or the delegate section.
+fn added_then_deleted() -> Node {
     let node = Node::new();
     node.add().unwrap();
     // DEL does not depend on subnet.env or the delegate section any more.
@@ -159,9 +166,20 @@ fn del_replays_the_saved_config_then_forgets_it_and_is_idempotent() {
     Yonghui
         .del(&node.inv(Command::Del), &node.conf(json!({"delegate": {"type": "other"}})), &Operation::default())
         .unwrap();
+    node
+}
+
+#[test]
+fn del_replays_the_saved_config_then_forgets_it() {
+    let node = added_then_deleted();
     assert_eq!(node.stdin_of("DEL"), node.stdin_of("ADD"));
     assert!(!node.saved().exists());
     assert_eq!(node.calls(), "ADD\nDEL\n");
+}
+
+#[test]
+fn a_second_del_does_nothing() {
+    let node = added_then_deleted();
     // Again: nothing saved and no subnet.env, so nothing is known to undo.
     node.del().unwrap();
     assert_eq!(node.calls(), "ADD\nDEL\n");
@@ -197,7 +215,7 @@ fn failed_delegate_del_keeps_the_file_for_the_retry() {
 }
 
 #[test]
-fn unreadable_saved_config_is_dropped_and_del_succeeds() {
+fn an_unreadable_saved_config_is_dropped_by_a_del_that_succeeds() {
     let node = Node::new();
     std::fs::create_dir_all(node.path("data")).unwrap();
     std::fs::write(node.saved(), "{not json").unwrap();
@@ -220,22 +238,34 @@ fn del_without_a_saved_config_forgets_a_save_that_was_interrupted() {
     assert_eq!(node.calls(), "DEL\n", "the delegate's DEL, with the configuration made again");
 }
 
-#[test]
-fn without_a_version_the_delegate_gets_none_and_its_0_1_0_answer_is_read() {
-    let node = Node::new();
-    // What the fake delegate says, as an old plugin given a config without a version would.
+/// A configuration without a cniVersion, on a node whose fake delegate answers as an old plugin
+/// given such a configuration would.
+fn versionless_conf_answered_in_0_1_0(node: &Node) -> PluginConf {
     let answer = r#"{"ip4":{"ip":"10.1.17.2/24","gateway":"10.1.17.1","routes":[{"dst":"10.1.0.0/16"}]},"dns":{}}"#;
     std::fs::write(node.path("answer"), answer).unwrap();
     let mut conf = node.conf(json!({})).raw;
     conf.remove("cniVersion");
-    let conf = PluginConf::from_value(Value::Object(conf)).unwrap();
-    let result = Yonghui.add(&node.inv(Command::Add), &conf, &Operation::default()).unwrap();
+    PluginConf::from_value(Value::Object(conf)).unwrap()
+}
+
+#[test]
+fn without_a_version_the_delegate_gets_none() {
+    let node = Node::new();
+    let conf = versionless_conf_answered_in_0_1_0(&node);
+    Yonghui.add(&node.inv(Command::Add), &conf, &Operation::default()).unwrap();
     assert!(node.stdin_of("ADD").get("cniVersion").is_none(), "{}", node.stdin_of("ADD"));
-    assert_eq!(result.ips[0].address.to_string(), "10.1.17.2/24");
-    assert_eq!(result.routes[0].dst.to_string(), "10.1.0.0/16");
     // DEL replays the saved bytes, version-less as they were.
     Yonghui.del(&node.inv(Command::Del), &conf, &Operation::default()).unwrap();
     assert!(node.stdin_of("DEL").get("cniVersion").is_none());
+}
+
+#[test]
+fn a_delegates_0_1_0_answer_is_read() {
+    let node = Node::new();
+    let conf = versionless_conf_answered_in_0_1_0(&node);
+    let result = Yonghui.add(&node.inv(Command::Add), &conf, &Operation::default()).unwrap();
+    assert_eq!(result.ips[0].address.to_string(), "10.1.17.2/24");
+    assert_eq!(result.routes[0].dst.to_string(), "10.1.0.0/16");
 }
 
 #[test]
@@ -263,12 +293,19 @@ fn saved_by_the_earlier_release(node: &Node) -> PathBuf {
 }
 
 #[test]
-fn a_file_saved_by_the_earlier_release_is_deleted_and_checked_by_its_own_network() {
+fn a_file_saved_by_the_earlier_release_is_checked_by_its_own_network() {
+    let node = Node::new();
+    saved_by_the_earlier_release(&node);
+    Yonghui.check(&node.inv(Command::Check), &node.conf(json!({})), &Operation::default()).unwrap();
+    assert_eq!(node.calls(), "CHECK\n");
+}
+
+#[test]
+fn a_file_saved_by_the_earlier_release_is_deleted_by_its_own_network() {
     let node = Node::new();
     let legacy = saved_by_the_earlier_release(&node);
-    Yonghui.check(&node.inv(Command::Check), &node.conf(json!({})), &Operation::default()).unwrap();
     node.del().unwrap();
-    assert_eq!(node.calls(), "CHECK\nDEL\n");
+    assert_eq!(node.calls(), "DEL\n");
     assert_eq!(node.stdin_of("DEL"), node.stdin_of("ADD"), "its own configuration, replayed");
     assert!(!legacy.exists());
 }
@@ -332,23 +369,34 @@ fn status_is_not_available_until_subnet_env_is_usable_then_asks_the_delegate() {
     assert_eq!((e.code, e.msg.as_str()), (11, "delegate fake STATUS: injected failure"));
 }
 
-#[test]
-fn gc_is_forwarded_with_the_valid_attachments_and_keeps_saved_configs() {
+/// A node with one attachment ADDed, after a GC that names another as the only valid one.
+fn gc_naming_another_attachment() -> (Node, Value) {
     let node = Node::new();
     node.add().unwrap();
     let valid = json!([{"containerID": "other", "ifname": "eth0"}]);
     let conf = node.conf(json!({"cniVersion": "1.1.0", VALID_ATTACHMENTS: valid}));
     Yonghui.gc(&node.inv(Command::Gc), &conf, &Operation::default()).unwrap();
+    (node, valid)
+}
+
+#[test]
+fn gc_is_forwarded_with_the_valid_attachments() {
+    let (node, valid) = gc_naming_another_attachment();
     let sent = node.stdin_of("GC");
     assert_eq!(sent[VALID_ATTACHMENTS], valid);
     assert_eq!(sent["ipam"]["subnet"], "10.1.17.0/24");
+}
+
+#[test]
+fn gc_keeps_the_saved_configurations() {
+    let (node, _) = gc_naming_another_attachment();
     assert!(node.saved().exists());
 }
 
 /// Without `dataDir`, DEL and CHECK look in the default (tmpfs) and where earlier releases saved
 /// by default: a pod ADDed before the upgrade is torn down with its own saved configuration, once.
 #[test]
-fn a_configuration_saved_where_earlier_releases_did_is_checked_and_deleted() {
+fn a_configuration_saved_where_earlier_releases_did_is_still_found() {
     let node = Node::new();
     node.add().unwrap();
     let earlier = node.path("earlier");

@@ -181,7 +181,7 @@ mod tests {
     }
 
     #[test]
-    fn l2bridge_is_the_default_with_gateway_dot_2_and_cluster_prefix() {
+    fn the_default_delegate_is_win_l2bridge_as_flannel_configures_it() {
         let c = config(r#"{"name": "mynet", "type": "yonghui"}"#, WINDOWS_ENV);
         assert_eq!(
             c,
@@ -198,10 +198,16 @@ mod tests {
     }
 
     #[test]
-    fn ip_masq_is_flannel_ipmasq_not_its_inverse_and_off_means_no_nat_policy() {
+    fn ip_masq_is_flannel_ipmasq_not_its_inverse() {
         let env = WINDOWS_ENV.replace("IPMASQ=true", "IPMASQ=false");
         let c = config(r#"{"name": "n", "type": "yonghui", "delegate": {"type": "win-overlay"}}"#, &env);
         assert_eq!(c["ipMasq"], false);
+    }
+
+    #[test]
+    fn only_ip_masq_brings_the_nat_policy() {
+        let env = WINDOWS_ENV.replace("IPMASQ=true", "IPMASQ=false");
+        let c = config(r#"{"name": "n", "type": "yonghui", "delegate": {"type": "win-overlay"}}"#, &env);
         assert!(c.get("AdditionalArgs").is_none());
         // An explicit choice in the delegate is kept and decides the NAT policy.
         let c = config(r#"{"name": "n", "type": "yonghui", "delegate": {"ipMasq": true}}"#, &env);
@@ -211,7 +217,7 @@ mod tests {
     }
 
     #[test]
-    fn existing_exclusions_are_extended_and_other_policies_kept() {
+    fn existing_policies_are_kept_with_their_nat_exclusions_completed() {
         let c = config(
             r#"{"name": "n", "type": "yonghui", "delegate": {"type": "win-overlay", "AdditionalArgs": [
                 {"Name": "EndpointPolicy", "Value": {"Type": "ROUTE", "DestinationPrefix": "10.96.0.0/12", "NeedEncap": true}},
@@ -229,13 +235,17 @@ mod tests {
     }
 
     #[test]
-    fn nat_policy_without_list_gets_one_and_missing_policy_is_appended() {
+    fn a_nat_policy_without_an_exception_list_gets_one() {
         let c = config(
             r#"{"name": "n", "type": "yonghui", "delegate": {"additionalArgs": [{"Name": "EndpointPolicy", "Value": {"Type": "OutBoundNAT"}}]}}"#,
             WINDOWS_ENV,
         );
         assert_eq!(c["additionalArgs"], json!([outbound_nat(&["10.244.1.0/24", "10.244.0.0/16"])]));
         assert!(c.get("AdditionalArgs").is_none());
+    }
+
+    #[test]
+    fn a_missing_nat_policy_is_appended() {
         let c = config(
             r#"{"name": "n", "type": "yonghui", "delegate": {"AdditionalArgs": [{"Name": "EndpointPolicy", "Value": {"Type": "ROUTE"}}]}}"#,
             WINDOWS_ENV,
@@ -246,28 +256,46 @@ mod tests {
         );
     }
 
-    #[test]
-    fn several_networks_are_all_excepted_and_custom_types_get_no_gateway() {
+    /// A custom delegate type on a node of two cluster networks.
+    fn sdnbridge_on_two_networks() -> Value {
         let env = WINDOWS_ENV.replace("10.244.0.0/16", "10.244.0.0/16,10.245.0.0/16");
-        let c = config(r#"{"name": "n", "type": "yonghui", "delegate": {"type": "sdnbridge"}}"#, &env);
-        assert_eq!(c["ipam"], json!({"type": "host-local", "subnet": "10.244.1.0/24"}));
-        assert!(c.get("clusterNetworkPrefix").is_none());
+        config(r#"{"name": "n", "type": "yonghui", "delegate": {"type": "sdnbridge"}}"#, &env)
+    }
+
+    #[test]
+    fn every_cluster_network_is_excepted_from_nat() {
+        let c = sdnbridge_on_two_networks();
         assert_eq!(c["AdditionalArgs"], json!([outbound_nat(&["10.244.1.0/24", "10.244.0.0/16", "10.245.0.0/16"])]));
     }
 
     #[test]
-    fn user_cluster_prefix_and_runtime_config_are_kept() {
-        let c = config(
+    fn a_custom_delegate_type_gets_no_gateway() {
+        let c = sdnbridge_on_two_networks();
+        assert_eq!(c["ipam"], json!({"type": "host-local", "subnet": "10.244.1.0/24"}));
+        assert!(c.get("clusterNetworkPrefix").is_none());
+    }
+
+    /// A configuration with runtimeConfig and the user's own cluster prefix.
+    fn with_a_prefix_of_the_users() -> Value {
+        config(
             r#"{"name": "n", "type": "yonghui", "runtimeConfig": {"dns": {"servers": ["10.96.0.10"]}},
                 "delegate": {"clusterNetworkPrefix": "10.0.0.0/8"}}"#,
             WINDOWS_ENV,
-        );
-        assert_eq!(c["clusterNetworkPrefix"], "10.0.0.0/8");
-        assert_eq!(c["runtimeConfig"], json!({"dns": {"servers": ["10.96.0.10"]}}));
+        )
     }
 
     #[test]
-    fn errors_are_code_7_and_say_what() {
+    fn the_users_cluster_prefix_is_kept() {
+        assert_eq!(with_a_prefix_of_the_users()["clusterNetworkPrefix"], "10.0.0.0/8");
+    }
+
+    #[test]
+    fn runtime_config_is_kept() {
+        assert_eq!(with_a_prefix_of_the_users()["runtimeConfig"], json!({"dns": {"servers": ["10.96.0.10"]}}));
+    }
+
+    #[test]
+    fn a_windows_configuration_error_is_code_7_saying_what() {
         let ipv6_only =
             "FLANNEL_IPV6_NETWORK=fd00::/48\nFLANNEL_IPV6_SUBNET=fd00::/64\nFLANNEL_MTU=1450\nFLANNEL_IPMASQ=true\n";
         let tiny = WINDOWS_ENV.replace("10.244.1.0/24", "10.244.1.0/31");

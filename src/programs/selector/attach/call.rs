@@ -81,17 +81,25 @@ mod tests {
         }
     }
 
-    #[test]
-    fn the_runtimes_capabilities_go_to_the_first_network_only_and_the_pods_to_their_own() {
+    /// A selector given the runtime's port mappings and bandwidth, and the invocation of an ADD.
+    fn selector_with_runtime_capabilities() -> (SelectorConfig, Invocation) {
         let selector = PluginConf::from_value(json!({"cniVersion": "1.1.0", "name": "yh-genie", "type": "yh-genie",
             "runtimeConfig": {"portMappings": [{"hostPort": 80, "containerPort": 8080, "protocol": "tcp"}],
                               "bandwidth": {"egressRate": 8000, "egressBurst": 800}}}))
         .unwrap();
         let config = SelectorConfig::from_plugin_conf(&selector).unwrap();
         let runtime = crate::platform::cni::testing::invocation(Command::Add, std::path::Path::new("/nonexistent"));
-        let runtime_config = |conf: &str, i: usize| -> Value {
-            serde_json::from_str::<Value>(conf).unwrap()["plugins"][i].get("runtimeConfig").cloned().unwrap_or_default()
-        };
+        (config, runtime)
+    }
+
+    /// The runtimeConfig of plugin `i` of the configuration list `conf`.
+    fn runtime_config(conf: &str, i: usize) -> Value {
+        serde_json::from_str::<Value>(conf).unwrap()["plugins"][i].get("runtimeConfig").cloned().unwrap_or_default()
+    }
+
+    #[test]
+    fn the_runtimes_capabilities_go_to_the_first_network_only() {
+        let (config, runtime) = selector_with_runtime_capabilities();
         let (first, ..) = plugins_call(&runtime, &config, 0, &attachment("eth0", json!({}))).unwrap();
         assert_eq!(runtime_config(&first, 0), Value::Null);
         assert_eq!(
@@ -99,9 +107,14 @@ mod tests {
             json!({"portMappings": [{"hostPort": 80, "containerPort": 8080, "protocol": "tcp"}]})
         );
         assert_eq!(runtime_config(&first, 2), json!({"bandwidth": {"egressRate": 8000, "egressBurst": 800}}));
-        // A further network gets none of the runtime's: only what the pod asked for it.
+        // A further network gets none of the runtime's.
         let (further, ..) = plugins_call(&runtime, &config, 1, &attachment("net1", json!({}))).unwrap();
         assert_eq!(further, attachment("net1", json!({})).config);
+    }
+
+    #[test]
+    fn a_further_network_gets_the_capabilities_the_pod_asked_for_it() {
+        let (config, runtime) = selector_with_runtime_capabilities();
         let asked = json!({"portMappings": [{"hostPort": 81, "containerPort": 80}]});
         let (further, ..) = plugins_call(&runtime, &config, 1, &attachment("net1", asked.clone())).unwrap();
         assert_eq!(runtime_config(&further, 1), asked);

@@ -190,7 +190,7 @@ mod tests {
     }
 
     #[test]
-    fn add_runs_in_order_with_prev_result_and_returns_the_last_result() {
+    fn add_hands_each_result_to_the_next_plugin_returning_the_last() {
         let p = Plugins::new();
         let r = add(&chain("1.0.0", &["a", "b"], false), &p.inv()).unwrap();
         assert_eq!(address(&r), "10.0.0.2/24");
@@ -198,7 +198,7 @@ mod tests {
     }
 
     #[test]
-    fn a_failed_add_stops_at_the_failing_plugin_and_says_what_was_tried() {
+    fn a_failed_add_stops_at_the_failing_plugin_saying_what_was_tried() {
         let p = Plugins::new();
         let failed = add(&chain("1.0.0", &["a", "fail", "b"], false), &p.inv()).unwrap_err();
         assert_eq!((failed.tried, address(failed.prev.as_deref().unwrap())), (2, "10.0.0.1/24".to_string()));
@@ -219,7 +219,7 @@ mod tests {
     }
 
     #[test]
-    fn del_goes_on_after_a_failure_and_reports_it() {
+    fn a_failed_del_step_is_reported_once_the_rest_have_run() {
         let p = Plugins::new();
         let e = del(&chain("1.0.0", &["a", "missing", "b"], false), &p.inv(), None).unwrap_err();
         assert!(e.msg.contains("plugin 2 of 3 (missing) DEL"), "{e}");
@@ -257,12 +257,17 @@ mod tests {
     }
 
     #[test]
-    fn a_list_without_a_version_passes_an_empty_one_and_needs_addresses_to_chain() {
+    fn a_list_without_a_version_hands_the_address_on_in_0_1_0() {
         let p = Plugins::new();
         let list = ConfList::parse(br#"{"name":"net","plugins":[{"type":"a"},{"type":"b"}]}"#, true, "x").unwrap();
         // The fake plugins answer in 1.0.0; the list's 0.1.0 prevResult carries the address on.
         assert_eq!(address(&add(&list, &p.inv()).unwrap()), "10.0.0.2/24");
         assert_eq!(p.log(), ["ADD a prev=no", "ADD b prev=yes"]);
+    }
+
+    #[test]
+    fn a_list_without_a_version_cannot_chain_a_result_without_an_address() {
+        let p = Plugins::new();
         // A first result with no address cannot be handed on in 0.1.0: the ADD fails at the second.
         script(p.dir.path(), "empty", r#"cat >/dev/null; echo '{"cniVersion":"1.0.0"}'"#);
         let list = ConfList::parse(br#"{"name":"net","plugins":[{"type":"empty"},{"type":"b"}]}"#, true, "x").unwrap();

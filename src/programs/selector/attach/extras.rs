@@ -98,17 +98,27 @@ mod tests {
         assert_eq!(apply_to_args(&args, &Extras::default()), args);
     }
 
-    #[test]
-    fn runtime_config_only_for_declared_capabilities_and_cni_args_for_all() {
+    /// A list of five plugins declaring different capabilities, and the configuration with every
+    /// extra a pod can ask for applied to it.
+    fn five_plugins_given_every_extra() -> (Value, Value) {
         let conf = json!({"cniVersion": "1.0.0", "name": "lan", "plugins": [
             {"type": "macvlan", "capabilities": {"ips": true, "mac": true}, "runtimeConfig": {"keep": 1}},
             {"type": "tuning", "capabilities": {"ips": false}},
             {"type": "router"},
             {"type": "portmap", "capabilities": {"portMappings": true}},
             {"type": "bandwidth", "capabilities": {"bandwidth": true}}]});
-        let e = extras(json!({"ips": ["10.1.1.5/24"], "mac": "02:00:00:00:00:01", "cniArgs": {"vlan": 7},
-            "portMappings": [{"hostPort": 8080, "containerPort": 80}], "bandwidth": {"egressRate": 8, "egressBurst": 9}}));
-        let out: Value = serde_json::from_str(&apply_to_config(&conf.to_string(), &e)).unwrap();
+        let out = serde_json::from_str(&apply_to_config(&conf.to_string(), &every_extra())).unwrap();
+        (conf, out)
+    }
+
+    fn every_extra() -> Extras {
+        extras(json!({"ips": ["10.1.1.5/24"], "mac": "02:00:00:00:00:01", "cniArgs": {"vlan": 7},
+            "portMappings": [{"hostPort": 8080, "containerPort": 80}], "bandwidth": {"egressRate": 8, "egressBurst": 9}}))
+    }
+
+    #[test]
+    fn runtime_config_goes_only_to_plugins_declaring_the_capability() {
+        let (_, out) = five_plugins_given_every_extra();
         assert_eq!(
             out["plugins"][0]["runtimeConfig"],
             json!({"keep": 1, "ips": ["10.1.1.5/24"], "mac": "02:00:00:00:00:01"})
@@ -120,12 +130,17 @@ mod tests {
             json!({"portMappings": [{"hostPort": 8080, "containerPort": 80}]})
         );
         assert_eq!(out["plugins"][4]["runtimeConfig"], json!({"bandwidth": {"egressRate": 8, "egressBurst": 9}}));
+        let single = json!({"cniVersion": "1.0.0", "name": "s", "type": "bridge", "capabilities": {"mac": true}});
+        let out: Value = serde_json::from_str(&apply_to_config(&single.to_string(), &every_extra())).unwrap();
+        assert_eq!(out["runtimeConfig"], json!({"mac": "02:00:00:00:00:01"}));
+    }
+
+    #[test]
+    fn cni_args_go_to_every_plugin() {
+        let (_, out) = five_plugins_given_every_extra();
         for i in 0..5 {
             assert_eq!(out["plugins"][i]["args"]["cni"]["vlan"], 7, "plugin {i}");
         }
-        let single = json!({"cniVersion": "1.0.0", "name": "s", "type": "bridge", "capabilities": {"mac": true}});
-        let out: Value = serde_json::from_str(&apply_to_config(&single.to_string(), &e)).unwrap();
-        assert_eq!(out["runtimeConfig"], json!({"mac": "02:00:00:00:00:01"}));
     }
 
     #[test]

@@ -305,11 +305,18 @@ mod tests {
     }
 
     #[test]
-    fn a_cache_naming_what_a_pod_may_not_is_refused_and_none_is_nothing() {
+    fn without_a_multus_cache_a_container_has_no_multus_attachments() {
         let node = MultusNode::new("portmap");
         let mut runtime = node.runtime();
         runtime.container_id = "c2".into();
         assert!(attachments(&runtime, &node.config).unwrap().is_none(), "no cache: nothing of Multus's");
+    }
+
+    #[test]
+    fn a_multus_cache_naming_what_a_pod_may_not_is_refused() {
+        let node = MultusNode::new("portmap");
+        let mut runtime = node.runtime();
+        runtime.container_id = "c2".into();
         let multus = node.dir.path().join("multus");
         let bad = json!([{"ConfList": {}, "Bytes": b64(&json!({"cniVersion": "1.0.0", "name": "x", "type": "../../bin/sh"}))}]);
         std::fs::write(multus.join("c2"), bad.to_string()).unwrap();

@@ -473,7 +473,7 @@ mod tests {
     }
 
     #[test]
-    fn an_attachment_with_a_path_json_cannot_hold_is_refused_and_nothing_written() {
+    fn an_attachment_whose_path_json_cannot_hold_is_refused_unwritten() {
         use std::os::unix::ffi::OsStrExt;
         let d = tempfile::tempdir().unwrap();
         let store = store_in(d.path());
@@ -503,17 +503,22 @@ mod tests {
         (d, store)
     }
 
-    #[test]
-    fn results_are_read_back_with_their_record_and_go_with_it() {
-        let d = tempfile::tempdir().unwrap();
-        let store = store_in(d.path());
+    /// A store holding container c1's eth0 and net1, their results written once the plugins ran.
+    fn two_records_completed(d: &Path) -> RecordStore {
+        let store = store_in(d);
         let mut first = record("c1", "eth0", 0, "eth0");
         let further = record("c1", "eth0", 1, "net1");
         store.write_all(&[&first, &further]).unwrap();
         first.set_result(&result("10.0.0.2/24"));
         first.set_further_result("net1", &result("10.1.0.2/24"));
         store.complete(&first).unwrap();
+        store
+    }
 
+    #[test]
+    fn results_are_read_back_with_their_record() {
+        let d = tempfile::tempdir().unwrap();
+        let store = two_records_completed(d.path());
         let record_file = std::fs::read_to_string(d.path().join("attachments/c1:eth0")).unwrap();
         assert!(!record_file.contains("10.0.0.2"), "the durable record stays as written before the plugins");
         let mut records: Vec<Record> = store
@@ -529,7 +534,12 @@ mod tests {
         assert_eq!(records[0].result().unwrap(), Some(result("10.0.0.2/24")));
         assert_eq!(records[1].result().unwrap(), Some(result("10.1.0.2/24")));
         assert_eq!(store.list().unwrap().len(), 2, "the results are no record of their own");
+    }
 
+    #[test]
+    fn results_are_removed_with_their_record() {
+        let d = tempfile::tempdir().unwrap();
+        let store = two_records_completed(d.path());
         store.remove_all("c1", &["eth0".into(), "net1".into()]).unwrap();
         assert!(store.of_container("c1").unwrap().is_empty());
         assert_eq!(std::fs::read_dir(results_dir(d.path())).unwrap().count(), 0);
@@ -555,7 +565,7 @@ mod tests {
     /// A pod ADDed by the earlier release has its results on disk, `<dataDir>/results/`: read
     /// with its record, gone with it, never read beside a new ADD's record, swept once orphaned.
     #[test]
-    fn results_the_earlier_release_kept_on_disk_are_read_and_removed() {
+    fn results_the_earlier_release_kept_on_disk_live_as_long_as_their_record() {
         let d = tempfile::tempdir().unwrap();
         let store = store_in(d.path());
         let earlier = d.path().join("results");
@@ -618,7 +628,7 @@ mod tests {
     }
 
     #[test]
-    fn round_trip_with_result_and_exact_conf_bytes() {
+    fn a_record_round_trips_with_its_result_keeping_the_exact_conf_bytes() {
         let d = tempfile::tempdir().unwrap();
         let store = store_in(d.path());
         let pod = PodIdentity { namespace: "ns".into(), name: "p".into(), uid: Some("u".into()) };
@@ -639,6 +649,16 @@ mod tests {
         assert_eq!(back.conf_list().unwrap().name, "blue");
         assert_eq!(back.cni_args, "K8S_POD_NAMESPACE=ns;K8S_POD_NAME=p");
         assert_eq!((back.owner(), back.position), ("eth0", 0));
+    }
+
+    #[test]
+    fn a_record_file_is_readable_by_its_owner_only() {
+        let d = tempfile::tempdir().unwrap();
+        let store = store_in(d.path());
+        let pod = PodIdentity { namespace: "ns".into(), name: "p".into(), uid: Some("u".into()) };
+        let runtime = inv("c1", "eth0");
+        let r = Record::new(&runtime, &runtime, 0, &attachment("eth0"), CONF.into(), Some(pod));
+        store.write_all(&[&r]).unwrap();
         let mode = std::os::unix::fs::PermissionsExt::mode(
             &std::fs::metadata(d.path().join("attachments/c1:eth0")).unwrap().permissions(),
         );
@@ -674,16 +694,34 @@ mod tests {
         assert!(matches!(&store.of_container("c1").unwrap()[..], [Found::Record(_)]));
     }
 
-    #[test]
-    fn keyed_by_container_and_interface_and_found_by_container() {
-        let d = tempfile::tempdir().unwrap();
-        let store = store_in(d.path());
+    /// A store with records of containers `a_b` (interface c) and `a` (b_c, eth1 and eth1's net1):
+    /// names that would meet if joined by an underscore.
+    fn records_with_underscores(d: &Path) -> RecordStore {
+        let store = store_in(d);
         for (cid, ifname) in [("a_b", "c"), ("a", "b_c"), ("a", "eth1")] {
             store.write_all(&[&record(cid, ifname, 0, ifname)]).unwrap();
         }
         store.write_all(&[&record("a", "eth1", 1, "net1")]).unwrap();
+        store
+    }
+
+    #[test]
+    fn records_are_keyed_unambiguously_by_container_with_interface() {
+        let d = tempfile::tempdir().unwrap();
+        let store = records_with_underscores(d.path());
         let all: Vec<_> = store.list().unwrap().into_iter().map(|r| (r.container_id, r.ifname)).collect();
         assert_eq!(all.len(), 4);
+        assert_eq!(store.of_container("a_b").unwrap().len(), 1, "a_b is not a");
+        store.remove_all("a", &["b_c".into()]).unwrap();
+        store.remove_all("a", &["b_c".into()]).unwrap();
+        assert!(store.read("a", "b_c").is_none());
+        assert!(store.read("a_b", "c").is_some());
+    }
+
+    #[test]
+    fn a_containers_records_are_found_by_its_id() {
+        let d = tempfile::tempdir().unwrap();
+        let store = records_with_underscores(d.path());
         let mut of_a: Vec<_> = store
             .of_container("a")
             .unwrap()
@@ -698,11 +736,6 @@ mod tests {
             of_a,
             [("b_c".into(), "b_c".into(), 0), ("eth1".into(), "eth1".into(), 0), ("net1".into(), "eth1".into(), 1)]
         );
-        assert_eq!(store.of_container("a_b").unwrap().len(), 1, "a_b is not a");
-        store.remove_all("a", &["b_c".into()]).unwrap();
-        store.remove_all("a", &["b_c".into()]).unwrap();
-        assert!(store.read("a", "b_c").is_none());
-        assert!(store.read("a_b", "c").is_some());
     }
 
     #[test]

@@ -121,7 +121,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_tombstone_counts_in_its_bucket_and_the_next_and_is_removed_after() {
+    fn a_tombstone_lasts_from_its_bucket_through_the_next() {
         let d = tempfile::tempdir().unwrap();
         let t = Tombstones::new(d.path());
         assert!(!t.contains_at(100, "c1", "eth0"));
@@ -129,6 +129,13 @@ mod tests {
         assert!(t.contains_at(100, "c1", "eth0") && t.contains_at(101, "c1", "eth0"));
         assert!(!t.contains_at(100, "c1", "eth1") && !t.contains_at(100, "c2", "eth0"));
         assert!(!t.contains_at(102, "c1", "eth0"), "expired");
+    }
+
+    #[test]
+    fn writing_a_tombstone_removes_the_buckets_that_expired() {
+        let d = tempfile::tempdir().unwrap();
+        let t = Tombstones::new(d.path());
+        t.write_at(100, "c1", "eth0").unwrap();
         t.write_at(101, "c2", "eth0").unwrap();
         assert_eq!(names(&t.dir).unwrap().len(), 2, "the previous bucket stays");
         t.write_at(102, "c3", "eth0").unwrap();
@@ -141,7 +148,7 @@ mod tests {
     }
 
     #[test]
-    fn an_add_and_gc_remove_tombstones() {
+    fn gc_keeps_only_the_tombstones_of_attachments_it_keeps() {
         let d = tempfile::tempdir().unwrap();
         let t = Tombstones::new(d.path());
         for cid in ["keep", "gone", "other"] {
@@ -150,9 +157,17 @@ mod tests {
         assert!(t.contains("keep", "eth0") && t.contains("gone", "eth0"));
         t.retain(|cid, ifname| cid == "keep" && ifname == "eth0").unwrap();
         assert!(t.contains("keep", "eth0") && !t.contains("gone", "eth0") && !t.contains("other", "eth0"));
+        Tombstones::new(&d.path().join("none")).retain(|_, _| false).unwrap();
+    }
+
+    #[test]
+    fn an_add_removes_its_attachments_tombstone() {
+        let d = tempfile::tempdir().unwrap();
+        let t = Tombstones::new(d.path());
+        t.write("keep", "eth0").unwrap();
+        assert!(t.contains("keep", "eth0"));
         t.remove("keep", "eth0");
         assert!(!t.contains("keep", "eth0"));
         t.remove("keep", "eth0");
-        Tombstones::new(&d.path().join("none")).retain(|_, _| false).unwrap();
     }
 }

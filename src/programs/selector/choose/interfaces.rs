@@ -110,7 +110,7 @@ mod tests {
     }
 
     #[test]
-    fn the_first_gets_cni_ifname_and_the_others_net_by_position_unless_named() {
+    fn each_network_gets_cni_ifname_or_net_by_position_unless_named() {
         assert_eq!(ifnames(vec![plan("a", "a", None)]).unwrap(), ["eth0"]);
         assert_eq!(
             ifnames(vec![
@@ -126,7 +126,7 @@ mod tests {
     }
 
     #[test]
-    fn names_taken_twice_and_a_renamed_first_are_refused_naming_both() {
+    fn an_interface_given_twice_is_refused_naming_both_elements() {
         let e =
             ifnames(vec![plan("a", "a", None), plan("b", "b", None), plan("c@net1", "c", Some("net1"))]).unwrap_err();
         assert_eq!(e.code, 7);
@@ -136,6 +136,10 @@ mod tests {
         );
         let e = ifnames(vec![plan("a", "a", None), plan("b@eth0", "b", Some("eth0"))]).unwrap_err();
         assert!(e.msg.contains("interface eth0 is given twice"), "{e}");
+    }
+
+    #[test]
+    fn a_first_network_naming_another_interface_than_the_runtimes_is_refused() {
         let e = ifnames(vec![plan("a@lan0", "a", Some("lan0"))]).unwrap_err();
         assert!(e.msg.contains("runtime's interface eth0") && e.msg.contains("pod default/p"), "{e}");
     }

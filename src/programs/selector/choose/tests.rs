@@ -160,11 +160,11 @@ pub(super) fn pairs(list: &[(&str, &str)]) -> Vec<(String, String)> {
     list.iter().map(|(i, n)| (i.to_string(), n.to_string())).collect()
 }
 
-#[test]
-fn configmap_in_each_form_literal_and_no_choice() {
-    let node = Node::new();
+/// Pods choosing through a ConfigMap in each form (JSON naming a file, a network name, a path),
+/// literally, or not at all.
+fn pods_choosing_each_way(node: &Node) -> FakeApi {
     let by_json = json!({"kubernetes": {"kubeconfig": node.path("blue/10-blue.conflist")}}).to_string();
-    let api = FakeApi::default()
+    FakeApi::default()
         .config_map("default", "by-json", json!({"cni_network_config": by_json}))
         .config_map("default", "by-name", json!({"net": "blue"}))
         .config_map("default", "by-path", json!({"net": "green/green.conf"}))
@@ -172,7 +172,13 @@ fn configmap_in_each_form_literal_and_no_choice() {
         .pod("default", "p-name", json!([{"name": "c", "env": env_cm("by-name", "net")}]))
         .pod("default", "p-path", json!([{"name": "c", "env": env_cm("by-path", "net")}]))
         .pod("default", "p-literal", app("blue"))
-        .pod("default", "p-none", json!([{"name": "c", "env": [{"name": "X", "value": "1"}]}, {"name": "d"}]));
+        .pod("default", "p-none", json!([{"name": "c", "env": [{"name": "X", "value": "1"}]}, {"name": "d"}]))
+}
+
+#[test]
+fn every_way_of_choosing_attaches_the_exact_file_chosen() {
+    let node = Node::new();
+    let api = pods_choosing_each_way(&node);
     let blue = node.path("blue/10-blue.conflist");
     let green = node.path("green/green.conf");
     for (pod, network, file) in [
@@ -189,12 +195,24 @@ fn configmap_in_each_form_literal_and_no_choice() {
         assert_eq!(s.attachments[0].config, std::fs::read_to_string(file).unwrap(), "{pod}: the exact bytes");
         assert_eq!(s.pod.as_ref().unwrap().uid, Some(format!("uid-{pod}")));
     }
+}
+
+#[test]
+fn a_choice_through_a_configmap_names_the_configmap_as_its_source() {
+    let node = Node::new();
+    let api = pods_choosing_each_way(&node);
     let s = node.select(&api, "p-json").unwrap();
     let Reason::Chosen { choices } = &s.reason else { panic!("{:?}", s.reason) };
     assert_eq!(choices[0].source, ValueSource::ConfigMap { name: "by-json".into(), key: "cni_network_config".into() });
     assert!(
         matches!(&s.attachments[0].source, Source::Value { form, .. } if form == "JSON naming a configuration file")
     );
+}
+
+#[test]
+fn a_pod_that_chooses_nothing_gets_the_default_network() {
+    let node = Node::new();
+    let api = pods_choosing_each_way(&node);
     let s = node.select(&api, "p-none").unwrap();
     assert_eq!(s.reason, Reason::PodChoseNothing);
     assert_eq!(s.attachments[0].source, Source::DefaultNetwork { element: "green".into() });
@@ -276,10 +294,10 @@ fn inline_nad_configurations_follow_the_policy() {
     assert_eq!(plan(&global.select(&api, "p-other-ns").unwrap())[1], ("net1".into(), "lan".into()));
 }
 
-#[test]
-fn extras_from_the_annotation_and_their_checks() {
-    let node = Node::new();
-    let api = FakeApi::default()
+/// Pods whose networks annotation asks for extras: ones `lan` declares, and ones its network
+/// cannot take.
+fn pods_asking_for_extras() -> FakeApi {
+    FakeApi::default()
         .nad("default", "lan", None)
         .nad("default", "red", None)
         .annotated(
@@ -301,12 +319,24 @@ fn extras_from_the_annotation_and_their_checks() {
             "p-two-defaults",
             r#"[{"name":"lan","default-route":["10.9.0.1"]},{"name":"red","default-route":["10.8.0.1"]}]"#,
             app("blue"),
-        );
+        )
+}
+
+#[test]
+fn the_extras_an_annotation_asks_for_reach_the_attachment() {
+    let node = Node::new();
+    let api = pods_asking_for_extras();
     let s = node.select(&api, "p-ips").unwrap();
     let extras = &s.attachments[1].extras;
     assert_eq!(extras.ips[0].to_string(), "10.9.0.5/24");
     assert_eq!(extras.mac.as_deref(), Some("02:00:00:00:00:05"));
     assert_eq!(extras.default_route[0].to_string(), "10.9.0.1");
+}
+
+#[test]
+fn extras_a_network_cannot_take_are_refused_naming_the_network() {
+    let node = Node::new();
+    let api = pods_asking_for_extras();
     let e = node.select(&api, "p-no-cap").unwrap_err();
     assert!(e.msg.contains("\"ips\" capability") && e.msg.contains("network red"), "{e}");
     let e = node.select(&api, "p-cni-args-ips").unwrap_err();
@@ -318,7 +348,7 @@ fn extras_from_the_annotation_and_their_checks() {
 }
 
 #[test]
-fn duplicates_names_and_limits_are_code_7_naming_them() {
+fn a_selection_breaking_a_rule_is_code_7_naming_the_rule_with_the_pod() {
     let node = Node::new();
     let seventeen = (0..17).map(|i| format!("n{i}")).collect::<Vec<_>>().join(",");
     let api = FakeApi::default()
@@ -348,10 +378,9 @@ fn duplicates_names_and_limits_are_code_7_naming_them() {
     assert!(!api.asked().iter().any(|a| a.starts_with("NAD default/n")), "too many NADs are refused before fetching");
 }
 
-#[test]
-fn one_request_per_object_and_containers_that_agree_are_fine() {
-    let node = Node::new();
-    let api = FakeApi::default().config_map("default", "net", json!({"k": "blue,red"})).pod(
+/// Pod `p`, whose three containers choose the same networks, two through one ConfigMap.
+fn containers_that_agree() -> FakeApi {
+    FakeApi::default().config_map("default", "net", json!({"k": "blue,red"})).pod(
         "default",
         "p",
         json!([
@@ -359,10 +388,23 @@ fn one_request_per_object_and_containers_that_agree_are_fine() {
             {"name": "b", "env": env_cm("net", "k")},
             {"name": "c", "env": env_value("blue/10-blue.conflist, red@net1")}
         ]),
-    );
+    )
+}
+
+#[test]
+fn containers_that_agree_select_their_networks_once() {
+    let node = Node::new();
+    let api = containers_that_agree();
     let s = node.select(&api, "p").unwrap();
     assert_eq!(plan(&s), pairs(&[("eth0", "blue"), ("net1", "red")]));
     assert!(matches!(&s.reason, Reason::Chosen { choices } if choices.len() == 3));
+}
+
+#[test]
+fn each_object_is_requested_once() {
+    let node = Node::new();
+    let api = containers_that_agree();
+    node.select(&api, "p").unwrap();
     assert_eq!(api.asked(), ["pod default/p", "ConfigMap default/net"]);
 }
 
@@ -400,7 +442,7 @@ fn pod_names_that_are_not_kubernetes_names_are_refused_before_any_request() {
 }
 
 #[test]
-fn no_choice_and_no_default_is_code_7_naming_the_pod() {
+fn without_a_choice_or_a_default_a_pod_is_code_7_saying_what_to_set() {
     let mut node = Node::new();
     node.config.default_network = None;
     let api = FakeApi::default()
@@ -422,6 +464,12 @@ fn no_choice_and_no_default_is_code_7_naming_the_pod() {
         e.msg.contains("pod default/only-nads") && e.msg.contains("defaultNetwork"),
         "an annotation only adds: {e}"
     );
+}
+
+#[test]
+fn without_a_default_a_container_that_is_no_pod_is_refused() {
+    let mut node = Node::new();
+    node.config.default_network = None;
     let e = select(&node.config, "eth0", None, None, None).unwrap_err();
     assert!(e.msg.contains("not a Kubernetes pod"), "{e}");
 }
@@ -591,13 +639,10 @@ fn references_name_what_resolve_asks_for_within_the_policy() {
     }
 }
 
-#[test]
-fn a_trimmed_pod_is_small_and_resolves_as_the_whole_pod() {
-    let node = Node::new();
-    let api = FakeApi::default().config_map("default", "nets", json!({"k": "blue"})).nad("default", "lan", None);
-    // The first three resolve (through a ConfigMap and the annotation, the default, the
-    // annotation's ips); the last is refused (its containers disagree), the same way trimmed.
-    let pods = [
+/// Four busy pods: the first three resolve (through a ConfigMap and the annotation, the default,
+/// the annotation's ips); the last is refused (its containers disagree).
+fn busy_pods() -> [Pod; 4] {
+    [
         busy_pod(
             json!({annotation::NETWORKS: "lan@net2", "other": "x"}),
             json!([{"name": "a", "image": "x", "env": [{"name": "OTHER", "value": "1"}, {"name": ENV_VAR, "value": "red"},
@@ -611,13 +656,26 @@ fn a_trimmed_pod_is_small_and_resolves_as_the_whole_pod() {
             json!([{"name": "a"}]),
         ),
         busy_pod(json!({}), json!([{"name": "a", "env": env_value("red")}, {"name": "b", "env": env_value("blue")}])),
-    ];
-    for (i, pod) in pods.iter().enumerate() {
+    ]
+}
+
+#[test]
+fn a_trimmed_pod_resolves_as_the_whole_pod() {
+    let node = Node::new();
+    let api = FakeApi::default().config_map("default", "nets", json!({"k": "blue"})).nad("default", "lan", None);
+    for (i, pod) in busy_pods().iter().enumerate() {
         let small = trimmed(pod);
         let resolved = |pod: &Pod| resolve(&node.config, "eth0", ("default", "p"), pod, &mut Fetching::new(&api));
         let whole = resolved(pod);
         assert_eq!(whole.is_ok(), i < 3, "pod {i}: {whole:?}");
         assert_eq!(resolved(&small), whole, "{pod:?}");
+    }
+}
+
+#[test]
+fn a_trimmed_pod_keeps_only_what_resolving_reads() {
+    for pod in busy_pods() {
+        let small = trimmed(&pod);
         assert_eq!(trimmed(&small), small, "trimming twice changes nothing");
         let text = serde_json::to_string(&small).unwrap();
         for gone in ["managedFields", "status", "image", "volumes", "labels", "OTHER", "\"quiet\""] {
@@ -669,39 +727,62 @@ fn a_pod_of_another_uid_than_the_sandbox_is_refused_naming_both() {
     assert!(e.msg.contains("uid-web-0") && e.msg.contains("uid-old") && e.msg.contains("pod default/web-0"), "{e}");
 }
 
-#[test]
-fn a_device_network_takes_the_resource_its_nad_names_and_the_pod_must_request_it() {
-    let node = Node::new();
-    let vf = "example.com/vf";
-    // Two device networks of one resource (a network attaches once per pod), and one that is not.
+const VF: &str = "example.com/vf";
+
+/// Two device networks of resource `VF` (a network attaches once per pod), `lan` and `red`, and
+/// `blue` that is not one; pods that request `VF`, another resource, and a deviceID on `blue`.
+fn pods_on_device_networks() -> FakeApi {
     let mut api = FakeApi::default().nad("default", "blue", None);
     for name in ["lan", "red"] {
         let device_nad = serde_json::from_value(json!({"metadata": {"name": name, "namespace": "default",
-            "annotations": {crate::programs::selector::devices::RESOURCE_NAME: vf}}, "spec": {}}))
+            "annotations": {crate::programs::selector::devices::RESOURCE_NAME: VF}}, "spec": {}}))
         .unwrap();
         api.nads.insert(("default".into(), name.into()), device_nad);
     }
     let limits =
         |resource: &str| json!([{"name": "c", "image": "x", "resources": {"limits": {resource: "2", "cpu": "1"}}}]);
-    let api = api
-        .annotated("default", "asks", "lan@net1, red@net2, blue", limits(vf))
+    api.annotated("default", "asks", "lan@net1, red@net2, blue", limits(VF))
         .annotated("default", "asks-not", "lan", limits("example.com/other"))
-        .annotated("default", "names", r#"[{"name": "blue", "deviceID": "0000:03:00.2"}]"#, limits(vf));
+        .annotated("default", "names", r#"[{"name": "blue", "deviceID": "0000:03:00.2"}]"#, limits(VF))
+}
+
+#[test]
+fn a_device_network_takes_the_resource_its_nad_names() {
+    let node = Node::new();
+    let api = pods_on_device_networks();
     let s = node.select(&api, "asks").unwrap();
     let devices: Vec<_> = s.attachments.iter().map(|a| a.device.as_ref().map(|d| d.resource.as_str())).collect();
-    assert_eq!(devices, [None, Some(vf), Some(vf), None]);
+    assert_eq!(devices, [None, Some(VF), Some(VF), None]);
+}
+
+#[test]
+fn a_device_network_whose_resource_the_pod_does_not_request_is_refused() {
+    let node = Node::new();
+    let api = pods_on_device_networks();
     let err = node.select(&api, "asks-not").unwrap_err();
     assert_eq!(err.code, crate::platform::cni::code::INVALID_CONFIG);
     assert!(err.msg.contains("no container of the pod requests that resource"), "{err}");
     assert!(err.msg.contains("\"example.com/vf\": \"1\""), "{err}");
+}
+
+#[test]
+fn a_device_id_on_a_network_that_is_no_device_network_is_refused() {
+    let node = Node::new();
+    let api = pods_on_device_networks();
     // A deviceID on a network that is no device network names nothing the pod has.
     let err = node.select(&api, "names").unwrap_err();
     assert!(err.msg.contains("has no k8s.v1.cni.cncf.io/resourceName annotation"), "{err}");
+}
+
+#[test]
+fn a_trimmed_pod_keeps_only_its_extended_resources_deciding_the_same() {
+    let node = Node::new();
+    let api = pods_on_device_networks();
     // The agent's trimmed pod keeps the extended resources (and only those), and decides the same.
     let pod = api.pods[&("default".to_string(), "asks".to_string())].clone();
     let small = trimmed(&pod);
     let text = serde_json::to_string(&small).unwrap();
-    assert!(text.contains(vf) && !text.contains("cpu"), "{text}");
+    assert!(text.contains(VF) && !text.contains("cpu"), "{text}");
     let resolved = |pod: &Pod| resolve(&node.config, "eth0", ("default", "asks"), pod, &mut Fetching::new(&api));
     assert_eq!(resolved(&small), resolved(&pod));
 }

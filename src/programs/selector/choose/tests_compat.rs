@@ -16,9 +16,9 @@ fn annotated(api: FakeApi, name: &str, annotations: serde_json::Value, container
     )
 }
 
-#[test]
-fn multus_default_network_replaces_the_first_network_and_overrides_every_other_way() {
-    let node = Node::new();
+/// Pods with Multus's default-network annotation: `p` beside every other way of choosing, and
+/// ones naming a NAD of their own namespace, of another, and two networks.
+fn pods_with_a_multus_default_network() -> FakeApi {
     // As with Multus, a bare name is in multusNamespace (kube-system by default), not the pod's.
     let api =
         FakeApi::default().nad("kube-system", "red", None).nad("default", "blue", None).nad("infra", "blue", None);
@@ -27,7 +27,13 @@ fn multus_default_network_replaces_the_first_network_and_overrides_every_other_w
     let api = annotated(api, "p", both, app("green,lan"));
     let api = annotated(api, "p-other-ns", json!({annotation::MULTUS_DEFAULT_NETWORK: "infra/blue"}), json!([]));
     let api = annotated(api, "p-own-ns", json!({annotation::MULTUS_DEFAULT_NETWORK: "default/blue"}), json!([]));
-    let api = annotated(api, "p-two", json!({annotation::MULTUS_DEFAULT_NETWORK: "red,blue"}), json!([]));
+    annotated(api, "p-two", json!({annotation::MULTUS_DEFAULT_NETWORK: "red,blue"}), json!([]))
+}
+
+#[test]
+fn multus_default_network_replaces_the_first_network_however_else_it_was_chosen() {
+    let node = Node::new();
+    let api = pods_with_a_multus_default_network();
     let s = node.select(&api, "p").unwrap();
     // The env's list and Genie's annotation are ignored, with notes; the annotation adds after.
     assert_eq!(plan(&s), pairs(&[("eth0", "red"), ("net1", "blue")]));
@@ -41,13 +47,31 @@ fn multus_default_network_replaces_the_first_network_and_overrides_every_other_w
     assert!(s.notes.iter().any(|n| n.contains("container \"c\" env CNI_NETWORK_CONFIG is ignored")), "{:?}", s.notes);
     assert!(s.notes.iter().any(|n| n.contains("annotation cni \"blue\" is ignored")), "{:?}", s.notes);
     assert!(!api.asked().iter().any(|a| a.starts_with("ConfigMap")));
+}
+
+#[test]
+fn multus_default_network_is_held_to_namespace_isolation() {
+    let node = Node::new();
+    let api = pods_with_a_multus_default_network();
     // A namespace it names is held to the networks annotation's rule: its own, not another's.
     let s = node.select(&api, "p-own-ns").unwrap();
     assert_eq!(s.attachments[0].source.nad(), Some("default/blue"));
     let e = node.select(&api, "p-other-ns").unwrap_err();
     assert!(e.code == 7 && e.msg.contains("namespaceIsolation") && e.msg.contains(annotation::MULTUS_DEFAULT_NETWORK));
+}
+
+#[test]
+fn multus_default_network_names_one_network_only() {
+    let node = Node::new();
+    let api = pods_with_a_multus_default_network();
     let e = node.select(&api, "p-two").unwrap_err();
     assert!(e.code == 7 && e.msg.contains("names 2 networks"), "{e}");
+}
+
+#[test]
+fn the_agent_watches_the_multus_default_networks_nad_in_multus_namespace() {
+    let node = Node::new();
+    let api = pods_with_a_multus_default_network();
     // The agent watches the same objects resolve reads: the default network's in multusNamespace.
     let pod = api.pods[&("default".to_string(), "p".to_string())].clone();
     let names: Vec<String> = references(&node.config.policy, &node.config.defaults, "default", &pod)
@@ -55,7 +79,11 @@ fn multus_default_network_replaces_the_first_network_and_overrides_every_other_w
         .map(ToString::to_string)
         .collect();
     assert_eq!(names, ["NetworkAttachmentDefinition default/blue", "NetworkAttachmentDefinition kube-system/red"]);
-    // And multusNamespace moves it.
+}
+
+#[test]
+fn multus_namespace_moves_where_a_bare_multus_default_network_is() {
+    let api = pods_with_a_multus_default_network();
     let node = Node::with(json!({"multusNamespace": "infra"}));
     let api = annotated(api, "p-bare", json!({annotation::MULTUS_DEFAULT_NETWORK: "blue"}), json!([]));
     assert_eq!(node.select(&api, "p-bare").unwrap().attachments[0].source.nad(), Some("infra/blue"));
@@ -92,8 +120,9 @@ fn genie_default_plugin_is_the_default_network_named_the_genie_way() {
     assert_eq!(plan(&s), pairs(&[("eth0", "blue"), ("eth1", "red")]));
 }
 
-#[test]
-fn default_networks_come_after_the_first_and_before_the_annotation_and_system_namespaces_skip_only_the_defaults() {
+/// A node with defaultNetworks `lan` (in multusNamespace `net-admin`) and `infra/red`, pod `p`
+/// annotated with `blue`, and coredns in kube-system annotated the same.
+fn default_networks_node() -> (Node, FakeApi) {
     let node = Node::with(json!({"defaultNetworks": ["lan", "infra/red"], "multusNamespace": "net-admin"}));
     // defaultNetworks are the admin's: namespaceIsolation does not apply to them.
     let api = FakeApi::default()
@@ -108,6 +137,12 @@ fn default_networks_come_after_the_first_and_before_the_annotation_and_system_na
         json!({"metadata": {"name": "coredns", "namespace": "kube-system", "uid": "k",
                             "annotations": {annotation::NETWORKS: "blue"}}, "spec": {"containers": []}}),
     );
+    (node, api)
+}
+
+#[test]
+fn default_networks_come_after_the_first_network_before_the_annotations() {
+    let (node, api) = default_networks_node();
     let s = node.select(&api, "p").unwrap();
     assert_eq!(plan(&s), pairs(&[("eth0", "green"), ("net1", "lan"), ("net2", "red"), ("net3", "blue")]));
     assert_eq!(
@@ -115,10 +150,20 @@ fn default_networks_come_after_the_first_and_before_the_annotation_and_system_na
         Source::DefaultNetworks { element: "lan".into(), nad: "net-admin/lan".into(), inline: false }
     );
     assert_eq!(s.attachments[2].source.nad(), Some("infra/red"));
+}
+
+#[test]
+fn system_namespaces_skip_only_the_default_networks() {
+    let (node, api) = default_networks_node();
     let s = select(&node.config, "eth0", Some(("kube-system", "coredns")), None, Some(&api)).unwrap();
     // As Multus: no defaultNetworks in a system namespace, but the pod's own annotation applies.
     assert_eq!(plan(&s), pairs(&[("eth0", "green"), ("net1", "blue")]));
     assert!(s.notes[0].contains("systemNamespaces"), "{:?}", s.notes);
+}
+
+#[test]
+fn the_agent_watches_the_default_networks_nads_outside_system_namespaces() {
+    let (node, api) = default_networks_node();
     // The agent watches what resolve reads: the default NADs, not in system namespaces.
     let pod = api.pods[&("default".to_string(), "p".to_string())].clone();
     let refs = references(&node.config.policy, &node.config.defaults, "default", &pod);

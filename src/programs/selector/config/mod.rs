@@ -220,17 +220,23 @@ mod tests {
     }
 
     #[test]
-    fn network_status_and_policy_keys() {
+    fn network_status_takes_only_the_values_it_knows() {
         let c = parse(r#"{"cniVersion":"1.0.0","type":"yh-genie","networkStatus":"never","allowInlineConfig":true}"#)
             .unwrap();
         assert_eq!(c.network_status, NetworkStatus::Never);
-        assert!(c.policy.allow_inline_config);
         let e = parse(r#"{"cniVersion":"1.0.0","type":"yh-genie","networkStatus":"sometimes"}"#).unwrap_err();
         assert!(e.msg.contains("networkStatus"), "{e}");
     }
 
     #[test]
-    fn keys_are_read_and_unknown_keys_ignored() {
+    fn policy_keys_are_read_from_the_selectors_configuration() {
+        let c = parse(r#"{"cniVersion":"1.0.0","type":"yh-genie","networkStatus":"never","allowInlineConfig":true}"#)
+            .unwrap();
+        assert!(c.policy.allow_inline_config);
+    }
+
+    #[test]
+    fn the_selectors_keys_are_read_among_keys_it_does_not_know() {
         let c = parse(
             r#"{"cniVersion":"1.0.0","name":"n","type":"yh-genie","kubernetes":{"kubeconfig":"/k"},
                 "confDir":"/c","dataDir":"/d","binDir":"/b","defaultNetwork":"yonghui",
@@ -247,7 +253,7 @@ mod tests {
     }
 
     #[test]
-    fn genie_and_multus_keys() {
+    fn genies_default_plugin_is_the_default_network_unless_they_disagree() {
         let c = parse(r#"{"cniVersion":"1.0.0","type":"yh-genie","default_plugin":"weave,canal"}"#).unwrap();
         assert_eq!((c.default_network.as_deref(), c.genie_default), (Some("weave,canal"), true));
         let c = parse(r#"{"cniVersion":"1.0.0","type":"yh-genie","defaultNetwork":"a","default_plugin":"a"}"#).unwrap();
@@ -255,6 +261,10 @@ mod tests {
         let e =
             parse(r#"{"cniVersion":"1.0.0","type":"yh-genie","defaultNetwork":"a","default_plugin":"b"}"#).unwrap_err();
         assert!(e.code == 7 && e.msg.contains("default_plugin") && e.msg.contains("disagree"), "{e}");
+    }
+
+    #[test]
+    fn multus_keys_are_read_with_their_defaults() {
         let c = parse(
             r#"{"cniVersion":"1.0.0","type":"yh-genie","readinessindicatorfile":"/run/ready",
                           "defaultNetworks":["lan"],"systemNamespaces":[]}"#,

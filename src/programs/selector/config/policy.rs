@@ -183,7 +183,7 @@ mod tests {
         {"type":"router","overlay_hijack_subnet":["10.244.0.0/16"],"service_hijack_subnet":["10.96.0.0/12"]}]}"#;
 
     #[test]
-    fn defaults_isolate_namespaces_and_refuse_inline_configurations() {
+    fn by_default_a_nad_of_another_namespace_is_refused_saying_what_to_do() {
         let p = AttachmentPolicy::default();
         assert_eq!(policy(json!({})), p);
         assert!(p.check_namespace("web", "web", "lan").is_ok());
@@ -197,12 +197,17 @@ mod tests {
                     .contains(r#"add "infra" to "globalNamespaces" in selector.json of the yh-genie-config ConfigMap"#),
             "{e}"
         );
+    }
+
+    #[test]
+    fn by_default_inline_configurations_are_refused() {
+        let p = AttachmentPolicy::default();
         let e = p.check_inline("web/lan", MACVLAN).unwrap_err();
         assert!(e.msg.contains("web/lan") && e.msg.contains("allowInlineConfig is false"), "{e}");
     }
 
     #[test]
-    fn global_namespaces_and_isolation_off() {
+    fn global_namespaces_are_open_to_pods_of_every_namespace() {
         let p = policy(json!({"globalNamespaces": ["infra"]}));
         assert!(p.check_namespace("web", "infra", "lan").is_ok());
         let e = p.check_namespace("web", "other", "lan").unwrap_err();
@@ -212,26 +217,44 @@ mod tests {
             policy(json!({"globalNamespaces": "infra, tools,"})),
             policy(json!({"globalNamespaces": ["infra", "tools"]}))
         );
+    }
+
+    #[test]
+    fn namespace_isolation_can_be_turned_off() {
         assert!(policy(json!({"namespaceIsolation": false})).check_namespace("web", "other", "lan").is_ok());
     }
 
     #[test]
-    fn inline_configurations_when_allowed_and_only_listed_types() {
+    fn inline_configurations_are_accepted_once_allowed() {
         let any = policy(json!({"allowInlineConfig": true}));
         assert_eq!(any.check_inline("web/lan", MACVLAN).unwrap().plugins.len(), 2);
+    }
+
+    #[test]
+    fn inline_plugin_types_limit_the_types_an_inline_configuration_may_run() {
         let listed = policy(json!({"allowInlineConfig": true, "inlinePluginTypes": ["macvlan", "router"]}));
         let e = listed.check_inline("web/lan", MACVLAN).unwrap_err();
         assert!(e.msg.contains("plugins[0].ipam.type is \"host-local\""), "the IPAM type counts too: {e}");
         let all = policy(json!({"allowInlineConfig": true, "inlinePluginTypes": ["macvlan", "router", "host-local"]}));
         assert!(all.check_inline("web/lan", MACVLAN).is_ok());
+    }
+
+    #[test]
+    fn an_inline_configuration_running_the_selector_is_refused() {
+        let any = policy(json!({"allowInlineConfig": true}));
         let e = any.check_inline("web/x", r#"{"cniVersion":"1.0.0","name":"x","type":"yh-genie"}"#).unwrap_err();
         assert!(e.msg.contains("would run the selector"), "{e}");
+    }
+
+    #[test]
+    fn an_inline_configuration_that_is_not_json_is_refused_naming_where_it_is() {
+        let any = policy(json!({"allowInlineConfig": true}));
         let e = any.check_inline("web/x", "{not json").unwrap_err();
         assert!(e.msg.contains("NetworkAttachmentDefinition web/x spec.config"), "{e}");
     }
 
     #[test]
-    fn types_as_go_plugins_read_them_and_built_in_defaults_must_be_listed() {
+    fn inline_types_are_checked_as_go_plugins_read_them() {
         let listed = policy(json!({"allowInlineConfig": true, "inlinePluginTypes": ["macvlan", "host-local"]}));
         for (config, at, t) in [
             (r#"{"cniVersion":"1.0.0","name":"n","type":"macvlan","ipam":{"Type":"evil"}}"#, "ipam.Type", "evil"),
@@ -245,6 +268,10 @@ mod tests {
             let e = listed.check_inline("web/n", config).unwrap_err();
             assert!(e.msg.contains(&format!("{at} is {t:?}")), "{config}: {e}");
         }
+    }
+
+    #[test]
+    fn a_built_in_plugins_default_delegate_must_be_listed_too() {
         let yonghui = policy(json!({"allowInlineConfig": true, "inlinePluginTypes": ["yonghui", "host-local"]}));
         let bare = r#"{"cniVersion":"1.0.0","name":"n","type":"yonghui"}"#;
         let e = yonghui.check_inline("web/n", bare).unwrap_err();

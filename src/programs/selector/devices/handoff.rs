@@ -124,14 +124,26 @@ mod tests {
         }
     }
 
-    #[test]
-    fn every_plugin_gets_the_device_and_the_declaring_ones_its_capabilities() {
+    /// An SR-IOV list (the author's device keys cased otherwise, two capabilities declared) and a
+    /// tuning plugin, given the device with its info file.
+    fn sriov_list_given_the_device() -> Value {
         let config = json!({"cniVersion": "1.0.0", "name": "sriov-net", "plugins": [
             {"type": "sriov", "deviceid": "0000:81:00.1", "PCIBUSID": "x",
              "capabilities": {"CNIDeviceInfoFile": true, "deviceID": true}},
             {"type": "tuning", "runtimeConfig": {"mac": "02:00:00:00:00:01"}}]});
         let file = Path::new("/run/devinfo/cni/sriov-net-c1_net1");
-        let out: Value = serde_json::from_str(&apply_to_config(&config.to_string(), &device(Some(file)))).unwrap();
+        serde_json::from_str(&apply_to_config(&config.to_string(), &device(Some(file)))).unwrap()
+    }
+
+    /// A single plugin's configuration, given the device without an info file.
+    fn single_plugin_given_the_device() -> Value {
+        let single = json!({"cniVersion": "0.4.0", "name": "n", "type": "host-device"}).to_string();
+        serde_json::from_str(&apply_to_config(&single, &device(None))).unwrap()
+    }
+
+    #[test]
+    fn every_plugin_gets_the_device() {
+        let out = sriov_list_given_the_device();
         let sriov = out["plugins"][0].as_object().unwrap();
         // The author's differently-cased keys are gone: a Go plugin would have read them.
         let device_keys: Vec<&str> = sriov
@@ -142,21 +154,23 @@ mod tests {
         assert_eq!(device_keys, ["deviceID", "pciBusID"]);
         assert_eq!(sriov["deviceID"], "0000:03:00.2");
         assert_eq!(sriov["pciBusID"], "0000:03:00.2");
-        assert_eq!(
-            sriov["runtimeConfig"],
-            json!({"deviceID": "0000:03:00.2", "CNIDeviceInfoFile": "/run/devinfo/cni/sriov-net-c1_net1"})
-        );
         assert_eq!(out["plugins"][1]["deviceID"], "0000:03:00.2");
-        assert_eq!(out["plugins"][1]["runtimeConfig"], json!({"mac": "02:00:00:00:00:01"}));
-        // A single plugin's configuration.
-        let single = json!({"cniVersion": "0.4.0", "name": "n", "type": "host-device"}).to_string();
-        let out: Value = serde_json::from_str(&apply_to_config(&single, &device(None))).unwrap();
-        assert_eq!(out["deviceID"], "0000:03:00.2");
-        assert_eq!(out.get("runtimeConfig"), None);
+        assert_eq!(single_plugin_given_the_device()["deviceID"], "0000:03:00.2");
     }
 
     #[test]
-    fn the_device_plugins_info_is_copied_per_attachment_and_removed_on_del() {
+    fn only_plugins_declaring_a_device_capability_get_it_in_runtime_config() {
+        let out = sriov_list_given_the_device();
+        assert_eq!(
+            out["plugins"][0]["runtimeConfig"],
+            json!({"deviceID": "0000:03:00.2", "CNIDeviceInfoFile": "/run/devinfo/cni/sriov-net-c1_net1"})
+        );
+        assert_eq!(out["plugins"][1]["runtimeConfig"], json!({"mac": "02:00:00:00:00:01"}));
+        assert_eq!(single_plugin_given_the_device().get("runtimeConfig"), None);
+    }
+
+    #[test]
+    fn the_device_plugins_info_is_copied_per_attachment() {
         let dir = tempfile::tempdir().unwrap();
         let info_file = attachment_info_file(dir.path(), "web/sriov-net", "c1", "net1");
         assert_eq!(info_file, dir.path().join("cni/web-sriov-net-c1_net1"));
@@ -173,6 +187,17 @@ mod tests {
         // A retried ADD finds the file there and writes it again.
         assert!(copy_plugin_info(dir.path(), &device).unwrap());
         assert_eq!(read_info(&device), Some(info));
+    }
+
+    #[test]
+    fn del_removes_the_attachments_copy_only() {
+        let dir = tempfile::tempdir().unwrap();
+        let info_file = attachment_info_file(dir.path(), "web/sriov-net", "c1", "net1");
+        let device = device(Some(&info_file));
+        let plugin_file = plugin_info_file(dir.path(), "intel.com/sriov", "0000:03:00.2");
+        std::fs::create_dir_all(plugin_file.parent().unwrap()).unwrap();
+        std::fs::write(&plugin_file, "{}").unwrap();
+        assert!(copy_plugin_info(dir.path(), &device).unwrap());
         remove_info(&device).unwrap();
         assert!(!info_file.exists());
         assert!(plugin_file.exists(), "the device plugin's file is the device plugin's");

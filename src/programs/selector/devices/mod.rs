@@ -194,7 +194,7 @@ mod tests {
     const VF: &str = "example.com/vf";
 
     #[test]
-    fn devices_of_a_resource_are_sorted_and_handed_out_in_order() {
+    fn devices_of_a_resource_are_handed_out_in_sorted_order() {
         // The kubelet's order, split over two containers, is not what counts.
         let pod = devices(&[(VF, &["0000:03:00.4", "0000:03:00.2"]), (VF, &["0000:03:00.3"])]);
         assert_eq!(pod.of(VF), ["0000:03:00.2", "0000:03:00.3", "0000:03:00.4"]);
@@ -206,7 +206,7 @@ mod tests {
     }
 
     #[test]
-    fn a_named_device_is_taken_first_and_the_others_fill_in_around_it() {
+    fn the_other_networks_fill_in_around_a_named_device() {
         let pod = devices(&[(VF, &["vf0", "vf1", "vf2"]), ("example.com/other", &["o1"])]);
         let wants = [want("a", VF, None), want("b", VF, Some("vf0")), want("c", "example.com/other", None)];
         assert_eq!(ids(assign(&pod, &wants).unwrap()), [Some("vf1".into()), Some("vf0".into()), Some("o1".into())]);

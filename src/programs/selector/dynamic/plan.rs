@@ -179,12 +179,16 @@ mod tests {
     }
 
     #[test]
-    fn a_network_added_takes_the_lowest_free_net_n_and_one_removed_is_matched_by_network() {
+    fn a_network_removed_is_matched_by_network_not_by_interface() {
         let now = records(&[first(), wanted("net1", "a"), wanted("net2", "b")]);
         // `a` removed: `b` is net1 in the new selection but stays on net2; nothing else moves.
         let p = plan(&now, "eth0", &[first(), wanted("net1", "b")]);
         assert_eq!(p.detach, ["net1"]);
         assert!(p.attach.is_empty());
+    }
+
+    #[test]
+    fn a_network_added_takes_the_lowest_free_net_n() {
         // `c` added after `a` went: net1 is free again.
         let now = records(&[first(), wanted("net2", "b")]);
         let p = plan(&now, "eth0", &[first(), wanted("net1", "b"), wanted("net2", "c")]);
@@ -193,7 +197,7 @@ mod tests {
     }
 
     #[test]
-    fn one_edit_adds_and_removes() {
+    fn one_edit_swapping_networks_detaches_the_old_before_reusing_its_interface() {
         let now = records(&[first(), wanted("net1", "a")]);
         let p = plan(&now, "eth0", &[first(), wanted("net1", "b")]);
         assert_eq!(p.detach, ["net1"]);
@@ -208,17 +212,27 @@ mod tests {
         assert_eq!(ifnames(&p), [("b".to_string(), "data0".to_string())]);
     }
 
-    #[test]
-    fn networks_from_elsewhere_are_never_changed_and_their_interfaces_never_taken() {
+    /// The admin's default network `d` on net1.
+    fn default_networks_d() -> Attachment {
         let mut default_networks = wanted("net1", "d");
         default_networks.source = Source::DefaultNetworks { element: "d".into(), nad: "ns/d".into(), inline: false };
-        let now = records(&[first(), default_networks.clone()]);
+        default_networks
+    }
+
+    #[test]
+    fn networks_from_elsewhere_are_never_changed() {
+        let now = records(&[first(), default_networks_d()]);
         // The annotation emptied: neither eth0 nor the admin's net1 goes.
-        assert!(plan(&now, "eth0", &[first(), default_networks.clone()]).is_empty());
-        let p = plan(&now, "eth0", &[first(), default_networks.clone(), wanted("net2", "a@net1")]);
+        assert!(plan(&now, "eth0", &[first(), default_networks_d()]).is_empty());
+    }
+
+    #[test]
+    fn the_interfaces_of_networks_from_elsewhere_are_never_taken() {
+        let now = records(&[first(), default_networks_d()]);
+        let p = plan(&now, "eth0", &[first(), default_networks_d(), wanted("net2", "a@net1")]);
         assert!(p.attach.is_empty() && p.detach.is_empty());
         assert!(p.refused[0].1.contains("interface net1 is held"), "{:?}", p.refused);
-        let p = plan(&now, "eth0", &[first(), default_networks, wanted("net2", "a")]);
+        let p = plan(&now, "eth0", &[first(), default_networks_d(), wanted("net2", "a")]);
         assert_eq!(ifnames(&p), [("a".to_string(), "net2".to_string())]);
     }
 }

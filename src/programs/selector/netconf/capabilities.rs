@@ -198,7 +198,7 @@ mod tests {
     }
 
     #[test]
-    fn only_declared_capabilities_with_values_and_runtime_config_replaced() {
+    fn runtime_config_is_set_only_for_declared_capabilities_with_a_value() {
         let conf = json!({"cniVersion": "1.0.0", "name": "n", "plugins": [
             {"type": "bridge", "runtimeConfig": {"stale": 1}},
             {"type": "portmap", "capabilities": {"portMappings": true, "io.kubernetes.cri.pod-annotations": true},
@@ -237,7 +237,7 @@ mod tests {
     }
 
     #[test]
-    fn annotation_port_mappings_and_bandwidth_are_checked() {
+    fn annotation_port_mappings_are_checked() {
         let ok =
             port_mappings(&json!([{"hostPort": 8080, "containerPort": 80, "protocol": "UDP", "hostIP": "10.0.0.1"}]));
         assert_eq!(ok.unwrap()[0].host_ip.as_deref(), Some("10.0.0.1"));
@@ -254,6 +254,10 @@ mod tests {
             let e = port_mappings(&bad).unwrap_err();
             assert!(e.contains(why), "{bad}: {e}");
         }
+    }
+
+    #[test]
+    fn annotation_bandwidth_is_checked() {
         assert_eq!(bandwidth(&json!({"egressRate": 8, "egressBurst": 9})).unwrap().egress_rate, Some(8));
         for (bad, why) in [
             (json!({"egressRate": 8}), "go together"),

@@ -274,19 +274,26 @@ mod tests {
     }
 
     #[test]
-    fn paths_and_kubeconfig_json_name_the_file_and_its_directory() {
+    fn a_path_names_the_file_with_its_network_directory() {
         let d = Dir::new();
         let f = d.file("canal/canal.conf");
         let want = NetworkFile { network: "canal".into(), path: f.clone() };
         assert_eq!(d.resolve("canal/canal.conf").unwrap(), want);
         assert_eq!(d.resolve("./canal/../canal/canal.conf").unwrap(), want);
-        let json = format!(r#"{{"kubernetes":{{"kubeconfig":"{}"}}}}"#, d.conf().join("canal/canal.conf").display());
-        assert_eq!(d.resolve(&json).unwrap(), want);
         assert_eq!(d.resolve("canal/").unwrap(), want);
     }
 
     #[test]
-    fn leaving_conf_dir_is_refused_as_written_and_through_symlinks() {
+    fn kubeconfig_json_names_the_file_with_its_network_directory() {
+        let d = Dir::new();
+        let f = d.file("canal/canal.conf");
+        let want = NetworkFile { network: "canal".into(), path: f.clone() };
+        let json = format!(r#"{{"kubernetes":{{"kubeconfig":"{}"}}}}"#, d.conf().join("canal/canal.conf").display());
+        assert_eq!(d.resolve(&json).unwrap(), want);
+    }
+
+    #[test]
+    fn leaving_conf_dir_is_refused_however_the_path_gets_out() {
         let d = Dir::new();
         d.file("canal/canal.conf");
         std::fs::write(d.0.path().join("outside.conf"), "{}").unwrap();
@@ -310,7 +317,7 @@ mod tests {
     }
 
     #[test]
-    fn missing_empty_and_misplaced_are_code_7_naming_the_path() {
+    fn a_value_naming_no_usable_configuration_is_code_7_naming_the_path() {
         let d = Dir::new();
         d.file("canal/notes.txt");
         d.file("top.conf");
@@ -346,10 +353,14 @@ mod tests {
     }
 
     #[test]
-    fn a_type_that_is_a_path_is_refused_in_files_and_inline() {
+    fn a_type_that_is_a_path_is_refused_in_a_file() {
         let up = br#"{"cniVersion":"1.0.0","name":"n","type":"../../usr/bin/id"}"#;
         let e = parse_conf(up, Path::new("/x/n.conf")).unwrap_err();
         assert!(e.code == 7 && e.msg.contains("plugins[0].type") && e.msg.contains("not a plugin name"), "{e}");
+    }
+
+    #[test]
+    fn a_type_that_is_a_path_is_refused_inline() {
         let nested = br#"{"cniVersion":"1.0.0","name":"n","type":"macvlan","ipam":{"Type":"/usr/bin/id"}}"#;
         assert!(parse_inline(nested, "x").unwrap_err().msg.contains("ipam.Type"));
     }

@@ -283,7 +283,7 @@ mod tests {
     }
 
     #[test]
-    fn delegated_types_are_the_ipam_and_delegate_sections_and_the_defaults() {
+    fn every_delegated_type_is_found_with_the_built_in_defaults() {
         let l = list(
             r#"{"cniVersion":"1.0.0","name":"n","plugins":[
                 {"type":"macvlan","IPAM":{"Type":"dhcp"},"options":{"type":"not-a-plugin"}},
@@ -302,7 +302,7 @@ mod tests {
     }
 
     #[test]
-    fn host_paths_by_key_and_by_shape() {
+    fn host_paths_are_found_by_key_name_or_by_shape() {
         let l = list(
             r#"{"cniVersion":"1.0.0","name":"n","type":"yonghui","subnetFile":"/etc/shadow","DataDir":"rel",
                 "ipam":{"type":"host-local","resolvConf":"/etc/resolv.conf","ranges":[[{"subnet":"10.0.0.0/24"}]]},

@@ -116,7 +116,7 @@ mod tests {
     use serde_json::json;
 
     #[test]
-    fn entries_take_the_pod_side_interface_and_its_addresses() {
+    fn an_entry_takes_the_pod_side_interface_with_its_addresses() {
         let result = CniResult::from_json(
             &json!({
                 "interfaces": [{"name": "veth1234", "mac": "aa:aa:aa:aa:aa:aa"},
@@ -134,6 +134,10 @@ mod tests {
             json!([{"name": "ptpnet", "interface": "eth0", "ips": ["10.244.0.5"], "mac": "02:00:00:00:00:01",
                     "default": true, "dns": {"nameservers": ["10.96.0.10"]}, "gateway": ["10.244.0.1"]}])
         );
+    }
+
+    #[test]
+    fn an_entry_of_a_network_from_a_nad_is_named_for_the_nad() {
         let source = Source::Annotation { element: "lan@net1".into(), nad: "web/lan".into(), inline: false };
         let bare = CniResult::from_json(
             &json!({"ips": [{"address": "192.168.1.5/24"}]}),
@@ -148,7 +152,7 @@ mod tests {
     }
 
     #[test]
-    fn one_entry_per_sandbox_interface_with_mtu_gateway_and_device_info() {
+    fn each_sandbox_interface_gets_an_entry_with_its_device_details() {
         let result = CniResult::from_json(
             &json!({
                 "interfaces": [{"name": "net1", "mac": "02:00:00:00:00:02", "mtu": 9000, "sandbox": "/run/netns/p",

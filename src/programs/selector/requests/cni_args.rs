@@ -142,19 +142,34 @@ mod tests {
     }
 
     #[test]
-    fn mac_unsupported_and_runtime_keys() {
+    fn a_mac_in_cni_args_must_be_a_unicast_mac() {
         let l = list(json!({}));
         assert!(check(&args(json!({"MAC": "02:00:00:00:00:01", "vlan": 7})), &l, "n").is_ok());
         assert!(check(&args(json!({"mac": "nope"})), &l, "n").unwrap_err().msg.contains("not a MAC"));
         let e = check(&args(json!({"Mac": "ff:ff:ff:ff:ff:ff"})), &l, "n").unwrap_err();
         assert!(e.code == 7 && e.msg.contains("multicast"), "{e}");
+    }
+
+    #[test]
+    fn cni_args_keys_the_element_has_a_key_for_are_refused_naming_that_key() {
+        let l = list(json!({}));
         assert_eq!(check(&args(json!({"portMappings": []})), &l, "n").unwrap_err().code, 7);
         let device = check(&args(json!({"deviceid": "0000:00:01.0"})), &l, "n").unwrap_err();
         assert!(device.code == 7 && device.msg.contains("in the element's \"deviceID\" key"), "{device}");
         assert_eq!(check(&args(json!({"pci_bus_id": "0000:00:01.0"})), &l, "n").unwrap_err().code, 7);
         let e = check(&args(json!({"BANDWIDTH": {}})), &l, "n").unwrap_err();
         assert!(e.code == 7 && e.msg.contains("use the element's \"bandwidth\" key"), "{e}");
+    }
+
+    #[test]
+    fn an_unsupported_cni_args_key_is_code_2() {
+        let l = list(json!({}));
         assert_eq!(check(&args(json!({"infiniband-guid": "x"})), &l, "n").unwrap_err().code, 2);
+    }
+
+    #[test]
+    fn cni_args_keys_only_the_runtime_may_set_are_refused() {
+        let l = list(json!({}));
         for key in ["ipRanges", "dns", "io.kubernetes.cri.pod-annotations"] {
             let e = check(&args(json!({ key: [] })), &l, "n").unwrap_err();
             assert!(e.code == 7 && e.msg.contains("only the container runtime"), "{key}: {e}");

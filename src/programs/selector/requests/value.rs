@@ -174,7 +174,7 @@ mod tests {
     }
 
     #[test]
-    fn malformed_values_say_what_and_where() {
+    fn a_malformed_value_is_refused_naming_its_fault() {
         for (value, want) in [
             ("a,,b", "element 2 (\"\"): it is empty"),
             ("a,", "element 2"),

@@ -76,32 +76,63 @@ fn the_last_reserved_address_is_exactly_the_last_one_whatever_was_there() {
     assert_eq!(fs::read_to_string(dir.join("last_reserved_ip.0")).unwrap(), "10.1.17.2");
 }
 
-#[test]
-fn goes_round_skipping_the_gateway_and_says_when_the_range_is_full() {
-    let d = tempfile::tempdir().unwrap();
-    let h = store(d.path(), json!({"ranges": [[{"subnet": "10.9.0.0/29", "rangeStart": "10.9.0.5"}]]}));
-    assert_eq!(address(&add(&h, "a").unwrap()), "10.9.0.5/29");
-    assert_eq!(address(&add(&h, "b").unwrap()), "10.9.0.6/29");
-    // .7 is the broadcast: the range ends at .6 and starts again at .5.
-    let e = add(&h, "c").unwrap_err();
-    assert_eq!(e.code, 999);
-    assert!(e.msg.contains("no IP addresses available in range set: 10.9.0.5-10.9.0.6"), "{}", e.msg);
-    del(&h, "a");
-    assert_eq!(address(&add(&h, "c").unwrap()), "10.9.0.5/29");
+/// A range of two usable addresses, .5 and .6 (.7 is the broadcast).
+fn two_address_range(dir: &Path) -> HostLocal {
+    store(dir, json!({"ranges": [[{"subnet": "10.9.0.0/29", "rangeStart": "10.9.0.5"}]]}))
 }
 
 #[test]
-fn one_address_per_range_set_and_no_second_for_the_same_attachment() {
+fn a_full_range_is_code_999_naming_the_range() {
     let d = tempfile::tempdir().unwrap();
-    let h = store(
-        d.path(),
-        json!({"ranges": [[{"subnet": "10.1.0.0/24", "gateway": "10.1.0.254"}], [{"subnet": "fd00:1::/64"}]]}),
-    );
+    let h = two_address_range(d.path());
+    assert_eq!(address(&add(&h, "a").unwrap()), "10.9.0.5/29");
+    assert_eq!(address(&add(&h, "b").unwrap()), "10.9.0.6/29");
+    // .7 is the broadcast: the range ends at .6.
+    let e = add(&h, "c").unwrap_err();
+    assert_eq!(e.code, 999);
+    assert!(e.msg.contains("no IP addresses available in range set: 10.9.0.5-10.9.0.6"), "{}", e.msg);
+}
+
+#[test]
+fn allocation_goes_round_to_an_address_freed() {
+    let d = tempfile::tempdir().unwrap();
+    let h = two_address_range(d.path());
+    add(&h, "a").unwrap();
+    add(&h, "b").unwrap();
+    add(&h, "c").unwrap_err();
+    del(&h, "a");
+    // The range ends at .6 and starts again at .5.
+    assert_eq!(address(&add(&h, "c").unwrap()), "10.9.0.5/29");
+}
+
+/// An IPv4 range set with its gateway and an IPv6 one without.
+fn dual_stack_ranges(dir: &Path) -> HostLocal {
+    store(dir, json!({"ranges": [[{"subnet": "10.1.0.0/24", "gateway": "10.1.0.254"}], [{"subnet": "fd00:1::/64"}]]}))
+}
+
+#[test]
+fn an_attachment_gets_one_address_per_range_set() {
+    let d = tempfile::tempdir().unwrap();
+    let h = dual_stack_ranges(d.path());
     let r = add(&h, "c1").unwrap();
     assert_eq!(r["ips"][0], json!({"address": "10.1.0.1/24", "gateway": "10.1.0.254"}));
     assert_eq!(r["ips"][1], json!({"address": "fd00:1::2/64", "gateway": "fd00:1::1"}));
+}
+
+#[test]
+fn a_second_address_for_the_same_attachment_is_refused() {
+    let d = tempfile::tempdir().unwrap();
+    let h = dual_stack_ranges(d.path());
+    add(&h, "c1").unwrap();
     let e = add(&h, "c1").unwrap_err();
     assert!(e.msg.contains("10.1.0.1 has been allocated to c1, duplicate allocation is not allowed"), "{}", e.msg);
+}
+
+#[test]
+fn del_frees_the_address_of_every_range_set() {
+    let d = tempfile::tempdir().unwrap();
+    let h = dual_stack_ranges(d.path());
+    add(&h, "c1").unwrap();
     del(&h, "c1");
     assert_eq!(fs::read_dir(d.path().join("net")).unwrap().count(), 3, "the two last_reserved_ip files and the lock");
 }

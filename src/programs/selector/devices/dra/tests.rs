@@ -106,17 +106,23 @@ fn fake(claims: Vec<ResourceClaim>) -> Fake {
 }
 
 #[test]
-fn a_pod_without_claims_has_no_devices_and_costs_no_request() {
+fn a_pod_without_claims_has_no_devices_found_without_a_request() {
     let mut objects = fake(vec![]);
     let plain: Pod = serde_json::from_value(json!({"metadata": {"name": "p"}, "spec": {"containers": []}})).unwrap();
     assert_eq!(allocated("default", &plain, Some(UID), &mut objects).unwrap(), DraDevices::default());
     assert!(objects.asked.is_empty(), "{:?}", objects.asked);
+}
+
+#[test]
+fn a_device_missing_from_a_pod_without_claims_is_told_it_has_none() {
     let missing = DraDevices::default().missing("example.com/vf");
     assert!(missing.contains("no DRA resource claims"), "{missing}");
 }
 
-#[test]
-fn devices_of_template_and_named_claims_are_sorted_by_resource_and_the_rest_passed_over() {
+/// The devices found for the template pod, of claim web-0-nics-x7k (two VFs, a red device and a
+/// VF without a deviceID, in no order) and shared-gpu (a device of no network resource), and what
+/// the lookup asked.
+fn found_in_two_claims() -> (DraDevices, Vec<String>) {
     let nics = claim(
         "web-0-nics-x7k",
         &[
@@ -129,6 +135,12 @@ fn devices_of_template_and_named_claims_are_sorted_by_resource_and_the_rest_pass
     let gpu = claim("shared-gpu", &[("gpu", "gpu.example.com", "node-a", "gpu-0")]);
     let mut objects = fake(vec![nics, gpu]);
     let found = allocated("default", &template_pod(), Some(UID), &mut objects).unwrap();
+    (found, objects.asked)
+}
+
+#[test]
+fn devices_of_template_with_named_claims_are_sorted_by_resource() {
+    let (found, asked) = found_in_two_claims();
     let ids: Vec<(&str, Vec<&str>)> =
         found.device_ids.iter().map(|(r, ids)| (r.as_str(), ids.iter().map(String::as_str).collect())).collect();
     assert_eq!(
@@ -138,10 +150,15 @@ fn devices_of_template_and_named_claims_are_sorted_by_resource_and_the_rest_pass
     );
     assert_eq!(found.claims, ["web-0-nics-x7k", "shared-gpu"], "the template's claim and the named one, in spec order");
     assert_eq!(
-        objects.asked,
+        asked,
         ["claim default/web-0-nics-x7k", "slices of node-a", "claim default/shared-gpu"],
         "the node's slices listed once"
     );
+}
+
+#[test]
+fn devices_passed_over_are_named_when_a_resource_is_missing() {
+    let (found, _) = found_in_two_claims();
     let missing = found.missing("example.com/blue");
     for part in [
         "web-0-nics-x7k, shared-gpu",
@@ -209,53 +226,70 @@ fn extended_pod() -> Pod {
     p
 }
 
-#[test]
-fn extended_resources_map_requests_to_resource_names_and_every_device_must_match() {
+/// The devices found for the extended-resource pod when its claim holds `devices`.
+fn extended_claim_holding(devices: &[(&str, &str, &str, &str)]) -> Result<DraDevices, CniError> {
     let name = "web-0-extended-resources-abc";
-    let request = "container-0-request-0";
-    let run = |devices: &[(&str, &str, &str, &str)]| {
-        allocated("default", &extended_pod(), Some(UID), &mut fake(vec![claim(name, devices)]))
-    };
-    let found = run(&[(request, "net.example.com", "node-a", "vf-1")]).unwrap();
+    allocated("default", &extended_pod(), Some(UID), &mut fake(vec![claim(name, devices)]))
+}
+
+const EXTENDED_REQUEST: &str = "container-0-request-0";
+
+#[test]
+fn an_extended_resource_request_finds_its_device_under_the_resource_name() {
+    let found = extended_claim_holding(&[(EXTENDED_REQUEST, "net.example.com", "node-a", "vf-1")]).unwrap();
     assert_eq!(found.device_ids["example.com/vf"], ["0000:3b:02.0"]);
-    let e = run(&[(request, "net.example.com", "node-a", "red-0")]).unwrap_err();
+}
+
+#[test]
+fn every_device_of_an_extended_resource_must_be_of_that_resource() {
+    let e = extended_claim_holding(&[(EXTENDED_REQUEST, "net.example.com", "node-a", "red-0")]).unwrap_err();
     assert!(
         e.msg.contains("is \"example.com/red\"") && e.msg.contains("extended resource \"example.com/vf\""),
         "{}",
         e.msg
     );
-    let e = run(&[(request, "gpu.example.com", "node-a", "gpu-0")]).unwrap_err();
+    let e = extended_claim_holding(&[(EXTENDED_REQUEST, "gpu.example.com", "node-a", "gpu-0")]).unwrap_err();
     assert!(e.msg.contains("neither"), "{}", e.msg);
-    let e = run(&[("other", "net.example.com", "node-a", "vf-1")]).unwrap_err();
+    let e = extended_claim_holding(&[("other", "net.example.com", "node-a", "vf-1")]).unwrap_err();
     assert!(e.msg.contains("no device allocated for its request \"container-0-request-0\""), "{}", e.msg);
 }
 
-#[test]
-fn the_agents_answer_serves_what_it_holds_and_names_what_it_lacks() {
-    let nics = claim("web-0-nics-x7k", &[("vf", "net.example.com", "node-a", "vf-0")]);
-    let gpu = claim("shared-gpu", &[]);
+fn nics_claim() -> ResourceClaim {
+    claim("web-0-nics-x7k", &[("vf", "net.example.com", "node-a", "vf-0")])
+}
+
+fn held(c: &ResourceClaim) -> Held<ResourceClaim> {
+    Held { namespace: "default".into(), name: c.metadata.name.clone().unwrap(), object: Some(trim_claim(c.clone())) }
+}
+
+/// The agent's answer for the template pod: both its claims, and of the node's devices vf-0.
+fn agents_answer() -> PodObjects {
     let devices = NodeDevices::from_slices(&node_slices());
     let key = DeviceKey { driver: "net.example.com".into(), pool: "node-a".into(), device: "vf-0".into() };
-    let held = |c: &ResourceClaim| Held {
-        namespace: "default".into(),
-        name: c.metadata.name.clone().unwrap(),
-        object: Some(trim_claim(c.clone())),
-    };
-    let mut objects = PodObjects {
+    PodObjects {
         pod: template_pod(),
         config_maps: vec![],
         network_attachments: vec![],
-        resource_claims: vec![held(&gpu), held(&nics)],
+        resource_claims: vec![held(&claim("shared-gpu", &[])), held(&nics_claim())],
         node_devices: Some(devices.only([&key])),
-    };
+    }
+}
+
+#[test]
+fn the_agents_answer_serves_the_devices_it_holds() {
+    let objects = agents_answer();
     let found = allocated("default", &objects.pod.clone(), Some(UID), &mut FromAgent::new(&objects)).unwrap();
     assert_eq!(found.device_ids["example.com/vf"], ["0000:3b:02.1"]);
+}
 
+#[test]
+fn the_agents_answer_names_what_it_lacks() {
+    let mut objects = agents_answer();
     objects.resource_claims.pop();
     let mut answered = FromAgent::new(&objects);
     allocated("default", &objects.pod.clone(), Some(UID), &mut answered).unwrap_err();
     assert_eq!(answered.lacking.as_deref(), Some("ResourceClaim default/web-0-nics-x7k"));
-    objects.resource_claims.push(held(&nics));
+    objects.resource_claims.push(held(&nics_claim()));
     objects.node_devices = None;
     let mut answered = FromAgent::new(&objects);
     allocated("default", &objects.pod.clone(), Some(UID), &mut answered).unwrap_err();
