@@ -101,7 +101,7 @@ fn network_status(n: &NetnsNode, pod: &str) -> Value {
 
 /// Everything the router pattern promises a pod with `eth0` on the overlay and `net1` on the LAN,
 /// checked as an operator would, then DEL and nothing left. `peer` is a pod on the overlay alone.
-fn the_router_pattern_works_and_del_leaves_nothing(c: &Cluster, pod: &Pod, peer: &Pod) {
+fn assert_the_router_pattern_then_del_leaves_nothing(c: &Cluster, pod: &Pod, peer: &Pod) {
     let n = &c.n;
     let node_before = c.node_snapshot();
     let result = c.must("add", pod);
@@ -171,7 +171,7 @@ fn a_configmap_list_gives_the_router_pattern_its_overlay_on_eth0_its_lan_on_net1
 
     let pod = n.pod("web-0");
     let before = n.api.requests();
-    the_router_pattern_works_and_del_leaves_nothing(&c, &pod, &peer);
+    assert_the_router_pattern_then_del_leaves_nothing(&c, &pod, &peer);
     let log = n.api.request_log();
     let add: Vec<&String> = log[before..].iter().collect();
     assert_eq!(
@@ -205,7 +205,7 @@ fn a_network_attachment_definition_in_the_annotation_does_the_same() {
     c.must("add", &peer);
     let pod = n.pod("web-1");
     let before = n.api.request_log().len();
-    the_router_pattern_works_and_del_leaves_nothing(&c, &pod, &peer);
+    assert_the_router_pattern_then_del_leaves_nothing(&c, &pod, &peer);
     let status = network_status(n, "web-1");
     assert_eq!(status[1]["name"], "default/macvlan-router", "a NAD's network is named by the NAD");
     // The requests of this pod's ADD are every kind of call the code makes, which the installer's

@@ -35,7 +35,7 @@ fn imports_up(floor: &str, above: &[&str]) -> Vec<String> {
 }
 
 #[test]
-fn the_platform_imports_no_program_and_no_wire() {
+fn the_platform_imports_nothing_above_it() {
     let up = imports_up("platform", &["programs", "node"]);
     assert!(up.is_empty(), "the platform reaches up:\n{}", up.join("\n"));
 }
