@@ -123,7 +123,6 @@ fn start() -> Cluster {
     let repo = Path::new(env!("CARGO_MANIFEST_DIR"));
     let path = |rel: &str| repo.join(rel).display().to_string();
     cluster.install_yh_genie();
-    cluster.kubectl_ok(&["apply", "-f", &path("examples/nad/crd.yaml")]);
     cluster.kubectl_ok(&["apply", "-f", &path("e2e/networks.yaml")]);
     // And the example yh-bridgenet, with bandwidth chained as an admin adds it for the pods'
     // bandwidth annotations: the nodes' bin dir has Debian's plugin (kind's node image has not, so

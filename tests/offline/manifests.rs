@@ -1,10 +1,10 @@
 //! Everything the project ships for Kubernetes, checked without a cluster: every YAML document in
 //! manifests/, examples/ and e2e/ is a valid object of its kind (parsed into the k8s-openapi type,
-//! with no field the type does not know), the RBAC grants exactly what the selector calls, the
-//! DaemonSet mounts what the installer writes (found by parsing the DaemonSet's own args with the
-//! installer's parser), every network a pod chooses exists and is a valid CNI configuration, the
-//! copies of one network stay equal, kind-config.yaml is valid kind config, and the e2e scripts
-//! pass `bash -n` and shellcheck.
+//! with no field the type does not know), the NAD CRD serves the type the code reads, the RBAC
+//! grants exactly what the selector calls, the DaemonSet mounts what the installer writes (found by
+//! parsing the DaemonSet's own args with the installer's parser), every network a pod chooses
+//! exists and is a valid CNI configuration, the copies of one network stay equal, kind-config.yaml
+//! is valid kind config, and the e2e scripts pass `bash -n` and shellcheck.
 
 use k8s_openapi::api::admissionregistration::v1::{ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding};
 use k8s_openapi::api::apps::v1::DaemonSet;
@@ -451,6 +451,47 @@ fn the_daemonset_probes_the_agents_readiness_only() {
     );
     assert_eq!(probe.path.as_deref(), Some("/readyz"));
     assert!(container.liveness_probe.is_none(), "a failing agent restarts itself; it must never restart the installer");
+}
+
+/// The NetworkAttachmentDefinition CRD ships in manifests/, so `kubectl apply -f manifests/` serves
+/// every NAD example on a fresh cluster: it is the kind the code reads (group, version, kind,
+/// plural, namespaced), named as the API server requires (`<plural>.<group>`, the name Multus's CRD
+/// has too), with `spec.config` a string; and its file is applied before yh-genie.yaml (kubectl
+/// applies a directory's files in name order). No other copy of it is shipped.
+#[test]
+fn the_nad_crd_is_shipped_for_the_type_the_code_reads() {
+    use k8s_openapi::Resource;
+    type Nad = NetworkAttachmentDefinition;
+    let name = format!("{}.{}", Nad::URL_PATH_SEGMENT, Nad::GROUP);
+    assert_eq!(name, "network-attachment-definitions.k8s.cni.cncf.io");
+    let crd: CustomResourceDefinition = find("manifests", &name);
+    let spec = crd.spec;
+    assert_eq!(spec.group, Nad::GROUP);
+    assert_eq!(spec.scope, "Namespaced");
+    assert_eq!(spec.names.kind, Nad::KIND);
+    assert_eq!(spec.names.plural, Nad::URL_PATH_SEGMENT);
+    assert_eq!(spec.names.singular.as_deref(), Some("network-attachment-definition"));
+    assert_eq!(spec.names.short_names.as_deref(), Some(&["net-attach-def".to_string()][..]));
+    assert_eq!(Nad::API_VERSION, format!("{}/{}", Nad::GROUP, Nad::VERSION));
+    let version = spec.versions.iter().find(|v| v.name == Nad::VERSION).expect("the code's version");
+    assert!(version.served && version.storage, "{} must be served and stored", Nad::VERSION);
+    let schema = version.schema.as_ref().unwrap().open_api_v3_schema.as_ref().unwrap();
+    let nad_spec = &schema.properties.as_ref().unwrap()["spec"];
+    let config = &nad_spec.properties.as_ref().unwrap()["config"];
+    assert_eq!(config.type_.as_deref(), Some("string"));
+
+    let holding_it: Vec<String> = ["manifests", "examples", "e2e"]
+        .into_iter()
+        .flat_map(docs_in)
+        .filter(|d| d.kind() == "CustomResourceDefinition")
+        .map(|d| d.origin)
+        .collect();
+    assert_eq!(holding_it, ["manifests/nad-crd.yaml document 1"], "one copy of the CRD");
+    let applied: Vec<PathBuf> =
+        yaml_files("manifests").into_iter().filter(|f| f.parent() == Some(&repo().join("manifests"))).collect();
+    let at =
+        |name: &str| applied.iter().position(|f| f.ends_with(name)).unwrap_or_else(|| panic!("no manifests/{name}"));
+    assert!(at("nad-crd.yaml") < at("yh-genie.yaml"), "the CRD is applied first: {applied:?}");
 }
 
 /// The network files a ConfigMap carries, checked and laid out as the installer does: key -> conf.
