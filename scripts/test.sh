@@ -143,6 +143,9 @@ tier_cluster() {
   # once per version, cached in /var/cache/yh-genie (a cold build takes half an hour or more on 2
   # cores).
   scripts/cluster/build.sh --without-e2e | grep -v '^/'
+  # That build's kubectl renders the kustomize overlays (tests/offline skips it without a kubectl).
+  YH_GENIE_KUBECTL="$(scripts/cluster/build.sh --without-e2e | tail -1)/kubectl" \
+    cargo test --test offline manifests::the_dynamic_networks_overlay
   cargo test --test cluster
   scripts/cluster/build.sh | grep -v '^/'
   cargo test --test conformance

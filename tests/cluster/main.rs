@@ -88,6 +88,7 @@ const TESTS: &[(&str, Test)] = &[
         dynamic_networks_survive_what_goes_wrong_around_an_edit,
     ),
     ("dynamic_networks_latency_from_edit_to_answering_interface", dynamic_networks_latency),
+    ("dynamic_networks_switch_off_with_the_plain_manifest", dynamic_networks_switch_off_with_the_plain_manifest),
     ("uninstall_leaves_the_nodes_as_the_docs_say", uninstall_leaves_the_nodes_as_the_docs_say),
     // After the uninstall: it starts from a node without yh-genie.
     ("a_node_moves_from_multus_without_leaking_an_address", a_node_moves_from_multus_without_leaking_an_address),

@@ -397,9 +397,10 @@ fn cited_path_exists(rel: &str, optional: &BTreeSet<String>) -> bool {
 #[test]
 fn everything_the_docs_cite_exists() {
     let link = Regex::new(r"\]\(([^)\s]+)\)").unwrap();
-    let path =
-        Regex::new(r"^(?:\.\./)?((?:tests|src|scripts|bench|e2e|examples|manifests|tools|fuzz|docs)/[\w./-]*\w)$")
-            .unwrap();
+    let path = Regex::new(
+        r"^(?:\.\./)?((?:tests|src|scripts|bench|e2e|examples|manifests|overlays|tools|fuzz|docs)/[\w./-]*\w)$",
+    )
+    .unwrap();
     let test_fn = Regex::new(r"`(tests/[\w/]+(?:\.rs)?)`(?:'s)?,? `([a-z_0-9]+)`").unwrap();
     // What scripts/test.sh runs only when the checkout has it (`[ ! -x <script> ]`).
     let optional: BTreeSet<String> = Regex::new(r"\[ ! -x ([\w./-]+) \]")
