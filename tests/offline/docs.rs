@@ -38,7 +38,12 @@ fn files_under(rel: &str) -> Vec<String> {
 
 /// The documentation users and contributors read: README, CONTRIBUTING, docs/, examples/README.md.
 fn markdown() -> Vec<String> {
-    let mut files = vec!["README.md".to_string(), "CONTRIBUTING.md".to_string(), "examples/README.md".to_string()];
+    let mut files = vec![
+        "README.md".to_string(),
+        "CONTRIBUTING.md".to_string(),
+        "CHANGELOG.md".to_string(),
+        "examples/README.md".to_string(),
+    ];
     files.extend(files_under("docs").into_iter().filter(|f| f.ends_with(".md")));
     files
 }
