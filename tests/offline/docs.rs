@@ -105,6 +105,8 @@ fn how_the_project_was_made() -> Vec<Wording> {
             r"(?i)this stop|previous stop|the run before|\bseed 0\d\d|SPEC §|development VM|\bseeds'|\bseed's\b",
             true,
         ),
+        // The release a reader has is a number: say which.
+        wording("a release without its number", r"(?i)\b(?:earlier|older|previous|prior) releases?\b", true),
         // What a run of the tests once found, or how a feature came to be as it is.
         wording(
             "history of the project",
@@ -161,6 +163,7 @@ fn nothing_users_read_speaks_of_how_the_project_was_made() {
 fn the_wording_lint_tells_how_it_was_made_from_what_the_product_does() {
     let rules = how_the_project_was_made();
     for made in [
+        "Results that an earlier release kept on disk are read.",
         "The first runs failed two specs with both CNIs alike.",
         "The first pod-networking run failed two specs with yh-genie.",
         "(A CI run once caught host-local killed with its plugin mid-write.)",
