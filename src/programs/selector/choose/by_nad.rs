@@ -2,7 +2,8 @@
 //! networks annotation, Multus's default-network annotation, or the admin's `defaultNetworks`.
 //! Each is checked against the policy (the namespace rule for what the pod wrote outside the
 //! admin's `multusNamespace`, the inline rule for all), then resolves to its inline configuration
-//! or to the `confDir` network of its name.
+//! (named after the NAD when it names no network, as Multus reads it) or to the `confDir` network
+//! of its name.
 
 use super::chosen::{Attachment, DeviceUse, Source};
 use super::interfaces::Planned;
@@ -14,6 +15,7 @@ use crate::programs::selector::config::defaults::PodDefaults;
 use crate::programs::selector::config::policy::AttachmentPolicy;
 use crate::programs::selector::netconf::capabilities;
 use crate::programs::selector::netconf::confdir::{self, NetworkName};
+use crate::programs::selector::netconf::inline;
 use crate::programs::selector::requests::annotation::Request;
 
 /// Which way of naming a NetworkAttachmentDefinition an element came from.
@@ -81,13 +83,14 @@ pub fn nad_plan(
     let source = |inline| used.source(request.text.clone(), nad_name.clone(), inline);
     let device = nad.resource_name().map(|resource| DeviceUse { resource: resource.to_string(), given: None });
     let (attachment, identity, list) = match nad.inline_config() {
-        Some(text) => {
-            let list = config.policy.check_inline(&nad_name, text)?;
+        Some(written) => {
+            let text = inline::named_after_nad(written, &request.name);
+            let list = config.policy.check_inline(&nad_name, &text)?;
             let attachment = Attachment {
                 ifname: String::new(),
                 network: nad_name.clone(),
                 path: None,
-                config: text.to_string(),
+                config: text,
                 source: source(true),
                 extras: request.extras.clone(),
                 device: device.clone(),

@@ -294,6 +294,20 @@ fn inline_nad_configurations_follow_the_policy() {
     assert_eq!(plan(&global.select(&api, "p-other-ns").unwrap())[1], ("net1".into(), "lan".into()));
 }
 
+#[test]
+fn an_inline_nad_configuration_without_a_name_is_named_after_the_nad() {
+    let open = Node::with(json!({"allowInlineConfig": true}));
+    let nameless = r#"{"cniVersion":"0.3.1","plugins":[{"type":"macvlan","master":"eth1","ipam":{"type":"static"}}]}"#;
+    let api = FakeApi::default()
+        .nad("default", "macvlan-conf", Some(nameless))
+        .annotated("default", "p", "macvlan-conf", app("blue"));
+    let s = open.select(&api, "p").unwrap();
+    assert_eq!(plan(&s), pairs(&[("eth0", "blue"), ("net1", "default/macvlan-conf")]));
+    let named: serde_json::Value = serde_json::from_str(&s.attachments[1].config).unwrap();
+    assert_eq!((&named["name"], &named["plugins"][0]["type"]), (&json!("macvlan-conf"), &json!("macvlan")));
+    assert_eq!(s.attachments[1].conf_list().unwrap().name, "macvlan-conf");
+}
+
 /// Pods whose networks annotation asks for extras: ones `lan` declares, and ones its network
 /// cannot take.
 fn pods_asking_for_extras() -> FakeApi {

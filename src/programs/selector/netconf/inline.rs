@@ -12,10 +12,32 @@
 //!   plugin may. Every string under a key that reads as a path (`is_path_key`), and every string
 //!   anywhere that is an absolute path, must lie under a prefix the admin allows
 //!   (`inlinePathPrefixes`); none by default.
+//!
+//! And the name an inline configuration takes when it has none (`named_after_nad`), as Multus
+//! reads a NetworkAttachmentDefinition: the plugins need a network name, and NADs written for
+//! Multus mostly leave it to the NAD's.
 
 use crate::platform::cni::{CniError, ConfList};
 use serde_json::{Map, Value};
 use std::path::{Component, Path, PathBuf};
+
+/// A NetworkAttachmentDefinition's inline configuration as its plugins get it: with the NAD's name
+/// (`metadata.name`, without the namespace) as its `name` when the top level has none or an empty
+/// one, as the Network Plumbing WG's client library hands a NAD's configuration to Multus. Only the
+/// top level: a plugin's own `name` in a list is left as written. Any other configuration (a
+/// name given, not a JSON object) is returned as it is, to be checked as written.
+pub fn named_after_nad(config: &str, nad_name: &str) -> String {
+    let Ok(Value::Object(mut top)) = serde_json::from_str::<Value>(config) else {
+        return config.to_string();
+    };
+    match top.get("name") {
+        None => {}
+        Some(Value::String(name)) if name.is_empty() => {}
+        Some(_) => return config.to_string(),
+    }
+    top.insert("name".into(), Value::String(nad_name.to_string()));
+    Value::Object(top).to_string()
+}
 
 /// `key` as Go's `encoding/json` compares keys: two keys are the same field when their folds are
 /// equal (ASCII letters in upper case; any other character `unicode.ToUpper(unicode.ToLower(c))`,
@@ -220,6 +242,21 @@ mod tests {
 
     fn list(json: &str) -> ConfList {
         ConfList::parse(json.as_bytes(), false, "t").unwrap()
+    }
+
+    #[test]
+    fn a_configuration_without_a_name_takes_the_nads() {
+        let named = |config: &str| list(&named_after_nad(config, "macvlan-conf"));
+        let missing = named(r#"{"cniVersion":"0.3.1","plugins":[{"type":"macvlan","name":"inner"}]}"#);
+        assert_eq!((missing.name.as_str(), &missing.plugins[0]["name"]), ("macvlan-conf", &Value::from("inner")));
+        assert_eq!(named(r#"{"cniVersion":"0.3.1","name":"","type":"macvlan"}"#).name, "macvlan-conf");
+    }
+
+    #[test]
+    fn a_configuration_with_a_name_or_unreadable_stays_as_written() {
+        for config in [r#"{"cniVersion": "0.3.1", "name": "own", "type": "macvlan"}"#, "{not json", "[]"] {
+            assert_eq!(named_after_nad(config, "nad"), config);
+        }
     }
 
     #[test]
