@@ -18,6 +18,10 @@ use crate::programs::selector::netconf::confdir::{self, NetworkName};
 use crate::programs::selector::netconf::inline;
 use crate::programs::selector::requests::annotation::Request;
 
+/// What a refusal of `ips` adds: the admin's key that lets pods choose addresses on such networks.
+pub const ANNOTATION_IPS_HINT: &str =
+    " (the cluster admin may let pods choose addresses there with \"annotationIps\" in selector.json)";
+
 /// Which way of naming a NetworkAttachmentDefinition an element came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum NadUse {
@@ -115,20 +119,24 @@ pub fn nad_plan(
             (attachment, identity, list)
         }
     };
+    // Where the policy lets a pod choose its addresses as Multus does, its ips reach the plugins
+    // as CNI_ARGS whatever they declare.
+    let ips_as_multus = config.policy.annotation_ips.as_multus(attachment.source.inline());
     let asked = [
-        ("ips", !request.extras.ips.is_empty()),
+        ("ips", !request.extras.ips.is_empty() && !ips_as_multus),
         ("portMappings", !request.extras.port_mappings.is_empty()),
         ("bandwidth", request.extras.bandwidth.is_some()),
     ];
     if let Some((key, _)) = asked.iter().find(|(key, asked)| *asked && !capabilities::declared_in(&list, key)) {
+        let widen = if *key == "ips" { ANNOTATION_IPS_HINT } else { "" };
         return Err(CniError::invalid_config(format!(
             "it asks for {key}, but no plugin of network {} declares the \"{key}\" capability \
-             (\"capabilities\": {{\"{key}\": true}}), so none would see them",
+             (\"capabilities\": {{\"{key}\": true}}), so none would see them{widen}",
             attachment.network
         )));
     }
     if let Some(cni_args) = &request.extras.cni_args {
-        crate::programs::selector::requests::cni_args::check(cni_args, &list, &attachment.network)?;
+        crate::programs::selector::requests::cni_args::check(cni_args, &list, &attachment.network, ips_as_multus)?;
     }
     Ok(Planned { attachment, ifname: request.ifname, identity })
 }

@@ -298,14 +298,53 @@ fn inline_nad_configurations_follow_the_policy() {
 fn an_inline_nad_configuration_without_a_name_is_named_after_the_nad() {
     let open = Node::with(json!({"allowInlineConfig": true}));
     let nameless = r#"{"cniVersion":"0.3.1","plugins":[{"type":"macvlan","master":"eth1","ipam":{"type":"static"}}]}"#;
-    let api = FakeApi::default()
-        .nad("default", "macvlan-conf", Some(nameless))
-        .annotated("default", "p", "macvlan-conf", app("blue"));
+    let api = FakeApi::default().nad("default", "macvlan-conf", Some(nameless)).annotated(
+        "default",
+        "p",
+        "macvlan-conf",
+        app("blue"),
+    );
     let s = open.select(&api, "p").unwrap();
     assert_eq!(plan(&s), pairs(&[("eth0", "blue"), ("net1", "default/macvlan-conf")]));
     let named: serde_json::Value = serde_json::from_str(&s.attachments[1].config).unwrap();
     assert_eq!((&named["name"], &named["plugins"][0]["type"]), (&json!("macvlan-conf"), &json!("macvlan")));
     assert_eq!(s.attachments[1].conf_list().unwrap().name, "macvlan-conf");
+}
+
+/// Multus's e2e `default-route-config`: an inline macvlan with static IPAM that declares no
+/// capability, and a pod asking it for an address; `red` (a confDir network) asked the same.
+fn pods_choosing_addresses_without_a_capability() -> FakeApi {
+    let default_route = r#"{"cniVersion":"0.3.1","plugins":[{"type":"macvlan","master":"eth1","mode":"bridge",
+        "ipam":{"type":"static"}}]}"#;
+    FakeApi::default()
+        .nad("default", "default-route-config", Some(default_route))
+        .nad("default", "red", None)
+        .annotated(
+            "default",
+            "p-inline",
+            r#"[{"name":"default-route-config","ips":["10.1.1.21/24"],"default-route":["10.1.1.254"]}]"#,
+            app("blue"),
+        )
+        .annotated("default", "p-confdir", r#"[{"name":"red","ips":["10.1.1.22/24"]}]"#, app("blue"))
+}
+
+#[test]
+fn by_default_ips_on_a_network_declaring_no_ips_capability_are_refused_naming_the_key_that_allows_them() {
+    let node = Node::with(json!({"allowInlineConfig": true}));
+    let e = node.select(&pods_choosing_addresses_without_a_capability(), "p-inline").unwrap_err();
+    assert!(e.code == 7 && e.msg.contains("\"ips\" capability") && e.msg.contains("\"annotationIps\""), "{e}");
+}
+
+#[test]
+fn annotation_ips_inline_takes_ips_on_inline_networks_only() {
+    let node = Node::with(json!({"allowInlineConfig": true, "annotationIps": "inline"}));
+    let api = pods_choosing_addresses_without_a_capability();
+    let s = node.select(&api, "p-inline").unwrap();
+    assert_eq!(s.attachments[1].extras.ips[0].to_string(), "10.1.1.21/24");
+    let e = node.select(&api, "p-confdir").unwrap_err();
+    assert!(e.msg.contains("network red"), "{e}");
+    let everywhere = Node::with(json!({"annotationIps": "everywhere"}));
+    assert!(everywhere.select(&api, "p-confdir").is_ok());
 }
 
 /// Pods whose networks annotation asks for extras: ones `lan` declares, and ones its network

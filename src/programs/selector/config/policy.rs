@@ -12,7 +12,10 @@
 //!   as `type`, and the types a built-in runs by default) must be listed, and every host path in it
 //!   must lie under one of `inlinePathPrefixes` (none by default: see `inline`);
 //! - a pod may only use NADs of its own namespace and of the `globalNamespaces` the admin lists
-//!   (Multus's `namespaceIsolation`, here on by default).
+//!   (Multus's `namespaceIsolation`, here on by default);
+//! - a pod's `ips` choose its addresses only on networks whose configuration asks for them, by a
+//!   plugin declaring the `ips` capability (`annotationIps`, see `AnnotationIps`): an address a pod
+//!   author picks from an admin's range may be one the admin keeps for something else.
 //!
 //! A refusal is code 7 naming the NAD and the rule.
 
@@ -36,6 +39,48 @@ pub struct AttachmentPolicy {
     /// `inlinePathPrefixes`: the directories under which an inline configuration may name host
     /// paths (a `dataDir`, a `subnetFile`); none by default.
     pub inline_path_prefixes: Vec<PathBuf>,
+    /// `annotationIps`: on which networks a pod's `ips` choose its addresses, and how they reach
+    /// the plugins there.
+    pub annotation_ips: AnnotationIps,
+}
+
+/// `annotationIps`: where the `ips` of a pod's networks annotation (and its `cni-args` keys read as
+/// `ips`) may choose the pod's addresses.
+///
+/// Multus hands every network a pod's `ips` twice: as `CNI_ARGS` `IP=` (the addresses joined by
+/// `,`) to every plugin of the chain, and as `runtimeConfig.ips` to the plugins that declare the
+/// `ips` capability. `IP=` reaches IPAM plugins that never asked for it (host-local, static and
+/// whereabouts read it), so on a network the admin installed it would let a pod author take any
+/// address of the admin's range. By default (`declared`) a pod chooses addresses only where the
+/// network's configuration declares the `ips` capability, and only through it; the other values
+/// widen that for admins coming from Multus.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum AnnotationIps {
+    /// Only on networks a plugin of which declares the `ips` capability, as `runtimeConfig.ips` of
+    /// those plugins; elsewhere a pod asking for `ips` is refused.
+    #[default]
+    Declared,
+    /// As `declared` on the networks the admin installed under `confDir`; on the networks of
+    /// NetworkAttachmentDefinitions' inline configurations, as Multus gives them (their writers
+    /// choose the ranges and may write addresses into them, so a pod's choice among them adds
+    /// nothing they cannot do).
+    Inline,
+    /// On every network, as Multus gives them.
+    Everywhere,
+}
+
+impl AnnotationIps {
+    /// Whether a pod's `ips` reach the plugins of a network (of an inline configuration or not) as
+    /// Multus gives them: `CNI_ARGS` `IP=` besides `runtimeConfig.ips` where declared, and never
+    /// refused for want of a declared capability.
+    pub fn as_multus(self, inline: bool) -> bool {
+        match self {
+            AnnotationIps::Declared => false,
+            AnnotationIps::Inline => inline,
+            AnnotationIps::Everywhere => true,
+        }
+    }
 }
 
 impl Default for AttachmentPolicy {
@@ -46,6 +91,7 @@ impl Default for AttachmentPolicy {
             allow_inline_config: false,
             inline_plugin_types: None,
             inline_path_prefixes: Vec::new(),
+            annotation_ips: AnnotationIps::Declared,
         }
     }
 }
@@ -89,6 +135,7 @@ impl AttachmentPolicy {
             allow_inline_config: key(raw, "allowInlineConfig")?.unwrap_or(defaults.allow_inline_config),
             inline_plugin_types: key(raw, "inlinePluginTypes")?,
             inline_path_prefixes: path_prefixes(key(raw, "inlinePathPrefixes")?.unwrap_or_default())?,
+            annotation_ips: key(raw, "annotationIps")?.unwrap_or(defaults.annotation_ips),
         })
     }
 
@@ -310,6 +357,25 @@ mod tests {
     }
 
     #[test]
+    fn by_default_pods_choose_addresses_only_where_a_plugin_declares_ips() {
+        let p = AttachmentPolicy::default();
+        assert_eq!(p.annotation_ips, AnnotationIps::Declared);
+        assert!(!p.annotation_ips.as_multus(true) && !p.annotation_ips.as_multus(false));
+    }
+
+    #[test]
+    fn annotation_ips_inline_opens_only_inline_configurations() {
+        let p = policy(json!({"annotationIps": "inline"}));
+        assert!(p.annotation_ips.as_multus(true) && !p.annotation_ips.as_multus(false));
+    }
+
+    #[test]
+    fn annotation_ips_everywhere_opens_every_network() {
+        let p = policy(json!({"annotationIps": "everywhere"}));
+        assert!(p.annotation_ips.as_multus(true) && p.annotation_ips.as_multus(false));
+    }
+
+    #[test]
     fn keys_of_the_wrong_type_are_named() {
         for (keys, name) in [
             (json!({"namespaceIsolation": "yes"}), "namespaceIsolation"),
@@ -320,6 +386,8 @@ mod tests {
             (json!({"inlinePathPrefixes": "/x"}), "inlinePathPrefixes"),
             (json!({"inlinePathPrefixes": ["relative"]}), "inlinePathPrefixes"),
             (json!({"inlinePathPrefixes": ["/a/../etc"]}), "inlinePathPrefixes"),
+            (json!({"annotationIps": "multus"}), "annotationIps"),
+            (json!({"annotationIps": true}), "annotationIps"),
         ] {
             let e = AttachmentPolicy::from_keys(keys.as_object().unwrap()).unwrap_err();
             assert!(e.code == 7 && e.msg.contains(name), "{e}");
