@@ -10,7 +10,8 @@
 //!   unless `allowInlineConfig` is true, and then, if `inlinePluginTypes` is set, every plugin type
 //!   anywhere in it (each plugin's, its IPAM's, a meta plugin's delegate's, any key a Go plugin reads
 //!   as `type`, and the types a built-in runs by default) must be listed, and every host path in it
-//!   must lie under one of `inlinePathPrefixes` (none by default: see `inline`);
+//!   must lie under one of `inlinePathPrefixes`, or of the `inlinePathPrefixesByType` of the plugin
+//!   whose section holds it (none by default: see `inline`);
 //! - a pod may only use NADs of its own namespace and of the `globalNamespaces` the admin lists
 //!   (Multus's `namespaceIsolation`, here on by default);
 //! - a pod's `ips` choose its addresses only on networks whose configuration asks for them, by a
@@ -23,7 +24,7 @@ use crate::platform::cni::{CniError, ConfList};
 use crate::programs::selector::netconf::{confdir, inline};
 use serde::Deserialize;
 use serde_json::{Map, Value};
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -39,6 +40,10 @@ pub struct AttachmentPolicy {
     /// `inlinePathPrefixes`: the directories under which an inline configuration may name host
     /// paths (a `dataDir`, a `subnetFile`); none by default.
     pub inline_path_prefixes: Vec<PathBuf>,
+    /// `inlinePathPrefixesByType`: by plugin type, further directories (or files) under which the
+    /// section of an inline configuration that plugin runs may name host paths (whereabouts'
+    /// kubeconfig); none by default.
+    pub inline_path_prefixes_by_type: BTreeMap<String, Vec<PathBuf>>,
     /// `annotationIps`: on which networks a pod's `ips` choose its addresses, and how they reach
     /// the plugins there.
     pub annotation_ips: AnnotationIps,
@@ -91,6 +96,7 @@ impl Default for AttachmentPolicy {
             allow_inline_config: false,
             inline_plugin_types: None,
             inline_path_prefixes: Vec::new(),
+            inline_path_prefixes_by_type: BTreeMap::new(),
             annotation_ips: AnnotationIps::Declared,
         }
     }
@@ -134,7 +140,15 @@ impl AttachmentPolicy {
             global_namespaces: global_namespaces(raw)?,
             allow_inline_config: key(raw, "allowInlineConfig")?.unwrap_or(defaults.allow_inline_config),
             inline_plugin_types: key(raw, "inlinePluginTypes")?,
-            inline_path_prefixes: path_prefixes(key(raw, "inlinePathPrefixes")?.unwrap_or_default())?,
+            inline_path_prefixes: path_prefixes(
+                "inlinePathPrefixes",
+                key(raw, "inlinePathPrefixes")?.unwrap_or_default(),
+            )?,
+            inline_path_prefixes_by_type: key::<BTreeMap<String, Vec<String>>>(raw, "inlinePathPrefixesByType")?
+                .unwrap_or_default()
+                .into_iter()
+                .map(|(t, prefixes)| Ok((t, path_prefixes("inlinePathPrefixesByType", prefixes)?)))
+                .collect::<Result<_, CniError>>()?,
             annotation_ips: key(raw, "annotationIps")?.unwrap_or(defaults.annotation_ips),
         })
     }
@@ -185,23 +199,35 @@ impl AttachmentPolicy {
                  '_', '.', '-'): plugins keep state in directories of that name"
             )));
         }
-        let prefixes = &self.inline_path_prefixes;
-        if let Some((at, path)) =
-            inline::host_paths(&list).into_iter().find(|(_, p)| !inline::path_allowed(p, prefixes))
-        {
-            let shown: Vec<String> = prefixes.iter().map(|p| p.display().to_string()).collect();
+        let shown =
+            |prefixes: &[PathBuf]| prefixes.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", ");
+        let of_type = |t: &Option<String>| {
+            t.as_ref().and_then(|t| self.inline_path_prefixes_by_type.get(t)).map(Vec::as_slice).unwrap_or_default()
+        };
+        let outside = |p: &inline::HostPath| {
+            !inline::path_allowed(&p.path, &self.inline_path_prefixes)
+                && !inline::path_allowed(&p.path, of_type(&p.section_type))
+        };
+        if let Some(p) = inline::host_paths(&list).into_iter().find(outside) {
+            let by_type = match &p.section_type {
+                Some(t) => format!(" and inlinePathPrefixesByType {t:?} [{}]", shown(of_type(&p.section_type))),
+                None => String::new(),
+            };
             return Err(refused(format!(
-                "spec.config {at} is {path:?}, a host path outside inlinePathPrefixes [{}]: an inline configuration \
+                "spec.config {} is {:?}, a host path outside inlinePathPrefixes [{}]{by_type}: an inline configuration \
                  may name only paths under a directory the admin allows",
-                shown.join(", ")
+                p.at,
+                p.path,
+                shown(&self.inline_path_prefixes)
             )));
         }
         Ok(list)
     }
 }
 
-/// `inlinePathPrefixes`: absolute directories without `.` or `..`.
-fn path_prefixes(prefixes: Vec<String>) -> Result<Vec<PathBuf>, CniError> {
+/// `inlinePathPrefixes` (and each list of `inlinePathPrefixesByType`, the key `name`): absolute
+/// directories without `.` or `..`.
+fn path_prefixes(name: &str, prefixes: Vec<String>) -> Result<Vec<PathBuf>, CniError> {
     prefixes
         .into_iter()
         .map(|p| {
@@ -209,7 +235,7 @@ fn path_prefixes(prefixes: Vec<String>) -> Result<Vec<PathBuf>, CniError> {
                 Ok(PathBuf::from(p))
             } else {
                 Err(CniError::invalid_config(format!(
-                    "yh-genie: 'inlinePathPrefixes' is invalid: {p:?} is not an absolute directory without '.' or '..'"
+                    "yh-genie: '{name}' is invalid: {p:?} is not an absolute directory without '.' or '..'"
                 )))
             }
         })
@@ -375,6 +401,54 @@ mod tests {
         assert!(p.annotation_ips.as_multus(true) && p.annotation_ips.as_multus(false));
     }
 
+    /// A whereabouts NAD naming every host path whereabouts reads, and its node slice size.
+    const WHEREABOUTS: &str = r#"{"cniVersion":"0.3.1","name":"wb","type":"macvlan","master":"eth0","mode":"bridge",
+        "ipam":{"type":"whereabouts","range":"192.168.2.0/24","node_slice_size":"/22",
+            "kubernetes":{"kubeconfig":"/etc/cni/net.d/whereabouts.d/whereabouts.kubeconfig"},
+            "configuration_path":"/etc/cni/net.d/whereabouts.d/whereabouts.conf",
+            "log_file":"/var/log/whereabouts/wb.log","log_level":"debug"}}"#;
+
+    /// The whereabouts recipe of docs/selector.md: the two files whereabouts' DaemonSet writes and
+    /// a log directory, for whereabouts' own section only.
+    fn whereabouts_recipe() -> AttachmentPolicy {
+        policy(json!({"allowInlineConfig": true, "inlinePluginTypes": ["macvlan", "whereabouts", "router"],
+            "inlinePathPrefixesByType": {"whereabouts": ["/etc/cni/net.d/whereabouts.d/whereabouts.kubeconfig",
+                "/etc/cni/net.d/whereabouts.d/whereabouts.conf", "/var/log/whereabouts"]}}))
+    }
+
+    #[test]
+    fn a_whereabouts_configuration_with_its_host_paths_is_accepted_under_the_recipe() {
+        let list = whereabouts_recipe().check_inline("web/wb", WHEREABOUTS).unwrap();
+        assert_eq!(list.plugins[0]["ipam"]["node_slice_size"], "/22");
+    }
+
+    #[test]
+    fn a_whereabouts_configuration_with_host_paths_is_refused_by_default() {
+        let open = policy(json!({"allowInlineConfig": true}));
+        let e = open.check_inline("web/wb", WHEREABOUTS).unwrap_err();
+        assert!(
+            e.msg.contains("a host path outside inlinePathPrefixes [] and inlinePathPrefixesByType \"whereabouts\" []"),
+            "{e}"
+        );
+        // What whereabouts needs besides its flat file is no path.
+        let bare = r#"{"cniVersion":"0.3.1","name":"wb","type":"macvlan","master":"eth0",
+            "ipam":{"type":"whereabouts","range":"192.168.2.0/24","node_slice_size":"/22"}}"#;
+        assert!(open.check_inline("web/wb", bare).is_ok());
+    }
+
+    #[test]
+    fn paths_allowed_to_one_type_stay_refused_to_every_other_plugin() {
+        let kubeconfig = "/etc/cni/net.d/whereabouts.d/whereabouts.kubeconfig";
+        let router = format!(
+            r#"{{"cniVersion":"1.0.0","name":"n","plugins":[{{"type":"macvlan","master":"eth0"}},
+                {{"type":"router","log_options":{{"type":"whereabouts","log_file":"{kubeconfig}"}}}}]}}"#
+        );
+        let e = whereabouts_recipe().check_inline("web/n", &router).unwrap_err();
+        assert!(e.msg.contains("plugins[1].log_options.log_file") && e.msg.contains("\"router\" []"), "{e}");
+        let log_over_kubeconfig = WHEREABOUTS.replace("/var/log/whereabouts/wb.log", "/etc/cni/net.d/whereabouts.d/x");
+        assert!(whereabouts_recipe().check_inline("web/wb", &log_over_kubeconfig).is_err());
+    }
+
     #[test]
     fn keys_of_the_wrong_type_are_named() {
         for (keys, name) in [
@@ -386,6 +460,8 @@ mod tests {
             (json!({"inlinePathPrefixes": "/x"}), "inlinePathPrefixes"),
             (json!({"inlinePathPrefixes": ["relative"]}), "inlinePathPrefixes"),
             (json!({"inlinePathPrefixes": ["/a/../etc"]}), "inlinePathPrefixes"),
+            (json!({"inlinePathPrefixesByType": ["/x"]}), "inlinePathPrefixesByType"),
+            (json!({"inlinePathPrefixesByType": {"whereabouts": ["relative"]}}), "inlinePathPrefixesByType"),
             (json!({"annotationIps": "multus"}), "annotationIps"),
             (json!({"annotationIps": true}), "annotationIps"),
         ] {
