@@ -2,7 +2,7 @@
 //! container and interface: `Owner::attachment_chain`). Each chain matches only its own source
 //! addresses, so chains never interfere, and DEL is one transaction: flush the chain and delete it,
 //! which needs no rule handles. When that fails (the chain is not there), DEL (re)declares, flushes
-//! and deletes both the attachment's chain and the chain earlier releases named after the network
+//! and deletes both the attachment's chain and the chain 0.1.0 named after the network
 //! and container alone (`Owner::chain`), which an attachment made by them still has: that succeeds
 //! whether or not either was there.
 
@@ -52,7 +52,7 @@ fn del_script(owner: &Owner) -> String {
     format!("flush chain {TABLE} {chain}\ndelete chain {TABLE} {chain}\n")
 }
 
-/// Removes the attachment's chain and the one earlier releases named after the network and
+/// Removes the attachment's chain and the one 0.1.0 named after the network and
 /// container, whichever are there.
 fn del_any_script(owner: &Owner) -> String {
     [owner.attachment_chain(), owner.chain()]
