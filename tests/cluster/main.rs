@@ -94,6 +94,37 @@ const TESTS: &[(&str, Test)] = &[
     ("a_node_moves_from_multus_without_leaking_an_address", a_node_moves_from_multus_without_leaking_an_address),
 ];
 
+/// A kubeconfig for a plugin on a node (Multus, whereabouts), with its credentials inline (the
+/// node's mount namespace does not see the test's files): a client certificate of the cluster's
+/// CA for `user`, in `system:masters`.
+pub fn inline_kubeconfig(cluster: &Cluster, user: &str) -> String {
+    use base64::Engine;
+    use testkit::cluster::control_plane::api_url;
+    cluster.control.pki.kubeconfig(user, &format!("{user}-test"), &["system:masters"], &api_url());
+    let data = |file: &str| {
+        base64::engine::general_purpose::STANDARD.encode(std::fs::read(cluster.control.pki.path(file)).unwrap())
+    };
+    format!(
+        "apiVersion: v1
+kind: Config
+clusters:
+- name: test
+  cluster: {{server: '{server}', certificate-authority-data: {ca}}}
+users:
+- name: {user}
+  user: {{client-certificate-data: {crt}, client-key-data: {key}}}
+contexts:
+- name: test
+  context: {{cluster: test, user: {user}}}
+current-context: test
+",
+        server = api_url(),
+        ca = data("ca.crt"),
+        crt = data(&format!("{user}.crt")),
+        key = data(&format!("{user}.key")),
+    )
+}
+
 fn main() {
     let mut args = Arguments::from_args();
     // One cluster: the tests take turns.
