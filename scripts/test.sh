@@ -61,13 +61,13 @@ elif ! command -v shellcheck >/dev/null; then
 fi
 
 # The slow builds the later tiers need, each cached outside the checkout (Kubernetes, the static
-# yh-genie of its images, the test DRA driver and Multus for cluster, containerd 2.x for cri, kind's
-# programs and root filesystems for kind, the fuzz targets for fuzz), start at once in the
-# background, one after another at a lower priority, when other tiers come first: they use the CPU
-# those tiers leave idle (tests waiting on namespaces, containerd, control planes). Each build holds
-# a lock while it runs (cargo's own, for the two cargo builds), so a tier that needs it waits for it
-# rather than building it twice; one that failed in the background is built again by that tier,
-# where its error shows. Nothing of it outlives the run.
+# yh-genie of its images, the test DRA driver, Multus and whereabouts for cluster, containerd 2.x
+# for cri, kind's programs and root filesystems for kind, the fuzz targets for fuzz), start at once
+# in the background, one after another at a lower priority, when other tiers come first: they use
+# the CPU those tiers leave idle (tests waiting on namespaces, containerd, control planes). Each
+# build holds a lock while it runs (cargo's own, for the two cargo builds), so a tier that needs it
+# waits for it rather than building it twice; one that failed in the background is built again by
+# that tier, where its error shows. Nothing of it outlives the run.
 background_pid=
 background_log=
 start_background_builds() {
@@ -76,7 +76,7 @@ start_background_builds() {
   if wants cluster || wants kind; then steps+=("scripts/cluster/build.sh --without-e2e"); fi
   # tests/cluster's needs first, then the e2e suite's, which only the conformance run after it needs.
   wants cluster && steps+=("scripts/cluster/static-binary.sh" "scripts/cluster/dra-driver.sh" "scripts/cluster/multus.sh"
-    "scripts/cluster/build.sh")
+    "scripts/cluster/whereabouts.sh" "scripts/cluster/build.sh")
   wants kind && [ -x scripts/kind-e2e.sh ] && steps+=("scripts/kind-e2e.sh --prepare")
   wants fuzz && steps+=("scripts/fuzz.sh --build")
   [ ${#steps[@]} -gt 0 ] || return 0
@@ -147,9 +147,10 @@ tier_cluster() {
   # That build's kubectl renders the kustomize overlays (tests/offline skips it without a kubectl).
   YH_GENIE_KUBECTL="$(scripts/cluster/build.sh --without-e2e | tail -1)/kubectl" \
     cargo test --test offline manifests::the_dynamic_networks_overlay
-  # Multus thin and thick, built once per version from the module proxy: the move from Multus
-  # starts from nodes whose pods they attached.
-  YH_GENIE_MULTUS_BIN=$(scripts/cluster/multus.sh | tail -1) cargo test --test cluster
+  # Multus thin and thick, and whereabouts, built once per version from the module proxy: the
+  # move from Multus starts from nodes whose pods they attached; a NAD's IPAM is whereabouts.
+  YH_GENIE_MULTUS_BIN=$(scripts/cluster/multus.sh | tail -1) \
+    YH_GENIE_WHEREABOUTS=$(scripts/cluster/whereabouts.sh | tail -1) cargo test --test cluster
   scripts/cluster/build.sh | grep -v '^/'
   cargo test --test conformance
   # bench/scale.sh's driver in its smoke mode (2 nodes, 3 pods each, debug build) on the same

@@ -26,6 +26,7 @@ use yh_genie::programs::install::Options;
 // Plugin types that are part of the binary.
 use yh_genie::programs::plugins::NAMES as BUILTIN_TYPES;
 use yh_genie::programs::selector::netconf::confdir::{NetworkName, parse_conf, parse_inline};
+use yh_genie::programs::selector::netconf::inline::named_after_nad;
 use yh_genie::programs::selector::requests::annotation::{self, NETWORKS};
 use yh_genie::programs::selector::requests::value;
 /// What kind's node image has in /opt/cni/bin: all the e2e may use besides the built-ins.
@@ -754,7 +755,11 @@ fn assert_pods_choose_existing_networks(dir: &str, networks: &BTreeMap<String, C
                 panic!("{}: NetworkAttachmentDefinition {nad_namespace}/{} is not shipped", doc.origin, request.name)
             });
             match nad.inline_config() {
-                Some(config) => drop(parse_inline(config.as_bytes(), &doc.origin).unwrap_or_else(|e| panic!("{e}"))),
+                // A configuration without a name takes the NAD's, as the selector gives it.
+                Some(config) => {
+                    let config = named_after_nad(config, &request.name);
+                    drop(parse_inline(config.as_bytes(), &doc.origin).unwrap_or_else(|e| panic!("{e}")))
+                }
                 None => assert_has_network(networks, &doc.origin, &request.name, None),
             }
             checked += 1;
