@@ -12,6 +12,7 @@
 //! container, one image. The agent restarts itself when it fails; the installer's loop never waits
 //! for it.
 
+mod cluster_network;
 mod conflist;
 mod files;
 mod kubeconfig;
@@ -50,6 +51,8 @@ struct Outcome {
     waiting_for: Option<PathBuf>,
     /// The network files that could not be installed (every other one was), and why.
     bad_networks: Option<String>,
+    /// Why the cluster's network, read in place as the default one, cannot network a pod yet.
+    default_not_ready: Option<String>,
 }
 
 fn run(opts: &Options) -> anyhow::Result<()> {
@@ -110,11 +113,14 @@ fn run(opts: &Options) -> anyhow::Result<()> {
     }
 }
 
-/// The default network is ready once the conflist is written: every `--wait-for` file is there.
+/// The default network is ready once the conflist is written (every `--wait-for` file is there)
+/// and, when it is the cluster's network read in place, once its file parses and its plugins are
+/// installed.
 fn note_default_network(readiness: &crate::programs::agent::NetworkReadiness, outcome: &Outcome) {
-    match &outcome.waiting_for {
-        None => readiness.set_ready(),
-        Some(path) => readiness.set_waiting(&format!("the installer waits for {}", path.display())),
+    match (&outcome.waiting_for, &outcome.default_not_ready) {
+        (Some(path), _) => readiness.set_waiting(&format!("the installer waits for {}", path.display())),
+        (None, Some(why)) => readiness.set_waiting(why),
+        (None, None) => readiness.set_ready(),
     }
 }
 
@@ -138,9 +144,12 @@ fn agent_options(
 fn report(outcome: &Result<Outcome, String>) {
     match outcome {
         Err(e) => error!("{e}"),
-        Ok(Outcome { waiting_for, bad_networks }) => {
+        Ok(Outcome { waiting_for, bad_networks, default_not_ready }) => {
             if let Some(problems) = bad_networks {
                 error!("{problems}");
+            }
+            if let Some(why) = default_not_ready {
+                warn!("{why}");
             }
             match waiting_for {
                 Some(path) => warn!("waiting for {} before writing the conflist", path.display()),
@@ -206,14 +215,17 @@ fn converge(opts: &Options) -> anyhow::Result<Outcome> {
         Some(path) => conflist::read_selector_config(path)?,
         None => Default::default(),
     };
+    let in_place = cluster_network::read(opts, &extra).unwrap_or_default();
+    let default_not_ready = in_place.not_ready;
     if let Some(missing) = opts.wait_for.iter().find(|p| !opts.on_host(p).exists()) {
-        return Ok(Outcome { waiting_for: Some(missing.clone()), bad_networks });
+        return Ok(Outcome { waiting_for: Some(missing.clone()), bad_networks, default_not_ready });
     }
     let path = conf_dir.join(conflist::FILE_NAME);
-    let change = files::ensure_conf_file(&path, state_dir, &conflist::render(opts, extra), 0o644)
+    let bytes = conflist::render(opts, extra, &in_place.capabilities);
+    let change = files::ensure_conf_file(&path, state_dir, &bytes, 0o644)
         .with_context(|| format!("writing {}", path.display()))?;
     log_change(change, &path);
-    Ok(Outcome { waiting_for: None, bad_networks })
+    Ok(Outcome { waiting_for: None, bad_networks, default_not_ready })
 }
 
 /// On the way out (`--cleanup-on-exit`): the conflist first, so the runtime stops calling yh-genie
