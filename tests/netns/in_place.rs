@@ -1,7 +1,9 @@
 //! The cluster's own network as the default, read in place, as root: a kindnet-like conflist
 //! (Debian's reference ptp, host-local and portmap, CNI 0.3.1) written directly in the conf dir
-//! beside `00-yh-genie.conflist`, named by `defaultNetwork` (its file name, or `auto`).
+//! beside `00-yh-genie.conflist`, named by `defaultNetwork` (its file name, or `auto`). Also the
+//! pods that network attached before yh-genie was installed (ADDed by libcni from its file alone).
 
+use crate::support::driver::{cnidrive, libcni_run};
 use crate::support::node::{NetnsNode, addresses_on};
 use serde_json::{Value, json};
 use testkit::apiserver::literal;
@@ -87,4 +89,76 @@ fn auto_waits_for_the_network_and_status_waits_for_its_plugins() {
     let e = n.call("STATUS", &pod, &conf).err();
     assert_eq!(e["code"], 50, "{e}");
     assert!(e["msg"].as_str().unwrap().contains("ptp (plugins[0].type)"), "{e}");
+}
+
+/// The runtime's port mapping for the pods below, as it passes it to every network that declares
+/// `portMappings`: to kindnet's portmap before the install, to the selector after.
+fn port_mapping() -> Value {
+    json!({"portMappings": [{"hostPort": 8061, "containerPort": 80, "protocol": "tcp"}]})
+}
+
+/// A pod the cluster's network attached before yh-genie was installed: the runtime ran
+/// `10-kindnet.conflist` directly (libcni, with its port mapping); then the installer wrote
+/// `00-yh-genie.conflist` with `defaultNetwork` naming that file.
+fn attached_before_the_install(n: &NetnsNode, version: &str) -> (crate::support::node::Pod, String) {
+    let mut list = kindnet(n, 65);
+    list["cniVersion"] = version.into();
+    let file = n.write_conf("10-kindnet.conflist", &list);
+    let pod = n.pod("old");
+    let netns = pod.netns_path();
+    let args = ["add", file.to_str().unwrap(), netns.as_str(), pod.cid.as_str(), "eth0", pod.args.as_str()];
+    libcni_run(&n.sb, &cnidrive(), &args, Some(&port_mapping())).ok();
+    assert_eq!(pod_range(&pod), ["10.65"]);
+    assert_eq!(n.leases().iter().map(|(_, cid)| cid.as_str()).collect::<Vec<_>>(), [pod.cid.as_str()]);
+    assert!(n.nat_lines().iter().any(|l| l.contains("8061")), "portmap's rules: {:?}", n.nat_lines());
+    n.selector_conflist("1.1.0");
+    let conf = n.selector_conf(
+        "1.1.0",
+        json!({"defaultNetwork": "10-kindnet.conflist", "agentSocket": "", "runtimeConfig": port_mapping()}),
+    );
+    (pod, conf)
+}
+
+/// `assert_nothing_left`, but for the chains portmap shares between all pods and never removes
+/// (`CNI-HOSTPORT-*` and the jumps to them): the pod's own chain and its port's rules must be gone.
+fn assert_nothing_left_but_portmaps_chains(n: &NetnsNode, pod: &crate::support::node::Pod, case: &str) {
+    assert_eq!(testkit::inspect::link_names(&pod.netns, ""), ["lo"], "{case}: pod netns interfaces");
+    let left: Vec<String> = n.leftovers().into_iter().filter(|l| !l.contains("CNI-HOSTPORT-")).collect();
+    assert!(left.is_empty(), "{case}: left on the node: {left:#?}");
+    assert!(n.nat_lines().iter().all(|l| !l.contains("8061")), "{case}: {:#?}", n.nat_lines());
+}
+
+#[test]
+fn pods_from_before_the_install_are_checked_collected_and_deleted_by_the_network_in_place() {
+    let n = NetnsNode::new();
+    let (pod, conf) = attached_before_the_install(&n, "0.3.1");
+    assert!(n.records().is_empty(), "yh-genie never saw this pod: {:?}", n.records());
+    // CNI 0.3.1 has no CHECK: nothing of the network's to ask, as for a pod yh-genie attached.
+    let check = n.call("CHECK", &pod, &conf);
+    assert_eq!(check.code, 0, "{check:?}");
+    // Nor GC: the runtime's list (which omits the pod) is not passed to a 0.3.1 network, whose
+    // host-local would refuse the command; the pod keeps its address.
+    let gc = n.selector_conf(
+        "1.1.0",
+        json!({"defaultNetwork": "10-kindnet.conflist", "agentSocket": "", "cni.dev/valid-attachments": []}),
+    );
+    let collected = n.call("GC", &pod, &gc);
+    assert_eq!(collected.code, 0, "{collected:?}");
+    assert_eq!(n.leases().len(), 1, "GC sent nothing to the network");
+    // DEL goes to the network as the runtime would have sent it: its address, its veth and its
+    // port mapping (which portmap finds in the runtime's capability arguments) are released.
+    assert_eq!(n.call("DEL", &pod, &conf).code, 0);
+    assert_nothing_left_but_portmaps_chains(&n, &pod, "DEL of a pod from before the install");
+    assert_eq!(n.call("DEL", &pod, &conf).code, 0, "the runtime's DEL again");
+}
+
+#[test]
+fn a_pod_from_before_the_install_on_a_network_with_check_cannot_be_checked_without_its_result() {
+    let n = NetnsNode::new();
+    let (pod, conf) = attached_before_the_install(&n, "1.0.0");
+    let e = n.call("CHECK", &pod, &conf).err();
+    assert_eq!(e["code"], 3, "{e}");
+    assert!(e["msg"].as_str().unwrap().contains("before yh-genie was installed"), "{e}");
+    assert_eq!(n.call("DEL", &pod, &conf).code, 0);
+    assert_nothing_left_but_portmaps_chains(&n, &pod, "DEL of a pod from before the install, CNI 1.0.0");
 }

@@ -112,25 +112,38 @@ fn left_on_node(n: &Node) -> Vec<String> {
 
 #[test]
 fn del_releases_what_multus_made_from_its_cache_without_the_api_server() {
-    let n = Node::new();
-    let pod = n.pod(&unique("web"));
-    let cache = attached_by_multus(&n, &pod);
-    assert_eq!((addresses_on(&pod, "eth0").len(), addresses_on(&pod, "net1").len()), (1, 1), "Multus's eth0 and net1");
-    assert_eq!(n.leases().len(), 2);
-    assert!(n.nat_lines().iter().any(|l| l.contains(&format!("--dport {HOST_PORT}"))), "{:?}", n.nat_lines());
-    assert_eq!(files_in(&cache).len(), 3, "the delegate list and libcni's two results: {:?}", files_in(&cache));
+    // With the cluster network as yh-genie's default as a network directory would hold it, or
+    // named in place (docs/migrate.md): its file in the conf dir, where its owner writes it.
+    for in_place in [false, true] {
+        let n = Node::new();
+        let pod = n.pod(&unique("web"));
+        let cache = attached_by_multus(&n, &pod);
+        assert_eq!(
+            (addresses_on(&pod, "eth0").len(), addresses_on(&pod, "net1").len()),
+            (1, 1),
+            "Multus's eth0 and net1"
+        );
+        assert_eq!(n.leases().len(), 2);
+        assert!(n.nat_lines().iter().any(|l| l.contains(&format!("--dport {HOST_PORT}"))), "{:?}", n.nat_lines());
+        assert_eq!(files_in(&cache).len(), 3, "the delegate list and libcni's two results: {:?}", files_in(&cache));
 
-    // The runtime's DEL, now through yh-genie, with the API server down: the pod has no record of
-    // yh-genie's, and the runtime hands no runtimeConfig on this DEL.
-    n.api.down();
-    let conf = n.selector_conf("1.0.0", json!({"cniDir": cache}));
-    n.call("DEL", &pod, &conf).ok();
-    assert_eq!(link_names(&pod.netns, ""), ["lo"], "both of Multus's interfaces go");
-    assert!(left_on_node(&n).is_empty(), "left on the node: {:#?}", left_on_node(&n));
-    assert!(files_in(&cache).is_empty(), "Multus's cache of the pod goes with it: {:?}", files_in(&cache));
-    // As the runtime repeats it: nothing to do.
-    n.call("DEL", &pod, &conf).ok();
-    n.api.up();
+        // The runtime's DEL, now through yh-genie, with the API server down: the pod has no record of
+        // yh-genie's, and the runtime hands no runtimeConfig on this DEL.
+        n.api.down();
+        let mut keys = json!({"cniDir": cache});
+        if in_place {
+            n.write_conf("10-cbr0.conflist", &cluster_network(&n));
+            keys["defaultNetwork"] = "10-cbr0.conflist".into();
+        }
+        let conf = n.selector_conf("1.0.0", keys);
+        n.call("DEL", &pod, &conf).ok();
+        assert_eq!(link_names(&pod.netns, ""), ["lo"], "in place {in_place}: both of Multus's interfaces go");
+        assert!(left_on_node(&n).is_empty(), "in place {in_place}: left on the node: {:#?}", left_on_node(&n));
+        assert!(files_in(&cache).is_empty(), "Multus's cache of the pod goes with it: {:?}", files_in(&cache));
+        // As the runtime repeats it: nothing to do.
+        n.call("DEL", &pod, &conf).ok();
+        n.api.up();
+    }
 }
 
 #[test]

@@ -2,11 +2,13 @@
 //! (`record`), then its chain of plugins (`chain`) with the call it gets (`call`), all of them as
 //! one (`networks`), each network attached an `Attached`; what a failed ADD made is undone in one
 //! place (`undo`); the default route a pod asked for (`default_route`); what a DEL may let go of
-//! (`settle`), the tombstone a completed DEL leaves (`tombstone`), and the DEL of pods Multus
-//! attached before the node moved to yh-genie (`multus`). A device network's attachment is given
+//! (`settle`), the tombstone a completed DEL leaves (`tombstone`), the DEL of pods Multus
+//! attached before the node moved to yh-genie (`multus`), and the DEL and CHECK of pods the
+//! cluster's network attached before yh-genie was installed beside it (`before_install`). A device network's attachment is given
 //! its device first, and its device-info handed to its CNI (`devices`).
 
 mod attached;
+pub mod before_install;
 mod call;
 pub mod chain;
 pub mod default_route;

@@ -3,11 +3,14 @@
 //! succeeded. A record that cannot be used, or none at all, takes the way of `del_without_record`;
 //! a completed DEL leaves a tombstone, so that the runtime's repeated DELs of the same sandbox cost
 //! nothing. A pod Multus attached before the node moved to yh-genie has no record but Multus's
-//! own cache, from which its delegates are DELeted (`attach::multus`).
+//! own cache, from which its delegates are DELeted (`attach::multus`). A pod the cluster's network
+//! attached before yh-genie was installed beside it, on a node whose `defaultNetwork` names that
+//! network in place, is DELeted from that network alone, as the runtime would have
+//! (`attach::before_install`).
 
 use crate::node::reports as to_agent;
 use crate::platform::cni::{CniError, Invocation, Operation, PluginConf};
-use crate::programs::selector::attach::{self, Found, RecordStore, Tombstones, chain, multus, settle};
+use crate::programs::selector::attach::{self, Found, RecordStore, Tombstones, before_install, chain, multus, settle};
 use crate::programs::selector::config::SelectorConfig;
 use crate::programs::selector::lookup;
 
@@ -44,11 +47,11 @@ pub fn del(inv: &Invocation, conf: &PluginConf, op: &Operation) -> Result<(), Cn
                     op.note_networks(attached.iter().map(|a| a.list.name.as_str()));
                     multus::del(inv, &config, &attached)?;
                 }
-                Ok(None) => del_without_record(&config, inv, op, None)?,
+                Ok(None) => del_unrecorded(&config, inv, op)?,
                 Err(e) => {
                     // Kept for the admin to look at; a teardown never waits on a file it cannot read.
                     tracing::warn!("{e}; the pod's networks are looked up as for a pod without a record");
-                    del_without_record(&config, inv, op, None)?;
+                    del_unrecorded(&config, inv, op)?;
                 }
             }
             crate::platform::crash_point::reached("selector.del.chain-done");
@@ -70,6 +73,15 @@ pub fn del(inv: &Invocation, conf: &PluginConf, op: &Operation) -> Result<(), Cn
     crate::platform::crash_point::reached("selector.del.tombstoned");
     let ifnames: Vec<String> = records.iter().map(|r| r.ifname.clone()).chain(unusable).chain(interrupted).collect();
     store.remove_all(&inv.container_id, &ifnames)
+}
+
+/// DEL of a sandbox yh-genie has no record of at all: with the cluster's network in place, made by
+/// that network before yh-genie was installed (`before_install`); otherwise as `del_without_record`.
+fn del_unrecorded(config: &SelectorConfig, inv: &Invocation, op: &Operation) -> Result<(), CniError> {
+    match before_install::del(inv, config) {
+        Some(outcome) => outcome,
+        None => del_without_record(config, inv, op, None),
+    }
 }
 
 /// DEL with no (usable) record and no tombstone: the networks of the pod, as the agent (or, for a

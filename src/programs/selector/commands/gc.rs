@@ -10,6 +10,11 @@
 //! that are not there (a NetworkAttachmentDefinition's inline configuration, as recorded). Plugins
 //! keep their state by the chain's `name`, so the live attachments are grouped by it: two
 //! directories whose chains share a name each hear of all the attachments of that name.
+//!
+//! The cluster's network in place (`defaultNetwork` naming its file) is GCed from its file as it is
+//! now, with the runtime's list of valid attachments as received: every pod has that network on the
+//! runtime's interface, those from before yh-genie was installed too, which have no record. A
+//! network before 1.1.0 (kindnet's and flannel's 0.3.1) has no GC and is sent none (`chain::gc`).
 
 use crate::node::paths::NodePaths;
 use crate::platform::cni::attachment_lock;
@@ -26,12 +31,15 @@ use std::collections::{BTreeMap, HashSet};
 pub fn gc(inv: &Invocation, conf: &PluginConf) -> Result<(), CniError> {
     let config = SelectorConfig::from_plugin_conf(conf)?;
     let valid: HashSet<(String, String)> = valid_attachments(conf)?.into_iter().collect();
-    collect(inv, &config, &valid)
+    let received = conf.raw.get(VALID_ATTACHMENTS).cloned().unwrap_or_default();
+    collect(inv, &config, &valid, &received)
 }
+
+const VALID_ATTACHMENTS: &str = "cni.dev/valid-attachments";
 
 /// The list of valid attachments a GC call carries, as (container id, interface) pairs.
 pub fn valid_attachments(conf: &PluginConf) -> Result<Vec<(String, String)>, CniError> {
-    const KEY: &str = "cni.dev/valid-attachments";
+    const KEY: &str = VALID_ATTACHMENTS;
     #[derive(Deserialize)]
     struct Attachment {
         #[serde(rename = "containerID")]
@@ -49,7 +57,12 @@ pub fn valid_attachments(conf: &PluginConf) -> Result<Vec<(String, String)>, Cni
 
 /// DEL the stale attachments, then GC every network with its live ones. Every step is tried; the
 /// first error is returned.
-fn collect(inv: &Invocation, config: &SelectorConfig, valid: &HashSet<(String, String)>) -> Result<(), CniError> {
+fn collect(
+    inv: &Invocation,
+    config: &SelectorConfig,
+    valid: &HashSet<(String, String)>,
+    received: &Value,
+) -> Result<(), CniError> {
     let store = RecordStore::of_node(&config.data_dir);
     let (stale, live): (Vec<Record>, Vec<Record>) =
         store.list()?.into_iter().partition(|r| !valid.contains(&(r.container_id.clone(), r.owner().to_string())));
@@ -64,7 +77,7 @@ fn collect(inv: &Invocation, config: &SelectorConfig, valid: &HashSet<(String, S
         tracing::warn!("GC: {e}");
     }
     let call = attach::gc_call(inv, config);
-    for (list, attachments) in networks(config, &live) {
+    for (list, attachments) in networks(config, &live, received) {
         if let Err(e) = chain::gc(&list, &call, &attachments) {
             first_error.get_or_insert(e);
         }
@@ -118,8 +131,9 @@ fn del_stale(
     first_error.map_or(Ok(()), Err)
 }
 
-/// Every network to GC, each with the live attachments of its chain's name as GC lists them.
-fn networks(config: &SelectorConfig, live: &[Record]) -> Vec<(ConfList, Value)> {
+/// Every network to GC, each with the live attachments of its chain's name as GC lists them; the
+/// cluster's network in place with the runtime's list as `received`.
+fn networks(config: &SelectorConfig, live: &[Record], received: &Value) -> Vec<(ConfList, Value)> {
     let mut lists: BTreeMap<String, ConfList> = BTreeMap::new();
     for dir in std::fs::read_dir(&config.conf_dir).into_iter().flatten().filter_map(Result::ok) {
         let name = dir.file_name().to_string_lossy().into_owned();
@@ -143,10 +157,32 @@ fn networks(config: &SelectorConfig, live: &[Record]) -> Vec<(ConfList, Value)> 
             .push(json!({"containerID": record.container_id, "ifname": record.ifname}));
         lists.entry(record.network.clone()).or_insert_with(|| without_runtime_config(list));
     }
+    let in_place =
+        config.default_network.as_deref().and_then(|value| confdir::resolve_in_place(&config.conf_dir, value));
+    let in_place = match in_place.map(|file| file.and_then(|file| Ok((file.network.clone(), confdir::load(&file)?.1))))
+    {
+        Some(Ok((network, list))) => {
+            lists.insert(network.clone(), list);
+            Some(network)
+        }
+        Some(Err(e)) => {
+            // Its recorded copies would hear of the recorded pods only, and free the others' state.
+            tracing::warn!("GC: the cluster's network in place cannot be read ({e}); it is not collected");
+            lists.retain(|network, _| {
+                network.contains('/') || !confdir::has_conf_extension(std::path::Path::new(network))
+            });
+            None
+        }
+        None => None,
+    };
     lists
-        .into_values()
-        .map(|list| {
-            let valid = Value::Array(attachments.get(&list.name).cloned().unwrap_or_default());
+        .into_iter()
+        .map(|(network, list)| {
+            let valid = if in_place.as_ref() == Some(&network) {
+                received.clone()
+            } else {
+                Value::Array(attachments.get(&list.name).cloned().unwrap_or_default())
+            };
             (list, valid)
         })
         .collect()
@@ -202,7 +238,7 @@ mod tests {
             record("c1", "a", r#"{"cniVersion":"1.1.0","name":"shared","plugins":[{"type":"pa"}]}"#),
             record("c2", "ns/x", inline),
         ];
-        let found: BTreeMap<String, (Value, bool)> = networks(&config, &live)
+        let found: BTreeMap<String, (Value, bool)> = networks(&config, &live, &json!([]))
             .into_iter()
             .map(|(list, valid)| {
                 let kept_runtime_config = list.plugins[0].contains_key("runtimeConfig");
@@ -215,6 +251,32 @@ mod tests {
         assert_eq!(found["pc"], (json!([]), false));
         assert_eq!(found["px"], (json!([{"containerID": "c2", "ifname": "eth0"}]), false));
         assert_eq!(found.len(), 4);
+    }
+
+    #[test]
+    fn the_cluster_network_in_place_hears_the_runtimes_list_as_received() {
+        let d = tempfile::tempdir().unwrap();
+        let kindnet = |subnet: &str| {
+            format!(r#"{{"cniVersion":"1.1.0","name":"kindnet","plugins":[{{"type":"ptp","subnet":"{subnet}"}}]}}"#)
+        };
+        std::fs::write(d.path().join("10-kindnet.conflist"), kindnet("now")).unwrap();
+        let conf = PluginConf::parse(
+            format!(r#"{{"type":"yh-genie","confDir":{:?},"defaultNetwork":"10-kindnet.conflist"}}"#, d.path())
+                .as_bytes(),
+        )
+        .unwrap();
+        let config = SelectorConfig::from_plugin_conf(&conf).unwrap();
+        // One pod yh-genie attached (its record holds the file as it was); the runtime lists it and
+        // a pod the network attached before yh-genie was installed, which has no record.
+        let live = [record("c1", "10-kindnet.conflist", &kindnet("then"))];
+        let received = json!([{"containerID": "c0", "ifname": "eth0"}, {"containerID": "c1", "ifname": "eth0"}]);
+        let found = networks(&config, &live, &received);
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert_eq!(found[0].0.plugins[0]["subnet"], "now", "the file as it is now");
+        assert_eq!(found[0].1, received);
+        // Its file unreadable: not collected at all, rather than with the recorded pods alone.
+        std::fs::write(d.path().join("10-kindnet.conflist"), "{").unwrap();
+        assert!(networks(&config, &live, &received).is_empty());
     }
 
     #[test]

@@ -249,7 +249,8 @@ fn first_conf_file(dir: &Path) -> Result<PathBuf, String> {
         .ok_or_else(|| format!("{} has no *.conflist, *.conf or *.json file", dir.display()))
 }
 
-fn has_conf_extension(p: &Path) -> bool {
+/// Whether `p` ends as a network configuration file's name does (`CONF_EXTENSIONS`).
+pub fn has_conf_extension(p: &Path) -> bool {
     p.extension().and_then(|e| e.to_str()).is_some_and(|e| CONF_EXTENSIONS.contains(&e))
 }
 
