@@ -1,7 +1,8 @@
 //! The cluster's own network as the default, read in place, as root: a kindnet-like conflist
 //! (Debian's reference ptp, host-local and portmap, CNI 0.3.1) written directly in the conf dir
 //! beside `00-yh-genie.conflist`, named by `defaultNetwork` (its file name, or `auto`). Also the
-//! pods that network attached before yh-genie was installed (ADDed by libcni from its file alone).
+//! pods that network attached before yh-genie was installed (ADDed by libcni from its file alone),
+//! and the pods left running when yh-genie is uninstalled, with `yh-genie cleanup`.
 
 use crate::support::driver::{cnidrive, libcni_run};
 use crate::support::node::{NetnsNode, addresses_on};
@@ -161,4 +162,86 @@ fn a_pod_from_before_the_install_on_a_network_with_check_cannot_be_checked_witho
     assert!(e["msg"].as_str().unwrap().contains("before yh-genie was installed"), "{e}");
     assert_eq!(n.call("DEL", &pod, &conf).code, 0);
     assert_nothing_left_but_portmaps_chains(&n, &pod, "DEL of a pod from before the install, CNI 1.0.0");
+}
+
+/// `blue`, a further network in a network directory (reference ptp and host-local), and a NAD
+/// naming it.
+fn add_blue(n: &NetnsNode) {
+    let list = json!({"cniVersion": "1.0.0", "name": "blue", "plugins": [{"type": "ptp", "ipam": {
+        "type": "host-local", "dataDir": n.ipam_dir(), "ranges": [[{"subnet": "10.66.0.0/24"}]]}}]});
+    n.write_conf("blue/blue.conflist", &list);
+    n.api.put_nad("default", "blue", None);
+}
+
+/// `yh-genie cleanup` on the node, with its sandbox's directories.
+fn cleanup(n: &NetnsNode) -> crate::support::driver::Reply {
+    let out =
+        n.sb.command(&n.sb.bin().join("yh-genie"))
+            .arg("cleanup")
+            .arg("--conf-dir")
+            .arg(n.conf_dir())
+            .arg("--data-dir")
+            .arg(n.data_dir())
+            .arg("--bin-dir")
+            .arg(n.sb.bin())
+            .output()
+            .unwrap();
+    crate::support::driver::Reply::from(out)
+}
+
+#[test]
+fn after_uninstall_the_runtimes_del_leaves_the_further_networks_to_cleanup() {
+    let (n, conf) = node("10-kindnet.conflist");
+    add_blue(&n);
+    let annotations = json!({ yh_genie::programs::selector::requests::annotation::NETWORKS: "blue" });
+    for name in ["gone", "running"] {
+        n.api.put_annotated_pod("default", name, annotations.clone(), json!([{"name": "app", "image": "nginx"}]));
+    }
+    let gone = n.pod("gone");
+    let running = n.pod("running");
+    for pod in [&gone, &running] {
+        n.call("ADD", pod, &conf).ok();
+        assert_eq!(pod_range(pod), ["10.61"]);
+        assert_eq!(addresses_on(pod, "net1").len(), 1, "{}", pod.name);
+    }
+    let refused = cleanup(&n);
+    assert_eq!(refused.code, 1, "{refused:?}");
+    assert!(refused.stderr.contains("still installed"), "{refused:?}");
+
+    // Uninstall: the installer removes its conflist; the runtime now loads kindnet's file and sends
+    // the pod's DEL there alone.
+    std::fs::remove_file(n.conf_dir().join("00-yh-genie.conflist")).unwrap();
+    let kindnet_file = n.conf_dir().join("10-kindnet.conflist");
+    let netns = gone.netns_path();
+    let args = ["del", kindnet_file.to_str().unwrap(), netns.as_str(), gone.cid.as_str(), "eth0", gone.args.as_str()];
+    libcni_run(&n.sb, &cnidrive(), &args, None).ok();
+    let crate::support::node::Pod { netns, cid, .. } = gone;
+    drop(netns);
+    let leaked: Vec<String> = n.leases().into_iter().filter(|(_, c)| *c == cid).map(|(ip, _)| ip).collect();
+    assert_eq!(leaked.len(), 1, "net1's address stays leased: {leaked:?}");
+    assert!(leaked[0].starts_with("10.66."), "{leaked:?}");
+    assert!(n.records().iter().any(|r| r.starts_with(&cid)), "{:?}", n.records());
+
+    // `yh-genie cleanup` DELs what the records hold of the pod that is gone, keeps the running one.
+    let cleaned = cleanup(&n);
+    assert_eq!(cleaned.code, 3, "{cleaned:?}");
+    assert!(
+        cleaned.stdout.contains(&format!("released container {cid} (pod default/gone) interface eth0")),
+        "{cleaned:?}"
+    );
+    assert!(cleaned.stdout.contains(&format!("kept container {} (pod default/running)", running.cid)), "{cleaned:?}");
+    assert!(n.leases().iter().all(|(_, c)| *c != cid), "{:?}", n.leases());
+    assert!(n.records().iter().all(|r| !r.starts_with(&cid)), "{:?}", n.records());
+    assert_eq!(addresses_on(&running, "net1").len(), 1, "the running pod keeps its further network");
+
+    // The running pod is deleted later, as the other: then nothing of either is left on the node.
+    let netns = running.netns_path();
+    let args =
+        ["del", kindnet_file.to_str().unwrap(), netns.as_str(), running.cid.as_str(), "eth0", running.args.as_str()];
+    libcni_run(&n.sb, &cnidrive(), &args, None).ok();
+    drop(running);
+    let cleaned = cleanup(&n);
+    assert_eq!(cleaned.code, 0, "{cleaned:?}");
+    let left = n.leftovers();
+    assert!(left.is_empty(), "left on the node: {left:#?}");
 }

@@ -65,6 +65,7 @@ fn every_command_answers_help_with_status_0() {
         &["agent", "-h"],
         &["attach-worker", "--help"],
         &["attach-worker", "help"],
+        &["cleanup", "--help"],
         &["help", "install"],
     ] {
         let (code, out, err) = run_as("yh-genie", args, &[]);
@@ -75,6 +76,7 @@ fn every_command_answers_help_with_status_0() {
             Some(&"explain") => "Usage: yh-genie explain",
             Some(&"attach-worker") => "Usage: yh-genie attach-worker",
             Some(&"agent") => "Usage: yh-genie agent",
+            Some(&"cleanup") => "Usage: yh-genie cleanup",
             _ => "Usage: yh-genie [COMMAND]",
         };
         assert!(out.contains(usage), "yh-genie {args:?}: {out}");
@@ -83,6 +85,25 @@ fn every_command_answers_help_with_status_0() {
     let (code, out, err) = run_as("yh-genie", &["explain", "--bogus"], &[]);
     assert_eq!((code, out.as_str()), (2, ""));
     assert!(err.contains("--bogus") && err.contains("Usage: yh-genie explain"), "{err}");
+}
+
+#[test]
+fn cleanup_refuses_while_yh_genie_is_installed_and_says_when_nothing_is_left() {
+    let node = tempfile::tempdir().unwrap();
+    let conf_dir = node.path().join("net.d");
+    std::fs::create_dir_all(&conf_dir).unwrap();
+    std::fs::write(conf_dir.join("00-yh-genie.conflist"), "{}").unwrap();
+    let data_dir = node.path().join("yh-genie");
+    let (conf, data) = (conf_dir.display().to_string(), data_dir.display().to_string());
+    let args = ["cleanup", "--conf-dir", conf.as_str(), "--data-dir", data.as_str()];
+    let (code, _, err) = run_as("yh-genie", &args, &[]);
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("still installed") && err.contains("00-yh-genie.conflist"), "{err}");
+    // Uninstalled, and no pod's records: nothing to do, and it says so.
+    std::fs::remove_file(conf_dir.join("00-yh-genie.conflist")).unwrap();
+    let (code, out, err) = run_as("yh-genie", &args, &[]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("nothing of yh-genie's pods is left"), "{out}");
 }
 
 #[test]

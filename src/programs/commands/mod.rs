@@ -7,6 +7,7 @@
 //!   agent beside it;
 //! - `agent`: the node agent alone, in the foreground (`programs::agent`);
 //! - `explain`: which networks a pod gets, and why (`programs::selector::explain`);
+//! - `cleanup`: after uninstalling, the networks of pods that are gone (`programs::selector::cleanup`);
 //! - `attach_worker`: `attach-worker`, the dynamic networks' privileged container
 //!   (`programs::selector::dynamic::worker`);
 //!
@@ -18,6 +19,7 @@
 pub mod agent;
 pub mod api_access;
 pub mod attach_worker;
+pub mod cleanup;
 pub mod environment;
 pub mod explain;
 pub mod host_path;
@@ -62,6 +64,7 @@ pub enum Command {
     Install(Box<install::InstallArgs>),
     Agent(agent::AgentCommandArgs),
     Explain(explain::ExplainArgs),
+    Cleanup(cleanup::CleanupArgs),
     AttachWorker(attach_worker::AttachWorkerArgs),
     /// `--version` as a word.
     #[command(hide = true)]
@@ -119,6 +122,7 @@ fn run(name: &'static str, mut args: Vec<OsString>, env: Lookup) -> i32 {
         Some(Command::Install(args)) => install::run(&args, env),
         Some(Command::Agent(args)) => agent::run(&args, env),
         Some(Command::Explain(args)) => explain::run(&args),
+        Some(Command::Cleanup(args)) => cleanup::run(&args),
         Some(Command::AttachWorker(args)) => attach_worker::run(&args),
         Some(Command::Version) => {
             println!("{name} {}", *VERSION_AND_SPECS);

@@ -16,7 +16,8 @@
 //! - `lookup`: where each verb learns about the pod (the node agent or the API server), and who
 //!   hears what ADD reports;
 //! - `dynamic`: networks attached to and detached from running pods, as the node agent asks;
-//! - `commands`: the CNI verbs, one file each; `explain`: `yh-genie explain`;
+//! - `commands`: the CNI verbs, one file each; `explain`: `yh-genie explain`; `cleanup`:
+//!   `yh-genie cleanup`, what pods left on a node yh-genie was uninstalled from;
 //! - `agent_face`: all the node agent must know of the selector, and all it may use of it.
 //!
 //! The rules for users: docs/selector.md; the layout: docs/layout.md.
@@ -24,6 +25,7 @@
 pub mod agent_face;
 mod attach;
 pub mod choose;
+pub mod cleanup;
 mod commands;
 pub mod config;
 pub mod devices;

@@ -85,8 +85,9 @@ fn collect(
     first_error.map_or(Ok(()), Err)
 }
 
-/// DEL each stale runtime attachment (every record on its interface) and remove its records.
-fn del_stale(
+/// DEL each stale runtime attachment (every record on its interface) and remove its records. Also
+/// `yh-genie cleanup`'s, for the pods that are gone from a node yh-genie was uninstalled from.
+pub fn del_stale(
     inv: &Invocation,
     config: &SelectorConfig,
     store: &RecordStore,

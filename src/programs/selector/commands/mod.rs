@@ -1,4 +1,5 @@
-//! The CNI verbs of the selector, one file each.
+//! The CNI verbs of the selector, one file each. GC's DEL of forgotten attachments serves
+//! `cleanup` too.
 
 mod add;
 mod check;
@@ -9,5 +10,5 @@ mod status;
 pub use add::add;
 pub use check::check;
 pub use del::del;
-pub use gc::gc;
+pub use gc::{del_stale, gc};
 pub use status::status;
