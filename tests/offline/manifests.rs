@@ -485,7 +485,7 @@ fn the_nad_crd_is_shipped_for_the_type_the_code_reads() {
     let holding_it: Vec<String> = ["manifests", "examples", "e2e"]
         .into_iter()
         .flat_map(docs_in)
-        .filter(|d| d.kind() == "CustomResourceDefinition")
+        .filter(|d| d.kind() == "CustomResourceDefinition" && d.name() == name)
         .map(|d| d.origin)
         .collect();
     assert_eq!(holding_it, ["manifests/nad-crd.yaml document 1"], "one copy of the CRD");
@@ -494,6 +494,38 @@ fn the_nad_crd_is_shipped_for_the_type_the_code_reads() {
     let at =
         |name: &str| applied.iter().position(|f| f.ends_with(name)).unwrap_or_else(|| panic!("no manifests/{name}"));
     assert!(at("nad-crd.yaml") < at("yh-genie.yaml"), "the CRD is applied first: {applied:?}");
+}
+
+/// yh-ipam's IPBlock CRD ships in manifests/ as the code names the objects it creates (group,
+/// version, kind, plural, cluster-scoped), applied before yh-genie.yaml, with the spec's fields the
+/// agent writes; the ClusterRole lets the agent create and read them.
+#[test]
+fn the_ipblock_crd_is_shipped_for_the_objects_the_agent_creates() {
+    use yh_genie::platform::kube::ip_block;
+    let name = format!("{}.{}", ip_block::PLURAL, ip_block::GROUP);
+    let crd: CustomResourceDefinition = find("manifests", &name);
+    assert_eq!(crd.spec.group, ip_block::GROUP);
+    assert_eq!(crd.spec.scope, "Cluster");
+    assert_eq!((crd.spec.names.kind.as_str(), crd.spec.names.plural.as_str()), (ip_block::KIND, ip_block::PLURAL));
+    let version = crd.spec.versions.iter().find(|v| v.name == ip_block::VERSION).expect("the code's version");
+    assert!(version.served && version.storage);
+    let schema = version.schema.as_ref().unwrap().open_api_v3_schema.as_ref().unwrap();
+    let spec = &schema.properties.as_ref().unwrap()["spec"];
+    let written = serde_json::to_value(ip_block::IpBlockSpec {
+        cidr: "10.0.0.0/28".parse().unwrap(),
+        pool: "p".into(),
+        node: "n".into(),
+    })
+    .unwrap();
+    let declared: BTreeSet<&String> = spec.properties.as_ref().unwrap().keys().collect();
+    assert_eq!(declared, written.as_object().unwrap().keys().collect(), "the fields the agent writes");
+    let applied: Vec<PathBuf> =
+        yaml_files("manifests").into_iter().filter(|f| f.parent() == Some(&repo().join("manifests"))).collect();
+    let at = |name: &str| applied.iter().position(|f| f.ends_with(name)).unwrap();
+    assert!(at("ipam-crd.yaml") < at("yh-genie.yaml"), "the CRD is applied first: {applied:?}");
+    for verb in ["create", "get"] {
+        assert!(AGENT_API_CALLS.contains(&(ip_block::GROUP, ip_block::PLURAL, verb)), "{verb}");
+    }
 }
 
 /// kubectl for `kubectl kustomize`, which needs no cluster: `YH_GENIE_KUBECTL` (the cluster tier
@@ -567,7 +599,7 @@ fn the_dynamic_networks_overlay_adds_the_worker_with_the_installers_image() {
         eprintln!("no kubectl (YH_GENIE_KUBECTL, the cluster build's, PATH): the overlay is not rendered here");
         return;
     };
-    let plain: Vec<Doc> = ["manifests/nad-crd.yaml", "manifests/yh-genie.yaml"]
+    let plain: Vec<Doc> = ["manifests/ipam-crd.yaml", "manifests/nad-crd.yaml", "manifests/yh-genie.yaml"]
         .iter()
         .flat_map(|file| {
             let text = std::fs::read_to_string(repo().join(file)).unwrap();

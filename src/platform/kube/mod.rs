@@ -11,6 +11,7 @@
 //! over which the plugin gets the same objects from the agent instead, in `agent_socket`.
 
 mod client;
+pub mod ip_block;
 mod nad;
 pub mod tls;
 
@@ -41,8 +42,9 @@ pub const API_CALLS: [(&str, &str, &str); 6] = [
 /// and watches its node's pods and the ConfigMaps and NetworkAttachmentDefinitions they refer to,
 /// patches a pod's network-status annotation and creates its `AddedInterface` events for the
 /// plugin. For pods with DRA resource claims it watches those claims and its node's ResourceSlices.
+/// For `yh-ipam` it claims blocks of addresses (`ip_block`).
 /// The ClusterRole grants these and `API_CALLS`, nothing else.
-pub const AGENT_API_CALLS: [(&str, &str, &str); 12] = [
+pub const AGENT_API_CALLS: [(&str, &str, &str); 14] = [
     ("", "pods", "list"),
     ("", "pods", "watch"),
     ("", "pods", "patch"),
@@ -55,6 +57,9 @@ pub const AGENT_API_CALLS: [(&str, &str, &str); 12] = [
     ("resource.k8s.io", "resourceclaims", "watch"),
     ("resource.k8s.io", "resourceslices", "list"),
     ("resource.k8s.io", "resourceslices", "watch"),
+    // `yh-ipam`'s blocks: claimed by creating one, read back when it exists already.
+    ("ipam.yh-genie.io", "ipblocks", "create"),
+    ("ipam.yh-genie.io", "ipblocks", "get"),
 ];
 
 /// An object's annotations, by key.

@@ -12,6 +12,8 @@
 //!   with the same `resolve` as the direct path and its own view of the node's files;
 //! - it writes the pods' network-status annotations and creates the `AddedInterface` events the
 //!   plugin hands over (`annotate`);
+//! - it hands out `yh-ipam`'s addresses from its node's blocks (`addresses`), its records read back
+//!   before it answers;
 //! - it reports readiness and metrics on a local port (`http`, `metrics`), the plugin's operations
 //!   among them, which each plugin process reports on a datagram socket when it is done (`reports`).
 //!
@@ -19,6 +21,7 @@
 //! plugin speed (it takes the direct path), never a pod's network. A failure of the agent itself is
 //! logged and the agent starts again after a jittered backoff; the installer's loop goes on.
 
+mod addresses;
 mod annotate;
 mod dynamic;
 mod http;
@@ -75,6 +78,8 @@ pub struct AgentSettings {
     /// `--dynamic-networks`: the agent has the attach worker apply running pods' networks
     /// annotation edits.
     pub dynamic_networks: bool,
+    /// `--ipam-records`: where the node's `yh-ipam` allocations are recorded.
+    pub ipam_records: PathBuf,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -93,6 +98,8 @@ pub struct Options {
     /// `--dynamic-networks`: the attach worker's socket, as this process reaches it; running pods'
     /// networks annotation edits are applied through it (`dynamic`).
     pub dynamic_networks: Option<PathBuf>,
+    /// The node's `yh-ipam` allocation records, as this process reaches them.
+    pub ipam_records: PathBuf,
 }
 
 impl Options {
@@ -116,6 +123,7 @@ impl Options {
             dynamic_networks: settings
                 .dynamic_networks
                 .then(|| reach(&crate::node::paths::worker_socket(&settings.socket))),
+            ipam_records: reach(&settings.ipam_records),
         }
     }
 }
@@ -244,6 +252,9 @@ fn run(options: &Options, bound: &Mutex<Bound>) -> anyhow::Result<()> {
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().context("the agent's runtime")?;
     runtime.block_on(async {
         let client = watching::connect(&options.access).await.map_err(|e| anyhow!(e))?;
+        // Before the socket answers anything: the addresses the node's pods hold.
+        let addresses = addresses::Addresses::restore(&options.ipam_records, &options.node)
+            .with_context(|| format!("reading the address records in {}", options.ipam_records.display()))?;
         let (listener, id) =
             server::bind(&options.socket).with_context(|| format!("listening on {}", options.socket.display()))?;
         let (report_socket, report_id) = reports::bind(&options.socket).with_context(|| {
@@ -279,6 +290,7 @@ fn run(options: &Options, bound: &Mutex<Bound>) -> anyhow::Result<()> {
             node: options.node.clone(),
             default_network: options.default_network.clone(),
             dynamic,
+            addresses,
         });
         let mut tasks = JoinSet::new();
         tasks.spawn(watch::pods(shared.clone(), options.node.clone()));
@@ -329,6 +341,8 @@ struct Shared {
     default_network: NetworkReadiness,
     /// Where the pod watch tells the running pods' networks annotations (`--dynamic-networks`).
     dynamic: Option<mpsc::UnboundedSender<dynamic::Change>>,
+    /// `yh-ipam`'s addresses on this node.
+    addresses: addresses::Addresses,
 }
 
 impl Shared {

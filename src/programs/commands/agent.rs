@@ -85,6 +85,9 @@ pub struct AgentArgs {
     /// where the agent serves /readyz, /healthz and /metrics
     #[arg(long, value_name = "ADDR:PORT", env = "YH_GENIE_AGENT_METRICS_ADDRESS", default_value = DEFAULT_METRICS_ADDRESS)]
     agent_metrics_address: String,
+    /// host directory of the agent's records of the yh-ipam addresses it handed out
+    #[arg(long, value_name = "DIR", env = "YH_GENIE_IPAM_RECORDS", default_value = crate::node::paths::IPAM_RECORDS)]
+    ipam_records: PathBuf,
 }
 
 impl AgentArgs {
@@ -115,7 +118,8 @@ impl AgentArgs {
         let metrics_address = address.parse().map_err(|_| {
             format!("--agent-metrics-address must be an address and port (127.0.0.1:9745), not {address:?}")
         })?;
-        Ok(AgentSettings { node_name, socket, metrics_address, dynamic_networks: self.dynamic_networks })
+        let ipam_records = absolute("ipam-records", self.ipam_records.clone())?;
+        Ok(AgentSettings { node_name, socket, metrics_address, dynamic_networks: self.dynamic_networks, ipam_records })
     }
 }
 

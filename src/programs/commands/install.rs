@@ -183,6 +183,7 @@ mod tests {
                 socket: "/run/yh-genie/agent.sock".into(),
                 metrics_address: "127.0.0.1:9745".parse().unwrap(),
                 dynamic_networks: false,
+                ipam_records: crate::node::paths::IPAM_RECORDS.into(),
             })
         );
         let o =

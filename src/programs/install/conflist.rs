@@ -154,6 +154,7 @@ mod tests {
             socket: "/run/yh-genie/agent.sock".into(),
             metrics_address: "127.0.0.1:9745".parse().unwrap(),
             dynamic_networks: false,
+            ipam_records: crate::node::paths::IPAM_RECORDS.into(),
         };
         let with_agent = Options { agent: Some(agent), ..Options::standard() };
         let v: Value = serde_json::from_slice(&render(&with_agent, Map::new(), &[])).unwrap();

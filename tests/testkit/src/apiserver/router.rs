@@ -25,6 +25,7 @@ pub(super) enum Verb {
     List,
     Watch,
     Patch(String),
+    Create,
 }
 
 impl Verb {
@@ -35,6 +36,7 @@ impl Verb {
             Verb::List => "list",
             Verb::Watch => "watch",
             Verb::Patch(_) => "patch",
+            Verb::Create => "create",
         }
     }
 }
@@ -90,6 +92,7 @@ pub(super) async fn handle(req: Request<Incoming>, state: Arc<State>) -> Result<
         Verb::List => Ok(reads::list(&state, &target, &selector)),
         Verb::Watch => Ok(watch::respond(&state, &target, selector)),
         Verb::Patch(name) => writes::patch(req, &state, &target, name).await,
+        Verb::Create => writes::create(req, &state, &target).await,
     }
 }
 
@@ -113,6 +116,7 @@ fn route(method: &Method, uri: &Uri) -> Result<Route, (u16, &'static str)> {
             (Resource::Claims, Some(*ns), rest.first())
         }
         ["apis", "resource.k8s.io", "v1", "resourceslices"] => (Resource::Slices, None, None),
+        ["apis", "ipam.yh-genie.io", "v1alpha1", "ipblocks", rest @ ..] => (Resource::IpBlocks, None, rest.first()),
         _ => return Err((404, "the server could not find the requested resource")),
     };
     let query: BTreeMap<String, String> = uri
@@ -128,6 +132,7 @@ fn route(method: &Method, uri: &Uri) -> Result<Route, (u16, &'static str)> {
         (&Method::GET, None, true) => Verb::Watch,
         (&Method::GET, None, false) => Verb::List,
         (&Method::PATCH, Some(name), _) => Verb::Patch(name.to_string()),
+        (&Method::POST, None, _) if resource == Resource::IpBlocks => Verb::Create,
         _ => return Err((405, "method not allowed")),
     };
     Ok(Route::Objects(Target { verb, resource, namespace: namespace.map(String::from), query }))

@@ -20,6 +20,8 @@ pub enum Resource {
     Claims,
     /// DRA's, cluster-scoped (namespace "").
     Slices,
+    /// yh-ipam's blocks (ipam.yh-genie.io/v1alpha1), cluster-scoped.
+    IpBlocks,
 }
 
 impl Resource {
@@ -30,6 +32,7 @@ impl Resource {
             Resource::Nads => "network-attachment-definitions",
             Resource::Claims => "resourceclaims",
             Resource::Slices => "resourceslices",
+            Resource::IpBlocks => "ipblocks",
         }
     }
     /// The `kind` of one object.
@@ -40,6 +43,7 @@ impl Resource {
             Resource::Nads => "NetworkAttachmentDefinition",
             Resource::Claims => "ResourceClaim",
             Resource::Slices => "ResourceSlice",
+            Resource::IpBlocks => "IPBlock",
         }
     }
     fn list_kind(self) -> &'static str {
@@ -49,12 +53,14 @@ impl Resource {
             Resource::Nads => "NetworkAttachmentDefinitionList",
             Resource::Claims => "ResourceClaimList",
             Resource::Slices => "ResourceSliceList",
+            Resource::IpBlocks => "IPBlockList",
         }
     }
     pub fn api_version(self) -> &'static str {
         match self {
             Resource::Nads => "k8s.cni.cncf.io/v1",
             Resource::Claims | Resource::Slices => "resource.k8s.io/v1",
+            Resource::IpBlocks => "ipam.yh-genie.io/v1alpha1",
             _ => "v1",
         }
     }

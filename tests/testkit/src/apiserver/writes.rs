@@ -1,6 +1,7 @@
 //! What clients write: a pod's `PATCH` as a JSON merge patch (RFC 7386), applied and kept, refused
 //! with 422 (as Kubernetes does) when it would change the pod's uid; and the `POST` of a core/v1
-//! Event, as kube's `Api::create` sends it, kept with a name made from its `generateName`.
+//! Event, as kube's `Api::create` sends it, kept with a name made from its `generateName`; the
+//! `POST` of an `IPBlock`, refused with 409 `AlreadyExists` when its name is taken.
 
 use super::State;
 use super::reply::{Reply, json_reply, not_found, status};
@@ -46,6 +47,24 @@ pub(super) async fn patch(
     let pod = store.put(Resource::Pods, namespace, name, pod);
     state.objects.patches.lock().unwrap().push((namespace.to_string(), name.to_string(), patch));
     Ok(json_reply(StatusCode::OK, &pod))
+}
+
+/// `POST` of a cluster-scoped object (an `IPBlock`): kept under its name, or 409 `AlreadyExists`
+/// when that name is taken, as the API server decides who created an object first.
+pub(super) async fn create(req: Request<Incoming>, state: &State, target: &Target) -> Result<Reply, std::io::Error> {
+    let body = req.into_body().collect().await.map_err(std::io::Error::other)?.to_bytes();
+    let Ok(object) = serde_json::from_slice::<Value>(&body) else {
+        return Ok(status(400, "the object is not JSON"));
+    };
+    let Some(name) = object.pointer("/metadata/name").and_then(Value::as_str).map(String::from) else {
+        return Ok(status(422, "metadata.name: Required value"));
+    };
+    let mut store = state.objects.store.lock().unwrap();
+    if store.get(target.resource, "", &name).is_some() {
+        return Ok(status(409, &format!("{} \"{name}\" already exists", target.resource.plural())));
+    }
+    let stored = store.put(target.resource, "", &name, object);
+    Ok(json_reply(StatusCode::CREATED, &stored))
 }
 
 pub(super) async fn create_event(

@@ -1,0 +1,104 @@
+//! `yh-ipam`'s addresses, held by the node agent (docs/ipam.md): the plugin's ADD asks the agent
+//! over its socket, and the agent hands out addresses from its node's blocks, from memory and a
+//! durable record, without an API request while a block has room.
+//!
+//! - `blocks`: a pool carved into blocks, and which addresses a block may hand out;
+//! - `allocator`: the node's blocks and owners in memory, saying which block to claim when none has
+//!   room;
+//! - `claims`: a block claimed through the API server, one `IPBlock` object per block;
+//! - `records`: one durable file per owner, written before the plugin hears its addresses and read
+//!   back at start, before the agent answers.
+//!
+//! One allocation or release at a time (`Addresses::state`): a claim waits on the API server with
+//! the allocator held, so that two ADDs never claim two blocks where one would do.
+
+mod allocator;
+mod blocks;
+mod claims;
+mod records;
+
+use crate::node::agent_socket::addresses::{AddressOwner, PoolSpec};
+use crate::node::agent_socket::protocol::Answer;
+use allocator::{Allocator, Step};
+use claims::Claimed;
+use records::{Record, Records};
+use std::path::Path;
+use tracing::{info, warn};
+
+pub struct Addresses {
+    state: tokio::sync::Mutex<Allocator>,
+    records: Records,
+    node: String,
+}
+
+impl Addresses {
+    /// The node's addresses as its records under `dir` hold them; what could not be read is logged.
+    pub fn restore(dir: &Path, node: &str) -> std::io::Result<Self> {
+        let records = Records::new(dir);
+        let (read, problems) = records.read_all()?;
+        for problem in problems {
+            warn!("an address record that cannot be read, its addresses unknown: {problem}");
+        }
+        let mut allocator = Allocator::default();
+        for record in &read {
+            allocator.restore(&record.pool, &record.owner, &record.addresses);
+        }
+        if !read.is_empty() {
+            info!("{} address records read back from {}", read.len(), dir.display());
+        }
+        Ok(Addresses { state: tokio::sync::Mutex::new(allocator), records, node: node.to_string() })
+    }
+
+    /// An address of each of `pool`'s range sets for `owner`, claiming blocks as needed.
+    pub async fn allocate(&self, client: &::kube::Client, pool: PoolSpec, owner: AddressOwner) -> Answer {
+        let mut state = self.state.lock().await;
+        loop {
+            match state.allocate(&pool, &owner) {
+                Step::Addresses { addresses, fresh } => {
+                    if fresh {
+                        let record =
+                            Record { pool: pool.name.clone(), owner: owner.clone(), addresses: addresses.clone() };
+                        if let Err(e) = self.records.write(&record) {
+                            state.forget(&pool.name, &owner);
+                            return Answer::NoAddress { why: format!("recording the addresses: {e}"), retry: true };
+                        }
+                    }
+                    return Answer::Allocated { addresses };
+                }
+                Step::Claim(block) => match claims::claim(client, block, &pool.name, &self.node).await {
+                    Claimed::Here => {
+                        info!("block {block} of pool {:?} claimed for this node", pool.name);
+                        state.adopt(block, &pool.name);
+                    }
+                    Claimed::Elsewhere(_) => state.held_elsewhere(block),
+                    Claimed::Unknown(why) => {
+                        return Answer::NoAddress {
+                            why: format!(
+                                "pool {:?} needs a block of this node's and cannot claim one: {why}",
+                                pool.name
+                            ),
+                            retry: true,
+                        };
+                    }
+                },
+                Step::Exhausted(why) => return Answer::NoAddress { why, retry: false },
+            }
+        }
+    }
+
+    /// Give back what (`container_id`, `ifname`) holds in `pool`. A record that cannot be removed
+    /// keeps its addresses held (they would come back with it at the next start): the DEL fails, and
+    /// the runtime asks again.
+    pub async fn release(&self, pool: &str, container_id: &str, ifname: &str, uid: Option<&str>) -> Answer {
+        let mut state = self.state.lock().await;
+        for (owner, addresses) in state.release(pool, container_id, ifname, uid) {
+            if let Err(e) = self.records.remove(pool, &owner) {
+                state.restore(pool, &owner, &addresses);
+                return Answer::Refused {
+                    why: format!("removing the address record of {} in pool {pool:?}: {e}", owner.pod),
+                };
+            }
+        }
+        Answer::Released
+    }
+}

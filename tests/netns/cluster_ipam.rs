@@ -1,0 +1,156 @@
+//! yh-genie's own IPAM, `yh-ipam`, end to end: a `yh-bridge` network whose addresses come from the
+//! node agent (`yh-genie install --agent`, a real process) out of blocks it claims as `IPBlock`s on
+//! the fake API server, where another node already holds one. Addresses in the pods' netns,
+//! distinct, the same for a retried ADD, released on DEL, read back by an agent started again, and
+//! an exhausted pool a CNI error that names it.
+
+use crate::support::agent::AgentAnswers;
+use crate::support::node::{NetnsNode, Pod, pod_addresses};
+use serde_json::{Value, json};
+use testkit::agent::{Agent, METRICS_PORT, ipam_records};
+use testkit::apiserver::literal;
+use testkit::process::unique;
+use yh_genie::node::agent_socket::addresses::{AddressOwner, PoolSpec};
+use yh_genie::node::agent_socket::client::exchange;
+use yh_genie::node::agent_socket::protocol::{Answer, Ask, Request};
+
+/// The network `lan`: 10.81.0.0/24 up to .9, the gateway .1, in blocks of four addresses.
+fn lan(n: &NetnsNode) -> Value {
+    let ipam = json!({
+        "type": "yh-ipam", "pool": "lan", "blockSize": 4, "agentSocket": n.agent_socket(),
+        "ranges": [[{"subnet": "10.81.0.0/24", "rangeEnd": "10.81.0.9"}]],
+        "routes": [{"dst": "10.81.0.0/16"}],
+    });
+    let list = json!({"cniVersion": "1.0.0", "name": "lan",
+                      "plugins": [{"type": "yh-bridge", "bridge": unique("yi"), "ipam": ipam}]});
+    n.write_conf("lan/10-lan.conflist", &list);
+    list
+}
+
+fn add(n: &NetnsNode, pod: &Pod, conf: &str) -> Vec<String> {
+    let reply = n.call("ADD", pod, conf);
+    assert_eq!(reply.code, 0, "ADD of {} failed: {reply:?}", pod.name);
+    pod_addresses(pod)
+}
+
+/// The agent's requests for `IPBlock`s so far.
+fn block_requests(n: &NetnsNode) -> Vec<&'static str> {
+    n.api.calls().into_iter().filter(|c| c.resource == "ipblocks").map(|c| c.verb).collect()
+}
+
+/// What the agent answers `yh-ipam`'s ADD for pod `name`'s sandbox `cid`, asked directly.
+fn allocate(n: &NetnsNode, list: &Value, name: &str, cid: &str) -> Answer {
+    let ipam = &list["plugins"][0]["ipam"];
+    let range = &ipam["ranges"][0][0];
+    let pool: PoolSpec = serde_json::from_value(json!({
+        "name": "lan", "blockSize": 4, "exclude": [],
+        "rangeSets": [[{"subnet": range["subnet"], "start": "10.81.0.1", "end": range["rangeEnd"], "gateway": "10.81.0.1"}]],
+    }))
+    .unwrap();
+    let owner = AddressOwner {
+        uid: format!("uid-default-{name}"),
+        container_id: cid.into(),
+        ifname: "eth0".into(),
+        pod: format!("default/{name}"),
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    exchange(&n.agent_socket(), &Request::new(Ask::Allocate { pool, owner }), deadline).unwrap()
+}
+
+fn start_agent(n: &NetnsNode) -> Agent {
+    let agent = Agent::start(&n.netns, &n.api, n.sb.path(), &n.agent_socket(), METRICS_PORT, &[]);
+    agent.wait_ready();
+    agent
+}
+
+fn records(n: &NetnsNode) -> usize {
+    walk_json(&ipam_records(&n.agent_socket()))
+}
+
+fn walk_json(dir: &std::path::Path) -> usize {
+    let Ok(entries) = std::fs::read_dir(dir) else { return 0 };
+    entries
+        .flatten()
+        .map(|e| {
+            if e.path().is_dir() {
+                walk_json(&e.path())
+            } else {
+                usize::from(e.path().extension().is_some_and(|x| x == "json"))
+            }
+        })
+        .sum()
+}
+
+#[test]
+fn yh_ipam_hands_out_addresses_from_the_nodes_blocks_through_its_agent() {
+    let n = NetnsNode::new();
+    let list = lan(&n);
+    // Another node holds 10.81.0.4/30: this node's blocks are .0/30 (.2, .3) and .8/30 (.8, .9).
+    n.api.put_ip_block("10.81.0.4-30", json!({"cidr": "10.81.0.4/30", "pool": "lan", "node": "other-node"}));
+    let names = ["a", "b", "c", "d", "e"];
+    for name in names {
+        n.api.put_pod("default", name, literal("lan"));
+    }
+    let mut agent = start_agent(&n);
+    for name in names {
+        agent.wait_holds(&n.agent_socket(), name, &format!("uid-default-{name}"), |_| true);
+    }
+    let conf = n.selector_conf("1.0.0", json!({}));
+
+    // The first ADD claims a block; the second takes from it with no API request.
+    let (a, b) = (n.pod("a"), n.pod("b"));
+    assert_eq!(add(&n, &a, &conf), ["10.81.0.2/24"]);
+    assert_eq!(block_requests(&n), ["create"]);
+    assert_eq!(add(&n, &b, &conf), ["10.81.0.3/24"]);
+    assert_eq!(block_requests(&n), ["create"], "no request while the node's block has room");
+    let blocks = n.api.ip_blocks();
+    assert_eq!(blocks["10.81.0.0-30"], json!({"cidr": "10.81.0.0/30", "pool": "lan", "node": "yh-node"}));
+    assert_eq!(records(&n), 2);
+
+    // A retried ADD (the same pod, sandbox and interface) gets the same address.
+    match allocate(&n, &list, "a", &a.cid) {
+        Answer::Allocated { addresses } => assert_eq!(addresses[0].address.to_string(), "10.81.0.2"),
+        other => panic!("{other:?}"),
+    }
+
+    // Started again, the agent reads its records back before answering: a's address is a's, and
+    // the next pod gets one of a new block, past the other node's.
+    agent.kill();
+    let agent = start_agent(&n);
+    match allocate(&n, &list, "a", &a.cid) {
+        Answer::Allocated { addresses } => assert_eq!(addresses[0].address.to_string(), "10.81.0.2"),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(block_requests(&n), ["create"], "nothing asked to answer from the records");
+    let (c, d) = (n.pod("c"), n.pod("d"));
+    assert_eq!(add(&n, &c, &conf), ["10.81.0.8/24"]);
+    assert_eq!(add(&n, &d, &conf), ["10.81.0.9/24"]);
+    // .4/30: AlreadyExists, read back, the other node's; .8/30 claimed.
+    assert_eq!(block_requests(&n), ["create", "create", "get", "create"]);
+    assert_eq!(n.api.ip_blocks()["10.81.0.4-30"]["node"], "other-node", "the other node's block is left alone");
+
+    // Exhausted: a CNI error naming the pool, and nothing left behind.
+    let e = n.pod("e");
+    let reply = n.call("ADD", &e, &conf);
+    assert_ne!(reply.code, 0, "{reply:?}");
+    let error = reply.json();
+    assert_eq!(error["code"], 104, "{error}");
+    let msg = error["msg"].as_str().unwrap().to_string() + error["details"].as_str().unwrap_or_default();
+    assert!(msg.contains("pool \"lan\" has no free address in 10.81.0.1-10.81.0.9"), "{error}");
+    assert!(pod_addresses(&e).is_empty());
+    assert_eq!(records(&n), 4);
+
+    // DEL releases: the address goes to the next pod.
+    assert_eq!(n.call("DEL", &a, &conf).code, 0);
+    assert!(pod_addresses(&a).is_empty());
+    assert_eq!(records(&n), 3);
+    let e = e.renew("e");
+    assert_eq!(add(&n, &e, &conf), ["10.81.0.2/24"]);
+    for pod in [&b, &c, &d, &e] {
+        assert_eq!(n.call("DEL", pod, &conf).code, 0, "{}", pod.name);
+        // A repeated DEL is fine.
+        assert_eq!(n.call("DEL", pod, &conf).code, 0, "{}", pod.name);
+    }
+    assert_eq!(records(&n), 0);
+    drop(agent);
+}
