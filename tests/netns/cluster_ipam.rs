@@ -1,8 +1,9 @@
 //! yh-genie's own IPAM, `yh-ipam`, end to end: a `yh-bridge` network whose addresses come from the
 //! node agent (`yh-genie install --agent`, a real process) out of blocks it claims as `IPBlock`s on
 //! the fake API server, where another node already holds one. Addresses in the pods' netns,
-//! distinct, the same for a retried ADD, released on DEL, read back by an agent started again, and
-//! an exhausted pool a CNI error that names it.
+//! distinct, the same for a retried ADD, released on DEL, read back by an agent started again, an
+//! exhausted pool a CNI error that names it; and given back by the agent when their pod is gone
+//! without a DEL.
 
 use crate::support::agent::AgentAnswers;
 use crate::support::node::{NetnsNode, Pod, pod_addresses};
@@ -58,7 +59,11 @@ fn allocate(n: &NetnsNode, list: &Value, name: &str, cid: &str) -> Answer {
 }
 
 fn start_agent(n: &NetnsNode) -> Agent {
-    let agent = Agent::start(&n.netns, &n.api, n.sb.path(), &n.agent_socket(), METRICS_PORT, &[]);
+    start_agent_with(n, &[])
+}
+
+fn start_agent_with(n: &NetnsNode, flags: &[&str]) -> Agent {
+    let agent = Agent::start(&n.netns, &n.api, n.sb.path(), &n.agent_socket(), METRICS_PORT, flags);
     agent.wait_ready();
     agent
 }
@@ -153,4 +158,43 @@ fn yh_ipam_hands_out_addresses_from_the_nodes_blocks_through_its_agent() {
     }
     assert_eq!(records(&n), 0);
     drop(agent);
+}
+
+#[test]
+fn the_agent_gives_back_the_addresses_of_a_pod_gone_without_its_del() {
+    let n = NetnsNode::new();
+    let list = lan(&n);
+    for name in ["a", "b", "c"] {
+        n.api.put_pod("default", name, literal("lan"));
+    }
+    let reclaim = ["--ipam-reclaim-after=1"];
+    let mut agent = start_agent_with(&n, &reclaim);
+    for name in ["a", "b", "c"] {
+        agent.wait_holds(&n.agent_socket(), name, &format!("uid-default-{name}"), |_| true);
+    }
+    let conf = n.selector_conf("1.0.0", json!({}));
+    let (a, b) = (n.pod("a"), n.pod("b"));
+    assert_eq!(add(&n, &a, &conf), ["10.81.0.2/24"]);
+    assert_eq!(add(&n, &b, &conf), ["10.81.0.3/24"]);
+
+    // Pod a is deleted and its DEL never comes: its address is free again, b's is not.
+    n.api.remove_pod("default", "a");
+    agent.wait_for("the agent to give back the address of deleted pod a", || records(&n) == 1);
+    assert!(agent.logged().contains("10.81.0.2 of pool \"lan\" are free"), "{}", agent.logged());
+    let c = n.pod("c");
+    assert_eq!(add(&n, &c, &conf), ["10.81.0.2/24"]);
+
+    // Deleted while no agent watched: the next agent gives its address back once it has listed.
+    agent.kill();
+    n.api.remove_pod("default", "b");
+    let agent = start_agent_with(&n, &reclaim);
+    agent.wait_for("the agent to give back the address of pod b, deleted while it was down", || records(&n) == 1);
+    match allocate(&n, &list, "c", &c.cid) {
+        Answer::Allocated { addresses } => assert_eq!(addresses[0].address.to_string(), "10.81.0.2", "c's stays c's"),
+        other => panic!("{other:?}"),
+    }
+    for pod in [&a, &b, &c] {
+        assert_eq!(n.call("DEL", pod, &conf).code, 0, "{}", pod.name);
+    }
+    assert_eq!(records(&n), 0);
 }

@@ -42,9 +42,9 @@ pub const API_CALLS: [(&str, &str, &str); 6] = [
 /// and watches its node's pods and the ConfigMaps and NetworkAttachmentDefinitions they refer to,
 /// patches a pod's network-status annotation and creates its `AddedInterface` events for the
 /// plugin. For pods with DRA resource claims it watches those claims and its node's ResourceSlices.
-/// For `yh-ipam` it claims blocks of addresses (`ip_block`).
+/// For `yh-ipam` it claims blocks of addresses (`ip_block`) and reads a pod gone from its watch.
 /// The ClusterRole grants these and `API_CALLS`, nothing else.
-pub const AGENT_API_CALLS: [(&str, &str, &str); 14] = [
+pub const AGENT_API_CALLS: [(&str, &str, &str); 15] = [
     ("", "pods", "list"),
     ("", "pods", "watch"),
     ("", "pods", "patch"),
@@ -60,6 +60,8 @@ pub const AGENT_API_CALLS: [(&str, &str, &str); 14] = [
     // `yh-ipam`'s blocks: claimed by creating one, read back when it exists already.
     ("ipam.yh-genie.io", "ipblocks", "create"),
     ("ipam.yh-genie.io", "ipblocks", "get"),
+    // Whether a pod gone from the watch, holding `yh-ipam` addresses, is gone for good.
+    ("", "pods", "get"),
 ];
 
 /// An object's annotations, by key.

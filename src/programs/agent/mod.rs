@@ -13,7 +13,7 @@
 //! - it writes the pods' network-status annotations and creates the `AddedInterface` events the
 //!   plugin hands over (`annotate`);
 //! - it hands out `yh-ipam`'s addresses from its node's blocks (`addresses`), its records read back
-//!   before it answers;
+//!   before it answers, and gives back those of a pod its watch finds gone;
 //! - it reports readiness and metrics on a local port (`http`, `metrics`), the plugin's operations
 //!   among them, which each plugin process reports on a datagram socket when it is done (`reports`).
 //!
@@ -26,6 +26,7 @@ mod annotate;
 mod dynamic;
 mod http;
 mod metrics;
+mod reclaim;
 mod reports;
 mod server;
 mod store;
@@ -80,6 +81,8 @@ pub struct AgentSettings {
     pub dynamic_networks: bool,
     /// `--ipam-records`: where the node's `yh-ipam` allocations are recorded.
     pub ipam_records: PathBuf,
+    /// `--ipam-reclaim-after`: how long a pod is gone before its addresses are given back.
+    pub ipam_reclaim_after: Duration,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -100,6 +103,7 @@ pub struct Options {
     pub dynamic_networks: Option<PathBuf>,
     /// The node's `yh-ipam` allocation records, as this process reaches them.
     pub ipam_records: PathBuf,
+    pub ipam_reclaim_after: Duration,
 }
 
 impl Options {
@@ -124,6 +128,7 @@ impl Options {
                 .dynamic_networks
                 .then(|| reach(&crate::node::paths::worker_socket(&settings.socket))),
             ipam_records: reach(&settings.ipam_records),
+            ipam_reclaim_after: settings.ipam_reclaim_after,
         }
     }
 }
@@ -291,6 +296,7 @@ fn run(options: &Options, bound: &Mutex<Bound>) -> anyhow::Result<()> {
             default_network: options.default_network.clone(),
             dynamic,
             addresses,
+            reclaim_after: options.ipam_reclaim_after,
         });
         let mut tasks = JoinSet::new();
         tasks.spawn(watch::pods(shared.clone(), options.node.clone()));
@@ -343,6 +349,8 @@ struct Shared {
     dynamic: Option<mpsc::UnboundedSender<dynamic::Change>>,
     /// `yh-ipam`'s addresses on this node.
     addresses: addresses::Addresses,
+    /// How long a pod is gone before its addresses are given back.
+    reclaim_after: Duration,
 }
 
 impl Shared {

@@ -88,6 +88,10 @@ pub struct AgentArgs {
     /// host directory of the agent's records of the yh-ipam addresses it handed out
     #[arg(long, value_name = "DIR", env = "YH_GENIE_IPAM_RECORDS", default_value = crate::node::paths::IPAM_RECORDS)]
     ipam_records: PathBuf,
+    /// how long a pod must be gone (its object deleted) before the agent gives back its yh-ipam
+    /// addresses, if its DEL has not
+    #[arg(long, value_name = "SECONDS", env = "YH_GENIE_IPAM_RECLAIM_AFTER", default_value_t = 30)]
+    ipam_reclaim_after: u64,
 }
 
 impl AgentArgs {
@@ -119,7 +123,14 @@ impl AgentArgs {
             format!("--agent-metrics-address must be an address and port (127.0.0.1:9745), not {address:?}")
         })?;
         let ipam_records = absolute("ipam-records", self.ipam_records.clone())?;
-        Ok(AgentSettings { node_name, socket, metrics_address, dynamic_networks: self.dynamic_networks, ipam_records })
+        Ok(AgentSettings {
+            node_name,
+            socket,
+            metrics_address,
+            dynamic_networks: self.dynamic_networks,
+            ipam_records,
+            ipam_reclaim_after: std::time::Duration::from_secs(self.ipam_reclaim_after),
+        })
     }
 }
 

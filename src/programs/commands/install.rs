@@ -184,6 +184,7 @@ mod tests {
                 metrics_address: "127.0.0.1:9745".parse().unwrap(),
                 dynamic_networks: false,
                 ipam_records: crate::node::paths::IPAM_RECORDS.into(),
+                ipam_reclaim_after: std::time::Duration::from_secs(30),
             })
         );
         let o =

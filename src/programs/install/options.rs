@@ -83,6 +83,7 @@ mod tests {
             metrics_address: "127.0.0.1:9745".parse().unwrap(),
             dynamic_networks: false,
             ipam_records: crate::node::paths::IPAM_RECORDS.into(),
+            ipam_reclaim_after: std::time::Duration::from_secs(30),
         };
         let o = Options { agent: Some(agent), ..o };
         assert!(o.host_dirs_written().contains(&Path::new("/run/yh-genie")));

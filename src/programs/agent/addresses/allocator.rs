@@ -8,6 +8,7 @@ use crate::node::agent_socket::addresses::{AddressOwner, Allocated, PoolSpec};
 use ipnetwork::IpNetwork;
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
+use std::time::{Duration, Instant};
 
 /// A block this node holds: its pool and the addresses handed out from it.
 #[derive(Debug, Default)]
@@ -29,6 +30,9 @@ pub struct Allocator {
     /// Blocks another node holds, as found while claiming: not asked for again in this life.
     elsewhere: BTreeSet<IpNetwork>,
     held: BTreeMap<HeldKey, (AddressOwner, Vec<Allocated>)>,
+    /// When each pod holding addresses last had them handed out (its ADD, a retry, or the records
+    /// read back at start): its ADD may be in flight since.
+    handed: BTreeMap<String, Instant>,
 }
 
 /// What `allocate` found.
@@ -48,6 +52,7 @@ impl Allocator {
     pub fn allocate(&mut self, spec: &PoolSpec, owner: &AddressOwner) -> Step {
         let key = key(&spec.name, owner);
         if let Some((_, addresses)) = self.held.get(&key) {
+            self.handed.insert(owner.uid.clone(), Instant::now());
             return Step::Addresses { addresses: addresses.clone(), fresh: false };
         }
         let mut taken: Vec<Allocated> = Vec::new();
@@ -79,6 +84,7 @@ impl Allocator {
             self.blocks.entry(allocated.block).or_default().used.insert(allocated.address);
         }
         self.held.insert(key, (owner.clone(), taken.clone()));
+        self.handed.insert(owner.uid.clone(), Instant::now());
         Step::Addresses { addresses: taken, fresh: true }
     }
 
@@ -99,6 +105,7 @@ impl Allocator {
             self.blocks.entry(allocated.block).or_default().used.insert(allocated.address);
         }
         self.held.insert(key(pool, owner), (owner.clone(), addresses.to_vec()));
+        self.handed.insert(owner.uid.clone(), Instant::now());
     }
 
     /// Give back what (`container_id`, `ifname`) holds in `pool` (only pod `uid`'s when given): the
@@ -110,12 +117,39 @@ impl Allocator {
         ifname: &str,
         uid: Option<&str>,
     ) -> Vec<(AddressOwner, Vec<Allocated>)> {
-        let keys: Vec<HeldKey> = self
-            .held
-            .iter()
-            .filter(|(k, (owner, _))| k.0 == pool && owner.released_by(container_id, ifname, uid))
-            .map(|(k, _)| k.clone())
-            .collect();
+        self.release_where(|held_pool, owner| held_pool == pool && owner.released_by(container_id, ifname, uid))
+            .into_iter()
+            .map(|(_, owner, addresses)| (owner, addresses))
+            .collect()
+    }
+
+    /// Give back everything pod `uid` holds, in every pool: (pool, owner, addresses) released. Not
+    /// while its addresses were handed out less than `quiet` ago, their ADD perhaps still in flight:
+    /// then how long until they may be.
+    pub fn release_pod(
+        &mut self,
+        uid: &str,
+        quiet: Duration,
+    ) -> Result<Vec<(String, AddressOwner, Vec<Allocated>)>, Duration> {
+        if let Some(since) = self.handed.get(uid).map(Instant::elapsed)
+            && since < quiet
+        {
+            return Err(quiet - since);
+        }
+        Ok(self.release_where(|_, owner| owner.uid == uid))
+    }
+
+    /// The pods holding addresses: uid and the pod's `namespace/name` (as its ADD told it).
+    pub fn holders(&self) -> BTreeMap<String, String> {
+        self.held.values().map(|(owner, _)| (owner.uid.clone(), owner.pod.clone())).collect()
+    }
+
+    fn release_where(
+        &mut self,
+        whose: impl Fn(&str, &AddressOwner) -> bool,
+    ) -> Vec<(String, AddressOwner, Vec<Allocated>)> {
+        let keys: Vec<HeldKey> =
+            self.held.iter().filter(|(k, (owner, _))| whose(&k.0, owner)).map(|(k, _)| k.clone()).collect();
         let mut released = Vec::new();
         for k in keys {
             let (owner, addresses) = self.held.remove(&k).expect("listed just now");
@@ -124,8 +158,10 @@ impl Allocator {
                     block.used.remove(&allocated.address);
                 }
             }
-            released.push((owner, addresses));
+            released.push((k.0, owner, addresses));
         }
+        let holding: BTreeSet<&String> = self.held.values().map(|(owner, _)| &owner.uid).collect();
+        self.handed.retain(|uid, _| holding.contains(uid));
         released
     }
 
@@ -239,6 +275,17 @@ mod tests {
         assert!(a.release("other", "c1", "net1", None).is_empty(), "another pool");
         assert_eq!(a.release("lan", "c1", "net1", Some("uid-1")).len(), 1);
         assert_eq!(take(&mut a, &s, &owner(3)).unwrap(), ["10.80.0.2"]);
+        // A pod gone: everything its uid holds, whatever the sandbox; not while its ADD may be in
+        // flight (its addresses handed out less than the quiet time ago).
+        let holders = |a: &Allocator| a.holders().into_keys().collect::<Vec<_>>();
+        assert_eq!(holders(&a), ["uid-2", "uid-3"]);
+        let wait = a.release_pod("uid-2", Duration::from_secs(60)).unwrap_err();
+        assert!(wait > Duration::from_secs(59) && wait <= Duration::from_secs(60), "{wait:?}");
+        assert_eq!(holders(&a), ["uid-2", "uid-3"]);
+        let gone = a.release_pod("uid-2", Duration::ZERO).unwrap();
+        assert_eq!((gone.len(), gone[0].0.as_str(), gone[0].1.container_id.as_str()), (1, "lan", "c2"));
+        assert_eq!(holders(&a), ["uid-3"]);
+        assert_eq!(take(&mut a, &s, &owner(4)).unwrap(), ["10.80.0.3"]);
     }
 
     #[test]

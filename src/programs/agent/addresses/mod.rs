@@ -22,6 +22,7 @@ use crate::node::agent_socket::protocol::Answer;
 use allocator::{Allocator, Step};
 use claims::Claimed;
 use records::{Record, Records};
+use std::collections::BTreeMap;
 use std::path::Path;
 use tracing::{info, warn};
 
@@ -100,5 +101,33 @@ impl Addresses {
             }
         }
         Answer::Released
+    }
+
+    /// Give back what pod `uid` holds, now that it is gone: its DEL may never come (a pod deleted
+    /// with its node's runtime down, a sandbox the runtime lost). Not while its addresses were
+    /// handed out less than `quiet` ago (its ADD may be in flight): then how long until they may
+    /// be. A record that cannot be removed keeps its addresses held.
+    pub async fn release_pod(&self, uid: &str, quiet: std::time::Duration) -> Result<(), std::time::Duration> {
+        let mut state = self.state.lock().await;
+        for (pool, owner, addresses) in state.release_pod(uid, quiet)? {
+            let listed: Vec<String> = addresses.iter().map(|a| a.address.to_string()).collect();
+            match self.records.remove(&pool, &owner) {
+                Ok(()) => info!(
+                    "pod {} (uid {uid}) is gone: its addresses {} of pool {pool:?} are free",
+                    owner.pod,
+                    listed.join(", ")
+                ),
+                Err(e) => {
+                    state.restore(&pool, &owner, &addresses);
+                    warn!("pod {} (uid {uid}) is gone, but removing its address record failed: {e}", owner.pod);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The pods holding addresses on this node: uid and `namespace/name`.
+    pub async fn holders(&self) -> BTreeMap<String, String> {
+        self.state.lock().await.holders()
     }
 }
