@@ -9,7 +9,7 @@ use crate::support::agent::AgentAnswers;
 use crate::support::node::{NetnsNode, Pod, pod_addresses};
 use serde_json::{Value, json};
 use testkit::agent::{Agent, METRICS_PORT, ipam_records};
-use testkit::apiserver::literal;
+use testkit::apiserver::{Fault, literal};
 use testkit::process::unique;
 use yh_genie::node::agent_socket::addresses::{AddressOwner, PoolSpec};
 use yh_genie::node::agent_socket::client::exchange;
@@ -194,6 +194,69 @@ fn the_agent_gives_back_the_addresses_of_a_pod_gone_without_its_del() {
         other => panic!("{other:?}"),
     }
     for pod in [&a, &b, &c] {
+        assert_eq!(n.call("DEL", pod, &conf).code, 0, "{}", pod.name);
+    }
+    assert_eq!(records(&n), 0);
+}
+
+/// The node's lease on its blocks, as the fake API server holds it (the agent's namespace is the
+/// kubeconfig's: `default`).
+fn lease(n: &NetnsNode) -> Option<Value> {
+    n.api.lease("default", "yh-ipam-yh-node")
+}
+
+#[test]
+fn an_agent_cut_off_from_the_api_server_refuses_yh_ipam_adds_once_its_lease_is_old() {
+    let n = NetnsNode::new();
+    lan(&n);
+    for name in ["a", "b"] {
+        n.api.put_pod("default", name, literal("lan"));
+    }
+    let agent = start_agent_with(&n, &["--ipam-lease-duration=2"]);
+    for name in ["a", "b"] {
+        agent.wait_holds(&n.agent_socket(), name, &format!("uid-default-{name}"), |_| true);
+    }
+    assert_eq!(lease(&n), None, "no lease before the node hands out a yh-ipam address");
+    let conf = n.selector_conf("1.0.0", json!({}));
+    let a = n.pod("a");
+    assert_eq!(add(&n, &a, &conf), ["10.81.0.2/24"]);
+
+    // The lease is the node's, for 2 s, and renewed in the background (every half second).
+    let first = lease(&n).expect("the node's lease");
+    assert_eq!(first["spec"]["holderIdentity"], "yh-node", "{first}");
+    assert_eq!(first["spec"]["leaseDurationSeconds"], 2, "{first}");
+    agent.wait_for("two renewals of the lease", || {
+        n.api.calls().iter().filter(|c| c.resource == "leases" && c.verb == "update").count() >= 2
+    });
+    assert_ne!(lease(&n).unwrap()["spec"]["renewTime"], first["spec"]["renewTime"]);
+
+    // The API server stops answering: after 2 s without a renewal, ADDs are refused (try again
+    // later), saying why, and the pod gets no address.
+    n.api.inject_always(Fault::Hang);
+    std::thread::sleep(std::time::Duration::from_millis(2500));
+    let b = n.pod("b");
+    let reply = n.call("ADD", &b, &conf);
+    let error = reply.json();
+    assert_eq!(error["code"], 11, "{reply:?}");
+    let msg = error["msg"].as_str().unwrap().to_string() + error["details"].as_str().unwrap_or_default();
+    for said in [
+        "node yh-node has lost contact with the API server",
+        "its yh-ipam lease (Lease default/yh-ipam-yh-node) was last renewed",
+        "longer than --ipam-lease-duration (2s)",
+        "check the node's connection to the API server",
+    ] {
+        assert!(msg.contains(said), "{said:?} not in {error}");
+    }
+    assert!(pod_addresses(&b).is_empty());
+    assert_eq!(records(&n), 1);
+    assert!(agent.logged().contains("renewing the yh-ipam lease default/yh-ipam-yh-node"), "{}", agent.logged());
+
+    // Answering again: the lease is renewed and the runtime's retry gets its address.
+    n.api.clear_faults();
+    agent.wait_for("the lease renewed again", || agent.logged().contains("is renewed again"));
+    let b = b.renew("b");
+    assert_eq!(add(&n, &b, &conf), ["10.81.0.3/24"]);
+    for pod in [&a, &b] {
         assert_eq!(n.call("DEL", pod, &conf).code, 0, "{}", pod.name);
     }
     assert_eq!(records(&n), 0);

@@ -10,7 +10,7 @@
 use k8s_openapi::api::admissionregistration::v1::{ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding};
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{ConfigMap, Container, Namespace, Pod, Service, ServiceAccount};
-use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
+use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
@@ -20,7 +20,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use testkit::cluster::pods::{Network, sleeper, web_server};
 use yh_genie::platform::cni::ConfList;
-use yh_genie::platform::kube::{AGENT_API_CALLS, API_CALLS, NetworkAttachmentDefinition};
+use yh_genie::platform::kube::{AGENT_API_CALLS, AGENT_LEASE_CALLS, API_CALLS, NetworkAttachmentDefinition};
 use yh_genie::programs::commands;
 use yh_genie::programs::install::Options;
 // Plugin types that are part of the binary.
@@ -125,6 +125,8 @@ fn check_all_typed(dir: &str) {
             "ServiceAccount" => drop(doc.typed::<ServiceAccount>()),
             "ClusterRole" => drop(doc.typed::<ClusterRole>()),
             "ClusterRoleBinding" => drop(doc.typed::<ClusterRoleBinding>()),
+            "Role" => drop(doc.typed::<Role>()),
+            "RoleBinding" => drop(doc.typed::<RoleBinding>()),
             "ConfigMap" => drop(doc.typed::<ConfigMap>()),
             "DaemonSet" => drop(doc.typed::<DaemonSet>()),
             "Pod" => drop(doc.typed::<Pod>()),
@@ -526,6 +528,38 @@ fn the_ipblock_crd_is_shipped_for_the_objects_the_agent_creates() {
     for verb in ["create", "get"] {
         assert!(AGENT_API_CALLS.contains(&(ip_block::GROUP, ip_block::PLURAL, verb)), "{verb}");
     }
+}
+
+/// The node agent's yh-ipam lease is granted by a Role in the DaemonSet's namespace (where the agent,
+/// through its service account's `namespace`, keeps it), bound to its service account: exactly the
+/// lease requests the agent makes, and only there.
+#[test]
+fn the_agent_may_renew_its_lease_in_its_own_namespace_only() {
+    let role: Role = find("manifests", "yh-genie-ipam-leases");
+    let ds = installer_daemonset();
+    let namespace = ds.metadata.namespace.clone().unwrap();
+    assert_eq!(role.metadata.namespace.as_deref(), Some(namespace.as_str()));
+    let mut granted = BTreeSet::new();
+    for rule in role.rules.unwrap() {
+        assert!(rule.resource_names.is_none(), "{rule:?}");
+        for group in rule.api_groups.unwrap_or_default() {
+            for resource in rule.resources.clone().unwrap_or_default() {
+                for verb in &rule.verbs {
+                    granted.insert((group.clone(), resource.clone(), verb.clone()));
+                }
+            }
+        }
+    }
+    let wanted: BTreeSet<_> =
+        AGENT_LEASE_CALLS.iter().map(|(g, r, v)| (g.to_string(), r.to_string(), v.to_string())).collect();
+    assert_eq!(granted, wanted);
+    let binding: RoleBinding = find("manifests", "yh-genie-ipam-leases");
+    assert_eq!(binding.metadata.namespace.as_deref(), Some(namespace.as_str()));
+    assert_eq!((binding.role_ref.kind.as_str(), binding.role_ref.name.as_str()), ("Role", "yh-genie-ipam-leases"));
+    let account = ds.spec.as_ref().unwrap().template.spec.as_ref().unwrap().service_account_name.clone().unwrap();
+    assert!(binding.subjects.unwrap().iter().any(|s| s.kind == "ServiceAccount"
+        && s.name == account
+        && s.namespace.as_deref() == Some(namespace.as_str())));
 }
 
 /// kubectl for `kubectl kustomize`, which needs no cluster: `YH_GENIE_KUBECTL` (the cluster tier

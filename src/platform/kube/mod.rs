@@ -64,6 +64,14 @@ pub const AGENT_API_CALLS: [(&str, &str, &str); 15] = [
     ("", "pods", "get"),
 ];
 
+/// The node agent's requests for its node's `yh-ipam` lease (`coordination.k8s.io` Leases), in its
+/// own namespace only: a Role grants them there, not the ClusterRole.
+pub const AGENT_LEASE_CALLS: [(&str, &str, &str); 3] = [
+    ("coordination.k8s.io", "leases", "get"),
+    ("coordination.k8s.io", "leases", "create"),
+    ("coordination.k8s.io", "leases", "update"),
+];
+
 /// An object's annotations, by key.
 pub type Annotations = BTreeMap<String, String>;
 

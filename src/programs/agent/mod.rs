@@ -83,6 +83,8 @@ pub struct AgentSettings {
     pub ipam_records: PathBuf,
     /// `--ipam-reclaim-after`: how long a pod is gone before its addresses are given back.
     pub ipam_reclaim_after: Duration,
+    /// `--ipam-lease-duration`: how long the node's `yh-ipam` lease holds without a renewal.
+    pub ipam_lease_duration: Duration,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -104,6 +106,7 @@ pub struct Options {
     /// The node's `yh-ipam` allocation records, as this process reaches them.
     pub ipam_records: PathBuf,
     pub ipam_reclaim_after: Duration,
+    pub ipam_lease_duration: Duration,
 }
 
 impl Options {
@@ -129,6 +132,7 @@ impl Options {
                 .then(|| reach(&crate::node::paths::worker_socket(&settings.socket))),
             ipam_records: reach(&settings.ipam_records),
             ipam_reclaim_after: settings.ipam_reclaim_after,
+            ipam_lease_duration: settings.ipam_lease_duration,
         }
     }
 }
@@ -258,8 +262,9 @@ fn run(options: &Options, bound: &Mutex<Bound>) -> anyhow::Result<()> {
     runtime.block_on(async {
         let client = watching::connect(&options.access).await.map_err(|e| anyhow!(e))?;
         // Before the socket answers anything: the addresses the node's pods hold.
-        let addresses = addresses::Addresses::restore(&options.ipam_records, &options.node)
-            .with_context(|| format!("reading the address records in {}", options.ipam_records.display()))?;
+        let addresses =
+            addresses::Addresses::restore(&options.ipam_records, &options.node, options.ipam_lease_duration)
+                .with_context(|| format!("reading the address records in {}", options.ipam_records.display()))?;
         let (listener, id) =
             server::bind(&options.socket).with_context(|| format!("listening on {}", options.socket.display()))?;
         let (report_socket, report_id) = reports::bind(&options.socket).with_context(|| {
@@ -305,6 +310,8 @@ fn run(options: &Options, bound: &Mutex<Bound>) -> anyhow::Result<()> {
         tasks.spawn(annotate::run(shared.clone(), jobs));
         tasks.spawn(annotate::send_events(shared.clone()));
         tasks.spawn(http::serve(shared.clone(), options.metrics_address));
+        let keeper = shared.clone();
+        tasks.spawn(async move { keeper.addresses.keep_lease(&keeper.client).await });
         if let (Some(worker), Some(changes)) = (options.dynamic_networks.clone(), dynamic_changes) {
             tasks.spawn(dynamic::run(shared.clone(), worker, changes));
         }

@@ -92,6 +92,10 @@ pub struct AgentArgs {
     /// addresses, if its DEL has not
     #[arg(long, value_name = "SECONDS", env = "YH_GENIE_IPAM_RECLAIM_AFTER", default_value_t = 30)]
     ipam_reclaim_after: u64,
+    /// how long the node's yh-ipam lease holds without a renewal: an agent that could not renew it
+    /// for that long hands out no yh-ipam address
+    #[arg(long, value_name = "SECONDS", env = "YH_GENIE_IPAM_LEASE_DURATION", default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..))]
+    ipam_lease_duration: u64,
 }
 
 impl AgentArgs {
@@ -130,6 +134,7 @@ impl AgentArgs {
             dynamic_networks: self.dynamic_networks,
             ipam_records,
             ipam_reclaim_after: std::time::Duration::from_secs(self.ipam_reclaim_after),
+            ipam_lease_duration: std::time::Duration::from_secs(self.ipam_lease_duration),
         })
     }
 }

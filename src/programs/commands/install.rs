@@ -185,6 +185,7 @@ mod tests {
                 dynamic_networks: false,
                 ipam_records: crate::node::paths::IPAM_RECORDS.into(),
                 ipam_reclaim_after: std::time::Duration::from_secs(30),
+                ipam_lease_duration: std::time::Duration::from_secs(60),
             })
         );
         let o =

@@ -6,6 +6,8 @@
 //! - `allocator`: the node's blocks and owners in memory, saying which block to claim when none has
 //!   room;
 //! - `claims`: a block claimed through the API server, one `IPBlock` object per block;
+//! - `lease`: the node's lease on its blocks, renewed in the background; no address is handed out
+//!   while it is older than its duration;
 //! - `records`: one durable file per owner, written before the plugin hears its addresses and read
 //!   back at start, before the agent answers.
 //!
@@ -15,6 +17,7 @@
 mod allocator;
 mod blocks;
 mod claims;
+mod lease;
 mod records;
 
 use crate::node::agent_socket::addresses::{AddressOwner, PoolSpec};
@@ -30,11 +33,12 @@ pub struct Addresses {
     state: tokio::sync::Mutex<Allocator>,
     records: Records,
     node: String,
+    lease: lease::NodeLease,
 }
 
 impl Addresses {
     /// The node's addresses as its records under `dir` hold them; what could not be read is logged.
-    pub fn restore(dir: &Path, node: &str) -> std::io::Result<Self> {
+    pub fn restore(dir: &Path, node: &str, lease_duration: std::time::Duration) -> std::io::Result<Self> {
         let records = Records::new(dir);
         let (read, problems) = records.read_all()?;
         for problem in problems {
@@ -44,14 +48,19 @@ impl Addresses {
         for record in &read {
             allocator.restore(&record.pool, &record.owner, &record.addresses);
         }
+        let lease = lease::NodeLease::new(lease_duration);
         if !read.is_empty() {
             info!("{} address records read back from {}", read.len(), dir.display());
+            lease.want();
         }
-        Ok(Addresses { state: tokio::sync::Mutex::new(allocator), records, node: node.to_string() })
+        Ok(Addresses { state: tokio::sync::Mutex::new(allocator), records, node: node.to_string(), lease })
     }
 
     /// An address of each of `pool`'s range sets for `owner`, claiming blocks as needed.
     pub async fn allocate(&self, client: &::kube::Client, pool: PoolSpec, owner: AddressOwner) -> Answer {
+        if let Err(why) = self.lease.check(&self.node).await {
+            return Answer::NoAddress { why, retry: true };
+        }
         let mut state = self.state.lock().await;
         loop {
             match state.allocate(&pool, &owner) {
@@ -124,6 +133,11 @@ impl Addresses {
             }
         }
         Ok(())
+    }
+
+    /// Renew the node's lease for as long as the agent runs (once an allocation or a record wants it).
+    pub async fn keep_lease(&self, client: &::kube::Client) -> String {
+        self.lease.keep(client, &self.node).await
     }
 
     /// The pods holding addresses on this node: uid and `namespace/name`.

@@ -158,6 +158,11 @@ impl ApiServer {
             .collect()
     }
 
+    /// The `Lease` `namespace/name`, as last written.
+    pub fn lease(&self, namespace: &str, name: &str) -> Option<Value> {
+        self.state.objects.store.lock().unwrap().get(Resource::Leases, namespace, name).cloned()
+    }
+
     fn put(&self, resource: Resource, namespace: &str, name: &str, object: Value) {
         self.state.objects.store.lock().unwrap().put(resource, namespace, name, object);
     }

@@ -22,6 +22,8 @@ pub enum Resource {
     Slices,
     /// yh-ipam's blocks (ipam.yh-genie.io/v1alpha1), cluster-scoped.
     IpBlocks,
+    /// coordination.k8s.io/v1, namespaced: the lease a node agent holds for its yh-ipam blocks.
+    Leases,
 }
 
 impl Resource {
@@ -33,6 +35,7 @@ impl Resource {
             Resource::Claims => "resourceclaims",
             Resource::Slices => "resourceslices",
             Resource::IpBlocks => "ipblocks",
+            Resource::Leases => "leases",
         }
     }
     /// The `kind` of one object.
@@ -44,6 +47,7 @@ impl Resource {
             Resource::Claims => "ResourceClaim",
             Resource::Slices => "ResourceSlice",
             Resource::IpBlocks => "IPBlock",
+            Resource::Leases => "Lease",
         }
     }
     fn list_kind(self) -> &'static str {
@@ -54,6 +58,7 @@ impl Resource {
             Resource::Claims => "ResourceClaimList",
             Resource::Slices => "ResourceSliceList",
             Resource::IpBlocks => "IPBlockList",
+            Resource::Leases => "LeaseList",
         }
     }
     pub fn api_version(self) -> &'static str {
@@ -61,6 +66,7 @@ impl Resource {
             Resource::Nads => "k8s.cni.cncf.io/v1",
             Resource::Claims | Resource::Slices => "resource.k8s.io/v1",
             Resource::IpBlocks => "ipam.yh-genie.io/v1alpha1",
+            Resource::Leases => "coordination.k8s.io/v1",
             _ => "v1",
         }
     }
