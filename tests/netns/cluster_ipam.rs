@@ -68,6 +68,15 @@ fn start_agent_with(n: &NetnsNode, flags: &[&str]) -> Agent {
     agent
 }
 
+/// The agent's figures for pool `lan`: (blocks, addresses used, addresses free).
+fn lan_metrics(agent: &Agent) -> (u64, u64, u64) {
+    (
+        agent.metric("yh_genie_agent_ipam_blocks{pool=\"lan\"}"),
+        agent.metric("yh_genie_agent_ipam_addresses{pool=\"lan\",state=\"used\"}"),
+        agent.metric("yh_genie_agent_ipam_addresses{pool=\"lan\",state=\"free\"}"),
+    )
+}
+
 fn records(n: &NetnsNode) -> usize {
     walk_json(&ipam_records(&n.agent_socket()))
 }
@@ -111,6 +120,7 @@ fn yh_ipam_hands_out_addresses_from_the_nodes_blocks_through_its_agent() {
     let blocks = n.api.ip_blocks();
     assert_eq!(blocks["10.81.0.0-30"], json!({"cidr": "10.81.0.0/30", "pool": "lan", "node": "yh-node"}));
     assert_eq!(records(&n), 2);
+    assert_eq!(lan_metrics(&agent), (1, 2, 0), "one block of two usable addresses, both used");
 
     // A retried ADD (the same pod, sandbox and interface) gets the same address.
     match allocate(&n, &list, "a", &a.cid) {
@@ -133,6 +143,7 @@ fn yh_ipam_hands_out_addresses_from_the_nodes_blocks_through_its_agent() {
     // .4/30: AlreadyExists, read back, the other node's; .8/30 claimed.
     assert_eq!(block_requests(&n), ["create", "create", "get", "create"]);
     assert_eq!(n.api.ip_blocks()["10.81.0.4-30"]["node"], "other-node", "the other node's block is left alone");
+    assert_eq!(lan_metrics(&agent), (2, 4, 0), ".0/30 (.2, .3) and .8/30 (.8, .9: the range ends at .9)");
 
     // Exhausted: a CNI error naming the pool, and nothing left behind.
     let e = n.pod("e");
@@ -149,6 +160,7 @@ fn yh_ipam_hands_out_addresses_from_the_nodes_blocks_through_its_agent() {
     assert_eq!(n.call("DEL", &a, &conf).code, 0);
     assert!(pod_addresses(&a).is_empty());
     assert_eq!(records(&n), 3);
+    assert_eq!(lan_metrics(&agent), (2, 3, 1));
     let e = e.renew("e");
     assert_eq!(add(&n, &e, &conf), ["10.81.0.2/24"]);
     for pod in [&b, &c, &d, &e] {
@@ -249,6 +261,7 @@ fn an_agent_cut_off_from_the_api_server_refuses_yh_ipam_adds_once_its_lease_is_o
     }
     assert!(pod_addresses(&b).is_empty());
     assert_eq!(records(&n), 1);
+    assert!(agent.metric("yh_genie_agent_ipam_lease_age_seconds") >= 2, "the lease's age on /metrics");
     assert!(agent.logged().contains("renewing the yh-ipam lease default/yh-ipam-yh-node"), "{}", agent.logged());
 
     // Answering again: the lease is renewed and the runtime's retry gets its address.

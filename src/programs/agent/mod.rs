@@ -430,6 +430,8 @@ impl Shared {
             streaming: &self.streaming,
             ready,
             default_network_ready: self.default_network.waiting_for().is_none(),
+            ipam: self.addresses.usage(),
+            ipam_lease_age: self.addresses.lease_age(),
         })
     }
 }

@@ -3,7 +3,7 @@
 //! node's blocks it says which block to claim (`Step::Claim`), and the caller claims it
 //! (`claims`) and asks again. An allocation is all of a pool's range sets or nothing.
 
-use super::blocks::{candidates, first_free, within};
+use super::blocks::{candidates, first_free, usable_in, within};
 use crate::node::agent_socket::addresses::{AddressOwner, Allocated, PoolSpec};
 use ipnetwork::IpNetwork;
 use std::collections::{BTreeMap, BTreeSet};
@@ -15,6 +15,18 @@ use std::time::{Duration, Instant};
 struct NodeBlock {
     pool: String,
     used: BTreeSet<IpAddr>,
+    /// How many addresses it may hand out in all, once the pool's ranges are known (an ADD of the
+    /// pool brings them; the records alone do not).
+    usable: Option<usize>,
+}
+
+/// What this node holds of one pool, for the metrics.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PoolUsage {
+    pub blocks: usize,
+    pub used: usize,
+    /// The addresses its blocks may still hand out; `None` while the pool's ranges are unknown.
+    pub free: Option<usize>,
 }
 
 /// An owner's addresses in one pool, by (pool, uid, container id, ifname).
@@ -50,6 +62,9 @@ impl Allocator {
     /// An address of each range set of `spec` for `owner`: the ones it holds, else free ones of the
     /// node's blocks of the pool.
     pub fn allocate(&mut self, spec: &PoolSpec, owner: &AddressOwner) -> Step {
+        for (block, held) in self.blocks.iter_mut().filter(|(_, held)| held.pool == spec.name) {
+            held.usable.get_or_insert_with(|| usable_in(spec, *block));
+        }
         let key = key(&spec.name, owner);
         if let Some((_, addresses)) = self.held.get(&key) {
             self.handed.insert(owner.uid.clone(), Instant::now());
@@ -90,7 +105,7 @@ impl Allocator {
 
     /// `block` is this node's, for `pool` (claimed now, or found claimed by this node before).
     pub fn adopt(&mut self, block: IpNetwork, pool: &str) {
-        self.blocks.entry(block).or_insert_with(|| NodeBlock { pool: pool.to_string(), used: BTreeSet::new() });
+        self.blocks.entry(block).or_insert_with(|| NodeBlock { pool: pool.to_string(), ..NodeBlock::default() });
     }
 
     /// `block` is another node's.
@@ -170,14 +185,15 @@ impl Allocator {
         self.release(pool, &owner.container_id, &owner.ifname, Some(&owner.uid));
     }
 
-    /// The node's blocks of each pool and the addresses used in them: (pool, blocks, used).
-    #[cfg(test)]
-    pub fn usage(&self) -> BTreeMap<&str, (usize, usize)> {
-        let mut usage: BTreeMap<&str, (usize, usize)> = BTreeMap::new();
+    /// The node's blocks of each pool, the addresses used in them and those still free.
+    pub fn usage(&self) -> BTreeMap<String, PoolUsage> {
+        let mut usage: BTreeMap<String, PoolUsage> = BTreeMap::new();
         for block in self.blocks.values() {
-            let entry = usage.entry(block.pool.as_str()).or_default();
-            entry.0 += 1;
-            entry.1 += block.used.len();
+            let entry = usage.entry(block.pool.clone()).or_insert(PoolUsage { free: Some(0), ..PoolUsage::default() });
+            entry.blocks += 1;
+            entry.used += block.used.len();
+            entry.free =
+                entry.free.zip(block.usable).map(|(free, usable)| free + usable.saturating_sub(block.used.len()));
         }
         usage
     }
@@ -260,7 +276,7 @@ mod tests {
         let got: Vec<String> = (0..4).map(|n| take(&mut a, &s, &owner(n)).unwrap().remove(0)).collect();
         // .0/30 gives .2 and .3 (not the network address, not the gateway); .4/30 is another node's.
         assert_eq!(got, ["10.80.0.2", "10.80.0.3", "10.80.0.8", "10.80.0.9"]);
-        assert_eq!(a.usage()["lan"], (2, 4));
+        assert_eq!(a.usage()["lan"], PoolUsage { blocks: 2, used: 4, free: Some(2) }, ".10 and .11 left");
     }
 
     #[test]
@@ -297,7 +313,7 @@ mod tests {
         assert_eq!(take(&mut a, &s, &owner(2)).unwrap(), ["10.80.0.3", "fd80::3"]);
         // The IPv6 set is full: nothing is taken from the IPv4 one either.
         assert!(take(&mut a, &s, &owner(3)).unwrap_err().contains("fd80::1-fd80::3"));
-        assert_eq!(a.usage()["lan"].1, 4);
+        assert_eq!(a.usage()["lan"].used, 4);
     }
 
     #[test]
@@ -308,5 +324,23 @@ mod tests {
         a.restore("lan", &owner(1), &[Allocated { address: "10.80.0.2".parse().unwrap(), block }]);
         assert_eq!(take(&mut a, &s, &owner(2)).unwrap(), ["10.80.0.3"], "no claim: the block is the node's");
         assert_eq!(take(&mut a, &s, &owner(1)).unwrap(), ["10.80.0.2"]);
+    }
+
+    #[test]
+    fn usage_counts_the_blocks_and_their_used_and_free_addresses() {
+        // Blocks of 8 from .1 to .20, the gateway .1 and .5 excluded: .0/29 may hand out .2-.4 and
+        // .6-.7 (5), .8/29 all 8, .16/29 .16-.20 (5).
+        let mut s = spec("10.80.0.0/24", "10.80.0.20", 8);
+        s.exclude = vec!["10.80.0.5/32".parse().unwrap()];
+        let block: IpNetwork = "10.80.0.0/29".parse().unwrap();
+        let mut a = Allocator::default();
+        a.restore("lan", &owner(1), &[Allocated { address: "10.80.0.2".parse().unwrap(), block }]);
+        assert_eq!(a.usage()["lan"], PoolUsage { blocks: 1, used: 1, free: None }, "the ranges not known yet");
+        for n in 2..=7 {
+            take(&mut a, &s, &owner(n)).unwrap();
+        }
+        assert_eq!(a.usage()["lan"], PoolUsage { blocks: 2, used: 7, free: Some(6) });
+        a.release("lan", "c2", "net1", None);
+        assert_eq!(a.usage()["lan"], PoolUsage { blocks: 2, used: 6, free: Some(7) });
     }
 }

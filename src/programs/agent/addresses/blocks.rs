@@ -55,6 +55,16 @@ pub fn first_free(
     (first..=last).map(|n| address(n, block.is_ipv4())).find(|ip| usable(spec, set, *ip) && free(*ip))
 }
 
+/// How many addresses of `block` `spec` may hand out (from any of its range sets).
+pub fn usable_in(spec: &PoolSpec, block: IpNetwork) -> usize {
+    let sets: Vec<&Vec<PoolRange>> = spec.range_sets.iter().filter(|set| within(set, block)).collect();
+    let (first, last) = bounds(block);
+    (first..=last)
+        .map(|n| address(n, block.is_ipv4()))
+        .filter(|ip| sets.iter().any(|set| usable(spec, set, *ip)))
+        .count()
+}
+
 /// Whether `block` holds an address of `set` (it is one of the set's blocks).
 pub fn within(set: &[PoolRange], block: IpNetwork) -> bool {
     let (first, last) = bounds(block);

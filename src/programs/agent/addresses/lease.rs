@@ -74,6 +74,11 @@ impl NodeLease {
         ))
     }
 
+    /// Since the last successful renewal was sent; `None` before the first.
+    pub fn age(&self) -> Option<Duration> {
+        self.renewed.borrow().map(|at| at.elapsed())
+    }
+
     fn renewal_period(&self) -> Duration {
         (self.duration / 4).max(Duration::from_millis(200))
     }

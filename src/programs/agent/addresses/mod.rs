@@ -22,6 +22,7 @@ mod records;
 
 use crate::node::agent_socket::addresses::{AddressOwner, PoolSpec};
 use crate::node::agent_socket::protocol::Answer;
+pub use allocator::PoolUsage;
 use allocator::{Allocator, Step};
 use claims::Claimed;
 use records::{Record, Records};
@@ -34,6 +35,9 @@ pub struct Addresses {
     records: Records,
     node: String,
     lease: lease::NodeLease,
+    /// What the node holds of each pool, as of the last change: for the metrics, which cannot wait
+    /// on an allocation in progress.
+    usage: std::sync::Mutex<BTreeMap<String, PoolUsage>>,
 }
 
 impl Addresses {
@@ -53,7 +57,8 @@ impl Addresses {
             info!("{} address records read back from {}", read.len(), dir.display());
             lease.want();
         }
-        Ok(Addresses { state: tokio::sync::Mutex::new(allocator), records, node: node.to_string(), lease })
+        let usage = std::sync::Mutex::new(allocator.usage());
+        Ok(Addresses { state: tokio::sync::Mutex::new(allocator), records, node: node.to_string(), lease, usage })
     }
 
     /// An address of each of `pool`'s range sets for `owner`, claiming blocks as needed.
@@ -62,14 +67,26 @@ impl Addresses {
             return Answer::NoAddress { why, retry: true };
         }
         let mut state = self.state.lock().await;
+        let answer = self.allocate_in(&mut state, client, &pool, &owner).await;
+        self.publish(&state);
+        answer
+    }
+
+    async fn allocate_in(
+        &self,
+        state: &mut Allocator,
+        client: &::kube::Client,
+        pool: &PoolSpec,
+        owner: &AddressOwner,
+    ) -> Answer {
         loop {
-            match state.allocate(&pool, &owner) {
+            match state.allocate(pool, owner) {
                 Step::Addresses { addresses, fresh } => {
                     if fresh {
                         let record =
                             Record { pool: pool.name.clone(), owner: owner.clone(), addresses: addresses.clone() };
                         if let Err(e) = self.records.write(&record) {
-                            state.forget(&pool.name, &owner);
+                            state.forget(&pool.name, owner);
                             return Answer::NoAddress { why: format!("recording the addresses: {e}"), retry: true };
                         }
                     }
@@ -101,15 +118,18 @@ impl Addresses {
     /// the runtime asks again.
     pub async fn release(&self, pool: &str, container_id: &str, ifname: &str, uid: Option<&str>) -> Answer {
         let mut state = self.state.lock().await;
+        let mut answer = Answer::Released;
         for (owner, addresses) in state.release(pool, container_id, ifname, uid) {
             if let Err(e) = self.records.remove(pool, &owner) {
                 state.restore(pool, &owner, &addresses);
-                return Answer::Refused {
+                answer = Answer::Refused {
                     why: format!("removing the address record of {} in pool {pool:?}: {e}", owner.pod),
                 };
+                break;
             }
         }
-        Answer::Released
+        self.publish(&state);
+        answer
     }
 
     /// Give back what pod `uid` holds, now that it is gone: its DEL may never come (a pod deleted
@@ -132,7 +152,22 @@ impl Addresses {
                 }
             }
         }
+        self.publish(&state);
         Ok(())
+    }
+
+    fn publish(&self, state: &Allocator) {
+        *self.usage.lock().unwrap_or_else(|e| e.into_inner()) = state.usage();
+    }
+
+    /// What the node holds of each pool: blocks, addresses used and free.
+    pub fn usage(&self) -> BTreeMap<String, PoolUsage> {
+        self.usage.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Since the node's lease was last renewed; `None` while it holds none.
+    pub fn lease_age(&self) -> Option<std::time::Duration> {
+        self.lease.age()
     }
 
     /// Renew the node's lease for as long as the agent runs (once an allocation or a record wants it).
