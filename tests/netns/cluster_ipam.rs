@@ -191,8 +191,10 @@ fn the_agent_gives_back_the_addresses_of_a_pod_gone_without_its_del() {
 
     // Pod a is deleted and its DEL never comes: its address is free again, b's is not.
     n.api.remove_pod("default", "a");
-    agent.wait_for("the agent to give back the address of deleted pod a", || records(&n) == 1);
-    assert!(agent.logged().contains("10.81.0.2 of pool \"lan\" are free"), "{}", agent.logged());
+    // The record goes first, the log line after it.
+    agent.wait_for("the agent to give back the address of deleted pod a", || {
+        records(&n) == 1 && agent.logged().contains("10.81.0.2 of pool \"lan\" are free")
+    });
     let c = n.pod("c");
     assert_eq!(add(&n, &c, &conf), ["10.81.0.2/24"]);
 
