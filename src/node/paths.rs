@@ -10,6 +10,7 @@
 //! | the CNI configuration files; the selector's, written by the installer | `/etc/cni/net.d/`; `00-yh-genie.conflist` in it |
 //! | the CNI plugins' binaries | `/opt/cni/bin/` |
 //! | the selector's attachment records, tombstones, its networks' IPAM and plugin state | `/var/lib/cni/yh-genie/` (its `dataDir`) |
+//! | the node agent's records of the `yh-ipam` addresses it handed out | `/var/lib/cni/yh-genie/ipam/` |
 //! | Multus's delegate cache, read for pods Multus attached | `/var/lib/cni/multus/` |
 //! | the attachment locks (`platform::cni::attachment_lock`) | `/run/yh-genie/attachments/` |
 //! | the selector's results of completed ADDs | `/run/yh-genie/results<dataDir>/` |
@@ -32,6 +33,9 @@ pub const CONFLIST: &str = "/etc/cni/net.d/00-yh-genie.conflist";
 pub const BIN_DIR: &str = "/opt/cni/bin";
 /// The selector's durable state (its `dataDir`).
 pub const DATA_DIR: &str = "/var/lib/cni/yh-genie";
+/// Where the node agent records the `yh-ipam` addresses it handed out (durable: its blocks in the
+/// API server outlive a reboot, and so must what the node's pods hold of them).
+pub const IPAM_RECORDS: &str = "/var/lib/cni/yh-genie/ipam";
 /// Where Multus (thin and thick alike) keeps its delegate cache.
 pub const MULTUS_DIR: &str = "/var/lib/cni/multus";
 /// The node's volatile state, unless `LOCK_DIR_VAR` moves it.

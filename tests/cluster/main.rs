@@ -43,6 +43,10 @@ use races::*;
 mod whereabouts;
 use whereabouts::*;
 
+/// yh-ipam, yh-genie's cluster-wide IPAM, as the IPAM of a macvlan NAD.
+mod yh_ipam;
+use yh_ipam::*;
+
 /// DRA: the project's test driver's devices, found for the pods whose claims they were allocated to.
 mod dra;
 use dra::*;
@@ -94,6 +98,10 @@ const TESTS: &[(&str, Test)] = &[
     ("dynamic_networks_latency_from_edit_to_answering_interface", dynamic_networks_latency),
     ("dynamic_networks_switch_off_with_the_plain_manifest", dynamic_networks_switch_off_with_the_plain_manifest),
     ("whereabouts_gives_pods_across_nodes_distinct_addresses", whereabouts_gives_pods_across_nodes_distinct_addresses),
+    (
+        "yh_ipam_gives_pods_across_nodes_distinct_addresses_and_frees_them",
+        yh_ipam_gives_pods_across_nodes_distinct_addresses_and_frees_them,
+    ),
     ("uninstall_leaves_the_nodes_as_the_docs_say", uninstall_leaves_the_nodes_as_the_docs_say),
     // After the uninstall: it starts from a node without yh-genie.
     ("a_node_moves_from_multus_without_leaking_an_address", a_node_moves_from_multus_without_leaking_an_address),

@@ -37,13 +37,13 @@ fn allocations(cluster: &Cluster) -> Vec<String> {
 }
 
 /// The selector's policy, from the `yh-genie-config` ConfigMap.
-fn selector_settings(cluster: &Cluster) -> String {
+pub fn selector_settings(cluster: &Cluster) -> String {
     let config = cluster.get_json(&["-n", "kube-system", "get", "configmap", "yh-genie-config"]);
     config["data"]["selector.json"].as_str().unwrap_or("{}").to_string()
 }
 
 /// `settings` as the selector's policy, and waited for on every node's conflist.
-fn set_selector_settings(cluster: &Cluster, settings: &str) {
+pub fn set_selector_settings(cluster: &Cluster, settings: &str) {
     let patch = json!({"data": {"selector.json": settings}}).to_string();
     cluster.kubectl_ok(&["-n", "kube-system", "patch", "configmap", "yh-genie-config", "--type=merge", "-p", &patch]);
     let wanted: Value = serde_json::from_str(settings).unwrap();

@@ -241,6 +241,7 @@ fn fake_agent(socket: &std::path::Path, objects: PodObjects) -> Arc<std::sync::M
             let answer = match &request.ask {
                 Ask::Selection { .. } => Answer::Objects(Box::new(objects.clone())),
                 Ask::Annotate { .. } => Answer::Accepted,
+                Ask::Allocate { .. } | Ask::Release { .. } => Answer::Refused { why: "not this fake's".into() },
             };
             kept.lock().unwrap().push(request.ask);
             let _ = (&stream).write_all(&Reply::new(answer).line());
@@ -359,7 +360,7 @@ fn a_dra_claims_device_is_moved_into_the_pod_without_asking_the_kubelet_or_the_a
                 let asked = asked.lock().unwrap().clone();
                 let status = asked.iter().find_map(|ask| match ask {
                     Ask::Annotate { annotations, .. } => annotations.get(NETWORK_STATUS).cloned(),
-                    Ask::Selection { .. } => None,
+                    _ => None,
                 });
                 let status: Value = serde_json::from_str(&status.expect("a status handed to the agent")).unwrap();
                 let net1 = status.as_array().unwrap().iter().find(|e| e["interface"] == "net1").unwrap();

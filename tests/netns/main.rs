@@ -9,6 +9,7 @@ mod support;
 
 // The built-in plugins and the kernel layer.
 mod bridge;
+mod cluster_ipam;
 mod host_local;
 mod legacy_versions;
 mod logging;

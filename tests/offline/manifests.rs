@@ -10,7 +10,7 @@
 use k8s_openapi::api::admissionregistration::v1::{ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding};
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{ConfigMap, Container, Namespace, Pod, Service, ServiceAccount};
-use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
+use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
@@ -20,7 +20,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use testkit::cluster::pods::{Network, sleeper, web_server};
 use yh_genie::platform::cni::ConfList;
-use yh_genie::platform::kube::{AGENT_API_CALLS, API_CALLS, NetworkAttachmentDefinition};
+use yh_genie::platform::kube::{AGENT_API_CALLS, AGENT_LEASE_CALLS, API_CALLS, NetworkAttachmentDefinition};
 use yh_genie::programs::commands;
 use yh_genie::programs::install::Options;
 // Plugin types that are part of the binary.
@@ -125,6 +125,8 @@ fn check_all_typed(dir: &str) {
             "ServiceAccount" => drop(doc.typed::<ServiceAccount>()),
             "ClusterRole" => drop(doc.typed::<ClusterRole>()),
             "ClusterRoleBinding" => drop(doc.typed::<ClusterRoleBinding>()),
+            "Role" => drop(doc.typed::<Role>()),
+            "RoleBinding" => drop(doc.typed::<RoleBinding>()),
             "ConfigMap" => drop(doc.typed::<ConfigMap>()),
             "DaemonSet" => drop(doc.typed::<DaemonSet>()),
             "Pod" => drop(doc.typed::<Pod>()),
@@ -485,7 +487,7 @@ fn the_nad_crd_is_shipped_for_the_type_the_code_reads() {
     let holding_it: Vec<String> = ["manifests", "examples", "e2e"]
         .into_iter()
         .flat_map(docs_in)
-        .filter(|d| d.kind() == "CustomResourceDefinition")
+        .filter(|d| d.kind() == "CustomResourceDefinition" && d.name() == name)
         .map(|d| d.origin)
         .collect();
     assert_eq!(holding_it, ["manifests/nad-crd.yaml document 1"], "one copy of the CRD");
@@ -494,6 +496,70 @@ fn the_nad_crd_is_shipped_for_the_type_the_code_reads() {
     let at =
         |name: &str| applied.iter().position(|f| f.ends_with(name)).unwrap_or_else(|| panic!("no manifests/{name}"));
     assert!(at("nad-crd.yaml") < at("yh-genie.yaml"), "the CRD is applied first: {applied:?}");
+}
+
+/// yh-ipam's IPBlock CRD ships in manifests/ as the code names the objects it creates (group,
+/// version, kind, plural, cluster-scoped), applied before yh-genie.yaml, with the spec's fields the
+/// agent writes; the ClusterRole lets the agent create and read them.
+#[test]
+fn the_ipblock_crd_is_shipped_for_the_objects_the_agent_creates() {
+    use yh_genie::platform::kube::ip_block;
+    let name = format!("{}.{}", ip_block::PLURAL, ip_block::GROUP);
+    let crd: CustomResourceDefinition = find("manifests", &name);
+    assert_eq!(crd.spec.group, ip_block::GROUP);
+    assert_eq!(crd.spec.scope, "Cluster");
+    assert_eq!((crd.spec.names.kind.as_str(), crd.spec.names.plural.as_str()), (ip_block::KIND, ip_block::PLURAL));
+    let version = crd.spec.versions.iter().find(|v| v.name == ip_block::VERSION).expect("the code's version");
+    assert!(version.served && version.storage);
+    let schema = version.schema.as_ref().unwrap().open_api_v3_schema.as_ref().unwrap();
+    let spec = &schema.properties.as_ref().unwrap()["spec"];
+    let written = serde_json::to_value(ip_block::IpBlockSpec {
+        cidr: "10.0.0.0/28".parse().unwrap(),
+        pool: "p".into(),
+        node: "n".into(),
+    })
+    .unwrap();
+    let declared: BTreeSet<&String> = spec.properties.as_ref().unwrap().keys().collect();
+    assert_eq!(declared, written.as_object().unwrap().keys().collect(), "the fields the agent writes");
+    let applied: Vec<PathBuf> =
+        yaml_files("manifests").into_iter().filter(|f| f.parent() == Some(&repo().join("manifests"))).collect();
+    let at = |name: &str| applied.iter().position(|f| f.ends_with(name)).unwrap();
+    assert!(at("ipam-crd.yaml") < at("yh-genie.yaml"), "the CRD is applied first: {applied:?}");
+    for verb in ["create", "get"] {
+        assert!(AGENT_API_CALLS.contains(&(ip_block::GROUP, ip_block::PLURAL, verb)), "{verb}");
+    }
+}
+
+/// The node agent's yh-ipam lease is granted by a Role in the DaemonSet's namespace (where the agent,
+/// through its service account's `namespace`, keeps it), bound to its service account: exactly the
+/// lease requests the agent makes, and only there.
+#[test]
+fn the_agent_may_renew_its_lease_in_its_own_namespace_only() {
+    let role: Role = find("manifests", "yh-genie-ipam-leases");
+    let ds = installer_daemonset();
+    let namespace = ds.metadata.namespace.clone().unwrap();
+    assert_eq!(role.metadata.namespace.as_deref(), Some(namespace.as_str()));
+    let mut granted = BTreeSet::new();
+    for rule in role.rules.unwrap() {
+        assert!(rule.resource_names.is_none(), "{rule:?}");
+        for group in rule.api_groups.unwrap_or_default() {
+            for resource in rule.resources.clone().unwrap_or_default() {
+                for verb in &rule.verbs {
+                    granted.insert((group.clone(), resource.clone(), verb.clone()));
+                }
+            }
+        }
+    }
+    let wanted: BTreeSet<_> =
+        AGENT_LEASE_CALLS.iter().map(|(g, r, v)| (g.to_string(), r.to_string(), v.to_string())).collect();
+    assert_eq!(granted, wanted);
+    let binding: RoleBinding = find("manifests", "yh-genie-ipam-leases");
+    assert_eq!(binding.metadata.namespace.as_deref(), Some(namespace.as_str()));
+    assert_eq!((binding.role_ref.kind.as_str(), binding.role_ref.name.as_str()), ("Role", "yh-genie-ipam-leases"));
+    let account = ds.spec.as_ref().unwrap().template.spec.as_ref().unwrap().service_account_name.clone().unwrap();
+    assert!(binding.subjects.unwrap().iter().any(|s| s.kind == "ServiceAccount"
+        && s.name == account
+        && s.namespace.as_deref() == Some(namespace.as_str())));
 }
 
 /// kubectl for `kubectl kustomize`, which needs no cluster: `YH_GENIE_KUBECTL` (the cluster tier
@@ -567,7 +633,7 @@ fn the_dynamic_networks_overlay_adds_the_worker_with_the_installers_image() {
         eprintln!("no kubectl (YH_GENIE_KUBECTL, the cluster build's, PATH): the overlay is not rendered here");
         return;
     };
-    let plain: Vec<Doc> = ["manifests/nad-crd.yaml", "manifests/yh-genie.yaml"]
+    let plain: Vec<Doc> = ["manifests/ipam-crd.yaml", "manifests/nad-crd.yaml", "manifests/yh-genie.yaml"]
         .iter()
         .flat_map(|file| {
             let text = std::fs::read_to_string(repo().join(file)).unwrap();

@@ -4,5 +4,6 @@
 //! sends the agent when it is done, for its metrics. Both sit here, below the selector and the agent
 //! alike, so that neither has to reach up into the other for their shared wire.
 
+pub mod addresses;
 pub mod client;
 pub mod protocol;

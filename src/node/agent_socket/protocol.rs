@@ -12,7 +12,11 @@
 //!   agent takes it (`Accepted`) and writes them on its own time. With `noAnswer` (only events, which
 //!   the plugin would not write itself anyway) the plugin has closed its end once the line is sent:
 //!   the agent sends no reply, and says itself when it cannot take the request.
+//! - `Ask::Allocate` and `Ask::Release`: `yh-ipam`'s addresses (`addresses`): one address of each
+//!   range set of the pool for its owner, the same ones again for an owner that holds them already
+//!   (`Allocated`), or why there are none (`NoAddress`); and their release (`Released`).
 
+use super::addresses::{AddressOwner, Allocated, PoolSpec};
 use crate::platform::kube::NetworkAttachmentDefinition;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use k8s_openapi::api::resource::v1::ResourceClaim;
@@ -63,6 +67,17 @@ pub enum Ask {
         #[serde(default, rename = "noAnswer", skip_serializing_if = "std::ops::Not::not")]
         no_answer: bool,
     },
+    /// An address of each of the pool's range sets for `owner`.
+    Allocate { pool: PoolSpec, owner: AddressOwner },
+    /// Give back what (`containerId`, `ifname`) holds in `pool`, only the pod `uid`'s when given.
+    #[serde(rename_all = "camelCase")]
+    Release {
+        pool: String,
+        container_id: String,
+        ifname: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        uid: Option<String>,
+    },
 }
 
 /// One reply: a line from the agent.
@@ -84,6 +99,17 @@ pub enum Answer {
     Accepted,
     /// The request was not understood or cannot be served (wrong version, bad line, queue full).
     Refused { why: String },
+    /// The addresses of an `Allocate`, one per range set, in the pool's order.
+    Allocated { addresses: Vec<Allocated> },
+    /// An `Allocate` that cannot be served: the pool is exhausted, or the API server could not be
+    /// asked for a block (`retry`: asking again later may help).
+    NoAddress {
+        why: String,
+        #[serde(default)]
+        retry: bool,
+    },
+    /// A `Release` done (also when nothing was held).
+    Released,
 }
 
 /// A pod and the objects it refers to, as the agent holds them.

@@ -11,6 +11,7 @@
 //! over which the plugin gets the same objects from the agent instead, in `agent_socket`.
 
 mod client;
+pub mod ip_block;
 mod nad;
 pub mod tls;
 
@@ -41,8 +42,9 @@ pub const API_CALLS: [(&str, &str, &str); 6] = [
 /// and watches its node's pods and the ConfigMaps and NetworkAttachmentDefinitions they refer to,
 /// patches a pod's network-status annotation and creates its `AddedInterface` events for the
 /// plugin. For pods with DRA resource claims it watches those claims and its node's ResourceSlices.
+/// For `yh-ipam` it claims blocks of addresses (`ip_block`) and reads a pod gone from its watch.
 /// The ClusterRole grants these and `API_CALLS`, nothing else.
-pub const AGENT_API_CALLS: [(&str, &str, &str); 12] = [
+pub const AGENT_API_CALLS: [(&str, &str, &str); 15] = [
     ("", "pods", "list"),
     ("", "pods", "watch"),
     ("", "pods", "patch"),
@@ -55,6 +57,19 @@ pub const AGENT_API_CALLS: [(&str, &str, &str); 12] = [
     ("resource.k8s.io", "resourceclaims", "watch"),
     ("resource.k8s.io", "resourceslices", "list"),
     ("resource.k8s.io", "resourceslices", "watch"),
+    // `yh-ipam`'s blocks: claimed by creating one, read back when it exists already.
+    ("ipam.yh-genie.io", "ipblocks", "create"),
+    ("ipam.yh-genie.io", "ipblocks", "get"),
+    // Whether a pod gone from the watch, holding `yh-ipam` addresses, is gone for good.
+    ("", "pods", "get"),
+];
+
+/// The node agent's requests for its node's `yh-ipam` lease (`coordination.k8s.io` Leases), in its
+/// own namespace only: a Role grants them there, not the ClusterRole.
+pub const AGENT_LEASE_CALLS: [(&str, &str, &str); 3] = [
+    ("coordination.k8s.io", "leases", "get"),
+    ("coordination.k8s.io", "leases", "create"),
+    ("coordination.k8s.io", "leases", "update"),
 ];
 
 /// An object's annotations, by key.

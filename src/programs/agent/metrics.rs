@@ -5,6 +5,8 @@
 //!
 //! - The agent's own: readiness, what it holds, its watches (synced, age, restarts, relists), its
 //!   answers to the plugin and the status writes it makes for it.
+//! - `yh-ipam`'s on this node (`yh_genie_agent_ipam_*`): the blocks it holds and their addresses
+//!   used and free, by pool (the admin's pool names), and its lease's age.
 //! - The plugin's operations (`yh_genie_cni_*`): ADD, DEL and CHECK latency per network and outcome,
 //!   failures by reason, the API requests each command made, where ADD's selection came from; from
 //!   the report each plugin process sends when it is done (`node::reports`), so they
@@ -15,6 +17,7 @@
 //! missing) are counted by the plugin's reports (`selection="api"`) when the agent hears them, and
 //! are in the plugin's operation log line (`selection="api: ..."`) always.
 
+use super::addresses::PoolUsage;
 use super::store::{Miss, Store};
 use super::sync::Sync;
 use crate::node::reports::{Command, Failure, OperationReport, Selection};
@@ -170,6 +173,10 @@ pub struct Snapshot<'a> {
     pub streaming: &'a Streaming,
     pub ready: bool,
     pub default_network_ready: bool,
+    /// `yh-ipam`: what the node holds of each pool.
+    pub ipam: BTreeMap<String, PoolUsage>,
+    /// `yh-ipam`: since the node's lease was last renewed, if it holds one.
+    pub ipam_lease_age: Option<Duration>,
 }
 
 impl Metrics {
@@ -366,6 +373,7 @@ impl Metrics {
         for (i, (label, _)) in EVENT_OUTCOMES.iter().enumerate() {
             let _ = writeln!(out, "yh_genie_agent_events_total{{outcome=\"{label}\"}} {}", get(&self.events[i]));
         }
+        render_ipam(&mut out, now);
         self.render_operations(&mut out);
         out
     }
@@ -424,6 +432,35 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+fn render_ipam(out: &mut String, now: &Snapshot<'_>) {
+    family(out, "yh_genie_agent_ipam_blocks", "gauge", "yh-ipam blocks this node holds, by pool");
+    for (pool, usage) in &now.ipam {
+        let _ = writeln!(out, "yh_genie_agent_ipam_blocks{{pool=\"{}\"}} {}", escape(pool), usage.blocks);
+    }
+    family(
+        out,
+        "yh_genie_agent_ipam_addresses",
+        "gauge",
+        "addresses of this node's yh-ipam blocks, by pool: handed out (used) and still free",
+    );
+    for (pool, usage) in &now.ipam {
+        let pool = escape(pool);
+        let _ = writeln!(out, "yh_genie_agent_ipam_addresses{{pool=\"{pool}\",state=\"used\"}} {}", usage.used);
+        if let Some(free) = usage.free {
+            let _ = writeln!(out, "yh_genie_agent_ipam_addresses{{pool=\"{pool}\",state=\"free\"}} {free}");
+        }
+    }
+    family(
+        out,
+        "yh_genie_agent_ipam_lease_age_seconds",
+        "gauge",
+        "since the node's yh-ipam lease was last renewed (none while the node holds no lease)",
+    );
+    if let Some(age) = now.ipam_lease_age {
+        let _ = writeln!(out, "yh_genie_agent_ipam_lease_age_seconds {:.3}", age.as_secs_f64());
+    }
+}
+
 fn family(out: &mut String, name: &str, kind: &str, help: &str) {
     let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
 }
@@ -443,13 +480,43 @@ mod tests {
 
     fn snapshot<'a>(store: &'a Store, sync: &'a Sync) -> Snapshot<'a> {
         static STREAMING: std::sync::LazyLock<Streaming> = std::sync::LazyLock::new(Streaming::default);
-        Snapshot { store, sync, streaming: &STREAMING, ready: false, default_network_ready: true }
+        Snapshot {
+            store,
+            sync,
+            streaming: &STREAMING,
+            ready: false,
+            default_network_ready: true,
+            ipam: BTreeMap::new(),
+            ipam_lease_age: None,
+        }
     }
 
     fn lines(text: &str, expected: &[&str]) {
         for line in expected {
             assert!(text.lines().any(|l| l == *line), "{line} missing from:\n{text}");
         }
+    }
+
+    #[test]
+    fn yh_ipam_pools_render_their_blocks_and_addresses() {
+        let (store, sync) = (Store::new(AttachmentPolicy::default()), Sync::default());
+        let mut now = snapshot(&store, &sync);
+        now.ipam.insert("lan".into(), PoolUsage { blocks: 2, used: 5, free: Some(3) });
+        now.ipam.insert("restored".into(), PoolUsage { blocks: 1, used: 1, free: None });
+        now.ipam_lease_age = Some(Duration::from_millis(1500));
+        let text = Metrics::default().render(&now);
+        lines(
+            &text,
+            &[
+                "yh_genie_agent_ipam_blocks{pool=\"lan\"} 2",
+                "yh_genie_agent_ipam_addresses{pool=\"lan\",state=\"used\"} 5",
+                "yh_genie_agent_ipam_addresses{pool=\"lan\",state=\"free\"} 3",
+                "yh_genie_agent_ipam_blocks{pool=\"restored\"} 1",
+                "yh_genie_agent_ipam_addresses{pool=\"restored\",state=\"used\"} 1",
+                "yh_genie_agent_ipam_lease_age_seconds 1.500",
+            ],
+        );
+        assert!(!text.contains("pool=\"restored\",state=\"free\""), "free unknown until the pool's ranges are: {text}");
     }
 
     #[test]

@@ -12,6 +12,8 @@
 //!   with the same `resolve` as the direct path and its own view of the node's files;
 //! - it writes the pods' network-status annotations and creates the `AddedInterface` events the
 //!   plugin hands over (`annotate`);
+//! - it hands out `yh-ipam`'s addresses from its node's blocks (`addresses`), its records read back
+//!   before it answers, and gives back those of a pod its watch finds gone;
 //! - it reports readiness and metrics on a local port (`http`, `metrics`), the plugin's operations
 //!   among them, which each plugin process reports on a datagram socket when it is done (`reports`).
 //!
@@ -19,10 +21,12 @@
 //! plugin speed (it takes the direct path), never a pod's network. A failure of the agent itself is
 //! logged and the agent starts again after a jittered backoff; the installer's loop goes on.
 
+mod addresses;
 mod annotate;
 mod dynamic;
 mod http;
 mod metrics;
+mod reclaim;
 mod reports;
 mod server;
 mod store;
@@ -75,6 +79,12 @@ pub struct AgentSettings {
     /// `--dynamic-networks`: the agent has the attach worker apply running pods' networks
     /// annotation edits.
     pub dynamic_networks: bool,
+    /// `--ipam-records`: where the node's `yh-ipam` allocations are recorded.
+    pub ipam_records: PathBuf,
+    /// `--ipam-reclaim-after`: how long a pod is gone before its addresses are given back.
+    pub ipam_reclaim_after: Duration,
+    /// `--ipam-lease-duration`: how long the node's `yh-ipam` lease holds without a renewal.
+    pub ipam_lease_duration: Duration,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -93,6 +103,10 @@ pub struct Options {
     /// `--dynamic-networks`: the attach worker's socket, as this process reaches it; running pods'
     /// networks annotation edits are applied through it (`dynamic`).
     pub dynamic_networks: Option<PathBuf>,
+    /// The node's `yh-ipam` allocation records, as this process reaches them.
+    pub ipam_records: PathBuf,
+    pub ipam_reclaim_after: Duration,
+    pub ipam_lease_duration: Duration,
 }
 
 impl Options {
@@ -116,6 +130,9 @@ impl Options {
             dynamic_networks: settings
                 .dynamic_networks
                 .then(|| reach(&crate::node::paths::worker_socket(&settings.socket))),
+            ipam_records: reach(&settings.ipam_records),
+            ipam_reclaim_after: settings.ipam_reclaim_after,
+            ipam_lease_duration: settings.ipam_lease_duration,
         }
     }
 }
@@ -244,6 +261,10 @@ fn run(options: &Options, bound: &Mutex<Bound>) -> anyhow::Result<()> {
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().context("the agent's runtime")?;
     runtime.block_on(async {
         let client = watching::connect(&options.access).await.map_err(|e| anyhow!(e))?;
+        // Before the socket answers anything: the addresses the node's pods hold.
+        let addresses =
+            addresses::Addresses::restore(&options.ipam_records, &options.node, options.ipam_lease_duration)
+                .with_context(|| format!("reading the address records in {}", options.ipam_records.display()))?;
         let (listener, id) =
             server::bind(&options.socket).with_context(|| format!("listening on {}", options.socket.display()))?;
         let (report_socket, report_id) = reports::bind(&options.socket).with_context(|| {
@@ -279,6 +300,8 @@ fn run(options: &Options, bound: &Mutex<Bound>) -> anyhow::Result<()> {
             node: options.node.clone(),
             default_network: options.default_network.clone(),
             dynamic,
+            addresses,
+            reclaim_after: options.ipam_reclaim_after,
         });
         let mut tasks = JoinSet::new();
         tasks.spawn(watch::pods(shared.clone(), options.node.clone()));
@@ -287,6 +310,8 @@ fn run(options: &Options, bound: &Mutex<Bound>) -> anyhow::Result<()> {
         tasks.spawn(annotate::run(shared.clone(), jobs));
         tasks.spawn(annotate::send_events(shared.clone()));
         tasks.spawn(http::serve(shared.clone(), options.metrics_address));
+        let keeper = shared.clone();
+        tasks.spawn(async move { keeper.addresses.keep_lease(&keeper.client).await });
         if let (Some(worker), Some(changes)) = (options.dynamic_networks.clone(), dynamic_changes) {
             tasks.spawn(dynamic::run(shared.clone(), worker, changes));
         }
@@ -329,6 +354,10 @@ struct Shared {
     default_network: NetworkReadiness,
     /// Where the pod watch tells the running pods' networks annotations (`--dynamic-networks`).
     dynamic: Option<mpsc::UnboundedSender<dynamic::Change>>,
+    /// `yh-ipam`'s addresses on this node.
+    addresses: addresses::Addresses,
+    /// How long a pod is gone before its addresses are given back.
+    reclaim_after: Duration,
 }
 
 impl Shared {
@@ -401,6 +430,8 @@ impl Shared {
             streaming: &self.streaming,
             ready,
             default_network_ready: self.default_network.waiting_for().is_none(),
+            ipam: self.addresses.usage(),
+            ipam_lease_age: self.addresses.lease_age(),
         })
     }
 }

@@ -95,6 +95,12 @@ async fn connection(shared: Arc<Shared>, stream: UnixStream) {
                 }
                 annotate::offer(&shared, job)
             }
+            Ok(Request { ask: Ask::Allocate { pool, owner }, .. }) => {
+                shared.addresses.allocate(&shared.client, pool, owner).await
+            }
+            Ok(Request { ask: Ask::Release { pool, container_id, ifname, uid }, .. }) => {
+                shared.addresses.release(&pool, &container_id, &ifname, uid.as_deref()).await
+            }
             Err(why) => refused(&shared, why, started),
         },
         Ok(Ok(_)) => refused(&shared, "the request is not one line".into(), started),

@@ -7,6 +7,7 @@
 //! delivers is trimmed as it arrives, and each reports whether it is current (`sync`).
 
 use super::Shared;
+use super::reclaim;
 use super::store::{ObjectState, WatchKey};
 use super::sync::{Failure, Watched};
 use crate::platform::kube::{Kind, NetworkAttachmentDefinition, ObjectKey};
@@ -43,6 +44,7 @@ pub(super) async fn pods(shared: Arc<Shared>, node: String) -> String {
             let count = pods.len();
             shared.update(|store| store.replace_all(pods));
             mark_listed(&shared, &watched);
+            drop(tokio::spawn(reclaim::absent_pods(shared.clone())));
             info!("listed the {count} pods of node {node}");
         }
         Update::Applied(pod) => {
@@ -53,6 +55,9 @@ pub(super) async fn pods(shared: Arc<Shared>, node: String) -> String {
         Update::Deleted(pod) => {
             shared.pod_event(&pod, true);
             shared.update(|store| store.delete(&pod));
+            if let Some(uid) = pod.metadata.uid.clone() {
+                reclaim::when_gone(&shared, uid);
+            }
             mark_confirmed(&shared, &watched);
         }
         Update::Current => mark_confirmed(&shared, &watched),

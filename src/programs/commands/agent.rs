@@ -85,6 +85,17 @@ pub struct AgentArgs {
     /// where the agent serves /readyz, /healthz and /metrics
     #[arg(long, value_name = "ADDR:PORT", env = "YH_GENIE_AGENT_METRICS_ADDRESS", default_value = DEFAULT_METRICS_ADDRESS)]
     agent_metrics_address: String,
+    /// host directory of the agent's records of the yh-ipam addresses it handed out
+    #[arg(long, value_name = "DIR", env = "YH_GENIE_IPAM_RECORDS", default_value = crate::node::paths::IPAM_RECORDS)]
+    ipam_records: PathBuf,
+    /// how long a pod must be gone (its object deleted) before the agent gives back its yh-ipam
+    /// addresses, if its DEL has not
+    #[arg(long, value_name = "SECONDS", env = "YH_GENIE_IPAM_RECLAIM_AFTER", default_value_t = 30)]
+    ipam_reclaim_after: u64,
+    /// how long the node's yh-ipam lease holds without a renewal: an agent that could not renew it
+    /// for that long hands out no yh-ipam address
+    #[arg(long, value_name = "SECONDS", env = "YH_GENIE_IPAM_LEASE_DURATION", default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..))]
+    ipam_lease_duration: u64,
 }
 
 impl AgentArgs {
@@ -115,7 +126,16 @@ impl AgentArgs {
         let metrics_address = address.parse().map_err(|_| {
             format!("--agent-metrics-address must be an address and port (127.0.0.1:9745), not {address:?}")
         })?;
-        Ok(AgentSettings { node_name, socket, metrics_address, dynamic_networks: self.dynamic_networks })
+        let ipam_records = absolute("ipam-records", self.ipam_records.clone())?;
+        Ok(AgentSettings {
+            node_name,
+            socket,
+            metrics_address,
+            dynamic_networks: self.dynamic_networks,
+            ipam_records,
+            ipam_reclaim_after: std::time::Duration::from_secs(self.ipam_reclaim_after),
+            ipam_lease_duration: std::time::Duration::from_secs(self.ipam_lease_duration),
+        })
     }
 }
 

@@ -154,6 +154,9 @@ mod tests {
             socket: "/run/yh-genie/agent.sock".into(),
             metrics_address: "127.0.0.1:9745".parse().unwrap(),
             dynamic_networks: false,
+            ipam_records: crate::node::paths::IPAM_RECORDS.into(),
+            ipam_reclaim_after: std::time::Duration::from_secs(30),
+            ipam_lease_duration: std::time::Duration::from_secs(60),
         };
         let with_agent = Options { agent: Some(agent), ..Options::standard() };
         let v: Value = serde_json::from_slice(&render(&with_agent, Map::new(), &[])).unwrap();

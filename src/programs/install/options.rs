@@ -34,7 +34,8 @@ impl Options {
     /// touches, and only to see if they exist.
     pub fn host_dirs_written(&self) -> Vec<&Path> {
         let socket_dir = self.agent.as_ref().and_then(|a| a.socket.parent());
-        [&*self.bin_dir, &*self.conf_dir].into_iter().chain(socket_dir).collect()
+        let ipam_records = self.agent.as_ref().map(|a| &*a.ipam_records);
+        [&*self.bin_dir, &*self.conf_dir].into_iter().chain(socket_dir).chain(ipam_records).collect()
     }
 
     /// `host_path` as the installer reaches it: under `host_root`.
@@ -81,8 +82,12 @@ mod tests {
             socket: "/run/yh-genie/agent.sock".into(),
             metrics_address: "127.0.0.1:9745".parse().unwrap(),
             dynamic_networks: false,
+            ipam_records: crate::node::paths::IPAM_RECORDS.into(),
+            ipam_reclaim_after: std::time::Duration::from_secs(30),
+            ipam_lease_duration: std::time::Duration::from_secs(60),
         };
         let o = Options { agent: Some(agent), ..o };
         assert!(o.host_dirs_written().contains(&Path::new("/run/yh-genie")));
+        assert!(o.host_dirs_written().contains(&Path::new("/var/lib/cni/yh-genie/ipam")));
     }
 }

@@ -204,11 +204,19 @@ impl Drop for Agent {
     }
 }
 
-/// The agent's flags as the tests run it: this node, its socket, its metrics port.
-fn agent_flags(socket: &Path, metrics_port: u16) -> [String; 3] {
+/// The agent's flags as the tests run it: this node, its socket, its metrics port, its address
+/// records beside its socket (`ipam_records`).
+fn agent_flags(socket: &Path, metrics_port: u16) -> [String; 4] {
     [
         format!("--node-name={NODE_NAME}"),
         format!("--agent-socket={}", socket.display()),
         format!("--agent-metrics-address=127.0.0.1:{metrics_port}"),
+        format!("--ipam-records={}", ipam_records(socket).display()),
     ]
+}
+
+/// Where the agent listening on `socket` records the yh-ipam addresses it hands out: a directory
+/// beside its socket, so that an agent started again on the same socket reads them back.
+pub fn ipam_records(socket: &Path) -> PathBuf {
+    socket.with_file_name("ipam-records")
 }

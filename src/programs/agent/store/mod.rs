@@ -233,6 +233,11 @@ impl Store {
         self.listed
     }
 
+    /// Whether a pod of the node is the sandbox's of this uid (a static pod's: its mirror).
+    pub fn holds_uid(&self, uid: &str) -> bool {
+        self.pods.values().any(|held| is_sandbox_pod(&held.pod, uid))
+    }
+
     pub fn pod_count(&self) -> usize {
         self.pods.len()
     }

@@ -41,6 +41,15 @@ impl std::fmt::Display for Access {
     }
 }
 
+/// The namespace a mounted service account is in (its `namespace` file), else `default`.
+fn service_account_namespace(dir: &std::path::Path) -> String {
+    std::fs::read_to_string(dir.join("namespace"))
+        .ok()
+        .map(|ns| ns.trim().to_string())
+        .filter(|ns| !ns.is_empty())
+        .unwrap_or_else(|| "default".to_string())
+}
+
 /// A client for `access`; the error says what is wrong with it.
 pub async fn connect(access: &Access) -> Result<Client, String> {
     let kubeconfig = match access {
@@ -49,7 +58,9 @@ pub async fn connect(access: &Access) -> Result<Client, String> {
             "clusters": [{"name": "cluster", "cluster": {
                 "server": server, "certificate-authority": dir.join("ca.crt")}}],
             "users": [{"name": "agent", "user": {"tokenFile": dir.join("token")}}],
-            "contexts": [{"name": "agent", "context": {"cluster": "cluster", "user": "agent"}}],
+            // The agent's own namespace, where it keeps its node's yh-ipam lease.
+            "contexts": [{"name": "agent", "context": {"cluster": "cluster", "user": "agent",
+                "namespace": service_account_namespace(dir)}}],
             "current-context": "agent",
         }))
         .map_err(|e| format!("{access}: {e}"))?,

@@ -3,8 +3,10 @@
 //! resource ADD must give back when anything after it fails; [`Ipam::add_with_rollback`] ties the
 //! two together so no caller can forget. Whether it runs in process instead is the registry's
 //! (`registry::ipam`): `host-local`'s ADD and DEL do (`host_local`: the same files under the same
-//! lock) when the configuration is one that module reads entirely.
+//! lock) when the configuration is one that module reads entirely; yh-genie's own `yh-ipam`
+//! (`cluster_wide`: addresses unique across the cluster, from the node agent) always does.
 
+pub mod cluster_wide;
 pub mod host_local;
 
 use super::registry::ipam::ipam;
@@ -47,6 +49,10 @@ impl<'a> Ipam<'a> {
     }
 
     async fn exec(&self, command: Command) -> Result<Vec<u8>, CniError> {
+        // Only in process: there is no binary of it to look for.
+        if let Runs::ClusterWide(pool) = &self.runs {
+            return pool.run(command, self.inv);
+        }
         // Looked for even when it runs in process: without it on CNI_PATH the answer is the same.
         let binary = find_plugin(&self.plugin_type, &self.inv.path)?;
         if let Runs::HostLocal(host_local) = &self.runs

@@ -11,6 +11,7 @@ pub mod runs;
 pub use ipam::ipam;
 pub use runs::Runs;
 
+use super::ipam::cluster_wide::{self, YhIpam};
 use super::{bridge, router, veth, yonghui};
 use crate::platform::cni::delegate::ExecDelegates;
 use crate::platform::cni::skel::{self, Plugin};
@@ -18,12 +19,14 @@ use crate::platform::cni::{CniError, CniResult, Command, Delegates, Invocation, 
 
 /// The plugins that are part of this binary, each by the name it is installed and chosen under
 /// (`type` in a configuration, argv[0], its link in `binDir`): the one list of them. The selector is
-/// not here: it is never a delegate.
-const BUILTIN: [(&str, &dyn Plugin); 4] = [
+/// not here: it is never a delegate. `yh-ipam` is, for the plugins that exec their IPAM; the
+/// built-in plugins run it in process (`ipam`).
+const BUILTIN: [(&str, &dyn Plugin); 5] = [
     (yonghui::NAME, &yonghui::Yonghui),
     (bridge::NAME, &bridge::Bridge),
     (veth::NAME, &veth::Veth),
     (router::NAME, &router::Router),
+    (cluster_wide::TYPE, &YhIpam),
 ];
 
 /// The built-in plugins' names, in `BUILTIN`'s order.
@@ -66,7 +69,9 @@ impl Delegates for Registry {
                 let conf = PluginConf::parse(stdin)?;
                 skel::dispatch(plugin, &inv.with_command(command), &conf, &Operation::with_delegates(&Registry))
             }
-            Runs::HostLocal(_) | Runs::Exec => ExecDelegates.invoke(plugin_type, command, inv, stdin),
+            Runs::HostLocal(_) | Runs::ClusterWide(_) | Runs::Exec => {
+                ExecDelegates.invoke(plugin_type, command, inv, stdin)
+            }
         }
     }
 }

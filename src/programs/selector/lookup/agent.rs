@@ -63,6 +63,7 @@ pub fn selection(
         Answer::Unknown { why } => return Err(not_used(format!("the agent does not have it: {why}"))),
         Answer::Refused { why } => return Err(not_used(format!("the agent refused the request: {why}"))),
         Answer::Accepted => return Err(not_used("the agent answered a selection request with \"accepted\"".into())),
+        other => return Err(not_used(format!("the agent answered a selection request with {other:?}"))),
     };
     let selection = from_agent_answer::resolve(config, runtime_ifname, pod, uid, &objects)?;
     Ok((selection, objects))

@@ -141,6 +141,28 @@ impl ApiServer {
         self.put(Resource::Nads, namespace, name, nad);
     }
 
+    /// Put an `IPBlock`, as another node's agent would have claimed it.
+    pub fn put_ip_block(&self, name: &str, spec: Value) {
+        let block = json!({"apiVersion": "ipam.yh-genie.io/v1alpha1", "kind": "IPBlock", "metadata": {"name": name}, "spec": spec});
+        self.put(Resource::IpBlocks, "", name, block);
+    }
+
+    /// The `IPBlock`s, by name.
+    pub fn ip_blocks(&self) -> std::collections::BTreeMap<String, Value> {
+        let list = self.state.objects.store.lock().unwrap().list(Resource::IpBlocks, None, &Default::default());
+        list["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|b| (b["metadata"]["name"].as_str().unwrap().to_string(), b["spec"].clone()))
+            .collect()
+    }
+
+    /// The `Lease` `namespace/name`, as last written.
+    pub fn lease(&self, namespace: &str, name: &str) -> Option<Value> {
+        self.state.objects.store.lock().unwrap().get(Resource::Leases, namespace, name).cloned()
+    }
+
     fn put(&self, resource: Resource, namespace: &str, name: &str, object: Value) {
         self.state.objects.store.lock().unwrap().put(resource, namespace, name, object);
     }

@@ -13,6 +13,7 @@ pub(super) fn status(code: u16, message: &str) -> Reply {
         401 => "Unauthorized",
         403 => "Forbidden",
         404 => "NotFound",
+        409 => "AlreadyExists",
         422 => "Invalid",
         429 => "TooManyRequests",
         503 => "ServiceUnavailable",

@@ -25,6 +25,9 @@ pub(super) enum Verb {
     List,
     Watch,
     Patch(String),
+    Create,
+    /// `PUT` of the whole object.
+    Replace(String),
 }
 
 impl Verb {
@@ -35,6 +38,8 @@ impl Verb {
             Verb::List => "list",
             Verb::Watch => "watch",
             Verb::Patch(_) => "patch",
+            Verb::Create => "create",
+            Verb::Replace(_) => "update",
         }
     }
 }
@@ -90,6 +95,8 @@ pub(super) async fn handle(req: Request<Incoming>, state: Arc<State>) -> Result<
         Verb::List => Ok(reads::list(&state, &target, &selector)),
         Verb::Watch => Ok(watch::respond(&state, &target, selector)),
         Verb::Patch(name) => writes::patch(req, &state, &target, name).await,
+        Verb::Create => writes::create(req, &state, &target).await,
+        Verb::Replace(name) => writes::replace(req, &state, &target, name).await,
     }
 }
 
@@ -113,6 +120,10 @@ fn route(method: &Method, uri: &Uri) -> Result<Route, (u16, &'static str)> {
             (Resource::Claims, Some(*ns), rest.first())
         }
         ["apis", "resource.k8s.io", "v1", "resourceslices"] => (Resource::Slices, None, None),
+        ["apis", "ipam.yh-genie.io", "v1alpha1", "ipblocks", rest @ ..] => (Resource::IpBlocks, None, rest.first()),
+        ["apis", "coordination.k8s.io", "v1", "namespaces", ns, "leases", rest @ ..] => {
+            (Resource::Leases, Some(*ns), rest.first())
+        }
         _ => return Err((404, "the server could not find the requested resource")),
     };
     let query: BTreeMap<String, String> = uri
@@ -128,6 +139,8 @@ fn route(method: &Method, uri: &Uri) -> Result<Route, (u16, &'static str)> {
         (&Method::GET, None, true) => Verb::Watch,
         (&Method::GET, None, false) => Verb::List,
         (&Method::PATCH, Some(name), _) => Verb::Patch(name.to_string()),
+        (&Method::POST, None, _) if matches!(resource, Resource::IpBlocks | Resource::Leases) => Verb::Create,
+        (&Method::PUT, Some(name), _) if resource == Resource::Leases => Verb::Replace(name.to_string()),
         _ => return Err((405, "method not allowed")),
     };
     Ok(Route::Objects(Target { verb, resource, namespace: namespace.map(String::from), query }))

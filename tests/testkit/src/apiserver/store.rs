@@ -20,6 +20,10 @@ pub enum Resource {
     Claims,
     /// DRA's, cluster-scoped (namespace "").
     Slices,
+    /// yh-ipam's blocks (ipam.yh-genie.io/v1alpha1), cluster-scoped.
+    IpBlocks,
+    /// coordination.k8s.io/v1, namespaced: the lease a node agent holds for its yh-ipam blocks.
+    Leases,
 }
 
 impl Resource {
@@ -30,6 +34,8 @@ impl Resource {
             Resource::Nads => "network-attachment-definitions",
             Resource::Claims => "resourceclaims",
             Resource::Slices => "resourceslices",
+            Resource::IpBlocks => "ipblocks",
+            Resource::Leases => "leases",
         }
     }
     /// The `kind` of one object.
@@ -40,6 +46,8 @@ impl Resource {
             Resource::Nads => "NetworkAttachmentDefinition",
             Resource::Claims => "ResourceClaim",
             Resource::Slices => "ResourceSlice",
+            Resource::IpBlocks => "IPBlock",
+            Resource::Leases => "Lease",
         }
     }
     fn list_kind(self) -> &'static str {
@@ -49,12 +57,16 @@ impl Resource {
             Resource::Nads => "NetworkAttachmentDefinitionList",
             Resource::Claims => "ResourceClaimList",
             Resource::Slices => "ResourceSliceList",
+            Resource::IpBlocks => "IPBlockList",
+            Resource::Leases => "LeaseList",
         }
     }
     pub fn api_version(self) -> &'static str {
         match self {
             Resource::Nads => "k8s.cni.cncf.io/v1",
             Resource::Claims | Resource::Slices => "resource.k8s.io/v1",
+            Resource::IpBlocks => "ipam.yh-genie.io/v1alpha1",
+            Resource::Leases => "coordination.k8s.io/v1",
             _ => "v1",
         }
     }

@@ -1,6 +1,9 @@
 //! What clients write: a pod's `PATCH` as a JSON merge patch (RFC 7386), applied and kept, refused
 //! with 422 (as Kubernetes does) when it would change the pod's uid; and the `POST` of a core/v1
-//! Event, as kube's `Api::create` sends it, kept with a name made from its `generateName`.
+//! Event, as kube's `Api::create` sends it, kept with a name made from its `generateName`; the
+//! `POST` of an `IPBlock` or a `Lease`, refused with 409 `AlreadyExists` when its name is taken,
+//! and the `PUT` of a `Lease`, refused with 409 `Conflict` when its resourceVersion is not the
+//! current one.
 
 use super::State;
 use super::reply::{Reply, json_reply, not_found, status};
@@ -46,6 +49,54 @@ pub(super) async fn patch(
     let pod = store.put(Resource::Pods, namespace, name, pod);
     state.objects.patches.lock().unwrap().push((namespace.to_string(), name.to_string(), patch));
     Ok(json_reply(StatusCode::OK, &pod))
+}
+
+/// `POST` of an `IPBlock` (cluster-scoped) or a `Lease`: kept under its name, or 409
+/// `AlreadyExists` when that name is taken, as the API server decides who created an object first.
+pub(super) async fn create(req: Request<Incoming>, state: &State, target: &Target) -> Result<Reply, std::io::Error> {
+    let body = req.into_body().collect().await.map_err(std::io::Error::other)?.to_bytes();
+    let Ok(object) = serde_json::from_slice::<Value>(&body) else {
+        return Ok(status(400, "the object is not JSON"));
+    };
+    let Some(name) = object.pointer("/metadata/name").and_then(Value::as_str).map(String::from) else {
+        return Ok(status(422, "metadata.name: Required value"));
+    };
+    let namespace = target.namespace.as_deref().unwrap_or_default();
+    let mut store = state.objects.store.lock().unwrap();
+    if store.get(target.resource, namespace, &name).is_some() {
+        return Ok(status(409, &format!("{} \"{name}\" already exists", target.resource.plural())));
+    }
+    let stored = store.put(target.resource, namespace, &name, object);
+    Ok(json_reply(StatusCode::CREATED, &stored))
+}
+
+/// `PUT` of a `Lease`: replaced when its resourceVersion is the stored one (or not given), 409
+/// when another write came first, 404 when there is none.
+pub(super) async fn replace(
+    req: Request<Incoming>,
+    state: &State,
+    target: &Target,
+    name: &str,
+) -> Result<Reply, std::io::Error> {
+    let body = req.into_body().collect().await.map_err(std::io::Error::other)?.to_bytes();
+    let Ok(object) = serde_json::from_slice::<Value>(&body) else {
+        return Ok(status(400, "the object is not JSON"));
+    };
+    let namespace = target.namespace.as_deref().unwrap_or_default();
+    let mut store = state.objects.store.lock().unwrap();
+    let Some(stored) = store.get(target.resource, namespace, name) else {
+        return Ok(not_found(target.resource.plural(), name));
+    };
+    let version = |o: &Value| o.pointer("/metadata/resourceVersion").and_then(Value::as_str).map(String::from);
+    if version(&object).is_some_and(|v| Some(v) != version(stored)) {
+        let message = format!(
+            "Operation cannot be fulfilled on {} \"{name}\": the object has been modified",
+            target.resource.plural()
+        );
+        return Ok(status(409, &message));
+    }
+    let stored = store.put(target.resource, namespace, name, object);
+    Ok(json_reply(StatusCode::OK, &stored))
 }
 
 pub(super) async fn create_event(

@@ -1,0 +1,52 @@
+//! The `IPBlock` (`ipam.yh-genie.io/v1alpha1`, cluster-scoped; manifests/ipam-crd.yaml): one block
+//! of a pool's addresses, claimed by one node. Its name is the block itself, so that of two nodes
+//! creating the same block the API server's `AlreadyExists` tells the second it is the other's.
+
+use ::kube::core::ApiResource;
+use ipnetwork::IpNetwork;
+use serde::{Deserialize, Serialize};
+
+pub const GROUP: &str = "ipam.yh-genie.io";
+pub const VERSION: &str = "v1alpha1";
+pub const KIND: &str = "IPBlock";
+pub const PLURAL: &str = "ipblocks";
+
+/// What an `IPBlock` says: which block, of which pool, held by which node.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct IpBlockSpec {
+    pub cidr: IpNetwork,
+    pub pool: String,
+    pub node: String,
+}
+
+/// The resource, for kube's dynamic API.
+pub fn resource() -> ApiResource {
+    ApiResource {
+        group: GROUP.into(),
+        version: VERSION.into(),
+        api_version: format!("{GROUP}/{VERSION}"),
+        kind: KIND.into(),
+        plural: PLURAL.into(),
+    }
+}
+
+/// The object's name for `block`: the block itself, as a DNS subdomain (`10.80.0.16-28`,
+/// `v6-fd80--10-124`): the same block always has the same name, whatever pool or node asks.
+pub fn object_name(block: IpNetwork) -> String {
+    match block {
+        IpNetwork::V4(b) => format!("{}-{}", b.network(), b.prefix()),
+        IpNetwork::V6(b) => format!("v6-{}-{}", b.network().to_string().replace(':', "-"), b.prefix()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_blocks_name_is_the_block_as_a_dns_subdomain() {
+        assert_eq!(object_name("10.80.0.16/28".parse().unwrap()), "10.80.0.16-28");
+        assert_eq!(object_name("fd80::10/124".parse().unwrap()), "v6-fd80--10-124");
+        assert_eq!(object_name("::/124".parse().unwrap()), "v6----124");
+    }
+}

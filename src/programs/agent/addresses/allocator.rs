@@ -1,0 +1,346 @@
+//! The node's addresses in memory: the blocks this node holds, the blocks found held by others,
+//! and each owner's addresses. It never asks the API server: when a range set has no room in the
+//! node's blocks it says which block to claim (`Step::Claim`), and the caller claims it
+//! (`claims`) and asks again. An allocation is all of a pool's range sets or nothing.
+
+use super::blocks::{candidates, first_free, usable_in, within};
+use crate::node::agent_socket::addresses::{AddressOwner, Allocated, PoolSpec};
+use ipnetwork::IpNetwork;
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::IpAddr;
+use std::time::{Duration, Instant};
+
+/// A block this node holds: its pool and the addresses handed out from it.
+#[derive(Debug, Default)]
+struct NodeBlock {
+    pool: String,
+    used: BTreeSet<IpAddr>,
+    /// How many addresses it may hand out in all, once the pool's ranges are known (an ADD of the
+    /// pool brings them; the records alone do not).
+    usable: Option<usize>,
+}
+
+/// What this node holds of one pool, for the metrics.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PoolUsage {
+    pub blocks: usize,
+    pub used: usize,
+    /// The addresses its blocks may still hand out; `None` while the pool's ranges are unknown.
+    pub free: Option<usize>,
+}
+
+/// An owner's addresses in one pool, by (pool, uid, container id, ifname).
+type HeldKey = (String, String, String, String);
+
+fn key(pool: &str, owner: &AddressOwner) -> HeldKey {
+    (pool.to_string(), owner.uid.clone(), owner.container_id.clone(), owner.ifname.clone())
+}
+
+#[derive(Debug, Default)]
+pub struct Allocator {
+    blocks: BTreeMap<IpNetwork, NodeBlock>,
+    /// Blocks another node holds, as found while claiming: not asked for again in this life.
+    elsewhere: BTreeSet<IpNetwork>,
+    held: BTreeMap<HeldKey, (AddressOwner, Vec<Allocated>)>,
+    /// When each pod holding addresses last had them handed out (its ADD, a retry, or the records
+    /// read back at start): its ADD may be in flight since.
+    handed: BTreeMap<String, Instant>,
+}
+
+/// What `allocate` found.
+#[derive(Debug, PartialEq)]
+pub enum Step {
+    /// The owner's addresses: held already (a retried ADD) or just taken (`fresh`: to be recorded).
+    Addresses { addresses: Vec<Allocated>, fresh: bool },
+    /// No block of the node has room: claim this one, then ask again.
+    Claim(IpNetwork),
+    /// No block has room and none is left to claim: why, naming the pool.
+    Exhausted(String),
+}
+
+impl Allocator {
+    /// An address of each range set of `spec` for `owner`: the ones it holds, else free ones of the
+    /// node's blocks of the pool.
+    pub fn allocate(&mut self, spec: &PoolSpec, owner: &AddressOwner) -> Step {
+        for (block, held) in self.blocks.iter_mut().filter(|(_, held)| held.pool == spec.name) {
+            held.usable.get_or_insert_with(|| usable_in(spec, *block));
+        }
+        let key = key(&spec.name, owner);
+        if let Some((_, addresses)) = self.held.get(&key) {
+            self.handed.insert(owner.uid.clone(), Instant::now());
+            return Step::Addresses { addresses: addresses.clone(), fresh: false };
+        }
+        let mut taken: Vec<Allocated> = Vec::new();
+        for set in &spec.range_sets {
+            let free =
+                self.blocks.iter().filter(|(block, held)| held.pool == spec.name && within(set, **block)).find_map(
+                    |(block, held)| {
+                        let free = |ip: IpAddr| !held.used.contains(&ip) && !taken.iter().any(|t| t.address == ip);
+                        first_free(spec, set, *block, free).map(|address| Allocated { address, block: *block })
+                    },
+                );
+            match free {
+                Some(allocated) => taken.push(allocated),
+                None => {
+                    return match candidates(spec, set)
+                        .find(|b| !self.blocks.contains_key(b) && !self.elsewhere.contains(b))
+                    {
+                        Some(block) => Step::Claim(block),
+                        None => Step::Exhausted(exhausted(
+                            spec,
+                            set,
+                            self.blocks.values().filter(|b| b.pool == spec.name).count(),
+                        )),
+                    };
+                }
+            }
+        }
+        for allocated in &taken {
+            self.blocks.entry(allocated.block).or_default().used.insert(allocated.address);
+        }
+        self.held.insert(key, (owner.clone(), taken.clone()));
+        self.handed.insert(owner.uid.clone(), Instant::now());
+        Step::Addresses { addresses: taken, fresh: true }
+    }
+
+    /// `block` is this node's, for `pool` (claimed now, or found claimed by this node before).
+    pub fn adopt(&mut self, block: IpNetwork, pool: &str) {
+        self.blocks.entry(block).or_insert_with(|| NodeBlock { pool: pool.to_string(), ..NodeBlock::default() });
+    }
+
+    /// `block` is another node's.
+    pub fn held_elsewhere(&mut self, block: IpNetwork) {
+        self.elsewhere.insert(block);
+    }
+
+    /// An owner's addresses as its record says, at start.
+    pub fn restore(&mut self, pool: &str, owner: &AddressOwner, addresses: &[Allocated]) {
+        for allocated in addresses {
+            self.adopt(allocated.block, pool);
+            self.blocks.entry(allocated.block).or_default().used.insert(allocated.address);
+        }
+        self.held.insert(key(pool, owner), (owner.clone(), addresses.to_vec()));
+        self.handed.insert(owner.uid.clone(), Instant::now());
+    }
+
+    /// Give back what (`container_id`, `ifname`) holds in `pool` (only pod `uid`'s when given): the
+    /// owners released, and what each held.
+    pub fn release(
+        &mut self,
+        pool: &str,
+        container_id: &str,
+        ifname: &str,
+        uid: Option<&str>,
+    ) -> Vec<(AddressOwner, Vec<Allocated>)> {
+        self.release_where(|held_pool, owner| held_pool == pool && owner.released_by(container_id, ifname, uid))
+            .into_iter()
+            .map(|(_, owner, addresses)| (owner, addresses))
+            .collect()
+    }
+
+    /// Give back everything pod `uid` holds, in every pool: (pool, owner, addresses) released. Not
+    /// while its addresses were handed out less than `quiet` ago, their ADD perhaps still in flight:
+    /// then how long until they may be.
+    pub fn release_pod(
+        &mut self,
+        uid: &str,
+        quiet: Duration,
+    ) -> Result<Vec<(String, AddressOwner, Vec<Allocated>)>, Duration> {
+        if let Some(since) = self.handed.get(uid).map(Instant::elapsed)
+            && since < quiet
+        {
+            return Err(quiet - since);
+        }
+        Ok(self.release_where(|_, owner| owner.uid == uid))
+    }
+
+    /// The pods holding addresses: uid and the pod's `namespace/name` (as its ADD told it).
+    pub fn holders(&self) -> BTreeMap<String, String> {
+        self.held.values().map(|(owner, _)| (owner.uid.clone(), owner.pod.clone())).collect()
+    }
+
+    fn release_where(
+        &mut self,
+        whose: impl Fn(&str, &AddressOwner) -> bool,
+    ) -> Vec<(String, AddressOwner, Vec<Allocated>)> {
+        let keys: Vec<HeldKey> =
+            self.held.iter().filter(|(k, (owner, _))| whose(&k.0, owner)).map(|(k, _)| k.clone()).collect();
+        let mut released = Vec::new();
+        for k in keys {
+            let (owner, addresses) = self.held.remove(&k).expect("listed just now");
+            for allocated in &addresses {
+                if let Some(block) = self.blocks.get_mut(&allocated.block) {
+                    block.used.remove(&allocated.address);
+                }
+            }
+            released.push((k.0, owner, addresses));
+        }
+        let holding: BTreeSet<&String> = self.held.values().map(|(owner, _)| &owner.uid).collect();
+        self.handed.retain(|uid, _| holding.contains(uid));
+        released
+    }
+
+    /// Undo a fresh allocation whose record could not be written.
+    pub fn forget(&mut self, pool: &str, owner: &AddressOwner) {
+        self.release(pool, &owner.container_id, &owner.ifname, Some(&owner.uid));
+    }
+
+    /// The node's blocks of each pool, the addresses used in them and those still free.
+    pub fn usage(&self) -> BTreeMap<String, PoolUsage> {
+        let mut usage: BTreeMap<String, PoolUsage> = BTreeMap::new();
+        for block in self.blocks.values() {
+            let entry = usage.entry(block.pool.clone()).or_insert(PoolUsage { free: Some(0), ..PoolUsage::default() });
+            entry.blocks += 1;
+            entry.used += block.used.len();
+            entry.free =
+                entry.free.zip(block.usable).map(|(free, usable)| free + usable.saturating_sub(block.used.len()));
+        }
+        usage
+    }
+}
+
+fn exhausted(spec: &PoolSpec, set: &[crate::node::agent_socket::addresses::PoolRange], own: usize) -> String {
+    let ranges: Vec<String> = set.iter().map(|r| format!("{}-{}", r.start, r.end)).collect();
+    format!(
+        "pool {:?} has no free address in {}: every block of it is full or held by another node ({own} of them by this node)",
+        spec.name,
+        ranges.join(",")
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::node::agent_socket::addresses::PoolRange;
+
+    fn spec(subnet: &str, end: &str, block_size: u32) -> PoolSpec {
+        let subnet: IpNetwork = subnet.parse().unwrap();
+        PoolSpec {
+            name: "lan".into(),
+            range_sets: vec![vec![PoolRange {
+                subnet,
+                start: (subnet.network().to_string().trim_end_matches('0').to_string() + "1").parse().unwrap(),
+                end: end.parse().unwrap(),
+                gateway: (subnet.network().to_string().trim_end_matches('0').to_string() + "1").parse().unwrap(),
+            }]],
+            exclude: vec![],
+            block_size,
+        }
+    }
+
+    fn owner(n: u32) -> AddressOwner {
+        AddressOwner {
+            uid: format!("uid-{n}"),
+            container_id: format!("c{n}"),
+            ifname: "net1".into(),
+            pod: format!("default/p{n}"),
+        }
+    }
+
+    /// Allocate for `owner`, claiming every block asked for as this node's; the addresses.
+    fn take(a: &mut Allocator, spec: &PoolSpec, owner: &AddressOwner) -> Result<Vec<String>, String> {
+        loop {
+            match a.allocate(spec, owner) {
+                Step::Addresses { addresses, .. } => {
+                    return Ok(addresses.iter().map(|x| x.address.to_string()).collect());
+                }
+                Step::Claim(block) => a.adopt(block, &spec.name),
+                Step::Exhausted(why) => return Err(why),
+            }
+        }
+    }
+
+    #[test]
+    fn addresses_come_from_the_nodes_block_and_a_retry_gets_the_same() {
+        let s = spec("10.80.0.0/24", "10.80.0.254", 16);
+        let mut a = Allocator::default();
+        assert_eq!(a.allocate(&s, &owner(1)), Step::Claim("10.80.0.0/28".parse().unwrap()));
+        a.adopt("10.80.0.0/28".parse().unwrap(), "lan");
+        assert_eq!(take(&mut a, &s, &owner(1)).unwrap(), ["10.80.0.2"]);
+        assert_eq!(take(&mut a, &s, &owner(2)).unwrap(), ["10.80.0.3"]);
+        let again = a.allocate(&s, &owner(1));
+        assert!(
+            matches!(&again, Step::Addresses { fresh: false, addresses } if addresses[0].address.to_string() == "10.80.0.2"),
+            "{again:?}"
+        );
+        // The same sandbox and interface of another pod (uid) is another owner.
+        let other = AddressOwner { uid: "uid-9".into(), ..owner(1) };
+        assert_eq!(take(&mut a, &s, &other).unwrap(), ["10.80.0.4"]);
+    }
+
+    #[test]
+    fn a_full_block_claims_the_next_and_blocks_of_others_are_skipped() {
+        let s = spec("10.80.0.0/24", "10.80.0.254", 4);
+        let mut a = Allocator::default();
+        a.held_elsewhere("10.80.0.4/30".parse().unwrap());
+        let got: Vec<String> = (0..4).map(|n| take(&mut a, &s, &owner(n)).unwrap().remove(0)).collect();
+        // .0/30 gives .2 and .3 (not the network address, not the gateway); .4/30 is another node's.
+        assert_eq!(got, ["10.80.0.2", "10.80.0.3", "10.80.0.8", "10.80.0.9"]);
+        assert_eq!(a.usage()["lan"], PoolUsage { blocks: 2, used: 4, free: Some(2) }, ".10 and .11 left");
+    }
+
+    #[test]
+    fn release_frees_the_address_for_the_next_owner_and_only_its_owners() {
+        let s = spec("10.80.0.0/24", "10.80.0.3", 4);
+        let mut a = Allocator::default();
+        assert_eq!(take(&mut a, &s, &owner(1)).unwrap(), ["10.80.0.2"]);
+        assert_eq!(take(&mut a, &s, &owner(2)).unwrap(), ["10.80.0.3"]);
+        let why = take(&mut a, &s, &owner(3)).unwrap_err();
+        assert!(why.contains("pool \"lan\" has no free address in 10.80.0.1-10.80.0.3"), "{why}");
+        assert!(a.release("lan", "c1", "net1", Some("uid-other")).is_empty(), "another pod's DEL");
+        assert!(a.release("other", "c1", "net1", None).is_empty(), "another pool");
+        assert_eq!(a.release("lan", "c1", "net1", Some("uid-1")).len(), 1);
+        assert_eq!(take(&mut a, &s, &owner(3)).unwrap(), ["10.80.0.2"]);
+        // A pod gone: everything its uid holds, whatever the sandbox; not while its ADD may be in
+        // flight (its addresses handed out less than the quiet time ago).
+        let holders = |a: &Allocator| a.holders().into_keys().collect::<Vec<_>>();
+        assert_eq!(holders(&a), ["uid-2", "uid-3"]);
+        let wait = a.release_pod("uid-2", Duration::from_secs(60)).unwrap_err();
+        assert!(wait > Duration::from_secs(59) && wait <= Duration::from_secs(60), "{wait:?}");
+        assert_eq!(holders(&a), ["uid-2", "uid-3"]);
+        let gone = a.release_pod("uid-2", Duration::ZERO).unwrap();
+        assert_eq!((gone.len(), gone[0].0.as_str(), gone[0].1.container_id.as_str()), (1, "lan", "c2"));
+        assert_eq!(holders(&a), ["uid-3"]);
+        assert_eq!(take(&mut a, &s, &owner(4)).unwrap(), ["10.80.0.3"]);
+    }
+
+    #[test]
+    fn dual_stack_takes_one_address_of_each_set_or_none() {
+        let mut s = spec("10.80.0.0/24", "10.80.0.254", 4);
+        s.range_sets.push(spec("fd80::/120", "fd80::3", 4).range_sets.remove(0));
+        let mut a = Allocator::default();
+        assert_eq!(take(&mut a, &s, &owner(1)).unwrap(), ["10.80.0.2", "fd80::2"]);
+        assert_eq!(take(&mut a, &s, &owner(2)).unwrap(), ["10.80.0.3", "fd80::3"]);
+        // The IPv6 set is full: nothing is taken from the IPv4 one either.
+        assert!(take(&mut a, &s, &owner(3)).unwrap_err().contains("fd80::1-fd80::3"));
+        assert_eq!(a.usage()["lan"].used, 4);
+    }
+
+    #[test]
+    fn restored_records_hold_their_addresses() {
+        let s = spec("10.80.0.0/24", "10.80.0.254", 16);
+        let block: IpNetwork = "10.80.0.0/28".parse().unwrap();
+        let mut a = Allocator::default();
+        a.restore("lan", &owner(1), &[Allocated { address: "10.80.0.2".parse().unwrap(), block }]);
+        assert_eq!(take(&mut a, &s, &owner(2)).unwrap(), ["10.80.0.3"], "no claim: the block is the node's");
+        assert_eq!(take(&mut a, &s, &owner(1)).unwrap(), ["10.80.0.2"]);
+    }
+
+    #[test]
+    fn usage_counts_the_blocks_and_their_used_and_free_addresses() {
+        // Blocks of 8 from .1 to .20, the gateway .1 and .5 excluded: .0/29 may hand out .2-.4 and
+        // .6-.7 (5), .8/29 all 8, .16/29 .16-.20 (5).
+        let mut s = spec("10.80.0.0/24", "10.80.0.20", 8);
+        s.exclude = vec!["10.80.0.5/32".parse().unwrap()];
+        let block: IpNetwork = "10.80.0.0/29".parse().unwrap();
+        let mut a = Allocator::default();
+        a.restore("lan", &owner(1), &[Allocated { address: "10.80.0.2".parse().unwrap(), block }]);
+        assert_eq!(a.usage()["lan"], PoolUsage { blocks: 1, used: 1, free: None }, "the ranges not known yet");
+        for n in 2..=7 {
+            take(&mut a, &s, &owner(n)).unwrap();
+        }
+        assert_eq!(a.usage()["lan"], PoolUsage { blocks: 2, used: 7, free: Some(6) });
+        a.release("lan", "c2", "net1", None);
+        assert_eq!(a.usage()["lan"], PoolUsage { blocks: 2, used: 6, free: Some(7) });
+    }
+}

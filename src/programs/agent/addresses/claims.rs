@@ -1,0 +1,57 @@
+//! Claiming a block for this node: create its `IPBlock` (`platform::kube::ip_block`), whose name
+//! is the block itself. Created: the node's. `AlreadyExists`: read it back; this node's when its
+//! spec names this node (a claim of this node whose answer was lost, or of its previous life),
+//! another node's otherwise. One attempt each: the ADD that needs the block waits on it, and fails
+//! with "try again" when the API server does not answer.
+
+use crate::platform::kube::ip_block::{IpBlockSpec, object_name, resource};
+use crate::platform::kube::{Failure, classify};
+use ::kube::api::{DynamicObject, PostParams};
+use ::kube::{Api, Client};
+use ipnetwork::IpNetwork;
+use std::time::Duration;
+
+/// One request may take this long.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+
+#[derive(Debug, PartialEq, Eq)]
+pub enum Claimed {
+    /// The block is this node's.
+    Here,
+    /// Another node holds it.
+    Elsewhere(String),
+    /// The API server did not say: why.
+    Unknown(String),
+}
+
+pub async fn claim(client: &Client, block: IpNetwork, pool: &str, node: &str) -> Claimed {
+    let resource = resource();
+    let api: Api<DynamicObject> = Api::all_with(client.clone(), &resource);
+    let name = object_name(block);
+    let spec = IpBlockSpec { cidr: block, pool: pool.to_string(), node: node.to_string() };
+    let object = DynamicObject::new(&name, &resource).data(serde_json::json!({ "spec": spec }));
+    let unknown = |what: &str, e: String| Claimed::Unknown(format!("{what} IPBlock {name}: {e}"));
+    match tokio::time::timeout(REQUEST_TIMEOUT, api.create(&PostParams::default(), &object)).await {
+        Err(_) => return unknown("creating", format!("no answer within {}s", REQUEST_TIMEOUT.as_secs())),
+        Ok(Ok(_)) => return Claimed::Here,
+        Ok(Err(::kube::Error::Api(status))) if status.code == 409 => {}
+        Ok(Err(e)) => return unknown("creating", describe(&e)),
+    }
+    match tokio::time::timeout(REQUEST_TIMEOUT, api.get(&name)).await {
+        Err(_) => unknown("reading", format!("no answer within {}s", REQUEST_TIMEOUT.as_secs())),
+        Ok(Err(e)) => unknown("reading", describe(&e)),
+        Ok(Ok(found)) => match serde_json::from_value::<IpBlockSpec>(found.data["spec"].clone()) {
+            Ok(spec) if spec.node == node && spec.cidr == block => Claimed::Here,
+            Ok(spec) => Claimed::Elsewhere(spec.node),
+            // Not one this agent can read: never this node's to use.
+            Err(e) => Claimed::Elsewhere(format!("unreadable ({e})")),
+        },
+    }
+}
+
+fn describe(e: &::kube::Error) -> String {
+    match classify(e) {
+        Failure::Transient(text) | Failure::Refused { text, .. } | Failure::NotServed(text) => text,
+        Failure::Certificate(problem) => format!("the server's certificate: {problem}"),
+    }
+}

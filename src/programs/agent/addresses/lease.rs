@@ -1,0 +1,162 @@
+//! The node's lease on its blocks (docs/ipam.md): a `coordination.k8s.io/v1` Lease named
+//! `yh-ipam-<node>` in the agent's namespace, renewed in the background (`keep`) every quarter of
+//! `--ipam-lease-duration`, never on an ADD. An agent whose last successful renewal is older than
+//! that duration has lost contact with the API server for that long, and its blocks may be given to
+//! other nodes: it hands out no address (`check`) until a renewal succeeds.
+//!
+//! A node that never used `yh-ipam` keeps no lease: the renewals start with the first allocation,
+//! or at start when the records show addresses held, and that first allocation waits (up to a
+//! renewal's time) for the first renewal.
+
+use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
+use kube::api::PostParams;
+use kube::{Api, Client};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+use tokio::sync::watch;
+use tracing::{info, warn};
+
+pub struct NodeLease {
+    /// `--ipam-lease-duration`.
+    duration: Duration,
+    /// When the last successful renewal was sent.
+    renewed: watch::Sender<Option<Instant>>,
+    /// Whether the lease is held at all: set by the first allocation (or records held at start).
+    wanted: watch::Sender<bool>,
+    /// Why the last renewal failed, while renewals fail.
+    failing: Mutex<Option<String>>,
+    /// `namespace/name`, once known.
+    shown: Mutex<String>,
+}
+
+impl NodeLease {
+    pub fn new(duration: Duration) -> Self {
+        NodeLease {
+            duration,
+            renewed: watch::channel(None).0,
+            wanted: watch::channel(false).0,
+            failing: Mutex::new(None),
+            shown: Mutex::new(String::new()),
+        }
+    }
+
+    /// Hold the lease from now on.
+    pub fn want(&self) {
+        self.wanted.send_if_modified(|wanted| !std::mem::replace(wanted, true));
+    }
+
+    /// Whether the node may hand out addresses: its lease renewed within its duration. The first
+    /// time, the lease is asked for and its first renewal waited for. Why not, for the CNI error.
+    pub async fn check(&self, node: &str) -> Result<(), String> {
+        self.want();
+        let mut renewed = self.renewed.subscribe();
+        if renewed.borrow().is_none() {
+            let _ = tokio::time::timeout(self.renewal_period(), renewed.wait_for(Option::is_some)).await;
+        }
+        let last = *self.renewed.borrow();
+        let age = match last {
+            Some(at) if at.elapsed() < self.duration => return Ok(()),
+            Some(at) => format!("was last renewed {}s ago", at.elapsed().as_secs()),
+            None => "has not been renewed since the agent started".to_string(),
+        };
+        let lease = self.shown.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        let failing = match &*self.failing.lock().unwrap_or_else(|e| e.into_inner()) {
+            Some(why) => format!(" (the last renewal: {why})"),
+            None => String::new(),
+        };
+        Err(format!(
+            "node {node} has lost contact with the API server: its yh-ipam lease (Lease {lease}) {age}, \
+             longer than --ipam-lease-duration ({}s){failing}, so its blocks may be given to other nodes \
+             and it hands out no address from them until the lease is renewed; check the node's \
+             connection to the API server and the yh-genie agent's log on the node",
+            self.duration.as_secs()
+        ))
+    }
+
+    /// Since the last successful renewal was sent; `None` before the first.
+    pub fn age(&self) -> Option<Duration> {
+        self.renewed.borrow().map(|at| at.elapsed())
+    }
+
+    fn renewal_period(&self) -> Duration {
+        (self.duration / 4).max(Duration::from_millis(200))
+    }
+
+    /// Renew the lease for as long as the agent runs, once it is wanted.
+    pub async fn keep(&self, client: &Client, node: &str) -> String {
+        let _ = self.wanted.subscribe().wait_for(|wanted| *wanted).await;
+        let namespace = client.default_namespace().to_string();
+        let name = format!("yh-ipam-{node}");
+        *self.shown.lock().unwrap_or_else(|e| e.into_inner()) = format!("{namespace}/{name}");
+        let api: Api<Lease> = Api::namespaced(client.clone(), &namespace);
+        let mut held: Option<Lease> = None;
+        loop {
+            let sent = Instant::now();
+            let attempt = renew(&api, &name, node, self.duration, &mut held);
+            let outcome = match tokio::time::timeout(self.renewal_period(), attempt).await {
+                Ok(outcome) => outcome,
+                Err(_) => Err(format!("no answer within {}ms", self.renewal_period().as_millis())),
+            };
+            self.renewal_done(outcome, sent, &format!("{namespace}/{name}"));
+            tokio::time::sleep(self.renewal_period().saturating_sub(sent.elapsed())).await;
+        }
+    }
+
+    fn renewal_done(&self, outcome: Result<(), String>, sent: Instant, lease: &str) {
+        let mut failing = self.failing.lock().unwrap_or_else(|e| e.into_inner());
+        match outcome {
+            Ok(()) => {
+                if failing.take().is_some() {
+                    info!("the yh-ipam lease {lease} is renewed again");
+                }
+                self.renewed.send_replace(Some(sent));
+            }
+            Err(why) => {
+                if failing.is_none() {
+                    warn!("renewing the yh-ipam lease {lease}: {why}");
+                }
+                *failing = Some(why);
+            }
+        }
+    }
+}
+
+/// One renewal: a `PUT` of the lease as last read or written (read first, or created, when not
+/// held or when another write came first).
+async fn renew(
+    api: &Api<Lease>,
+    name: &str,
+    node: &str,
+    duration: Duration,
+    held: &mut Option<Lease>,
+) -> Result<(), String> {
+    let now = MicroTime(k8s_openapi::jiff::Timestamp::now());
+    let spec = |acquired: Option<MicroTime>| LeaseSpec {
+        holder_identity: Some(node.to_string()),
+        lease_duration_seconds: Some(i32::try_from(duration.as_secs()).unwrap_or(i32::MAX).max(1)),
+        acquire_time: acquired.or_else(|| Some(now.clone())),
+        renew_time: Some(now.clone()),
+        ..LeaseSpec::default()
+    };
+    if held.is_none() {
+        match api.get_opt(name).await.map_err(|e| e.to_string())? {
+            Some(lease) => *held = Some(lease),
+            None => {
+                let lease = Lease {
+                    metadata: ObjectMeta { name: Some(name.to_string()), ..ObjectMeta::default() },
+                    spec: Some(spec(None)),
+                };
+                *held = Some(api.create(&PostParams::default(), &lease).await.map_err(|e| e.to_string())?);
+                return Ok(());
+            }
+        }
+    }
+    let mut lease = held.take().expect("read or kept above");
+    let acquired =
+        lease.spec.as_ref().filter(|s| s.holder_identity.as_deref() == Some(node)).and_then(|s| s.acquire_time.clone());
+    lease.spec = Some(spec(acquired));
+    // On a conflict or any failure the lease is read again next time.
+    *held = Some(api.replace(name, &PostParams::default(), &lease).await.map_err(|e| e.to_string())?);
+    Ok(())
+}

@@ -1,0 +1,182 @@
+//! `yh-ipam`'s addresses, held by the node agent (docs/ipam.md): the plugin's ADD asks the agent
+//! over its socket, and the agent hands out addresses from its node's blocks, from memory and a
+//! durable record, without an API request while a block has room.
+//!
+//! - `blocks`: a pool carved into blocks, and which addresses a block may hand out;
+//! - `allocator`: the node's blocks and owners in memory, saying which block to claim when none has
+//!   room;
+//! - `claims`: a block claimed through the API server, one `IPBlock` object per block;
+//! - `lease`: the node's lease on its blocks, renewed in the background; no address is handed out
+//!   while it is older than its duration;
+//! - `records`: one durable file per owner, written before the plugin hears its addresses and read
+//!   back at start, before the agent answers.
+//!
+//! One allocation or release at a time (`Addresses::state`): a claim waits on the API server with
+//! the allocator held, so that two ADDs never claim two blocks where one would do.
+
+mod allocator;
+mod blocks;
+mod claims;
+mod lease;
+mod records;
+
+use crate::node::agent_socket::addresses::{AddressOwner, PoolSpec};
+use crate::node::agent_socket::protocol::Answer;
+pub use allocator::PoolUsage;
+use allocator::{Allocator, Step};
+use claims::Claimed;
+use records::{Record, Records};
+use std::collections::BTreeMap;
+use std::path::Path;
+use tracing::{info, warn};
+
+pub struct Addresses {
+    state: tokio::sync::Mutex<Allocator>,
+    records: Records,
+    node: String,
+    lease: lease::NodeLease,
+    /// What the node holds of each pool, as of the last change: for the metrics, which cannot wait
+    /// on an allocation in progress.
+    usage: std::sync::Mutex<BTreeMap<String, PoolUsage>>,
+}
+
+impl Addresses {
+    /// The node's addresses as its records under `dir` hold them; what could not be read is logged.
+    pub fn restore(dir: &Path, node: &str, lease_duration: std::time::Duration) -> std::io::Result<Self> {
+        let records = Records::new(dir);
+        let (read, problems) = records.read_all()?;
+        for problem in problems {
+            warn!("an address record that cannot be read, its addresses unknown: {problem}");
+        }
+        let mut allocator = Allocator::default();
+        for record in &read {
+            allocator.restore(&record.pool, &record.owner, &record.addresses);
+        }
+        let lease = lease::NodeLease::new(lease_duration);
+        if !read.is_empty() {
+            info!("{} address records read back from {}", read.len(), dir.display());
+            lease.want();
+        }
+        let usage = std::sync::Mutex::new(allocator.usage());
+        Ok(Addresses { state: tokio::sync::Mutex::new(allocator), records, node: node.to_string(), lease, usage })
+    }
+
+    /// An address of each of `pool`'s range sets for `owner`, claiming blocks as needed.
+    pub async fn allocate(&self, client: &::kube::Client, pool: PoolSpec, owner: AddressOwner) -> Answer {
+        if let Err(why) = self.lease.check(&self.node).await {
+            return Answer::NoAddress { why, retry: true };
+        }
+        let mut state = self.state.lock().await;
+        let answer = self.allocate_in(&mut state, client, &pool, &owner).await;
+        self.publish(&state);
+        answer
+    }
+
+    async fn allocate_in(
+        &self,
+        state: &mut Allocator,
+        client: &::kube::Client,
+        pool: &PoolSpec,
+        owner: &AddressOwner,
+    ) -> Answer {
+        loop {
+            match state.allocate(pool, owner) {
+                Step::Addresses { addresses, fresh } => {
+                    if fresh {
+                        let record =
+                            Record { pool: pool.name.clone(), owner: owner.clone(), addresses: addresses.clone() };
+                        if let Err(e) = self.records.write(&record) {
+                            state.forget(&pool.name, owner);
+                            return Answer::NoAddress { why: format!("recording the addresses: {e}"), retry: true };
+                        }
+                    }
+                    return Answer::Allocated { addresses };
+                }
+                Step::Claim(block) => match claims::claim(client, block, &pool.name, &self.node).await {
+                    Claimed::Here => {
+                        info!("block {block} of pool {:?} claimed for this node", pool.name);
+                        state.adopt(block, &pool.name);
+                    }
+                    Claimed::Elsewhere(_) => state.held_elsewhere(block),
+                    Claimed::Unknown(why) => {
+                        return Answer::NoAddress {
+                            why: format!(
+                                "pool {:?} needs a block of this node's and cannot claim one: {why}",
+                                pool.name
+                            ),
+                            retry: true,
+                        };
+                    }
+                },
+                Step::Exhausted(why) => return Answer::NoAddress { why, retry: false },
+            }
+        }
+    }
+
+    /// Give back what (`container_id`, `ifname`) holds in `pool`. A record that cannot be removed
+    /// keeps its addresses held (they would come back with it at the next start): the DEL fails, and
+    /// the runtime asks again.
+    pub async fn release(&self, pool: &str, container_id: &str, ifname: &str, uid: Option<&str>) -> Answer {
+        let mut state = self.state.lock().await;
+        let mut answer = Answer::Released;
+        for (owner, addresses) in state.release(pool, container_id, ifname, uid) {
+            if let Err(e) = self.records.remove(pool, &owner) {
+                state.restore(pool, &owner, &addresses);
+                answer = Answer::Refused {
+                    why: format!("removing the address record of {} in pool {pool:?}: {e}", owner.pod),
+                };
+                break;
+            }
+        }
+        self.publish(&state);
+        answer
+    }
+
+    /// Give back what pod `uid` holds, now that it is gone: its DEL may never come (a pod deleted
+    /// with its node's runtime down, a sandbox the runtime lost). Not while its addresses were
+    /// handed out less than `quiet` ago (its ADD may be in flight): then how long until they may
+    /// be. A record that cannot be removed keeps its addresses held.
+    pub async fn release_pod(&self, uid: &str, quiet: std::time::Duration) -> Result<(), std::time::Duration> {
+        let mut state = self.state.lock().await;
+        for (pool, owner, addresses) in state.release_pod(uid, quiet)? {
+            let listed: Vec<String> = addresses.iter().map(|a| a.address.to_string()).collect();
+            match self.records.remove(&pool, &owner) {
+                Ok(()) => info!(
+                    "pod {} (uid {uid}) is gone: its addresses {} of pool {pool:?} are free",
+                    owner.pod,
+                    listed.join(", ")
+                ),
+                Err(e) => {
+                    state.restore(&pool, &owner, &addresses);
+                    warn!("pod {} (uid {uid}) is gone, but removing its address record failed: {e}", owner.pod);
+                }
+            }
+        }
+        self.publish(&state);
+        Ok(())
+    }
+
+    fn publish(&self, state: &Allocator) {
+        *self.usage.lock().unwrap_or_else(|e| e.into_inner()) = state.usage();
+    }
+
+    /// What the node holds of each pool: blocks, addresses used and free.
+    pub fn usage(&self) -> BTreeMap<String, PoolUsage> {
+        self.usage.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Since the node's lease was last renewed; `None` while it holds none.
+    pub fn lease_age(&self) -> Option<std::time::Duration> {
+        self.lease.age()
+    }
+
+    /// Renew the node's lease for as long as the agent runs (once an allocation or a record wants it).
+    pub async fn keep_lease(&self, client: &::kube::Client) -> String {
+        self.lease.keep(client, &self.node).await
+    }
+
+    /// The pods holding addresses on this node: uid and `namespace/name`.
+    pub async fn holders(&self) -> BTreeMap<String, String> {
+        self.state.lock().await.holders()
+    }
+}

@@ -1,0 +1,111 @@
+//! The node's allocations on disk: one file per owner and pool, written durably (fsync'd, then
+//! renamed, then the directory fsync'd) before the plugin hears its addresses, removed durably on
+//! release. At start the agent reads them all back (`read_all`) before it answers: what they hold is
+//! what the node's pods hold, and the blocks they name are the node's.
+//!
+//! `<dir>/<pool>/<hex of uid, container id and ifname>.json`, holding the pool, the owner (with
+//! the pod's namespace and name, for whoever reads it) and its addresses with their blocks.
+
+use crate::node::agent_socket::addresses::{AddressOwner, Allocated};
+use serde::{Deserialize, Serialize};
+use std::io;
+use std::path::{Path, PathBuf};
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Record {
+    pub pool: String,
+    pub owner: AddressOwner,
+    pub addresses: Vec<Allocated>,
+}
+
+pub struct Records {
+    dir: PathBuf,
+}
+
+impl Records {
+    pub fn new(dir: &Path) -> Self {
+        Records { dir: dir.to_path_buf() }
+    }
+
+    fn path(&self, pool: &str, owner: &AddressOwner) -> PathBuf {
+        let key = format!("{}\n{}\n{}", owner.uid, owner.container_id, owner.ifname);
+        let name: String = key.bytes().map(|b| format!("{b:02x}")).collect();
+        self.dir.join(pool).join(format!("{name}.json"))
+    }
+
+    pub fn write(&self, record: &Record) -> io::Result<()> {
+        let bytes = serde_json::to_vec_pretty(record).map_err(io::Error::other)?;
+        crate::platform::durable::write_atomic(&self.path(&record.pool, &record.owner), &bytes, 0o600)
+    }
+
+    pub fn remove(&self, pool: &str, owner: &AddressOwner) -> io::Result<()> {
+        match crate::platform::durable::remove_durably(&self.path(pool, owner)) {
+            Err(e) if e.kind() != io::ErrorKind::NotFound => Err(e),
+            _ => Ok(()),
+        }
+    }
+
+    /// Every record, and what could not be read (a file that does not parse is reported, never
+    /// taken as free addresses' proof: its addresses stay unknown to this life of the agent).
+    pub fn read_all(&self) -> io::Result<(Vec<Record>, Vec<String>)> {
+        let (mut records, mut problems) = (Vec::new(), Vec::new());
+        let pools = match std::fs::read_dir(&self.dir) {
+            Ok(pools) => pools,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok((records, problems)),
+            Err(e) => return Err(e),
+        };
+        for pool in pools {
+            let pool = pool?;
+            if !pool.file_type()?.is_dir() {
+                continue;
+            }
+            for file in std::fs::read_dir(pool.path())? {
+                let path = file?.path();
+                if path.extension().is_none_or(|e| e != "json") {
+                    continue;
+                }
+                match std::fs::read(&path)
+                    .map_err(|e| e.to_string())
+                    .and_then(|b| serde_json::from_slice::<Record>(&b).map_err(|e| e.to_string()))
+                {
+                    Ok(record) => records.push(record),
+                    Err(e) => problems.push(format!("{}: {e}", path.display())),
+                }
+            }
+        }
+        Ok((records, problems))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn records_are_read_back_and_removed() {
+        let d = tempfile::tempdir().unwrap();
+        let records = Records::new(d.path());
+        let owner = AddressOwner {
+            uid: "u1".into(),
+            container_id: "c1".into(),
+            ifname: "net1".into(),
+            pod: "default/p".into(),
+        };
+        let record = Record {
+            pool: "lan".into(),
+            owner: owner.clone(),
+            addresses: vec![Allocated {
+                address: "10.80.0.2".parse().unwrap(),
+                block: "10.80.0.0/28".parse().unwrap(),
+            }],
+        };
+        records.write(&record).unwrap();
+        std::fs::write(d.path().join("lan").join("torn.json"), b"{\"pool\"").unwrap();
+        let (read, problems) = records.read_all().unwrap();
+        assert_eq!(read, [record]);
+        assert!(problems[0].contains("torn.json"), "{problems:?}");
+        records.remove("lan", &owner).unwrap();
+        records.remove("lan", &owner).unwrap();
+        assert!(records.read_all().unwrap().0.is_empty());
+    }
+}

@@ -1,0 +1,351 @@
+//! `yh-ipam`: addresses unique across the cluster, from a pool the network's configuration
+//! defines (docs/ipam.md). Run in process like host-local: its ADD reads the pool and asks the node
+//! agent, which hands out addresses from its node's blocks (`programs::agent`, over
+//! `node::agent_socket`); its DEL asks the agent to release them. An address belongs to the pod's
+//! uid (`K8S_POD_UID`), the sandbox's container id and the interface.
+//!
+//! ```json
+//! "ipam": {"type": "yh-ipam", "pool": "lan",
+//!          "ranges": [[{"subnet": "10.80.0.0/16", "gateway": "10.80.0.1"}], [{"subnet": "fd80::/64"}]],
+//!          "exclude": ["10.80.255.0/24"], "blockSize": 16, "routes": [{"dst": "0.0.0.0/0"}]}
+//! ```
+//!
+//! Each range set gives one address (dual stack: one of each family). A range takes host-local's
+//! keys (`subnet`, `rangeStart`, `rangeEnd`, `gateway`, with its defaults). `pool` names the
+//! addresses' pool (the network's name when absent); `blockSize` is how many addresses a node
+//! claims at a time (a power of two, 16 unless set); `agentSocket` is where the agent listens.
+//!
+//! The built-in plugins run it in process (`registry::ipam`); any other plugin (a reference
+//! `macvlan`, an SR-IOV plugin) execs it from the CNI path, where the installer links it like the
+//! other built-in plugins (`YhIpam`).
+
+use crate::node::agent_socket::addresses::{AddressOwner, Allocated, PoolRange, PoolSpec};
+use crate::node::agent_socket::client::exchange;
+use crate::node::agent_socket::protocol::{Answer, Ask, Request};
+use crate::platform::cni::skel::Plugin;
+use crate::platform::cni::{CniError, CniResult, CniVersion, Command, Invocation, Operation, PluginConf, code};
+use ipnetwork::IpNetwork;
+use serde_json::{Map, Value, json};
+use std::net::IpAddr;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+/// The `ipam.type` that names it.
+pub const TYPE: &str = "yh-ipam";
+/// The `ipam` keys it reads.
+const KEYS: [&str; 7] = ["type", "pool", "ranges", "exclude", "blockSize", "routes", "agentSocket"];
+const DEFAULT_BLOCK_SIZE: u32 = 16;
+const MAX_BLOCK_SIZE: u32 = 1 << 16;
+/// An ADD waits this long for the agent: a block claimed through the API server included.
+const ANSWER_WAIT: Duration = Duration::from_secs(25);
+
+/// `yh-ipam` for one network's configuration; what it says is read when it runs, so that a wrong
+/// one is that ADD's error (code 7).
+#[derive(Debug)]
+pub struct ClusterWide {
+    network: String,
+    ipam: Map<String, Value>,
+}
+
+/// The configuration, read.
+#[derive(Debug)]
+struct Pool {
+    spec: PoolSpec,
+    routes: Value,
+    socket: PathBuf,
+}
+
+impl ClusterWide {
+    pub fn from_conf(conf: &PluginConf) -> Self {
+        let ipam = conf.raw.get("ipam").and_then(Value::as_object).cloned().unwrap_or_default();
+        ClusterWide { network: conf.name.clone(), ipam }
+    }
+
+    /// ADD's JSON result, DEL's release; CHECK and GC have nothing to ask of the agent (the
+    /// calling plugin checks the addresses on the interface).
+    pub fn run(&self, command: Command, inv: &Invocation) -> Result<Vec<u8>, CniError> {
+        let pool = self.read()?;
+        match command {
+            Command::Add => self.add(&pool, inv),
+            Command::Del => self.release(&pool, inv).map(|()| Vec::new()),
+            _ => Ok(Vec::new()),
+        }
+    }
+
+    fn add(&self, pool: &Pool, inv: &Invocation) -> Result<Vec<u8>, CniError> {
+        let uid = inv.args.pod_uid().filter(|u| !u.is_empty()).ok_or_else(|| {
+            CniError::invalid_config("yh-ipam needs the pod's K8S_POD_UID in CNI_ARGS: its addresses belong to the pod")
+        })?;
+        let owner = AddressOwner {
+            uid: uid.to_string(),
+            container_id: inv.container_id.trim().to_string(),
+            ifname: inv.ifname.clone(),
+            pod: inv.args.pod().map(|(ns, name)| format!("{ns}/{name}")).unwrap_or_default(),
+        };
+        let ask = Ask::Allocate { pool: pool.spec.clone(), owner };
+        match ask_agent(&pool.socket, ask)? {
+            Answer::Allocated { addresses } => Ok(result(pool, &addresses).to_string().into_bytes()),
+            Answer::NoAddress { why, retry: false } => Err(CniError::new(code::IPAM, why)),
+            Answer::NoAddress { why, retry: true } => Err(CniError::try_again(why)),
+            other => Err(unexpected(&other)),
+        }
+    }
+
+    fn release(&self, pool: &Pool, inv: &Invocation) -> Result<(), CniError> {
+        let ask = Ask::Release {
+            pool: pool.spec.name.clone(),
+            container_id: inv.container_id.trim().to_string(),
+            ifname: inv.ifname.clone(),
+            uid: inv.args.pod_uid().filter(|u| !u.is_empty()).map(String::from),
+        };
+        match ask_agent(&pool.socket, ask)? {
+            Answer::Released => Ok(()),
+            other => Err(unexpected(&other)),
+        }
+    }
+
+    fn read(&self) -> Result<Pool, CniError> {
+        let bad = |why: String| CniError::invalid_config(format!("yh-ipam: {why}"));
+        if let Some(key) = self.ipam.keys().find(|k| !KEYS.contains(&k.as_str())) {
+            return Err(bad(format!("unknown key 'ipam.{key}' (it reads {})", KEYS[1..].join(", "))));
+        }
+        let name = match self.ipam.get("pool") {
+            None | Some(Value::Null) => self.network.clone(),
+            Some(Value::String(p)) => p.clone(),
+            Some(_) => return Err(bad("'pool' must be a string".into())),
+        };
+        if !pool_name(&name) {
+            return Err(bad(format!(
+                "pool {name:?} (the network's name unless 'pool' says) must be 1 to 63 lowercase letters, digits and '-', starting and ending with a letter or digit"
+            )));
+        }
+        let block_size = match self.ipam.get("blockSize") {
+            None | Some(Value::Null) => DEFAULT_BLOCK_SIZE,
+            Some(v) => v
+                .as_u64()
+                .and_then(|n| u32::try_from(n).ok())
+                .filter(|n| n.is_power_of_two() && (4..=MAX_BLOCK_SIZE).contains(n))
+                .ok_or_else(|| {
+                    bad(format!("'blockSize' must be a power of two from 4 to {MAX_BLOCK_SIZE}, not {v}"))
+                })?,
+        };
+        let sets = self.ipam.get("ranges").and_then(Value::as_array).filter(|s| !s.is_empty());
+        let sets = sets.ok_or_else(|| bad("'ranges' must be a list of range sets (lists of ranges)".into()))?;
+        let mut range_sets = Vec::new();
+        for set in sets {
+            let set = set
+                .as_array()
+                .filter(|s| !s.is_empty())
+                .ok_or_else(|| bad("a range set must be a list of ranges".into()))?;
+            let ranges: Vec<PoolRange> =
+                set.iter().map(|r| range(r, block_size).map_err(bad)).collect::<Result<_, _>>()?;
+            if ranges.iter().any(|r| r.subnet.is_ipv4() != ranges[0].subnet.is_ipv4()) {
+                return Err(bad("a range set mixes IPv4 and IPv6".into()));
+            }
+            range_sets.push(ranges);
+        }
+        let all: Vec<&PoolRange> = range_sets.iter().flatten().collect();
+        for (n, a) in all.iter().enumerate() {
+            if let Some(b) = all[n + 1..].iter().find(|b| {
+                a.subnet.is_ipv4() == b.subnet.is_ipv4()
+                    && number(a.start) <= number(b.end)
+                    && number(b.start) <= number(a.end)
+            }) {
+                return Err(bad(format!("ranges {}-{} and {}-{} overlap", a.start, a.end, b.start, b.end)));
+            }
+        }
+        let exclude = match self.ipam.get("exclude") {
+            None | Some(Value::Null) => Vec::new(),
+            Some(Value::Array(x)) => x
+                .iter()
+                .map(|x| {
+                    x.as_str()
+                        .and_then(|s| s.parse::<IpNetwork>().ok())
+                        .ok_or_else(|| bad(format!("'exclude' holds {x}, not a CIDR")))
+                })
+                .collect::<Result<_, _>>()?,
+            Some(_) => return Err(bad("'exclude' must be a list of CIDRs".into())),
+        };
+        let routes = match self.ipam.get("routes") {
+            None | Some(Value::Null) => json!([]),
+            Some(Value::Array(r)) => Value::Array(r.clone()),
+            Some(_) => return Err(bad("'routes' must be a list".into())),
+        };
+        let socket = match self.ipam.get("agentSocket") {
+            None | Some(Value::Null) => PathBuf::from(crate::node::paths::AGENT_SOCKET),
+            Some(Value::String(s)) if !s.is_empty() => PathBuf::from(s),
+            Some(_) => return Err(bad("'agentSocket' must be a path".into())),
+        };
+        Ok(Pool { spec: PoolSpec { name, range_sets, exclude, block_size }, routes, socket })
+    }
+}
+
+fn ask_agent(socket: &std::path::Path, ask: Ask) -> Result<Answer, CniError> {
+    exchange(socket, &Request::new(ask), Instant::now() + ANSWER_WAIT)
+        .map_err(|why| CniError::try_again(format!("yh-ipam's addresses come from the node agent: {why}")))
+}
+
+fn unexpected(answer: &Answer) -> CniError {
+    match answer {
+        Answer::Refused { why } => CniError::try_again(format!("the node agent refused yh-ipam's request: {why}")),
+        other => CniError::try_again(format!("the node agent answered yh-ipam's request with {other:?}")),
+    }
+}
+
+/// The ADD's result: each address with its range's gateway, and the configured routes.
+fn result(pool: &Pool, addresses: &[Allocated]) -> Value {
+    let ips: Vec<Value> = addresses
+        .iter()
+        .map(|a| {
+            let range = pool.spec.range_sets.iter().flatten().find(|r| r.subnet.contains(a.address));
+            match range {
+                Some(r) => {
+                    json!({"address": format!("{}/{}", a.address, r.subnet.prefix()), "gateway": r.gateway.to_string()})
+                }
+                None => json!({"address": IpNetwork::from(a.address).to_string()}),
+            }
+        })
+        .collect();
+    json!({"cniVersion": "1.0.0", "ips": ips, "routes": pool.routes, "dns": {}})
+}
+
+/// `yh-ipam` as a plugin of its own, for plugins that exec their IPAM: the same ADD and DEL.
+pub struct YhIpam;
+
+impl Plugin for YhIpam {
+    fn name(&self) -> &'static str {
+        TYPE
+    }
+    fn add(&self, inv: &Invocation, conf: &PluginConf, _: &Operation) -> Result<CniResult, CniError> {
+        let out = ClusterWide::from_conf(conf).run(Command::Add, inv)?;
+        CniResult::from_slice(&out, CniVersion::V1_0_0)
+    }
+    fn del(&self, inv: &Invocation, conf: &PluginConf, _: &Operation) -> Result<(), CniError> {
+        ClusterWide::from_conf(conf).run(Command::Del, inv).map(drop)
+    }
+    fn check(&self, inv: &Invocation, conf: &PluginConf, _: &Operation) -> Result<(), CniError> {
+        ClusterWide::from_conf(conf).run(Command::Check, inv).map(drop)
+    }
+}
+
+/// A DNS label: what both the pool's records directory and its blocks' objects can be named by.
+fn pool_name(name: &str) -> bool {
+    let alnum = |c: char| c.is_ascii_lowercase() || c.is_ascii_digit();
+    (1..=63).contains(&name.len())
+        && name.chars().all(|c| alnum(c) || c == '-')
+        && name.starts_with(alnum)
+        && name.ends_with(alnum)
+}
+
+/// A range completed as host-local completes it; why not, for one that cannot be.
+fn range(v: &Value, block_size: u32) -> Result<PoolRange, String> {
+    let object = v.as_object().ok_or("a range must be an object")?;
+    if let Some(key) = object.keys().find(|k| !["subnet", "rangeStart", "rangeEnd", "gateway"].contains(&k.as_str())) {
+        return Err(format!("unknown key {key:?} in a range"));
+    }
+    let text = object.get("subnet").and_then(Value::as_str).ok_or("a range needs a 'subnet'")?;
+    let subnet: IpNetwork = text.parse().map_err(|e| format!("subnet {text:?}: {e}"))?;
+    let bits: u32 = if subnet.is_ipv4() { 32 } else { 128 };
+    if subnet.ip() != subnet.network() {
+        return Err(format!("subnet {subnet} has host bits set"));
+    }
+    if u32::from(subnet.prefix()) + block_size.trailing_zeros() > bits {
+        return Err(format!("subnet {subnet} is smaller than a block of {block_size} addresses"));
+    }
+    let ip = |key: &str| -> Result<Option<IpAddr>, String> {
+        match object.get(key) {
+            None | Some(Value::Null) => Ok(None),
+            Some(Value::String(s)) => {
+                let ip: IpAddr = s.parse().map_err(|_| format!("{key} {s:?} is not an address"))?;
+                if !subnet.contains(ip) {
+                    return Err(format!("{key} {ip} is outside {subnet}"));
+                }
+                Ok(Some(ip))
+            }
+            Some(other) => Err(format!("{key} must be an address, not {other}")),
+        }
+    };
+    let v4 = subnet.is_ipv4();
+    let first = number(subnet.network()) + 1;
+    let host = u128::MAX.checked_shr(u32::from(subnet.prefix()) + (128 - bits)).unwrap_or(0);
+    let last = (number(subnet.network()) | host) - u128::from(v4);
+    let start = ip("rangeStart")?.unwrap_or(address(first, v4));
+    let end = ip("rangeEnd")?.unwrap_or(address(last, v4));
+    let gateway = ip("gateway")?.unwrap_or(address(first, v4));
+    if number(start) > number(end) {
+        return Err(format!("rangeStart {start} is after rangeEnd {end}"));
+    }
+    Ok(PoolRange { subnet, start, end, gateway })
+}
+
+fn number(ip: IpAddr) -> u128 {
+    match ip {
+        IpAddr::V4(a) => u128::from(u32::from(a)),
+        IpAddr::V6(a) => u128::from(a),
+    }
+}
+
+fn address(n: u128, v4: bool) -> IpAddr {
+    if v4 { IpAddr::V4((n as u32).into()) } else { IpAddr::V6(n.into()) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn read(ipam: Value) -> Result<Pool, CniError> {
+        let mut ipam = ipam;
+        ipam["type"] = TYPE.into();
+        let conf = PluginConf::parse(
+            json!({"cniVersion": "1.0.0", "name": "lan", "type": "yh-bridge", "ipam": ipam}).to_string().as_bytes(),
+        )
+        .unwrap();
+        ClusterWide::from_conf(&conf).read()
+    }
+
+    #[test]
+    fn a_pool_is_read_with_host_locals_defaults() {
+        let pool =
+            read(json!({"ranges": [[{"subnet": "10.80.0.0/24"}], [{"subnet": "fd80::/64", "gateway": "fd80::fe"}]],
+                               "exclude": ["10.80.0.128/25"], "blockSize": 32, "routes": [{"dst": "10.0.0.0/8"}]}))
+            .unwrap();
+        assert_eq!(pool.spec.name, "lan", "the network's name");
+        assert_eq!(pool.spec.block_size, 32);
+        let v4 = &pool.spec.range_sets[0][0];
+        assert_eq!(
+            (v4.start.to_string(), v4.end.to_string(), v4.gateway.to_string()),
+            ("10.80.0.1".into(), "10.80.0.254".into(), "10.80.0.1".into())
+        );
+        let v6 = &pool.spec.range_sets[1][0];
+        assert_eq!((v6.start.to_string(), v6.gateway.to_string()), ("fd80::1".into(), "fd80::fe".into()));
+        assert_eq!(pool.socket, PathBuf::from("/run/yh-genie/agent.sock"));
+        let addresses = [
+            Allocated { address: "10.80.0.2".parse().unwrap(), block: "10.80.0.0/27".parse().unwrap() },
+            Allocated { address: "fd80::2".parse().unwrap(), block: "fd80::/123".parse().unwrap() },
+        ];
+        assert_eq!(
+            result(&pool, &addresses),
+            json!({"cniVersion": "1.0.0", "ips": [{"address": "10.80.0.2/24", "gateway": "10.80.0.1"}, {"address": "fd80::2/64", "gateway": "fd80::fe"}],
+                   "routes": [{"dst": "10.0.0.0/8"}], "dns": {}})
+        );
+    }
+
+    #[test]
+    fn a_wrong_pool_is_code_7_saying_what_is_wrong() {
+        for (ipam, says) in [
+            (json!({}), "'ranges'"),
+            (json!({"ranges": [[{"subnet": "10.80.0.1/24"}]]}), "host bits"),
+            (json!({"ranges": [[{"subnet": "10.80.0.0/24"}]], "blockSize": 12}), "power of two"),
+            (json!({"ranges": [[{"subnet": "10.80.0.0/30"}]]}), "smaller than a block"),
+            (json!({"ranges": [[{"subnet": "10.80.0.0/24"}], [{"subnet": "10.80.0.0/25"}]]}), "overlap"),
+            (json!({"ranges": [[{"subnet": "10.80.0.0/24"}, {"subnet": "fd80::/64"}]]}), "mixes"),
+            (json!({"ranges": [[{"subnet": "10.80.0.0/24"}]], "pool": "Lan"}), "lowercase"),
+            (json!({"ranges": [[{"subnet": "10.80.0.0/24", "rangeEnd": "10.81.0.9"}]]}), "outside"),
+            (json!({"ranges": [[{"subnet": "10.80.0.0/24"}]], "subnet": "10.80.0.0/24"}), "unknown key 'ipam.subnet'"),
+        ] {
+            let e = read(ipam.clone()).unwrap_err();
+            assert_eq!(e.code, code::INVALID_CONFIG, "{ipam}");
+            assert!(e.msg.contains(says), "{ipam}: {e}");
+        }
+    }
+}

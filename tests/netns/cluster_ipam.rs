@@ -1,0 +1,278 @@
+//! yh-genie's own IPAM, `yh-ipam`, end to end: a `yh-bridge` network whose addresses come from the
+//! node agent (`yh-genie install --agent`, a real process) out of blocks it claims as `IPBlock`s on
+//! the fake API server, where another node already holds one. Addresses in the pods' netns,
+//! distinct, the same for a retried ADD, released on DEL, read back by an agent started again, an
+//! exhausted pool a CNI error that names it; and given back by the agent when their pod is gone
+//! without a DEL.
+
+use crate::support::agent::AgentAnswers;
+use crate::support::node::{NetnsNode, Pod, pod_addresses};
+use serde_json::{Value, json};
+use testkit::agent::{Agent, METRICS_PORT, ipam_records};
+use testkit::apiserver::{Fault, literal};
+use testkit::process::unique;
+use yh_genie::node::agent_socket::addresses::{AddressOwner, PoolSpec};
+use yh_genie::node::agent_socket::client::exchange;
+use yh_genie::node::agent_socket::protocol::{Answer, Ask, Request};
+
+/// The network `lan`: 10.81.0.0/24 up to .9, the gateway .1, in blocks of four addresses.
+fn lan(n: &NetnsNode) -> Value {
+    let ipam = json!({
+        "type": "yh-ipam", "pool": "lan", "blockSize": 4, "agentSocket": n.agent_socket(),
+        "ranges": [[{"subnet": "10.81.0.0/24", "rangeEnd": "10.81.0.9"}]],
+        "routes": [{"dst": "10.81.0.0/16"}],
+    });
+    let list = json!({"cniVersion": "1.0.0", "name": "lan",
+                      "plugins": [{"type": "yh-bridge", "bridge": unique("yi"), "ipam": ipam}]});
+    n.write_conf("lan/10-lan.conflist", &list);
+    list
+}
+
+fn add(n: &NetnsNode, pod: &Pod, conf: &str) -> Vec<String> {
+    let reply = n.call("ADD", pod, conf);
+    assert_eq!(reply.code, 0, "ADD of {} failed: {reply:?}", pod.name);
+    pod_addresses(pod)
+}
+
+/// The agent's requests for `IPBlock`s so far.
+fn block_requests(n: &NetnsNode) -> Vec<&'static str> {
+    n.api.calls().into_iter().filter(|c| c.resource == "ipblocks").map(|c| c.verb).collect()
+}
+
+/// What the agent answers `yh-ipam`'s ADD for pod `name`'s sandbox `cid`, asked directly.
+fn allocate(n: &NetnsNode, list: &Value, name: &str, cid: &str) -> Answer {
+    let ipam = &list["plugins"][0]["ipam"];
+    let range = &ipam["ranges"][0][0];
+    let pool: PoolSpec = serde_json::from_value(json!({
+        "name": "lan", "blockSize": 4, "exclude": [],
+        "rangeSets": [[{"subnet": range["subnet"], "start": "10.81.0.1", "end": range["rangeEnd"], "gateway": "10.81.0.1"}]],
+    }))
+    .unwrap();
+    let owner = AddressOwner {
+        uid: format!("uid-default-{name}"),
+        container_id: cid.into(),
+        ifname: "eth0".into(),
+        pod: format!("default/{name}"),
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    exchange(&n.agent_socket(), &Request::new(Ask::Allocate { pool, owner }), deadline).unwrap()
+}
+
+fn start_agent(n: &NetnsNode) -> Agent {
+    start_agent_with(n, &[])
+}
+
+fn start_agent_with(n: &NetnsNode, flags: &[&str]) -> Agent {
+    let agent = Agent::start(&n.netns, &n.api, n.sb.path(), &n.agent_socket(), METRICS_PORT, flags);
+    agent.wait_ready();
+    agent
+}
+
+/// The agent's figures for pool `lan`: (blocks, addresses used, addresses free).
+fn lan_metrics(agent: &Agent) -> (u64, u64, u64) {
+    (
+        agent.metric("yh_genie_agent_ipam_blocks{pool=\"lan\"}"),
+        agent.metric("yh_genie_agent_ipam_addresses{pool=\"lan\",state=\"used\"}"),
+        agent.metric("yh_genie_agent_ipam_addresses{pool=\"lan\",state=\"free\"}"),
+    )
+}
+
+fn records(n: &NetnsNode) -> usize {
+    walk_json(&ipam_records(&n.agent_socket()))
+}
+
+fn walk_json(dir: &std::path::Path) -> usize {
+    let Ok(entries) = std::fs::read_dir(dir) else { return 0 };
+    entries
+        .flatten()
+        .map(|e| {
+            if e.path().is_dir() {
+                walk_json(&e.path())
+            } else {
+                usize::from(e.path().extension().is_some_and(|x| x == "json"))
+            }
+        })
+        .sum()
+}
+
+#[test]
+fn yh_ipam_hands_out_addresses_from_the_nodes_blocks_through_its_agent() {
+    let n = NetnsNode::new();
+    let list = lan(&n);
+    // Another node holds 10.81.0.4/30: this node's blocks are .0/30 (.2, .3) and .8/30 (.8, .9).
+    n.api.put_ip_block("10.81.0.4-30", json!({"cidr": "10.81.0.4/30", "pool": "lan", "node": "other-node"}));
+    let names = ["a", "b", "c", "d", "e"];
+    for name in names {
+        n.api.put_pod("default", name, literal("lan"));
+    }
+    let mut agent = start_agent(&n);
+    for name in names {
+        agent.wait_holds(&n.agent_socket(), name, &format!("uid-default-{name}"), |_| true);
+    }
+    let conf = n.selector_conf("1.0.0", json!({}));
+
+    // The first ADD claims a block; the second takes from it with no API request.
+    let (a, b) = (n.pod("a"), n.pod("b"));
+    assert_eq!(add(&n, &a, &conf), ["10.81.0.2/24"]);
+    assert_eq!(block_requests(&n), ["create"]);
+    assert_eq!(add(&n, &b, &conf), ["10.81.0.3/24"]);
+    assert_eq!(block_requests(&n), ["create"], "no request while the node's block has room");
+    let blocks = n.api.ip_blocks();
+    assert_eq!(blocks["10.81.0.0-30"], json!({"cidr": "10.81.0.0/30", "pool": "lan", "node": "yh-node"}));
+    assert_eq!(records(&n), 2);
+    assert_eq!(lan_metrics(&agent), (1, 2, 0), "one block of two usable addresses, both used");
+
+    // A retried ADD (the same pod, sandbox and interface) gets the same address.
+    match allocate(&n, &list, "a", &a.cid) {
+        Answer::Allocated { addresses } => assert_eq!(addresses[0].address.to_string(), "10.81.0.2"),
+        other => panic!("{other:?}"),
+    }
+
+    // Started again, the agent reads its records back before answering: a's address is a's, and
+    // the next pod gets one of a new block, past the other node's.
+    agent.kill();
+    let agent = start_agent(&n);
+    match allocate(&n, &list, "a", &a.cid) {
+        Answer::Allocated { addresses } => assert_eq!(addresses[0].address.to_string(), "10.81.0.2"),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(block_requests(&n), ["create"], "nothing asked to answer from the records");
+    let (c, d) = (n.pod("c"), n.pod("d"));
+    assert_eq!(add(&n, &c, &conf), ["10.81.0.8/24"]);
+    assert_eq!(add(&n, &d, &conf), ["10.81.0.9/24"]);
+    // .4/30: AlreadyExists, read back, the other node's; .8/30 claimed.
+    assert_eq!(block_requests(&n), ["create", "create", "get", "create"]);
+    assert_eq!(n.api.ip_blocks()["10.81.0.4-30"]["node"], "other-node", "the other node's block is left alone");
+    assert_eq!(lan_metrics(&agent), (2, 4, 0), ".0/30 (.2, .3) and .8/30 (.8, .9: the range ends at .9)");
+
+    // Exhausted: a CNI error naming the pool, and nothing left behind.
+    let e = n.pod("e");
+    let reply = n.call("ADD", &e, &conf);
+    assert_ne!(reply.code, 0, "{reply:?}");
+    let error = reply.json();
+    assert_eq!(error["code"], 104, "{error}");
+    let msg = error["msg"].as_str().unwrap().to_string() + error["details"].as_str().unwrap_or_default();
+    assert!(msg.contains("pool \"lan\" has no free address in 10.81.0.1-10.81.0.9"), "{error}");
+    assert!(pod_addresses(&e).is_empty());
+    assert_eq!(records(&n), 4);
+
+    // DEL releases: the address goes to the next pod.
+    assert_eq!(n.call("DEL", &a, &conf).code, 0);
+    assert!(pod_addresses(&a).is_empty());
+    assert_eq!(records(&n), 3);
+    assert_eq!(lan_metrics(&agent), (2, 3, 1));
+    let e = e.renew("e");
+    assert_eq!(add(&n, &e, &conf), ["10.81.0.2/24"]);
+    for pod in [&b, &c, &d, &e] {
+        assert_eq!(n.call("DEL", pod, &conf).code, 0, "{}", pod.name);
+        // A repeated DEL is fine.
+        assert_eq!(n.call("DEL", pod, &conf).code, 0, "{}", pod.name);
+    }
+    assert_eq!(records(&n), 0);
+    drop(agent);
+}
+
+#[test]
+fn the_agent_gives_back_the_addresses_of_a_pod_gone_without_its_del() {
+    let n = NetnsNode::new();
+    let list = lan(&n);
+    for name in ["a", "b", "c"] {
+        n.api.put_pod("default", name, literal("lan"));
+    }
+    let reclaim = ["--ipam-reclaim-after=1"];
+    let mut agent = start_agent_with(&n, &reclaim);
+    for name in ["a", "b", "c"] {
+        agent.wait_holds(&n.agent_socket(), name, &format!("uid-default-{name}"), |_| true);
+    }
+    let conf = n.selector_conf("1.0.0", json!({}));
+    let (a, b) = (n.pod("a"), n.pod("b"));
+    assert_eq!(add(&n, &a, &conf), ["10.81.0.2/24"]);
+    assert_eq!(add(&n, &b, &conf), ["10.81.0.3/24"]);
+
+    // Pod a is deleted and its DEL never comes: its address is free again, b's is not.
+    n.api.remove_pod("default", "a");
+    // The record goes first, the log line after it.
+    agent.wait_for("the agent to give back the address of deleted pod a", || {
+        records(&n) == 1 && agent.logged().contains("10.81.0.2 of pool \"lan\" are free")
+    });
+    let c = n.pod("c");
+    assert_eq!(add(&n, &c, &conf), ["10.81.0.2/24"]);
+
+    // Deleted while no agent watched: the next agent gives its address back once it has listed.
+    agent.kill();
+    n.api.remove_pod("default", "b");
+    let agent = start_agent_with(&n, &reclaim);
+    agent.wait_for("the agent to give back the address of pod b, deleted while it was down", || records(&n) == 1);
+    match allocate(&n, &list, "c", &c.cid) {
+        Answer::Allocated { addresses } => assert_eq!(addresses[0].address.to_string(), "10.81.0.2", "c's stays c's"),
+        other => panic!("{other:?}"),
+    }
+    for pod in [&a, &b, &c] {
+        assert_eq!(n.call("DEL", pod, &conf).code, 0, "{}", pod.name);
+    }
+    assert_eq!(records(&n), 0);
+}
+
+/// The node's lease on its blocks, as the fake API server holds it (the agent's namespace is the
+/// kubeconfig's: `default`).
+fn lease(n: &NetnsNode) -> Option<Value> {
+    n.api.lease("default", "yh-ipam-yh-node")
+}
+
+#[test]
+fn an_agent_cut_off_from_the_api_server_refuses_yh_ipam_adds_once_its_lease_is_old() {
+    let n = NetnsNode::new();
+    lan(&n);
+    for name in ["a", "b"] {
+        n.api.put_pod("default", name, literal("lan"));
+    }
+    let agent = start_agent_with(&n, &["--ipam-lease-duration=2"]);
+    for name in ["a", "b"] {
+        agent.wait_holds(&n.agent_socket(), name, &format!("uid-default-{name}"), |_| true);
+    }
+    assert_eq!(lease(&n), None, "no lease before the node hands out a yh-ipam address");
+    let conf = n.selector_conf("1.0.0", json!({}));
+    let a = n.pod("a");
+    assert_eq!(add(&n, &a, &conf), ["10.81.0.2/24"]);
+
+    // The lease is the node's, for 2 s, and renewed in the background (every half second).
+    let first = lease(&n).expect("the node's lease");
+    assert_eq!(first["spec"]["holderIdentity"], "yh-node", "{first}");
+    assert_eq!(first["spec"]["leaseDurationSeconds"], 2, "{first}");
+    agent.wait_for("two renewals of the lease", || {
+        n.api.calls().iter().filter(|c| c.resource == "leases" && c.verb == "update").count() >= 2
+    });
+    assert_ne!(lease(&n).unwrap()["spec"]["renewTime"], first["spec"]["renewTime"]);
+
+    // The API server stops answering: after 2 s without a renewal, ADDs are refused (try again
+    // later), saying why, and the pod gets no address.
+    n.api.inject_always(Fault::Hang);
+    std::thread::sleep(std::time::Duration::from_millis(2500));
+    let b = n.pod("b");
+    let reply = n.call("ADD", &b, &conf);
+    let error = reply.json();
+    assert_eq!(error["code"], 11, "{reply:?}");
+    let msg = error["msg"].as_str().unwrap().to_string() + error["details"].as_str().unwrap_or_default();
+    for said in [
+        "node yh-node has lost contact with the API server",
+        "its yh-ipam lease (Lease default/yh-ipam-yh-node) was last renewed",
+        "longer than --ipam-lease-duration (2s)",
+        "check the node's connection to the API server",
+    ] {
+        assert!(msg.contains(said), "{said:?} not in {error}");
+    }
+    assert!(pod_addresses(&b).is_empty());
+    assert_eq!(records(&n), 1);
+    assert!(agent.metric("yh_genie_agent_ipam_lease_age_seconds") >= 2, "the lease's age on /metrics");
+    assert!(agent.logged().contains("renewing the yh-ipam lease default/yh-ipam-yh-node"), "{}", agent.logged());
+
+    // Answering again: the lease is renewed and the runtime's retry gets its address.
+    n.api.clear_faults();
+    agent.wait_for("the lease renewed again", || agent.logged().contains("is renewed again"));
+    let b = b.renew("b");
+    assert_eq!(add(&n, &b, &conf), ["10.81.0.3/24"]);
+    for pod in [&a, &b] {
+        assert_eq!(n.call("DEL", pod, &conf).code, 0, "{}", pod.name);
+    }
+    assert_eq!(records(&n), 0);
+}
