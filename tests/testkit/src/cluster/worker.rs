@@ -1,6 +1,7 @@
 //! The cluster's worker node: its own network namespace (an address on the underlay, `ul0`) and a private
 //! mount namespace held by a `holder` process, in which containerd, the kubelet and kube-proxy run
-//! and see what a node's root filesystem would give them:
+//! and see what a node's root filesystem would give them (containerd is Debian's 1.6, or a 2.x
+//! build: `NodeContainerd`):
 //! - `/run` and `/var/log` fresh tmpfs (pod netns mounts, shim sockets, the agent's socket, the
 //!   fabric's `/run/flannel/subnet.env`, `/var/log/pods`);
 //! - `/var/lib` and `/etc` copy-on-write over the machine's, writes landing in the run dir
@@ -34,6 +35,32 @@ const KERNEL_KNOBS: &[(&str, &str)] = &[
     ("kernel/keys/root_maxbytes", "25000000"),
 ];
 pub const CONTAINERD_SOCKET: &str = "/run/containerd/containerd.sock";
+/// The `PATH` of the node's services.
+const SERVICE_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+
+/// The containerd a node runs: Debian's (1.6, on `PATH`) or the build in `bin` (containerd, its
+/// runc shim and ctr: scripts/containerd2.sh's output).
+#[derive(Clone, Debug, Default)]
+pub struct NodeContainerd {
+    pub bin: Option<PathBuf>,
+}
+
+impl NodeContainerd {
+    /// `program` (`containerd`, `ctr`) as the node runs it.
+    pub fn program(&self, program: &str) -> String {
+        self.bin.as_ref().map_or_else(|| program.to_string(), |dir| dir.join(program).display().to_string())
+    }
+
+    /// The `PATH` containerd runs with, in which it finds its shim: the build's dir first.
+    fn service_path(&self) -> String {
+        self.bin.as_ref().map_or_else(|| SERVICE_PATH.to_string(), |dir| format!("{}:{SERVICE_PATH}", dir.display()))
+    }
+
+    /// What it says it is (`containerd --version`), for reports.
+    pub fn describe(&self) -> String {
+        crate::process::must(&format!("{} --version", self.program("containerd"))).trim().to_string()
+    }
+}
 
 pub struct WorkerNode {
     pub name: String,
@@ -41,20 +68,21 @@ pub struct WorkerNode {
     pub netns: Netns,
     dir: PathBuf,
     namespaces: NodeNamespaces,
+    containerd: NodeContainerd,
     /// containerd, the kubelet and kube-proxy: ended with the run, like every process of it.
     daemons: Vec<Child>,
 }
 
 impl WorkerNode {
-    /// Set the node up and start containerd (with `images` imported), the kubelet (labelled
-    /// `labels`) and kube-proxy.
+    /// Set the node up and start `containerd` (with `images` imported, `sandbox_image` its pod
+    /// sandbox image), the kubelet (labelled `labels`) and kube-proxy.
     pub fn start(
         run: &RunDir,
         pki: &Pki,
         bin: &Path,
         (name, ip, netns): (&str, &str, Netns),
         labels: &str,
-        images: &[PathBuf],
+        (containerd, sandbox_image, images): (&NodeContainerd, &str, &[PathBuf]),
     ) -> Self {
         let dir = run.path().join(name);
         for sub in ["cgroup", "var-lib/upper", "var-lib/work", "etc/upper", "etc/work", "sysctl", "containerd/root"] {
@@ -68,8 +96,15 @@ impl WorkerNode {
         std::fs::write(dir.join("sysctl.list"), knobs).unwrap();
         netns.must("sysctl -qw net.ipv4.ip_forward=1");
         let namespaces = start_holder(&dir, &netns);
-        let mut worker =
-            WorkerNode { name: name.to_string(), ip: ip.to_string(), netns, dir, namespaces, daemons: Vec::new() };
+        let mut worker = WorkerNode {
+            name: name.to_string(),
+            ip: ip.to_string(),
+            netns,
+            dir,
+            namespaces,
+            containerd: containerd.clone(),
+            daemons: Vec::new(),
+        };
         let cgroup_root = format!("/{}/{}", run.name(), name);
         make_cgroup(&cgroup_root);
 
@@ -78,11 +113,11 @@ impl WorkerNode {
             Path::new(CONTAINERD_SOCKET),
             Path::new("/opt/cni/bin"),
             Path::new("/etc/cni/net.d"),
-            super::images::PAUSE,
+            sandbox_image,
         );
         std::fs::write(worker.dir.join("containerd.toml"), config).unwrap();
-        let mut containerd = worker.node_command("containerd");
-        containerd.env_clear().env("PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin");
+        let mut containerd = worker.node_command(&worker.containerd.program("containerd"));
+        containerd.env_clear().env("PATH", worker.containerd.service_path());
         containerd.arg("--config").arg(worker.dir.join("containerd.toml"));
         let mut containerd = run.spawn(&format!("{name}-containerd"), &mut containerd);
         let started = Instant::now();
@@ -142,7 +177,7 @@ impl WorkerNode {
     /// Import an image archive into the CRI's namespace of the node's containerd.
     pub fn import(&self, archive: &Path) {
         let out = self
-            .node_command("ctr")
+            .node_command(&self.containerd.program("ctr"))
             .args(["--address", CONTAINERD_SOCKET, "--namespace", "k8s.io", "images", "import"])
             .arg(archive)
             .output()
@@ -167,7 +202,7 @@ impl WorkerNode {
     /// `ctr` against the node's containerd, in the CRI's namespace; its stdout.
     pub fn ctr(&self, args: &[&str]) -> String {
         let out = self
-            .node_command("ctr")
+            .node_command(&self.containerd.program("ctr"))
             .args(["--address", CONTAINERD_SOCKET, "--namespace", "k8s.io"])
             .args(args)
             .output()
@@ -278,7 +313,9 @@ authentication:
   webhook: {{enabled: false}}
   x509: {{clientCAFile: {ca}}}
 authorization: {{mode: AlwaysAllow}}
-# containerd 1.6 does not tell the kubelet its cgroup driver (CRI RuntimeConfig): this one is used.
+# containerd 1.6 does not tell the kubelet its cgroup driver (CRI RuntimeConfig): this one is used
+# (the kubelets of 1.36 and 1.37 still fall back to it, and say that 1.38 will not); containerd 2.x
+# tells the same, cgroupfs (its runc's default).
 cgroupDriver: cgroupfs
 cgroupRoot: {cgroup_root}
 # The machines run cgroup v1, which kubelets before 1.35 accept with a warning; from 1.35 on
