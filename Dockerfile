@@ -2,14 +2,14 @@
 # in an empty image. The DaemonSet runs `yh-genie install`, which copies this same binary into the
 # host's CNI bin dir.
 #
-#   docker build -t yh-genie:0.1.0 .
+#   docker build -t yh-genie:0.2.0 .
 #
 # Needs BuildKit (Docker's default builder since 23.0; on 20.10, DOCKER_BUILDKIT=1) for the cache
 # mounts below.
 
 # Alpine's Rust image links against musl. Where Alpine's packages cannot be fetched, a Debian-based
 # Rust image builds the same static binary against glibc:
-#   docker build --build-arg RUST_IMAGE=rust:1.89-bookworm -t yh-genie:0.1.0 .
+#   docker build --build-arg RUST_IMAGE=rust:1.89-bookworm -t yh-genie:0.2.0 .
 # Keep the tag >= rust-version.
 ARG RUST_IMAGE=rust:1.89-alpine
 FROM ${RUST_IMAGE} AS build

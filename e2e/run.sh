@@ -14,7 +14,7 @@
 #     by DNS name, from both networks (each pod serves its own name, so the answer names the pod);
 #   - host-local leases and yonghui's per-container records exist, and are gone after the pods are;
 #   - a pod choosing `yonghui,ptplan@net1` in a ConfigMap, and one asking for ptplan on net1 by the
-#     networks annotation (a NetworkAttachmentDefinition, with the CRD from examples/nad/), get
+#     networks annotation (a NetworkAttachmentDefinition, of the CRD manifests/ installs), get
 #     both interfaces: the pod IP on eth0, net1 in ptplan, both listed in the network-status
 #     annotation; they reach each other over net1, keep eth0's default route, went through the
 #     node agent, and their net1 leases go with them;
@@ -402,7 +402,7 @@ check_multinet() {
 	local pod other node hits before route routes
 	local -A net1_of=() leases=()
 	log "pods with two networks (a list in a ConfigMap, a NetworkAttachmentDefinition)"
-	kubectl apply -f examples/nad/crd.yaml
+	# manifests/ installed the CRD; the API server serves the kind once it is Established.
 	kubectl wait --for=condition=Established crd/network-attachment-definitions.k8s.cni.cncf.io --timeout="${wait_secs}s"
 	node=$(kubectl get nodes -l yh-genie-e2e/slot=a -o 'jsonpath={.items[0].metadata.name}')
 	before=$(agent_hits "$node")

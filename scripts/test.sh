@@ -69,14 +69,14 @@ elif ! command -v shellcheck >/dev/null; then
 fi
 
 # The slow builds the later tiers need, each cached outside the checkout (Kubernetes, the static
-# yh-genie of its images and the test DRA driver for cluster, containerd 2.x for cri and for the
-# cluster's nodes, kind's programs and root filesystems for kind, the fuzz targets for fuzz, and
-# for matrix each Kubernetes of its range and CRI-O), start at once in the
-# background, one after another at a lower priority, when other tiers come first: they use the CPU
-# those tiers leave idle (tests waiting on namespaces, containerd, control planes). Each build holds
-# a lock while it runs (cargo's own, for the two cargo builds), so a tier that needs it waits for it
-# rather than building it twice; one that failed in the background is built again by that tier,
-# where its error shows. Nothing of it outlives the run.
+# yh-genie of its images, the test DRA driver, Multus and whereabouts for cluster, containerd 2.x
+# for cri and the cluster's nodes, kind's programs and root filesystems for kind, the fuzz targets
+# for fuzz, and for matrix each Kubernetes of its range and CRI-O), start at once
+# in the background, one after another at a lower priority, when other tiers come first: they use
+# the CPU those tiers leave idle (tests waiting on namespaces, containerd, control planes). Each
+# build holds a lock while it runs (cargo's own, for the two cargo builds), so a tier that needs it
+# waits for it rather than building it twice; one that failed in the background is built again by
+# that tier, where its error shows. Nothing of it outlives the run.
 background_pid=
 background_log=
 start_background_builds() {
@@ -84,11 +84,13 @@ start_background_builds() {
   if wants cri || wants cluster || wants matrix; then steps+=("scripts/containerd2.sh"); fi
   if wants cluster || wants kind; then steps+=("scripts/cluster/build.sh --without-e2e"); fi
   # tests/cluster's needs first, then the e2e suite's, which only the conformance run after it needs.
-  wants cluster && steps+=("scripts/cluster/static-binary.sh" "scripts/cluster/dra-driver.sh" "scripts/cluster/build.sh")
+  wants cluster && steps+=("scripts/cluster/static-binary.sh" "scripts/cluster/dra-driver.sh" "scripts/cluster/multus.sh"
+    "scripts/cluster/whereabouts.sh" "scripts/cluster/build.sh")
   wants kind && [ -x scripts/kind-e2e.sh ] && steps+=("scripts/kind-e2e.sh --prepare")
   wants fuzz && steps+=("scripts/fuzz.sh --build")
   if wants matrix; then
-    wants cluster || steps+=("scripts/cluster/static-binary.sh" "scripts/cluster/dra-driver.sh")
+    wants cluster || steps+=("scripts/cluster/static-binary.sh" "scripts/cluster/dra-driver.sh" "scripts/cluster/multus.sh"
+      "scripts/cluster/whereabouts.sh")
     for version in $matrix_versions; do steps+=("env KUBERNETES_VERSION=$version scripts/cluster/build.sh"); done
     steps+=("scripts/crio.sh")
   fi
@@ -157,7 +159,13 @@ tier_cluster() {
   # once per version, cached in /var/cache/yh-genie (a cold build takes half an hour or more on 2
   # cores).
   scripts/cluster/build.sh --without-e2e | grep -v '^/'
-  cargo test --test cluster
+  # That build's kubectl renders the kustomize overlays (tests/offline skips it without a kubectl).
+  YH_GENIE_KUBECTL="$(scripts/cluster/build.sh --without-e2e | tail -1)/kubectl" \
+    cargo test --test offline manifests::the_dynamic_networks_overlay
+  # Multus thin and thick, and whereabouts, built once per version from the module proxy: the
+  # move from Multus starts from nodes whose pods they attached; a NAD's IPAM is whereabouts.
+  YH_GENIE_MULTUS_BIN=$(scripts/cluster/multus.sh | tail -1) \
+    YH_GENIE_WHEREABOUTS=$(scripts/cluster/whereabouts.sh | tail -1) cargo test --test cluster
   scripts/cluster/build.sh | grep -v '^/'
   cargo test --test conformance
   # bench/scale.sh's driver in its smoke mode (2 nodes, 3 pods each, debug build) on the same

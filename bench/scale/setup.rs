@@ -46,7 +46,7 @@ subjects:
 /// Multus's RBAC.
 pub fn apply_manifests(cp: &ControlPlane, root: &Path) {
     let file = |rel: &str| root.join(rel).display().to_string();
-    cp.kubectl_ok(&["apply", "-f", &file("examples/nad/crd.yaml")]);
+    cp.kubectl_ok(&["apply", "-f", &file("manifests/nad-crd.yaml")]);
     cp.kubectl_ok(&["apply", "-f", &file("manifests/yh-genie.yaml")]);
     cp.kubectl_ok(&["apply", "-f", &file("manifests/kubernetes-1.30/node-restriction.yaml")]);
     let rbac = cp.dir.join("multus-rbac.yaml");

@@ -13,7 +13,7 @@
 //! | Multus's delegate cache, read for pods Multus attached | `/var/lib/cni/multus/` |
 //! | the attachment locks (`platform::cni::attachment_lock`) | `/run/yh-genie/attachments/` |
 //! | the selector's results of completed ADDs | `/run/yh-genie/results<dataDir>/` |
-//! | yonghui's saved delegate configurations | `/run/yh-genie/yonghui/` (earlier: `/var/lib/cni/yonghui`) |
+//! | yonghui's saved delegate configurations | `/run/yh-genie/yonghui/` (0.1.0: `/var/lib/cni/yonghui`) |
 //! | the node agent's socket | `/run/yh-genie/agent.sock` |
 //! | the plugins' operation reports to the agent | beside it: `agent.sock.reports` |
 //! | the attach worker's socket | beside it: `dynamic-networks.sock` |
@@ -46,7 +46,7 @@ pub const AGENT_SOCKET: &str = "/run/yh-genie/agent.sock";
 pub const WORKER_SOCKET: &str = "/run/yh-genie/dynamic-networks.sock";
 /// Where yonghui saves its delegate configurations unless its `dataDir` says otherwise.
 pub const YONGHUI_DATA_DIR: &str = "/run/yh-genie/yonghui";
-/// Where earlier releases of yonghui saved them: still read by DEL and CHECK without a `dataDir`.
+/// Where yonghui 0.1.0 saved them: still read by DEL and CHECK without a `dataDir`.
 pub const YONGHUI_EARLIER_DATA_DIR: &str = "/var/lib/cni/yonghui";
 
 /// The places of this node that move with `LOCK_DIR_VAR`, as this process finds them.

@@ -18,7 +18,8 @@ fn server(name: &str) -> TestPod {
 }
 
 /// docs/dynamic-networks.md's switch: `dynamicNetworks` in the selector's configuration (waited
-/// for in node-a's conflist), then the DaemonSet patched with the attach worker, rolled out.
+/// for in node-a's conflist), then the overlay applied (`kubectl apply -k
+/// overlays/dynamic-networks/`): the DaemonSet with the attach worker, rolled out.
 fn switch_on(cluster: &Cluster) {
     // multi-nad (e2e/multinet.yaml, on ptplan) is the pod the hot-plugged interfaces answer; run
     // alone, this test makes it itself.
@@ -40,17 +41,8 @@ fn switch_on(cluster: &Cluster) {
         "-p",
         &patch.to_string(),
     ]);
-    let patch_file =
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("manifests/dynamic-networks/daemonset-patch.json");
-    cluster.kubectl_ok(&[
-        "-n",
-        "kube-system",
-        "patch",
-        "daemonset",
-        "yh-genie",
-        "--patch-file",
-        &patch_file.display().to_string(),
-    ]);
+    let overlay = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("overlays/dynamic-networks");
+    cluster.kubectl_ok(&["apply", "-k", &overlay.display().to_string()]);
     cluster.kubectl_ok(&["-n", "kube-system", "rollout", "status", "daemonset/yh-genie", "--timeout=300s"]);
     let conflist = cluster.worker("node-a").node_path("/etc/cni/net.d/00-yh-genie.conflist");
     cluster.wait_for_within(Duration::from_secs(150), "dynamicNetworks in node-a's conflist", || {
@@ -378,4 +370,63 @@ pub fn dynamic_networks_latency(cluster: &mut Cluster) {
         creations.len(),
         percentiles(&mut creations)
     ));
+}
+
+/// docs/dynamic-networks.md's switch off, after the tests above switched it on with the overlay:
+/// `dynamicNetworks` false, then the plain manifest applied (`kubectl apply -f
+/// manifests/yh-genie.yaml`): the DaemonSet rolls out without the attach worker, its host root or
+/// hostPID, and the installer without --dynamic-networks; the node's pods still get their networks,
+/// and an edit of a running pod's networks annotation is no longer applied.
+pub fn dynamic_networks_switch_off_with_the_plain_manifest(cluster: &mut Cluster) {
+    switch_on(cluster);
+    let ds = cluster.get_json(&["-n", "kube-system", "get", "daemonset", "yh-genie"]);
+    let containers = |ds: &Value| -> Vec<String> {
+        let list = ds["spec"]["template"]["spec"]["containers"].as_array().cloned().unwrap_or_default();
+        list.iter().map(|c| c["name"].as_str().unwrap_or_default().to_string()).collect()
+    };
+    assert_eq!(containers(&ds), ["install", "attach-worker"], "switched on");
+    assert_eq!(
+        ds["spec"]["template"]["spec"]["containers"][1]["image"],
+        ds["spec"]["template"]["spec"]["containers"][0]["image"],
+        "the worker runs the installer's image"
+    );
+
+    let config = cluster.get_json(&["-n", "kube-system", "get", "configmap", "yh-genie-config"]);
+    let mut selector: Value = serde_json::from_str(config["data"]["selector.json"].as_str().unwrap()).unwrap();
+    selector["dynamicNetworks"] = Value::Bool(false);
+    let patch = serde_json::json!({"data": {"selector.json": selector.to_string()}});
+    cluster.kubectl_ok(&[
+        "-n",
+        "kube-system",
+        "patch",
+        "configmap",
+        "yh-genie-config",
+        "--type=merge",
+        "-p",
+        &patch.to_string(),
+    ]);
+    let plain = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("manifests/yh-genie.yaml");
+    cluster.kubectl_ok(&["apply", "-f", &plain.display().to_string()]);
+    cluster.kubectl_ok(&["-n", "kube-system", "rollout", "status", "daemonset/yh-genie", "--timeout=300s"]);
+    let ds = cluster.get_json(&["-n", "kube-system", "get", "daemonset", "yh-genie"]);
+    let pod = &ds["spec"]["template"]["spec"];
+    assert_eq!(containers(&ds), ["install"], "switched off: {pod}");
+    assert_ne!(pod["hostPID"], true, "{pod}");
+    let volumes: Vec<&str> = pod["volumes"].as_array().unwrap().iter().filter_map(|v| v["name"].as_str()).collect();
+    assert!(!volumes.contains(&"host-root"), "{volumes:?}");
+    let env = pod["containers"][0]["env"].as_array().cloned().unwrap_or_default();
+    assert!(env.iter().all(|e| e["name"] != "YH_GENIE_DYNAMIC_NETWORKS"), "{env:?}");
+    let conflist = cluster.worker("node-a").node_path("/etc/cni/net.d/00-yh-genie.conflist");
+    cluster.wait_for_within(Duration::from_secs(150), "dynamicNetworks off in node-a's conflist", || {
+        let list: Value = serde_json::from_str(&std::fs::read_to_string(&conflist).ok()?).ok()?;
+        (list["plugins"][0]["dynamicNetworks"] != true).then_some(())
+    });
+
+    // The node works as before; a running pod's annotation edit is left alone.
+    cluster.apply_text(&server("dyn-off").yaml());
+    cluster.wait_pod_ready(NS, "dyn-off");
+    annotate(cluster, "dyn-off", "ptplan");
+    std::thread::sleep(Duration::from_secs(10));
+    assert_eq!(links(cluster, "dyn-off"), ["eth0"], "an edit applied with dynamic networks off");
+    cluster.delete_pod(NS, "dyn-off");
 }

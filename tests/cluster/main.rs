@@ -39,6 +39,10 @@ use dynamic::*;
 mod races;
 use races::*;
 
+/// whereabouts as the IPAM of a NAD, set up as its docs say.
+mod whereabouts;
+use whereabouts::*;
+
 /// DRA: the project's test driver's devices, found for the pods whose claims they were allocated to.
 mod dra;
 use dra::*;
@@ -88,10 +92,43 @@ const TESTS: &[(&str, Test)] = &[
         dynamic_networks_survive_what_goes_wrong_around_an_edit,
     ),
     ("dynamic_networks_latency_from_edit_to_answering_interface", dynamic_networks_latency),
+    ("dynamic_networks_switch_off_with_the_plain_manifest", dynamic_networks_switch_off_with_the_plain_manifest),
+    ("whereabouts_gives_pods_across_nodes_distinct_addresses", whereabouts_gives_pods_across_nodes_distinct_addresses),
     ("uninstall_leaves_the_nodes_as_the_docs_say", uninstall_leaves_the_nodes_as_the_docs_say),
     // After the uninstall: it starts from a node without yh-genie.
     ("a_node_moves_from_multus_without_leaking_an_address", a_node_moves_from_multus_without_leaking_an_address),
 ];
+
+/// A kubeconfig for a plugin on a node (Multus, whereabouts), with its credentials inline (the
+/// node's mount namespace does not see the test's files): a client certificate of the cluster's
+/// CA for `user`, in `system:masters`.
+pub fn inline_kubeconfig(cluster: &Cluster, user: &str) -> String {
+    use base64::Engine;
+    use testkit::cluster::control_plane::api_url;
+    cluster.control.pki.kubeconfig(user, &format!("{user}-test"), &["system:masters"], &api_url());
+    let data = |file: &str| {
+        base64::engine::general_purpose::STANDARD.encode(std::fs::read(cluster.control.pki.path(file)).unwrap())
+    };
+    format!(
+        "apiVersion: v1
+kind: Config
+clusters:
+- name: test
+  cluster: {{server: '{server}', certificate-authority-data: {ca}}}
+users:
+- name: {user}
+  user: {{client-certificate-data: {crt}, client-key-data: {key}}}
+contexts:
+- name: test
+  context: {{cluster: test, user: {user}}}
+current-context: test
+",
+        server = api_url(),
+        ca = data("ca.crt"),
+        crt = data(&format!("{user}.crt")),
+        key = data(&format!("{user}.key")),
+    )
+}
 
 fn main() {
     let mut args = Arguments::from_args();
@@ -123,7 +160,6 @@ fn start() -> Cluster {
     let repo = Path::new(env!("CARGO_MANIFEST_DIR"));
     let path = |rel: &str| repo.join(rel).display().to_string();
     cluster.install_yh_genie();
-    cluster.kubectl_ok(&["apply", "-f", &path("examples/nad/crd.yaml")]);
     cluster.kubectl_ok(&["apply", "-f", &path("e2e/networks.yaml")]);
     // And the example yh-bridgenet, with bandwidth chained as an admin adds it for the pods'
     // bandwidth annotations: the nodes' bin dir has Debian's plugin (kind's node image has not, so

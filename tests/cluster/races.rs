@@ -196,12 +196,90 @@ fn lease_owners(cluster: &Cluster) -> BTreeSet<(String, String)> {
     leases
 }
 
+/// The node state of one pod, as 0.1.0 laid it out on node-a: the selector's results on the data
+/// disk (`<dataDir>/results/`, where 0.2.0 keeps them on tmpfs, `/run/yh-genie/results<dataDir>/`),
+/// yonghui's saved delegate configuration in `/var/lib/cni/yonghui/` (0.2.0: `/run/yh-genie/yonghui/`).
+struct StateOf010 {
+    pod: &'static str,
+    /// Its attachment record, where both releases keep it.
+    record: String,
+    /// Its results where 0.2.0 writes them, then where 0.1.0 did (and this pod now has them).
+    results: [String; 2],
+    /// Its yonghui saved delegate configuration, the same way.
+    yonghui: [String; 2],
+    /// host-local's lease of its address, and its veth on the node.
+    lease: String,
+    host_veth: String,
+}
+
+/// The data dir the DaemonSet's installer writes into the conflist (its `--data-dir` default).
+const DATA_DIR: &str = "/var/lib/cni/yh-genie";
+
+impl StateOf010 {
+    /// Start `pod` on node-a on yonghui, then move what 0.2.0 wrote for it where 0.1.0 wrote it.
+    fn make(cluster: &Cluster, pod: &'static str) -> StateOf010 {
+        cluster.apply_text(&sleeper(NS, pod).on_slot("a").network(Network::Named("yonghui")).yaml());
+        let ip = cluster.wait_pod_ready(NS, pod)["status"]["podIP"].as_str().unwrap_or_default().to_string();
+        let worker = cluster.worker("node-a");
+        let sandboxes = worker.running_sandboxes(pod);
+        assert_eq!(sandboxes.len(), 1, "{pod}'s sandboxes: {sandboxes:?}");
+        let attachment = format!("{}:eth0", sandboxes[0]);
+        let peer_index = cluster.exec(NS, pod, &["cat", "/sys/class/net/eth0/iflink"]).trim().to_string();
+        let links = worker.must("ip -o link show");
+        let host_veth = links
+            .lines()
+            .find_map(|l| l.strip_prefix(&format!("{peer_index}: ")))
+            .and_then(|rest| rest.split([':', '@']).next())
+            .unwrap_or_else(|| panic!("no link {peer_index} on node-a for {pod}'s eth0:\n{links}"))
+            .to_string();
+        let state = StateOf010 {
+            pod,
+            record: format!("{DATA_DIR}/attachments/{attachment}"),
+            results: [
+                format!("/run/yh-genie/results{DATA_DIR}/{attachment}"),
+                format!("{DATA_DIR}/results/{attachment}"),
+            ],
+            yonghui: [format!("/run/yh-genie/yonghui/{attachment}"), format!("/var/lib/cni/yonghui/{attachment}")],
+            lease: format!("/var/lib/cni/networks/yonghui/{ip}"),
+            host_veth,
+        };
+        for [now, then] in [&state.results, &state.yonghui] {
+            let (now, then) = (worker.node_path(now), worker.node_path(then));
+            let bytes = std::fs::read(&now).unwrap_or_else(|e| panic!("{pod}: {}: {e}", now.display()));
+            std::fs::create_dir_all(then.parent().unwrap()).unwrap();
+            std::fs::write(&then, bytes).unwrap();
+            std::fs::set_permissions(&then, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
+            std::fs::remove_file(&now).unwrap();
+        }
+        for path in [&state.record, &state.results[1], &state.yonghui[1], &state.lease] {
+            assert!(worker.node_path(path).exists(), "{pod}: no {path}");
+        }
+        state
+    }
+
+    /// What of the pod node-a still holds.
+    fn left(&self, cluster: &Cluster) -> Vec<String> {
+        let worker = cluster.worker("node-a");
+        let files = [&self.record, &self.lease].into_iter().chain(&self.results).chain(&self.yonghui);
+        let mut left: Vec<String> = files.filter(|p| worker.node_path(p).exists()).cloned().collect();
+        let veth = worker.node_command("ip").args(["link", "show", "dev", &self.host_veth]).output().unwrap();
+        if veth.status.success() {
+            left.push(format!("host veth {}", self.host_veth));
+        }
+        left
+    }
+}
+
 /// The DaemonSet is rolled to a new image (the same binary tagged under a second name on each
 /// node, as a registry would serve it) while six pods start on both nodes: each installer pod is
 /// replaced, its agent with it, under the pods' ADDs. Every pod is Ready with an address of its
 /// node, and the rollout finishes: both nodes' installer pods run the new image and are Ready.
+/// Before the roll, a running pod is given the state 0.1.0 wrote (docs/install.md's upgrade
+/// guarantee); deleted after it, it leaves no lease, record, result, saved delegate or host veth.
 pub fn daemonset_rolled_while_pods_start_loses_nothing(cluster: &mut Cluster) {
-    let rolled = "yh-genie:0.1.0-rolled";
+    let from_010 = StateOf010::make(cluster, "from-0-1-0");
+    let rolled = format!("yh-genie:{}-rolled", env!("CARGO_PKG_VERSION"));
+    let rolled = rolled.as_str();
     let current = testkit::cluster::images::yh_genie_name();
     for worker in &cluster.workers {
         worker.tag_image(&current, &testkit::cluster::images::normalized(rolled));
@@ -234,4 +312,18 @@ pub fn daemonset_rolled_while_pods_start_loses_nothing(cluster: &mut Cluster) {
     for (pod, _) in &pods {
         cluster.kubectl_ok(&["-n", NS, "delete", "pod", pod, "--wait=false"]);
     }
+
+    assert_eq!(from_010.left(cluster).len(), 5, "the roll kept 0.1.0's state, lease and veth");
+    cluster.delete_pod(NS, from_010.pod);
+    // The sandbox's DEL may still be on its way: give it the harness's patience.
+    let since = std::time::Instant::now();
+    loop {
+        let left = from_010.left(cluster);
+        if left.is_empty() {
+            break;
+        }
+        assert!(since.elapsed() < PATIENCE, "node-a still holds, of {}: {left:?}", from_010.pod);
+        std::thread::sleep(std::time::Duration::from_millis(250));
+    }
+    report(&format!("cluster: {} deleted after the roll from 0.1.0's state, nothing left", from_010.pod));
 }

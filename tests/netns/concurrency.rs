@@ -74,7 +74,7 @@ fn pods_at_once_share_a_new_bridge_with_distinct_addresses() {
             let leases: Vec<_> = n.leases().into_iter().filter(|(_, cid)| *cid == pod.cid).collect();
             assert_eq!(leases.len(), 1, "{case}: one lease per pod: {leases:?}");
             assert_eq!(format!("{}/24", leases[0].0), address, "{case}: the lease is the pod's address");
-            let chain = yh_genie::programs::plugins::firewall::Owner::new(&network, &pod.cid).chain();
+            let chain = yh_genie::programs::plugins::firewall::Owner::new(&network, &pod.cid, "eth0").chain();
             assert!(n.nat_lines().iter().any(|l| l.contains(&chain)), "{case}: the pod's NAT chain");
         }
         let ports = link_names(&n.netns, &format!("master {bridge} type veth"));

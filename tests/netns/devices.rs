@@ -129,6 +129,94 @@ fn a_device_network_lends_the_pod_its_devices_in_sorted_order() {
     }
 }
 
+/// The device each of the pod's attachments was given, by interface, from its records.
+fn devices_by_interface(n: &NetnsNode, pod: &crate::support::node::Pod, ifnames: &[&str]) -> Vec<(String, String)> {
+    ifnames
+        .iter()
+        .map(|ifname| {
+            let path = n.data_dir().join("attachments").join(format!("{}:{ifname}", pod.cid));
+            let record: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+            (ifname.to_string(), record["device"]["id"].as_str().unwrap().to_string())
+        })
+        .collect()
+}
+
+#[test]
+fn a_device_network_attached_twice_takes_two_devices_of_its_pool_the_same_on_a_retry() {
+    let (_, cni) = testkit::devices::support_binaries();
+    let n = NetnsNode::new();
+    n.add_yonghui_network("blue", 62, json!({}));
+    std::fs::copy(&cni, n.sb.dir.path().join("bin/test-device-cni")).unwrap();
+    n.write_conf(
+        "vfnet/10-vf.conflist",
+        &json!({"cniVersion": "1.0.0", "name": "vfnet",
+                "plugins": [{"type": "test-device-cni", "capabilities": {"CNIDeviceInfoFile": true}}]}),
+    );
+    let vfs = ["yhvf1", "yhvf0"];
+    let socket = n.sb.dir.path().join("kubelet.sock");
+    fake_kubelet(&socket, "twovfs", &vfs);
+    let devinfo = n.sb.dir.path().join("devinfo");
+    std::fs::create_dir_all(devinfo.join("dp")).unwrap();
+    let info = |vf: &str| json!({"type": "pci", "version": "1.1.0", "pci": {"pci-address": vf}});
+    for vf in vfs {
+        std::fs::write(devinfo.join(format!("dp/example.com-vf-{vf}-device.json")), info(vf).to_string()).unwrap();
+    }
+    n.api.put_device_nad("default", "vfnet", VF);
+    let containers = json!([{"name": "app", "image": "x", "resources": {"limits": {VF: "2"}}}]);
+    n.api.put_annotated_pod("default", "twovfs", json!({NETWORKS: "vfnet@net1, vfnet@net2"}), containers);
+    let conf = n.selector_conf(
+        "1.0.0",
+        json!({"defaultNetwork": "blue", "podResourcesSocket": socket, "deviceInfoDir": devinfo, "agentSocket": ""}),
+    );
+
+    // The second VF is not there yet: its CNI fails, and the first attachment is undone.
+    n.netns.must("ip link add yhvf0 type veth peer name yhvf0p");
+    n.fixtures.lock().unwrap().extend(["yhvf0".to_string(), "yhvf0p".to_string()]);
+    let pod = n.pod("twovfs");
+    let failed = n.call("ADD", &pod, &conf).err();
+    assert!(failed["msg"].as_str().unwrap().contains("interface net2"), "{failed}");
+    n.assert_failed_add_left_nothing(&pod, "the second device missing");
+    assert!(link_names(&n.netns, "").contains(&"yhvf0".to_string()), "the first device is back on the node");
+    n.call("DEL", &pod, &conf).ok();
+
+    // The runtime's retry, once the device is there: each attachment its own device, in sorted order.
+    n.netns.must("ip link add yhvf1 type veth peer name yhvf1p");
+    n.fixtures.lock().unwrap().extend(["yhvf1".to_string(), "yhvf1p".to_string()]);
+    n.call("ADD", &pod, &conf).ok();
+    let mut links = link_names(&pod.netns, "");
+    links.sort();
+    assert_eq!(links, ["eth0", "lo", "net1", "net2"]);
+    let node_links = link_names(&n.netns, "");
+    assert!(!node_links.iter().any(|l| vfs.contains(&l.as_str())), "{node_links:?}");
+    let given = devices_by_interface(&n, &pod, &["net1", "net2"]);
+    let want = [("net1", "yhvf0"), ("net2", "yhvf1")].map(|(i, d)| (i.to_string(), d.to_string()));
+    assert_eq!(given, want);
+    // Each attachment's device-info file, and its entry of network-status.
+    for ifname in ["net1", "net2"] {
+        assert!(devinfo.join(format!("cni/vfnet-{}_{ifname}", pod.cid)).exists(), "{ifname}'s device-info file");
+    }
+    let object = n.api.pod("default", "twovfs").unwrap();
+    let status: Value =
+        serde_json::from_str(object["metadata"]["annotations"][NETWORK_STATUS].as_str().unwrap()).unwrap();
+    let entries: Vec<(&str, &str, &Value)> = status
+        .as_array()
+        .unwrap()
+        .iter()
+        .skip(1)
+        .map(|e| (e["name"].as_str().unwrap(), e["interface"].as_str().unwrap(), &e["device-info"]))
+        .collect();
+    assert_eq!(entries, [("default/vfnet", "net1", &info("yhvf0")), ("default/vfnet", "net2", &info("yhvf1"))]);
+
+    n.call("DEL", &pod, &conf).ok();
+    let node_links = link_names(&n.netns, "");
+    assert!(vfs.iter().all(|vf| node_links.contains(&vf.to_string())), "DEL gave both back: {node_links:?}");
+    assert_eq!(std::fs::read_dir(devinfo.join("cni")).unwrap().count(), 0, "both device-info files removed");
+    n.assert_nothing_left(&pod, "two devices of one pool");
+    for vf in vfs {
+        n.netns.exec(&format!("ip link del {vf}"));
+    }
+}
+
 /// A node agent that answers every selection with `objects` and takes every annotation (whose
 /// asks it keeps), on `socket`.
 fn fake_agent(socket: &std::path::Path, objects: PodObjects) -> Arc<std::sync::Mutex<Vec<Ask>>> {

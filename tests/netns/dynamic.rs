@@ -220,6 +220,58 @@ fn a_running_pods_networks_follow_its_annotation_until_its_del() {
     assert!(matches!(worker.reconcile("hot"), Answer::NotAttached { .. }));
 }
 
+/// The NAT lines of `network`'s chain for the pod (yh-bridge's masquerade, shared by the
+/// attachments of one network to one pod).
+fn nat_of(n: &NetnsNode, pod: &Pod, network: &str) -> Vec<String> {
+    let chain = yh_genie::programs::plugins::firewall::Owner::new(network, &pod.cid, "eth0").chain();
+    n.nat_lines().into_iter().filter(|l| l.contains(&chain)).collect()
+}
+
+#[test]
+fn an_edit_adds_then_removes_one_of_two_attachments_of_one_network() {
+    let HotPod { n, conflist, agent, conf, pod } = added_hot_pod(Some("red@net1"));
+    let worker = Worker::start(&n, &conflist);
+    let net1 = addresses_on(&pod, "net1")[0].clone();
+
+    // red once more, on net2: net1 keeps its address.
+    annotate(&n, Some("red@net1,red@net2"));
+    wait_annotation(&agent, &n, Some("red@net1,red@net2"));
+    let (status, events) = reconciled(worker.reconcile("hot"));
+    assert_eq!(links(&pod), ["eth0", "net1", "net2"]);
+    assert!(on(&pod, "net2", RED), "{:?}", addresses_on(&pod, "net2"));
+    assert_eq!(addresses_on(&pod, "net1"), std::slice::from_ref(&net1));
+    let want = [("eth0", "blue"), ("net1", "default/red"), ("net2", "default/red")];
+    assert_eq!(status, want.map(|(a, b)| (a.to_string(), b.to_string())));
+    assert_eq!(events.iter().map(|e| e.reason.as_str()).collect::<Vec<_>>(), ["AddedInterface"], "{events:?}");
+    let net2 = addresses_on(&pod, "net2")[0].clone();
+    let source = |a: &str| format!("-s {}/32", a.split('/').next().unwrap());
+    let nat = nat_of(&n, &pod, RED.0);
+    assert!(
+        nat.iter().any(|l| l.contains(&source(&net1))) && nat.iter().any(|l| l.contains(&source(&net2))),
+        "{nat:#?}"
+    );
+
+    // net1's red dropped: net2's stays, with its address, its lease and its masquerade.
+    annotate(&n, Some("red@net2"));
+    wait_annotation(&agent, &n, Some("red@net2"));
+    let (status, events) = reconciled(worker.reconcile("hot"));
+    assert_eq!(links(&pod), ["eth0", "net2"]);
+    assert_eq!(addresses_on(&pod, "net2"), std::slice::from_ref(&net2));
+    assert_eq!(status, [("eth0", "blue"), ("net2", "default/red")].map(|(a, b)| (a.to_string(), b.to_string())));
+    assert_eq!(events.iter().map(|e| e.reason.as_str()).collect::<Vec<_>>(), ["RemovedInterface"], "{events:?}");
+    let leased = n.allocations();
+    let bare = |a: &str| a.split('/').next().unwrap().to_string();
+    assert!(!leased.contains(&bare(&net1)) && leased.contains(&bare(&net2)), "{leased:?}");
+    let nat = nat_of(&n, &pod, RED.0);
+    assert!(!nat.iter().any(|l| l.contains(&source(&net1))), "{nat:#?}");
+    assert!(nat.iter().any(|l| l.contains(&source(&net2)) && l.starts_with("-A POSTROUTING")), "{nat:#?}");
+    assert!(nat.iter().any(|l| l.contains("MASQUERADE")), "the shared chain keeps its rules: {nat:#?}");
+
+    assert_eq!(n.call("DEL", &pod, &conf).code, 0);
+    let left = n.leftovers_of_networks(&pod, &[BLUE.0, RED.0]);
+    assert!(left.is_empty(), "{left:#?}");
+}
+
 #[test]
 fn a_hot_plug_killed_midway_is_undone_by_the_next_reconcile() {
     // The agent runs throughout, as on a node, though the worker is asked directly here.

@@ -25,6 +25,7 @@ mod hardening;
 mod migrate;
 mod multinet;
 mod multinet_records;
+mod multus_nads;
 mod selector;
 
 // The node agent.

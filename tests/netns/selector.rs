@@ -372,7 +372,7 @@ fn a_yonghui_network_runs_in_process_through_yh_bridge() {
     assert_eq!(result["cniVersion"], "1.1.0");
     let routes = pod.netns.must("ip -j -4 route show");
     assert!(routes.contains("10.77.0.0/16"), "the fabric's network is routed through the bridge: {routes}");
-    let chain = yh_genie::programs::plugins::firewall::Owner::new(YONGHUI.name, &pod.cid).chain();
+    let chain = yh_genie::programs::plugins::firewall::Owner::new(YONGHUI.name, &pod.cid, "eth0").chain();
     assert!(n.nat_lines().iter().any(|l| l.contains(&chain)), "yh-bridge masquerades the pod: {:?}", n.nat_lines());
     assert_eq!(list_dir(&n.yonghui_dir()), [format!("{}:eth0", pod.cid)], "yonghui saved its delegate config");
     n.call("CHECK", &pod, &conf).ok();

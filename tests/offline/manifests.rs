@@ -1,10 +1,11 @@
 //! Everything the project ships for Kubernetes, checked without a cluster: every YAML document in
 //! manifests/, examples/ and e2e/ is a valid object of its kind (parsed into the k8s-openapi type,
-//! with no field the type does not know), the RBAC grants exactly what the selector calls, the
-//! DaemonSet mounts what the installer writes (found by parsing the DaemonSet's own args with the
-//! installer's parser), every network a pod chooses exists and is a valid CNI configuration, the
-//! copies of one network stay equal, kind-config.yaml is valid kind config, and the e2e scripts
-//! pass `bash -n` and shellcheck.
+//! with no field the type does not know), the NAD CRD serves the type the code reads, the RBAC
+//! grants exactly what the selector calls, the DaemonSet mounts what the installer writes (found by
+//! parsing the DaemonSet's own args with the installer's parser), the kustomize overlays render
+//! (`kubectl kustomize`) to the plain DaemonSet plus what they add, every network a pod chooses
+//! exists and is a valid CNI configuration, the copies of one network stay equal, kind-config.yaml
+//! is valid kind config, and the e2e scripts pass `bash -n` and shellcheck.
 
 use k8s_openapi::api::admissionregistration::v1::{ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding};
 use k8s_openapi::api::apps::v1::DaemonSet;
@@ -25,6 +26,7 @@ use yh_genie::programs::install::Options;
 // Plugin types that are part of the binary.
 use yh_genie::programs::plugins::NAMES as BUILTIN_TYPES;
 use yh_genie::programs::selector::netconf::confdir::{NetworkName, parse_conf, parse_inline};
+use yh_genie::programs::selector::netconf::inline::named_after_nad;
 use yh_genie::programs::selector::requests::annotation::{self, NETWORKS};
 use yh_genie::programs::selector::requests::value;
 /// What kind's node image has in /opt/cni/bin: all the e2e may use besides the built-ins.
@@ -453,6 +455,169 @@ fn the_daemonset_probes_the_agents_readiness_only() {
     assert!(container.liveness_probe.is_none(), "a failing agent restarts itself; it must never restart the installer");
 }
 
+/// The NetworkAttachmentDefinition CRD ships in manifests/, so `kubectl apply -f manifests/` serves
+/// every NAD example on a fresh cluster: it is the kind the code reads (group, version, kind,
+/// plural, namespaced), named as the API server requires (`<plural>.<group>`, the name Multus's CRD
+/// has too), with `spec.config` a string; and its file is applied before yh-genie.yaml (kubectl
+/// applies a directory's files in name order). No other copy of it is shipped.
+#[test]
+fn the_nad_crd_is_shipped_for_the_type_the_code_reads() {
+    use k8s_openapi::Resource;
+    type Nad = NetworkAttachmentDefinition;
+    let name = format!("{}.{}", Nad::URL_PATH_SEGMENT, Nad::GROUP);
+    assert_eq!(name, "network-attachment-definitions.k8s.cni.cncf.io");
+    let crd: CustomResourceDefinition = find("manifests", &name);
+    let spec = crd.spec;
+    assert_eq!(spec.group, Nad::GROUP);
+    assert_eq!(spec.scope, "Namespaced");
+    assert_eq!(spec.names.kind, Nad::KIND);
+    assert_eq!(spec.names.plural, Nad::URL_PATH_SEGMENT);
+    assert_eq!(spec.names.singular.as_deref(), Some("network-attachment-definition"));
+    assert_eq!(spec.names.short_names.as_deref(), Some(&["net-attach-def".to_string()][..]));
+    assert_eq!(Nad::API_VERSION, format!("{}/{}", Nad::GROUP, Nad::VERSION));
+    let version = spec.versions.iter().find(|v| v.name == Nad::VERSION).expect("the code's version");
+    assert!(version.served && version.storage, "{} must be served and stored", Nad::VERSION);
+    let schema = version.schema.as_ref().unwrap().open_api_v3_schema.as_ref().unwrap();
+    let nad_spec = &schema.properties.as_ref().unwrap()["spec"];
+    let config = &nad_spec.properties.as_ref().unwrap()["config"];
+    assert_eq!(config.type_.as_deref(), Some("string"));
+
+    let holding_it: Vec<String> = ["manifests", "examples", "e2e"]
+        .into_iter()
+        .flat_map(docs_in)
+        .filter(|d| d.kind() == "CustomResourceDefinition")
+        .map(|d| d.origin)
+        .collect();
+    assert_eq!(holding_it, ["manifests/nad-crd.yaml document 1"], "one copy of the CRD");
+    let applied: Vec<PathBuf> =
+        yaml_files("manifests").into_iter().filter(|f| f.parent() == Some(&repo().join("manifests"))).collect();
+    let at =
+        |name: &str| applied.iter().position(|f| f.ends_with(name)).unwrap_or_else(|| panic!("no manifests/{name}"));
+    assert!(at("nad-crd.yaml") < at("yh-genie.yaml"), "the CRD is applied first: {applied:?}");
+}
+
+/// kubectl for `kubectl kustomize`, which needs no cluster: `YH_GENIE_KUBECTL` (the cluster tier
+/// sets it to its build's), else the cluster tier's build in the cache, else one on `PATH`.
+fn kubectl() -> Option<PathBuf> {
+    if let Some(given) = std::env::var_os("YH_GENIE_KUBECTL") {
+        return Some(given.into());
+    }
+    let cache = std::env::var_os("YH_GENIE_CACHE").map_or_else(|| PathBuf::from("/var/cache/yh-genie"), PathBuf::from);
+    let mut built: Vec<PathBuf> = std::fs::read_dir(&cache)
+        .into_iter()
+        .flatten()
+        .filter_map(Result::ok)
+        .filter(|e| e.file_name().to_string_lossy().starts_with("kubernetes-v"))
+        .map(|e| e.path().join("bin/kubectl"))
+        .filter(|p| p.is_file())
+        .collect();
+    built.sort();
+    built.pop().or_else(|| {
+        let path = std::env::var_os("PATH")?;
+        std::env::split_paths(&path).map(|dir| dir.join("kubectl")).find(|p| p.is_file())
+    })
+}
+
+/// `kubectl kustomize dir`: the documents it renders.
+fn kustomize(kubectl: &Path, dir: &Path) -> Vec<Doc> {
+    let out = Command::new(kubectl).arg("kustomize").arg(dir).output().unwrap();
+    assert!(out.status.success(), "kubectl kustomize {}: {}", dir.display(), String::from_utf8_lossy(&out.stderr));
+    let values: Vec<Value> = serde_saphyr::from_multiple(&String::from_utf8(out.stdout).unwrap()).unwrap();
+    values
+        .into_iter()
+        .filter(|v| !v.is_null())
+        .map(|value| Doc { origin: format!("kubectl kustomize {}", dir.display()), value })
+        .collect()
+}
+
+/// The documents of `files` (paths in the repository), by kind and name.
+fn docs_by_name(docs: Vec<Doc>) -> BTreeMap<(String, String), Value> {
+    docs.into_iter().map(|d| ((d.kind().to_owned(), d.name().to_owned()), d.value)).collect()
+}
+
+/// A copy of manifests/ and overlays/ in a temp dir, manifests/yh-genie.yaml's image set to `image`.
+fn manifests_with_image(image: &str) -> tempfile::TempDir {
+    let copy = tempfile::tempdir().unwrap();
+    for dir in ["manifests", "overlays/dynamic-networks"] {
+        std::fs::create_dir_all(copy.path().join(dir)).unwrap();
+        for entry in std::fs::read_dir(repo().join(dir)).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_file() {
+                std::fs::copy(&path, copy.path().join(dir).join(path.file_name().unwrap())).unwrap();
+            }
+        }
+    }
+    let daemonset = copy.path().join("manifests/yh-genie.yaml");
+    let text = std::fs::read_to_string(&daemonset).unwrap();
+    let shipped = format!("image: yh-genie:{}\n", env!("CARGO_PKG_VERSION"));
+    assert_eq!(text.matches(&shipped).count(), 1, "manifests/yh-genie.yaml names one image");
+    std::fs::write(&daemonset, text.replace(&shipped, &format!("image: {image}\n"))).unwrap();
+    copy
+}
+
+/// `kubectl apply -k overlays/dynamic-networks/` (docs/dynamic-networks.md) applies what the base
+/// `manifests/Kustomization` holds (the CRD and yh-genie.yaml, never config.yaml's ConfigMaps), with
+/// the DaemonSet as manifests/yh-genie.yaml has it plus exactly the attach worker, its host root,
+/// hostPID and the installer's --dynamic-networks; the worker runs the image set in
+/// manifests/yh-genie.yaml, whatever it is. Renders with kubectl (no cluster); without one it is
+/// skipped here and the cluster tier runs it with its build's.
+#[test]
+fn the_dynamic_networks_overlay_adds_the_worker_with_the_installers_image() {
+    let Some(kubectl) = kubectl() else {
+        eprintln!("no kubectl (YH_GENIE_KUBECTL, the cluster build's, PATH): the overlay is not rendered here");
+        return;
+    };
+    let plain: Vec<Doc> = ["manifests/nad-crd.yaml", "manifests/yh-genie.yaml"]
+        .iter()
+        .flat_map(|file| {
+            let text = std::fs::read_to_string(repo().join(file)).unwrap();
+            let values: Vec<Value> = serde_saphyr::from_multiple(&text).unwrap();
+            values.into_iter().filter(|v| !v.is_null()).map(|value| Doc { origin: file.to_string(), value })
+        })
+        .collect();
+    let plain = docs_by_name(plain);
+    assert_eq!(docs_by_name(kustomize(&kubectl, &repo().join("manifests"))), plain, "the base is what -f applies");
+
+    let image = "registry.example:5000/team/yh-genie:9.9.9-test";
+    let copy = manifests_with_image(image);
+    let rendered = kustomize(&kubectl, &copy.path().join("overlays/dynamic-networks"));
+    let daemonset_doc = rendered.iter().find(|d| d.kind() == "DaemonSet").expect("a DaemonSet");
+    let ds: DaemonSet = daemonset_doc.typed();
+    let pod = ds.spec.as_ref().unwrap().template.spec.as_ref().unwrap();
+    let container = |name: &str| pod.containers.iter().find(|c| c.name == name).unwrap_or_else(|| panic!("no {name}"));
+    let (install, worker) = (container("install"), container("attach-worker"));
+    assert_eq!(pod.containers.len(), 2);
+    assert_eq!(install.image.as_deref(), Some(image));
+    assert_eq!(worker.image, install.image, "the worker runs the installer's image");
+    assert!(installer_options(install).agent.expect("the agent").dynamic_networks, "--dynamic-networks");
+    assert_eq!(pod.host_pid, Some(true));
+    let args: Vec<std::ffi::OsString> = std::iter::once("yh-genie")
+        .chain(worker.command.iter().flatten().skip(1).map(String::as_str))
+        .map(Into::into)
+        .collect();
+    assert_eq!(worker.command.as_ref().unwrap()[0], "/usr/local/bin/yh-genie");
+    assert!(matches!(
+        commands::parse("yh-genie", &args, &|_| None),
+        Ok(commands::Cli { command: Some(commands::Command::AttachWorker(_)) })
+    ));
+    assert_eq!(worker.security_context.as_ref().unwrap().privileged, Some(true));
+    let mount = worker.volume_mounts.as_ref().unwrap().iter().find(|m| m.mount_path == "/host").expect("/host");
+    assert_eq!(mount.mount_propagation.as_deref(), Some("HostToContainer"));
+    let volume = pod.volumes.as_ref().unwrap().iter().find(|v| v.name == mount.name).unwrap();
+    assert_eq!(volume.host_path.as_ref().unwrap().path, "/");
+
+    // Take away what the overlay adds: the plain manifests are left, the DaemonSet included.
+    let mut rendered = docs_by_name(rendered);
+    let ds = rendered.get_mut(&("DaemonSet".to_string(), "yh-genie".to_string())).unwrap();
+    let pod = &mut ds["spec"]["template"]["spec"];
+    pod.as_object_mut().unwrap().remove("hostPID");
+    pod["containers"].as_array_mut().unwrap().retain(|c| c["name"] != "attach-worker");
+    pod["volumes"].as_array_mut().unwrap().retain(|v| v["name"] != "host-root");
+    pod["containers"][0]["env"].as_array_mut().unwrap().retain(|e| e["name"] != "YH_GENIE_DYNAMIC_NETWORKS");
+    pod["containers"][0]["image"] = Value::String(format!("yh-genie:{}", env!("CARGO_PKG_VERSION")));
+    assert_eq!(rendered, plain, "the overlay changes nothing else");
+}
+
 /// The network files a ConfigMap carries, checked and laid out as the installer does: key -> conf.
 fn networks_of(cm: &ConfigMap, origin: &str) -> BTreeMap<String, ConfList> {
     cm.data
@@ -590,7 +755,11 @@ fn assert_pods_choose_existing_networks(dir: &str, networks: &BTreeMap<String, C
                 panic!("{}: NetworkAttachmentDefinition {nad_namespace}/{} is not shipped", doc.origin, request.name)
             });
             match nad.inline_config() {
-                Some(config) => drop(parse_inline(config.as_bytes(), &doc.origin).unwrap_or_else(|e| panic!("{e}"))),
+                // A configuration without a name takes the NAD's, as the selector gives it.
+                Some(config) => {
+                    let config = named_after_nad(config, &request.name);
+                    drop(parse_inline(config.as_bytes(), &doc.origin).unwrap_or_else(|e| panic!("{e}")))
+                }
                 None => assert_has_network(networks, &doc.origin, &request.name, None),
             }
             checked += 1;

@@ -55,11 +55,11 @@ pub enum Ask {
         uid: String,
         annotations: BTreeMap<String, String>,
         /// Messages of `AddedInterface` events to create about the pod (`Add eth0 [10.1.2.3/24]
-        /// from default/lan`), as Multus creates them. An agent of an older release ignores them.
+        /// from default/lan`), as Multus creates them. An agent that does not know the field ignores them.
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
         events: Vec<String>,
-        /// The plugin does not wait for the answer. An agent of an older release answers all the
-        /// same, to a connection already closed.
+        /// The plugin does not wait for the answer. An agent that does not know the field answers
+        /// all the same, to a connection already closed.
         #[serde(default, rename = "noAnswer", skip_serializing_if = "std::ops::Not::not")]
         no_answer: bool,
     },
@@ -95,8 +95,8 @@ pub struct PodObjects {
     pub config_maps: Vec<Held<ConfigMap>>,
     #[serde(default)]
     pub network_attachments: Vec<Held<NetworkAttachmentDefinition>>,
-    /// The pod's DRA resource claims, trimmed to their allocation and consumers. An agent of an
-    /// older release sends none: a plugin that needs one then takes the direct path.
+    /// The pod's DRA resource claims, trimmed to their allocation and consumers. An agent that does
+    /// not know the field sends none: a plugin that needs one then takes the direct path.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub resource_claims: Vec<Held<ResourceClaim>>,
     /// The network attributes of the devices allocated to those claims, as the ResourceSlices of

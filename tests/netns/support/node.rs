@@ -295,7 +295,7 @@ impl NetnsNode {
         left.extend(self.leases().into_iter().filter(|(_, cid)| *cid == pod.cid).map(|(ip, _)| format!("lease {ip}")));
         let chains: Vec<String> = networks
             .iter()
-            .map(|network| yh_genie::programs::plugins::firewall::Owner::new(network, &pod.cid).chain())
+            .map(|network| yh_genie::programs::plugins::firewall::Owner::new(network, &pod.cid, "eth0").chain())
             .collect();
         left.extend(
             self.nat_lines().into_iter().filter(|l| chains.iter().any(|c| l.contains(c))).map(|l| format!("nat {l}")),

@@ -103,7 +103,9 @@ impl Plugin for Bridge {
                 ipam.del().await?;
                 crash_point::reached("yh-bridge.del.address-released");
                 if let Some(firewall) = masquerade {
-                    firewall.del_masquerade(&Owner::new(&conf.name, &inv.container_id), &addresses).await?;
+                    firewall
+                        .del_masquerade(&Owner::new(&conf.name, &inv.container_id, &inv.ifname), &addresses)
+                        .await?;
                 }
             }
             Ok(())
@@ -180,7 +182,7 @@ impl Attachment<'_> {
         ];
         if let Some(firewall) = self.conf.ip_masq.filter(|_| !result.ips.is_empty()) {
             crash_point::reached("yh-bridge.add.before-nat");
-            let owner = Owner::new(&self.conf.network, &self.inv.container_id);
+            let owner = Owner::new(&self.conf.network, &self.inv.container_id, &self.inv.ifname);
             let ips: Vec<_> = result.ips.iter().map(|ip| ip.address).collect();
             if let Err(e) = firewall.add_masquerade(&owner, &ips).await {
                 if let Err(undo) = firewall.del_masquerade(&owner, &ips).await {

@@ -6,6 +6,7 @@ use crate::platform::cni::CniError;
 use crate::platform::netlink::IpFamily;
 use ipnetwork::IpNetwork;
 use std::fmt::Write;
+use std::net::IpAddr;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Iptables;
@@ -56,25 +57,48 @@ fn del_known_script(owner: &Owner, ips: &[IpNetwork], family: IpFamily) -> Optio
     Some(s)
 }
 
-/// `iptables-restore --noflush` input that removes everything of `owner`'s found in `save` (the
-/// output of `iptables-save -t nat`): the POSTROUTING jumps to its chain, then the chain itself.
-/// `None` when nothing of it is there.
-fn del_script(owner: &Owner, save: &str) -> Option<String> {
+/// `iptables-restore --noflush` input that removes what `owner` has in `save` (the output of
+/// `iptables-save -t nat`): the POSTROUTING jumps to its chain from the `family` addresses of
+/// `known` (every jump when it names none of the family), then the chain, unless jumps of another
+/// attachment of the network to the container (the chain is the reference's, shared by them) are
+/// left. `None` when nothing of it is there.
+fn del_script(owner: &Owner, save: &str, known: &[IpNetwork], family: IpFamily) -> Option<String> {
     let chain = owner.chain();
     let declared = save.lines().any(|l| l.strip_prefix(':').and_then(|l| l.split_whitespace().next()) == Some(&chain));
     let jump_suffix = format!(" -j {chain}");
     let jumps: Vec<&str> =
         save.lines().filter(|l| l.starts_with("-A POSTROUTING ") && l.ends_with(&jump_suffix)).collect();
-    if !declared && jumps.is_empty() {
+    let known: Vec<IpAddr> = known.iter().filter(|ip| IpFamily::of_net(ip) == family).map(IpNetwork::ip).collect();
+    let (own, others): (Vec<&str>, Vec<&str>) =
+        jumps.into_iter().partition(|jump| known.is_empty() || jump_source(jump).is_some_and(|s| known.contains(&s)));
+    if !others.is_empty() {
+        if own.is_empty() {
+            return None;
+        }
+        let mut s = String::from("*nat\n");
+        for jump in own {
+            writeln!(s, "-D{}", &jump[2..]).unwrap();
+        }
+        s.push_str("COMMIT\n");
+        return Some(s);
+    }
+    if !declared && own.is_empty() {
         return None;
     }
     // Declaring the chain empties it (or makes it, so the -X below cannot fail on a half-removed one).
     let mut s = format!("*nat\n:{chain} - [0:0]\n");
-    for jump in jumps {
+    for jump in own {
         writeln!(s, "-D{}", &jump[2..]).unwrap();
     }
     writeln!(s, "-X {chain}\nCOMMIT").unwrap();
     Some(s)
+}
+
+/// The source address of a jump as `iptables-save` prints it (`-s 10.1.17.2/32`).
+fn jump_source(jump: &str) -> Option<IpAddr> {
+    let mut words = jump.split_whitespace();
+    words.find(|w| *w == "-s")?;
+    words.next()?.split('/').next()?.parse().ok()
 }
 
 /// A string as one iptables-restore argument: in quotes, its own quotes escaped. (`Owner::comment`
@@ -104,9 +128,9 @@ impl Firewall for Iptables {
             {
                 continue;
             }
-            // Otherwise look, and remove what is there.
+            // Otherwise look, and remove what is there of this attachment.
             let current = command::run(save, &["-t", "nat"], "").await?;
-            if let Some(script) = del_script(owner, &current) {
+            if let Some(script) = del_script(owner, &current, known, family) {
                 command::run(restore, &["-w", "--noflush"], &script).await?;
             }
         }
@@ -119,7 +143,7 @@ mod tests {
     use super::*;
 
     fn owner() -> Owner {
-        Owner::new("mynet", "abc123")
+        Owner::new("mynet", "abc123", "eth0")
     }
 
     #[test]
@@ -160,7 +184,7 @@ mod tests {
     #[test]
     fn del_removes_only_what_this_owner_added() {
         let chain = owner().chain();
-        let other = Owner::new("mynet", "zzz").chain();
+        let other = Owner::new("mynet", "zzz", "eth0").chain();
         let save = format!(
             "*nat\n:PREROUTING ACCEPT [0:0]\n:POSTROUTING ACCEPT [0:0]\n:{chain} - [0:0]\n:{other} - [0:0]\n\
              -A POSTROUTING -s 10.1.17.2/32 -m comment --comment \"name: \\\"mynet\\\" id: \\\"abc123\\\"\" -j {chain}\n\
@@ -168,14 +192,14 @@ mod tests {
              -A {chain} -d 10.1.17.0/24 -j ACCEPT\nCOMMIT\n"
         );
         assert_eq!(
-            del_script(&owner(), &save).unwrap(),
+            del_script(&owner(), &save, &[], IpFamily::V4).unwrap(),
             format!(
                 "*nat\n:{chain} - [0:0]\n\
                  -D POSTROUTING -s 10.1.17.2/32 -m comment --comment \"name: \\\"mynet\\\" id: \\\"abc123\\\"\" -j {chain}\n\
                  -X {chain}\nCOMMIT\n"
             )
         );
-        assert!(del_script(&Owner::new("mynet", "gone"), &save).is_none());
+        assert!(del_script(&Owner::new("mynet", "gone", "eth0"), &save, &[], IpFamily::V4).is_none());
     }
 
     #[test]
@@ -183,6 +207,41 @@ mod tests {
         let chain = owner().chain();
         // A chain left without its jump (an interrupted DEL) is still removed.
         let half = format!("*nat\n:{chain} - [0:0]\nCOMMIT\n");
-        assert_eq!(del_script(&owner(), &half).unwrap(), format!("*nat\n:{chain} - [0:0]\n-X {chain}\nCOMMIT\n"));
+        assert_eq!(
+            del_script(&owner(), &half, &[], IpFamily::V4).unwrap(),
+            format!("*nat\n:{chain} - [0:0]\n-X {chain}\nCOMMIT\n")
+        );
+    }
+
+    /// The nat table with the jumps of two attachments of `mynet` to container abc123 (net1 from
+    /// 10.1.17.2, net2 from 10.1.17.3) to their shared chain.
+    fn two_attachments() -> String {
+        let chain = owner().chain();
+        format!(
+            "*nat\n:POSTROUTING ACCEPT [0:0]\n:{chain} - [0:0]\n\
+             -A POSTROUTING -s 10.1.17.2/32 -m comment --comment \"x\" -j {chain}\n\
+             -A POSTROUTING -s 10.1.17.3/32 -m comment --comment \"x\" -j {chain}\n\
+             -A {chain} -d 10.1.17.0/24 -j ACCEPT\nCOMMIT\n"
+        )
+    }
+
+    #[test]
+    fn del_of_one_of_two_attachments_of_a_network_keeps_the_others_jump_and_the_chain() {
+        let chain = owner().chain();
+        let net2: Vec<IpNetwork> = vec!["10.1.17.3/24".parse().unwrap()];
+        assert_eq!(
+            del_script(&owner(), &two_attachments(), &net2, IpFamily::V4).unwrap(),
+            format!("*nat\n-D POSTROUTING -s 10.1.17.3/32 -m comment --comment \"x\" -j {chain}\nCOMMIT\n")
+        );
+        let gone: Vec<IpNetwork> = vec!["10.1.17.9/24".parse().unwrap()];
+        assert!(del_script(&owner(), &two_attachments(), &gone, IpFamily::V4).is_none(), "nothing of its own");
+    }
+
+    #[test]
+    fn del_of_the_last_attachment_of_a_network_removes_the_chain() {
+        let save = two_attachments().replace("-A POSTROUTING -s 10.1.17.3/32 -m comment --comment \"x\" -j ", "#");
+        let net1: Vec<IpNetwork> = vec!["10.1.17.2/24".parse().unwrap()];
+        let script = del_script(&owner(), &save, &net1, IpFamily::V4).unwrap();
+        assert!(script.ends_with(&format!("-X {}\nCOMMIT\n", owner().chain())), "{script}");
     }
 }

@@ -5,11 +5,14 @@
 //! comments), through `iptables-restore`, so each family costs one exec on ADD. On today's nodes
 //! `iptables` is usually iptables-nft, so these rules live in nftables too, under the tables
 //! iptables-nft manages. `nftables` keeps its own table (`inet yh_bridge`) with one NAT base chain per
-//! pod, named like the iptables chain, so DEL is a single `nft -f` transaction that needs neither
-//! the pod's addresses nor rule handles.
+//! attachment (network, container and interface), so DEL is a single `nft -f` transaction that
+//! needs neither the pod's addresses nor rule handles.
 //!
-//! Rules are keyed by network name and container id ([`Owner`]), never by the addresses on the pod's
-//! interface: DEL must clean up even when the netns or the interface is already gone.
+//! Rules are keyed by network name, container id and interface ([`Owner`]), never by the addresses
+//! on the pod's interface alone: DEL must clean up even when the netns or the interface is already
+//! gone. The iptables chain is the reference's, one per network and container, so a network
+//! attached twice to one pod shares it: each attachment's DEL removes its own jumps, and the chain
+//! goes with the last.
 
 mod command;
 mod iptables;
@@ -90,23 +93,31 @@ impl Firewall for Backend {
     }
 }
 
-/// Who owns a set of rules: one attachment of one network to one container.
+/// Who owns a set of rules: one attachment of one network to one container, on one interface.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Owner {
     network: String,
     container_id: String,
+    ifname: String,
 }
 
 impl Owner {
-    pub fn new(network: &str, container_id: &str) -> Self {
-        Owner { network: network.to_string(), container_id: container_id.to_string() }
+    pub fn new(network: &str, container_id: &str, ifname: &str) -> Self {
+        Owner { network: network.to_string(), container_id: container_id.to_string(), ifname: ifname.to_string() }
     }
 
     /// `CNI-` and the first 24 hex digits of sha512(network + container id): the reference plugins'
-    /// chain name (28 characters, under the iptables limit of 29).
+    /// chain name (28 characters, under the iptables limit of 29), shared by the attachments of
+    /// one network to one container.
     pub fn chain(&self) -> String {
         // The digest's first 24 hex digits (its `LowerHex` with a precision).
         format!("CNI-{:.24x}", Sha512::digest(format!("{}{}", self.network, self.container_id)))
+    }
+
+    /// The chain of this attachment alone: as `chain`, of network, container id, `/` and interface
+    /// (an interface name has no `/`).
+    pub fn attachment_chain(&self) -> String {
+        format!("CNI-{:.24x}", Sha512::digest(format!("{}{}/{}", self.network, self.container_id, self.ifname)))
     }
 
     /// `name: "<network>" id: "<container id>"`, the reference's comment. Quotes and backslashes in
@@ -162,23 +173,32 @@ mod tests {
         // utils.FormatChainName("mynet", "abc123") of containernetworking/plugins is "CNI-" and
         // `printf 'mynetabc123' | sha512sum | cut -c1-24`. (tests/netns/bridge.rs also compares the chains
         // the reference plugin makes with ours.)
-        assert_eq!(Owner::new("mynet", "abc123").chain(), "CNI-70a29d9dc18bc4d652ea5d59");
-        assert_ne!(Owner::new("mynet", "abc124").chain(), Owner::new("mynet", "abc123").chain());
+        assert_eq!(Owner::new("mynet", "abc123", "eth0").chain(), "CNI-70a29d9dc18bc4d652ea5d59");
+        assert_ne!(Owner::new("mynet", "abc124", "eth0").chain(), Owner::new("mynet", "abc123", "eth0").chain());
+        assert_eq!(Owner::new("mynet", "abc123", "net1").chain(), Owner::new("mynet", "abc123", "eth0").chain());
+    }
+
+    #[test]
+    fn each_attachment_has_a_chain_of_its_own() {
+        let (eth0, net1) = (Owner::new("mynet", "abc123", "eth0"), Owner::new("mynet", "abc123", "net1"));
+        assert_ne!(eth0.attachment_chain(), net1.attachment_chain());
+        assert_ne!(eth0.attachment_chain(), eth0.chain());
+        assert_eq!(eth0.attachment_chain().len(), 28);
     }
 
     #[test]
     fn the_comment_is_the_reference_plugins_text() {
-        assert_eq!(Owner::new("mynet", "abc").comment(), r#"name: "mynet" id: "abc""#);
+        assert_eq!(Owner::new("mynet", "abc", "eth0").comment(), r#"name: "mynet" id: "abc""#);
     }
 
     #[test]
     fn a_comment_replaces_quotes_or_backslashes_in_the_name() {
-        assert_eq!(Owner::new("my\"n\\et", "abc").comment(), r#"name: "my_n_et" id: "abc""#);
+        assert_eq!(Owner::new("my\"n\\et", "abc", "eth0").comment(), r#"name: "my_n_et" id: "abc""#);
     }
 
     #[test]
     fn a_long_comment_is_cut_to_255_bytes() {
-        let long = Owner::new(&"é".repeat(200), "abc").comment();
+        let long = Owner::new(&"é".repeat(200), "abc", "eth0").comment();
         assert!(long.len() <= 255 && long.starts_with("name: \"é"));
     }
 

@@ -1,7 +1,10 @@
-//! The nftables backend: table `inet yh_bridge`, one NAT base chain per pod named like the iptables
-//! chain. Each pod's chain matches only its own source addresses, so chains never interfere, and DEL
-//! is one transaction: (re)declare the chain, flush it, delete it, which succeeds whether or not it
-//! was there and needs no rule handles.
+//! The nftables backend: table `inet yh_bridge`, one NAT base chain per attachment (network,
+//! container and interface: `Owner::attachment_chain`). Each chain matches only its own source
+//! addresses, so chains never interfere, and DEL is one transaction: flush the chain and delete it,
+//! which needs no rule handles. When that fails (the chain is not there), DEL (re)declares, flushes
+//! and deletes both the attachment's chain and the chain 0.1.0 named after the network
+//! and container alone (`Owner::chain`), which an attachment made by them still has: that succeeds
+//! whether or not either was there.
 
 use super::{Firewall, Owner, command, multicast, subnets};
 use crate::platform::cni::CniError;
@@ -14,19 +17,18 @@ pub const TABLE: &str = "inet yh_bridge";
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Nftables;
 
-/// Declare `owner`'s chain as a NAT hook at the source-NAT priority (100), in its table.
-fn declare(owner: &Owner) -> String {
+/// Declare `chain` as a NAT hook at the source-NAT priority (100), in its table.
+fn declare(chain: &str) -> String {
     format!(
-        "add table {TABLE}\nadd chain {TABLE} {} {{ type nat hook postrouting priority 100; policy accept; }}\n",
-        owner.chain()
+        "add table {TABLE}\nadd chain {TABLE} {chain} {{ type nat hook postrouting priority 100; policy accept; }}\n"
     )
 }
 
 fn add_script(owner: &Owner, ips: &[IpNetwork]) -> String {
-    let chain = owner.chain();
+    let chain = owner.attachment_chain();
     // nft strings cannot hold a `"`; drop the reference comment's quotes.
     let comment = owner.comment().replace('"', "");
-    let mut s = declare(owner);
+    let mut s = declare(&chain);
     writeln!(s, "flush chain {TABLE} {chain}").unwrap();
     for ip in ips {
         let family = IpFamily::of_net(ip);
@@ -44,9 +46,19 @@ fn add_script(owner: &Owner, ips: &[IpNetwork]) -> String {
     s
 }
 
+/// Removes the attachment's chain; fails (changing nothing) when it is not there.
 fn del_script(owner: &Owner) -> String {
-    let chain = owner.chain();
-    format!("{}flush chain {TABLE} {chain}\ndelete chain {TABLE} {chain}\n", declare(owner))
+    let chain = owner.attachment_chain();
+    format!("flush chain {TABLE} {chain}\ndelete chain {TABLE} {chain}\n")
+}
+
+/// Removes the attachment's chain and the one 0.1.0 named after the network and
+/// container, whichever are there.
+fn del_any_script(owner: &Owner) -> String {
+    [owner.attachment_chain(), owner.chain()]
+        .iter()
+        .map(|chain| format!("{}flush chain {TABLE} {chain}\ndelete chain {TABLE} {chain}\n", declare(chain)))
+        .collect()
 }
 
 impl Firewall for Nftables {
@@ -56,7 +68,10 @@ impl Firewall for Nftables {
 
     /// One chain holds both families and goes whole: the addresses do not matter here.
     async fn del_masquerade(&self, owner: &Owner, _known: &[IpNetwork]) -> Result<(), CniError> {
-        command::run("nft", &["-f", "-"], &del_script(owner)).await.map(drop)
+        if command::run("nft", &["-f", "-"], &del_script(owner)).await.is_ok() {
+            return Ok(());
+        }
+        command::run("nft", &["-f", "-"], &del_any_script(owner)).await.map(drop)
     }
 }
 
@@ -67,8 +82,9 @@ mod tests {
     #[test]
     fn each_address_masquerades_except_toward_its_subnet_or_multicast() {
         let ips: Vec<IpNetwork> = ["10.1.17.2/24", "fd00::2/64"].iter().map(|s| s.parse().unwrap()).collect();
-        let s = add_script(&Owner::new("mynet", "abc123"), &ips);
-        let c = "CNI-70a29d9dc18bc4d652ea5d59";
+        let owner = Owner::new("mynet", "abc123", "eth0");
+        let s = add_script(&owner, &ips);
+        let c = owner.attachment_chain();
         assert_eq!(
             s,
             format!(
@@ -82,10 +98,21 @@ mod tests {
     }
 
     #[test]
-    fn del_is_one_idempotent_transaction() {
-        let s = del_script(&Owner::new("mynet", "abc123"));
+    fn del_removes_the_attachments_own_chain() {
+        let owner = Owner::new("mynet", "abc123", "net2");
+        let c = owner.attachment_chain();
+        assert_eq!(del_script(&owner), format!("flush chain inet yh_bridge {c}\ndelete chain inet yh_bridge {c}\n"));
+    }
+
+    #[test]
+    fn del_of_an_absent_chain_is_one_idempotent_transaction_taking_an_earlier_releases_chain_too() {
+        let owner = Owner::new("mynet", "abc123", "eth0");
+        let s = del_any_script(&owner);
         let lines: Vec<&str> = s.lines().collect();
-        assert_eq!(lines.len(), 4);
-        assert!(lines[2].starts_with("flush chain") && lines[3].starts_with("delete chain"));
+        assert_eq!(lines.len(), 8);
+        for (chain, at) in [(owner.attachment_chain(), 0), (owner.chain(), 4)] {
+            assert!(lines[at + 1].contains(&chain) && lines[at + 1].starts_with("add chain"), "{s}");
+            assert!(lines[at + 2].starts_with("flush chain") && lines[at + 3].starts_with("delete chain"), "{s}");
+        }
     }
 }

@@ -10,8 +10,8 @@ use std::path::PathBuf;
 pub const DEFAULT_SUBNET_FILE: &str = "/run/yonghui/subnet.env";
 /// On tmpfs: the saved configurations need not outlive a reboot (the module's comment says why).
 pub use crate::node::paths::YONGHUI_DATA_DIR as DEFAULT_DATA_DIR;
-/// Where earlier releases saved them by default, on disk: DEL and CHECK look there too when
-/// `dataDir` is not set, for the pods those releases ADDed.
+/// Where 0.1.0 saved them by default, on disk: DEL and CHECK look there too when `dataDir` is
+/// not set, for the pods 0.1.0 ADDed.
 pub use crate::node::paths::YONGHUI_EARLIER_DATA_DIR as EARLIER_DEFAULT_DATA_DIR;
 
 /// The configuration ADD works from. DEL and CHECK need only [`data_dir`].
@@ -73,7 +73,7 @@ pub fn data_dir(conf: &PluginConf) -> Result<PathBuf, CniError> {
 }
 
 /// Where DEL and CHECK look for a saved configuration, in order: `dataDir`, or without one the
-/// default and the earlier default.
+/// default and 0.1.0's default.
 pub fn data_dirs(conf: &PluginConf) -> Result<Vec<PathBuf>, CniError> {
     let dir = data_dir(conf)?;
     Ok(match conf.raw.get("dataDir") {
@@ -195,7 +195,7 @@ mod tests {
         assert_eq!(
             data_dirs(&defaulted).unwrap(),
             [PathBuf::from("/run/yh-genie/yonghui"), PathBuf::from("/var/lib/cni/yonghui")],
-            "without one, where earlier releases saved by default too"
+            "without one, where 0.1.0 saved by default too"
         );
     }
 }

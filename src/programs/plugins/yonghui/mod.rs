@@ -10,8 +10,8 @@
 //! loss takes, a DEL makes again from subnet.env. That DEL releases the same address (host-local
 //! releases by container and interface, whatever the range), and the pod's interfaces and its NAT
 //! rules did not survive either. Keeping it on disk would cost every ADD a file made there, and
-//! waiting on the disk for it two fsyncs. DEL and CHECK also look where earlier releases saved by
-//! default (`/var/lib/cni/yonghui`).
+//! waiting on the disk for it two fsyncs. DEL and CHECK also look where 0.1.0 saved by default
+//! (`/var/lib/cni/yonghui`).
 //!
 //! - [`subnet_env`]: the daemon's subnet.env.
 //! - [`config`]: yonghui's own keys.
@@ -57,9 +57,9 @@ impl Plugin for Yonghui {
     /// deleted, ADD never got that far, or the save lost to a power loss): the delegate's DEL with
     /// the configuration made again from subnet.env, which undoes nothing that is not there, and
     /// the temp file of a save whose process was killed goes. If the delegate's DEL fails the file
-    /// stays, so the runtime's retry can finish the job. A file saved by the earlier release
-    /// (`<dataDir>/<containerID>`) is replayed too when it is this network's. Without `dataDir`,
-    /// both the default and the earlier default are looked in.
+    /// stays, so the runtime's retry can finish the job. A file saved per container
+    /// (`<dataDir>/<containerID>`, as flannel saves it) is replayed too when it is this network's.
+    /// Without `dataDir`, both the default and 0.1.0's default are looked in.
     fn del(&self, inv: &Invocation, conf: &PluginConf, op: &Operation) -> Result<(), CniError> {
         del_from(op.delegates(), &config::data_dirs(conf)?, inv, conf)
     }
@@ -163,9 +163,9 @@ fn replay_del(
     saved.remove()
 }
 
-/// DEL with each of `data_dirs`' saved configuration of this attachment, and each file the earlier
-/// release saved per container there for this network; with none saved anywhere, the delegate's
-/// DEL with the configuration made again from subnet.env.
+/// DEL with each of `data_dirs`' saved configuration of this attachment, and each file saved per
+/// container there for this network (as flannel saves them); with none saved anywhere, the
+/// delegate's DEL with the configuration made again from subnet.env.
 fn del_from(
     delegates: &dyn Delegates,
     data_dirs: &[PathBuf],
@@ -223,8 +223,8 @@ fn check_from(
     run_delegate(delegates, &delegate.plugin_type, Command::Check, inv, &delegate.to_bytes()).map(drop)
 }
 
-/// The first saved configuration of this attachment in `data_dirs`: its own file, or one the
-/// earlier release saved per container that is this network's.
+/// The first saved configuration of this attachment in `data_dirs`: its own file, or one saved
+/// per container (as flannel saves it) that is this network's.
 fn find_saved(
     data_dirs: &[PathBuf],
     inv: &Invocation,
@@ -257,8 +257,8 @@ impl SavedDelegate {
         SavedDelegate { path: data_dir.join(format!("{container_id}:{ifname}")) }
     }
 
-    /// `<dataDir>/<containerID>`, where the earlier release (and flannel) saved it, one per
-    /// container and data dir.
+    /// `<dataDir>/<containerID>`, where flannel's plugin saves it, one per container and data
+    /// dir.
     fn legacy(data_dir: &Path, container_id: &str) -> Self {
         SavedDelegate { path: data_dir.join(container_id) }
     }

@@ -393,10 +393,10 @@ fn gc_keeps_the_saved_configurations() {
     assert!(node.saved().exists());
 }
 
-/// Without `dataDir`, DEL and CHECK look in the default (tmpfs) and where earlier releases saved
+/// Without `dataDir`, DEL and CHECK look in the default (tmpfs) and where 0.1.0 saved
 /// by default: a pod ADDed before the upgrade is torn down with its own saved configuration, once.
 #[test]
-fn a_configuration_saved_where_earlier_releases_did_is_still_found() {
+fn a_configuration_saved_where_0_1_0_saved_it_is_still_found() {
     let node = Node::new();
     node.add().unwrap();
     let earlier = node.path("earlier");

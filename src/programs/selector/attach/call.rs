@@ -10,7 +10,6 @@ use crate::programs::selector::choose::Attachment;
 use crate::programs::selector::choose::chosen;
 use crate::programs::selector::config::SelectorConfig;
 use crate::programs::selector::netconf::capabilities;
-use crate::programs::selector::requests::annotation::Extras;
 
 /// The call as an attachment's plugins get it: its interface, the runtime's args plus what the pod
 /// asked for, external plugins looked up in `binDir` first, then in the runtime's `CNI_PATH`.
@@ -26,8 +25,12 @@ pub fn gc_call(runtime: &Invocation, config: &SelectorConfig) -> Invocation {
     delegate_call(runtime, config, &runtime.ifname, CniArgs::default())
 }
 
-fn call_of(runtime: &Invocation, config: &SelectorConfig, ifname: &str, extras: &Extras) -> Invocation {
-    delegate_call(runtime, config, ifname, extras::apply_to_args(&runtime.args, extras))
+/// The call of an attachment's plugins: the runtime's args with what the pod asked for, its `ips`
+/// among them where the policy lets the pod choose addresses on the network as Multus does.
+fn call_of(runtime: &Invocation, config: &SelectorConfig, attachment: &Attachment) -> Invocation {
+    let ips_as_args = config.policy.annotation_ips.as_multus(attachment.source.inline());
+    let args = extras::apply_to_args(&runtime.args, &attachment.extras, ips_as_args);
+    delegate_call(runtime, config, &attachment.ifname, args)
 }
 
 /// What an attachment's plugins get for `runtime`'s call: its configuration with the runtime's
@@ -50,7 +53,7 @@ pub fn plugins_call(
         None => conf,
     };
     let list = chosen::parse_config(&attachment.network, attachment.path.as_deref(), &conf)?;
-    Ok((conf, list, call_of(runtime, config, &attachment.ifname, &attachment.extras)))
+    Ok((conf, list, call_of(runtime, config, attachment)))
 }
 
 /// The call a record's plugins got (their args as recorded), for `runtime`'s command.
@@ -110,6 +113,37 @@ mod tests {
         // A further network gets none of the runtime's.
         let (further, ..) = plugins_call(&runtime, &config, 1, &attachment("net1", json!({}))).unwrap();
         assert_eq!(further, attachment("net1", json!({})).config);
+    }
+
+    /// An attachment of `blue` asking for an address, through a NAD's inline configuration or not.
+    fn asking_for_an_address(inline: bool) -> Attachment {
+        let mut a = attachment("net1", json!({"ips": ["10.1.1.21/24"]}));
+        a.source = chosen::Source::Annotation { element: "blue".into(), nad: "default/blue".into(), inline };
+        a
+    }
+
+    /// The selector with `annotationIps` set to `value`, and the invocation of an ADD.
+    fn selector_with_annotation_ips(value: &str) -> (SelectorConfig, Invocation) {
+        let selector =
+            PluginConf::from_value(json!({"cniVersion": "1.0.0", "type": "yh-genie", "annotationIps": value}));
+        let config = SelectorConfig::from_plugin_conf(&selector.unwrap()).unwrap();
+        (config, crate::platform::cni::testing::invocation(Command::Add, std::path::Path::new("/nonexistent")))
+    }
+
+    #[test]
+    fn an_inline_networks_plugins_get_the_pods_ips_as_cni_args_under_annotation_ips_inline() {
+        let (config, runtime) = selector_with_annotation_ips("inline");
+        let (_, _, call) = plugins_call(&runtime, &config, 1, &asking_for_an_address(true)).unwrap();
+        assert_eq!(call.args.get("IP"), Some("10.1.1.21/24"));
+        let (_, _, call) = plugins_call(&runtime, &config, 1, &asking_for_an_address(false)).unwrap();
+        assert_eq!(call.args.get("IP"), None, "a confDir network keeps the default");
+    }
+
+    #[test]
+    fn no_plugin_gets_the_pods_ips_as_cni_args_by_default() {
+        let (config, runtime) = selector_with_annotation_ips("declared");
+        let (_, _, call) = plugins_call(&runtime, &config, 1, &asking_for_an_address(true)).unwrap();
+        assert_eq!(call.args.get("IP"), None);
     }
 
     #[test]

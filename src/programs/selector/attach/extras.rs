@@ -3,13 +3,17 @@
 //!
 //! - `ips`: `runtimeConfig.ips` of every plugin that declares the `ips` capability, as libcni gives
 //!   a runtime's capability arguments (host-local and static read it, the IPAM plugin through its
-//!   main plugin's configuration). Not `CNI_ARGS` `IP=`: host-local reads that as one bare address
-//!   and static as a list of addresses with prefixes, and a chain runs both kinds, so no one value
-//!   suits every plugin that parses it; a pod asking for ips on a network whose plugins declare no
-//!   `ips` capability is refused at selection rather than given another address.
-//! - `mac`: `CNI_ARGS` `MAC=` (bridge, macvlan and the others read it in that one form), with
-//!   `IgnoreUnknown=1` so that plugins that do not know the key accept it, and `runtimeConfig.mac`
-//!   for plugins that declare the `mac` capability.
+//!   main plugin's configuration). Where the admin's `annotationIps` lets pods choose addresses as
+//!   Multus does, also `CNI_ARGS` `IP=` with the addresses joined by `,` (static and whereabouts
+//!   read that list; host-local reads one bare address there, under Multus as here), to every
+//!   plugin whatever it declares. Elsewhere a pod asking for ips on a network whose plugins declare
+//!   no `ips` capability is refused at selection rather than given another address.
+//! - `mac`: `CNI_ARGS` `MAC=` (bridge, macvlan and the others read it in that one form), and
+//!   `runtimeConfig.mac` for plugins that declare the `mac` capability.
+//!
+//! `CNI_ARGS` that gain a key get `IgnoreUnknown=1` too, so that plugins that do not know the key
+//! accept it (Go plugins refuse a key they lack a field for, read by its exact name). The values are
+//! parsed addresses, never the pod's text, so nothing a pod writes can add a key of its own.
 //! - `portMappings`, `bandwidth`: `runtimeConfig.portMappings` and `runtimeConfig.bandwidth` of every
 //!   plugin that declares the capability (portmap, bandwidth), as Multus gives them; a pod asking for
 //!   them on a network whose plugins do not declare them is refused at selection, as for `ips`.
@@ -68,16 +72,25 @@ fn apply_to_plugin(plugin: &mut Map<String, Value>, extras: &Extras) {
 }
 
 /// The runtime's `CNI_ARGS` as an attachment's plugins get them: with `MAC=` when the pod asks for
-/// a MAC (and `IgnoreUnknown=1`, so that a plugin that does not know `MAC` accepts it).
-pub fn apply_to_args(args: &CniArgs, extras: &Extras) -> CniArgs {
-    let Some(mac) = &extras.mac else {
+/// a MAC, `IP=` (its addresses joined by `,`) when it asks for addresses and `ips_as_args` (the
+/// policy lets it choose them as Multus does), and `IgnoreUnknown=1` with either, so that a plugin
+/// that does not know the key accepts it.
+pub fn apply_to_args(args: &CniArgs, extras: &Extras, ips_as_args: bool) -> CniArgs {
+    let ips = (ips_as_args && !extras.ips.is_empty())
+        .then(|| extras.ips.iter().map(ToString::to_string).collect::<Vec<_>>().join(","));
+    if extras.mac.is_none() && ips.is_none() {
         return args.clone();
-    };
+    }
     let mut args = args.clone();
     if args.get("IgnoreUnknown").is_none() {
         args.set("IgnoreUnknown", "1");
     }
-    args.set("MAC", mac);
+    if let Some(ips) = &ips {
+        args.set("IP", ips);
+    }
+    if let Some(mac) = &extras.mac {
+        args.set("MAC", mac);
+    }
     args
 }
 
@@ -95,7 +108,7 @@ mod tests {
         let text = "{ \"cniVersion\": \"1.0.0\",  \"name\": \"n\", \"type\": \"bridge\" }";
         assert_eq!(apply_to_config(text, &Extras::default()), text);
         let args = CniArgs::parse("K8S_POD_NAME=a").unwrap();
-        assert_eq!(apply_to_args(&args, &Extras::default()), args);
+        assert_eq!(apply_to_args(&args, &Extras::default(), true), args);
     }
 
     /// A list of five plugins declaring different capabilities, and the configuration with every
@@ -146,9 +159,26 @@ mod tests {
     #[test]
     fn a_mac_goes_into_cni_args_with_ignore_unknown() {
         let e = extras(json!({"mac": "02:00:00:00:00:01"}));
-        let args = apply_to_args(&CniArgs::parse("K8S_POD_NAME=a").unwrap(), &e);
+        let args = apply_to_args(&CniArgs::parse("K8S_POD_NAME=a").unwrap(), &e, true);
         assert_eq!(args.to_env_string(), "K8S_POD_NAME=a;IgnoreUnknown=1;MAC=02:00:00:00:00:01");
-        let args = apply_to_args(&CniArgs::parse("IgnoreUnknown=1;MAC=x").unwrap(), &e);
+        let args = apply_to_args(&CniArgs::parse("IgnoreUnknown=1;MAC=x").unwrap(), &e, true);
         assert_eq!(args.to_env_string(), "IgnoreUnknown=1;MAC=02:00:00:00:00:01");
+    }
+
+    #[test]
+    fn ips_go_into_cni_args_comma_joined_where_the_policy_says() {
+        let e = extras(json!({"ips": ["10.1.1.21/24", "fd00::21/64"], "mac": "02:00:00:00:00:01"}));
+        let runtime = CniArgs::parse("IgnoreUnknown=true;K8S_POD_NAME=a").unwrap();
+        assert_eq!(
+            apply_to_args(&runtime, &e, true).to_env_string(),
+            "IgnoreUnknown=true;K8S_POD_NAME=a;IP=10.1.1.21/24,fd00::21/64;MAC=02:00:00:00:00:01"
+        );
+    }
+
+    #[test]
+    fn ips_stay_out_of_cni_args_where_the_policy_does_not_say() {
+        let e = extras(json!({"ips": ["10.1.1.21/24"]}));
+        let runtime = CniArgs::parse("K8S_POD_NAME=a").unwrap();
+        assert_eq!(apply_to_args(&runtime, &e, false), runtime);
     }
 }

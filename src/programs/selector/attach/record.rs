@@ -15,11 +15,10 @@
 //! DEL removes the results, then the records. A record that cannot be read or parsed is logged and
 //! treated as absent: DEL then falls back to asking the API server; results that are absent or
 //! cannot be read are logged and the record is taken as an ADD that did not complete. Results the
-//! earlier release kept on disk (`<dataDir>/results/`) are still read, and removed with their pod.
+//! 0.1.0 kept on disk (`<dataDir>/results/`) are still read, and removed with their pod.
 //!
-//! The format is still 1: this release added fields (`runtimeIfname`, `position`, `source`,
-//! `extras`) that a record written by the earlier release lacks, and their defaults describe it: the
-//! only attachment of its own interface. `confPath` is absent for a NetworkAttachmentDefinition's
+//! The format is 1: a record without the fields `runtimeIfname`, `position`, `source` or `extras`
+//! reads as their defaults describe it: the only attachment of its own interface. `confPath` is absent for a NetworkAttachmentDefinition's
 //! inline configuration.
 
 use crate::node::paths::NodePaths;
@@ -43,7 +42,7 @@ pub struct Record {
     pub container_id: String,
     /// This attachment's interface.
     pub ifname: String,
-    /// The runtime's `CNI_IFNAME` of the ADD that made it; absent (written by the earlier release):
+    /// The runtime's `CNI_IFNAME` of the ADD that made it; absent (a record without it):
     /// `ifname`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub runtime_ifname: Option<String>,
@@ -171,7 +170,7 @@ pub struct RecordStore {
     dir: PathBuf,
     /// The results, on tmpfs: one directory per `dataDir`, so that a GC of one never takes another's.
     results_dir: PathBuf,
-    /// `<dataDir>/results`, where the earlier release kept them on disk: read, and swept, only.
+    /// `<dataDir>/results`, where 0.1.0 kept them on disk: read, and swept, only.
     earlier_results_dir: PathBuf,
 }
 
@@ -213,7 +212,7 @@ impl RecordStore {
         self.results_dir.join(format!("{container_id}:{ifname}"))
     }
 
-    /// `<dataDir>/results/<containerID>:<ifname>`, as the earlier release kept them.
+    /// `<dataDir>/results/<containerID>:<ifname>`, as 0.1.0 kept them.
     fn earlier_results_path(&self, container_id: &str, ifname: &str) -> PathBuf {
         self.earlier_results_dir.join(format!("{container_id}:{ifname}"))
     }
@@ -239,7 +238,7 @@ impl RecordStore {
     /// unreadable (logged).
     pub fn read(&self, container_id: &str, ifname: &str) -> Option<Record> {
         let mut record = self.read_record(container_id, ifname)?;
-        // A record written by an earlier release holds its results itself, or they are in its
+        // A record written by 0.1.0 holds its results itself, or they are in its
         // results directory on disk; results written since (`complete`) are newer.
         let results = read_results(&self.results_path(container_id, ifname))
             .or_else(|| read_results(&self.earlier_results_path(container_id, ifname)));
@@ -267,7 +266,7 @@ impl RecordStore {
     /// each and one for the directory. Results of an earlier ADD of the same interfaces (one never
     /// DELeted) go first: a record is written without results, and must not be read back with
     /// another ADD's. A power loss cannot bring them back beside the new records: those on tmpfs
-    /// are gone with it, and the removal of one the earlier release kept on disk is made durable
+    /// are gone with it, and the removal of one 0.1.0 kept on disk is made durable
     /// before the records are written.
     pub fn write_all(&self, records: &[&Record]) -> Result<(), CniError> {
         // One unlink each, no listing for killed writers' temp files: this is every ADD's path,
@@ -310,7 +309,7 @@ impl RecordStore {
 
     /// Remove the results of these interfaces of a container, and the temp files of their killed
     /// writers, in both places; none is success. Not made durable: results on tmpfs cannot outlive
-    /// a power loss, and results the earlier release left on disk that come back after one are
+    /// a power loss, and results 0.1.0 left on disk that come back after one are
     /// results whose record is gone, which GC sweeps.
     fn remove_results(&self, container_id: &str, ifnames: &[String]) -> Result<(), CniError> {
         for dir in [&self.results_dir, &self.earlier_results_dir] {
@@ -562,7 +561,7 @@ mod tests {
         assert!(store.read("c1", "eth0").unwrap().result.is_some());
     }
 
-    /// A pod ADDed by the earlier release has its results on disk, `<dataDir>/results/`: read
+    /// A pod ADDed by 0.1.0 has its results on disk, `<dataDir>/results/`: read
     /// with its record, gone with it, never read beside a new ADD's record, swept once orphaned.
     #[test]
     fn results_the_earlier_release_kept_on_disk_live_as_long_as_their_record() {

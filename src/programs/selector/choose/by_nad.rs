@@ -2,7 +2,8 @@
 //! networks annotation, Multus's default-network annotation, or the admin's `defaultNetworks`.
 //! Each is checked against the policy (the namespace rule for what the pod wrote outside the
 //! admin's `multusNamespace`, the inline rule for all), then resolves to its inline configuration
-//! or to the `confDir` network of its name.
+//! (named after the NAD when it names no network, as Multus reads it) or to the `confDir` network
+//! of its name.
 
 use super::chosen::{Attachment, DeviceUse, Source};
 use super::interfaces::Planned;
@@ -14,7 +15,12 @@ use crate::programs::selector::config::defaults::PodDefaults;
 use crate::programs::selector::config::policy::AttachmentPolicy;
 use crate::programs::selector::netconf::capabilities;
 use crate::programs::selector::netconf::confdir::{self, NetworkName};
+use crate::programs::selector::netconf::inline;
 use crate::programs::selector::requests::annotation::Request;
+
+/// What a refusal of `ips` adds: the admin's key that lets pods choose addresses on such networks.
+pub const ANNOTATION_IPS_HINT: &str =
+    " (the cluster admin may let pods choose addresses there with \"annotationIps\" in selector.json)";
 
 /// Which way of naming a NetworkAttachmentDefinition an element came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -81,13 +87,14 @@ pub fn nad_plan(
     let source = |inline| used.source(request.text.clone(), nad_name.clone(), inline);
     let device = nad.resource_name().map(|resource| DeviceUse { resource: resource.to_string(), given: None });
     let (attachment, identity, list) = match nad.inline_config() {
-        Some(text) => {
-            let list = config.policy.check_inline(&nad_name, text)?;
+        Some(written) => {
+            let text = inline::named_after_nad(written, &request.name);
+            let list = config.policy.check_inline(&nad_name, &text)?;
             let attachment = Attachment {
                 ifname: String::new(),
                 network: nad_name.clone(),
                 path: None,
-                config: text.to_string(),
+                config: text,
                 source: source(true),
                 extras: request.extras.clone(),
                 device: device.clone(),
@@ -112,20 +119,24 @@ pub fn nad_plan(
             (attachment, identity, list)
         }
     };
+    // Where the policy lets a pod choose its addresses as Multus does, its ips reach the plugins
+    // as CNI_ARGS whatever they declare.
+    let ips_as_multus = config.policy.annotation_ips.as_multus(attachment.source.inline());
     let asked = [
-        ("ips", !request.extras.ips.is_empty()),
+        ("ips", !request.extras.ips.is_empty() && !ips_as_multus),
         ("portMappings", !request.extras.port_mappings.is_empty()),
         ("bandwidth", request.extras.bandwidth.is_some()),
     ];
     if let Some((key, _)) = asked.iter().find(|(key, asked)| *asked && !capabilities::declared_in(&list, key)) {
+        let widen = if *key == "ips" { ANNOTATION_IPS_HINT } else { "" };
         return Err(CniError::invalid_config(format!(
             "it asks for {key}, but no plugin of network {} declares the \"{key}\" capability \
-             (\"capabilities\": {{\"{key}\": true}}), so none would see them",
+             (\"capabilities\": {{\"{key}\": true}}), so none would see them{widen}",
             attachment.network
         )));
     }
     if let Some(cni_args) = &request.extras.cni_args {
-        crate::programs::selector::requests::cni_args::check(cni_args, &list, &attachment.network)?;
+        crate::programs::selector::requests::cni_args::check(cni_args, &list, &attachment.network, ips_as_multus)?;
     }
     Ok(Planned { attachment, ifname: request.ifname, identity })
 }

@@ -133,6 +133,17 @@ impl Source {
         }
     }
 
+    /// Whether the network is a NetworkAttachmentDefinition's inline configuration (whose writer
+    /// is no admin).
+    pub fn inline(&self) -> bool {
+        match self {
+            Source::Annotation { inline, .. }
+            | Source::MultusDefault { inline, .. }
+            | Source::DefaultNetworks { inline, .. } => *inline,
+            Source::DefaultNetwork { .. } | Source::Value { .. } | Source::Genie { .. } => false,
+        }
+    }
+
     /// Where the element was written, for messages.
     pub fn origin(&self) -> String {
         match self {

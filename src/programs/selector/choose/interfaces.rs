@@ -1,7 +1,12 @@
 //! Each attachment's interface, and the limits on the whole (`name`): the first attachment is on
 //! the runtime's interface (`CNI_IFNAME`, the one whose address the runtime takes as the pod's IP);
 //! each later one on the name it asks for, or `net<position>` (the second is `net1`). A name given
-//! twice, a network given twice and more than `MAX_ATTACHMENTS` networks are code 7 naming them.
+//! twice and more than `MAX_ATTACHMENTS` networks are code 7 naming them.
+//!
+//! A network may attach more than once, each time on an interface of its own (`sriov-net@net1,
+//! sriov-net@net2`, as Multus allows): everything an attachment leaves is keyed by its interface
+//! (the selector's records and results, the device it is given, host-local's and whereabouts'
+//! leases, the network-status entry), so two attachments of one network are two attachments.
 
 use super::chosen::Attachment;
 use crate::platform::cni::CniError;
@@ -16,28 +21,16 @@ pub struct Planned {
     pub attachment: Attachment,
     /// The interface the element asked for, if any.
     pub ifname: Option<String>,
-    /// Two plans for the same identity are the same network (a file, or a NAD's inline config).
+    /// Two plans for the same identity are the same network (a file, or a NAD's inline config):
+    /// containers agree when they choose the same ones.
     pub identity: String,
 }
 
-/// Give each plan its interface and check the whole: at most `MAX_ATTACHMENTS`, no network twice,
-/// no interface twice. `runtime_ifname` is the runtime's `CNI_IFNAME`; `whose` names the pod in
-/// errors.
+/// Give each plan its interface and check the whole: at most `MAX_ATTACHMENTS`, no interface twice.
+/// `runtime_ifname` is the runtime's `CNI_IFNAME`; `whose` names the pod in errors.
 pub fn name(plans: Vec<Planned>, runtime_ifname: &str, whose: &str) -> Result<Vec<Attachment>, CniError> {
     let bad = |msg: String| CniError::invalid_config(format!("{whose}: {msg}"));
     check_count(plans.len(), whose, plans.iter().map(|p| p.attachment.source.element()))?;
-    let mut networks: BTreeMap<&str, usize> = BTreeMap::new();
-    for (i, plan) in plans.iter().enumerate() {
-        if let Some(first) = networks.insert(&plan.identity, i) {
-            return Err(bad(format!(
-                "network {} is chosen twice, by {} and by {}; each network may attach once (its plugins keep \
-                 their state per container and network)",
-                plan.attachment.network,
-                describe(first, &plans[first]),
-                describe(i, plan)
-            )));
-        }
-    }
     let mut taken: BTreeMap<String, usize> = BTreeMap::new();
     let mut attachments = Vec::with_capacity(plans.len());
     for (i, plan) in plans.iter().enumerate() {
@@ -145,15 +138,18 @@ mod tests {
     }
 
     #[test]
-    fn a_network_twice_is_refused_naming_both_elements() {
+    fn a_network_chosen_twice_attaches_on_two_interfaces() {
+        let names = ifnames(vec![plan("a", "a", None), plan("b", "b", None), plan("a@net5", "a", Some("net5"))]);
+        assert_eq!(names.unwrap(), ["eth0", "net1", "net5"]);
+        assert_eq!(ifnames(vec![plan("a", "a", None), plan("b", "b", None), plan("b", "b", None)]).unwrap()[2], "net2");
+    }
+
+    #[test]
+    fn a_network_chosen_twice_on_one_interface_is_refused_naming_both_elements() {
         let e =
-            ifnames(vec![plan("a", "a", None), plan("b", "b", None), plan("a@net5", "a", Some("net5"))]).unwrap_err();
-        assert!(
-            e.msg.contains("network a is chosen twice")
-                && e.msg.contains("network 1 (\"a\"")
-                && e.msg.contains("network 3"),
-            "{e}"
-        );
+            ifnames(vec![plan("a", "a", None), plan("b@net1", "b", Some("net1")), plan("b@net1", "b", Some("net1"))])
+                .unwrap_err();
+        assert!(e.msg.contains("interface net1 is given twice") && e.msg.contains("network 3"), "{e}");
     }
 
     #[test]

@@ -294,6 +294,87 @@ fn inline_nad_configurations_follow_the_policy() {
     assert_eq!(plan(&global.select(&api, "p-other-ns").unwrap())[1], ("net1".into(), "lan".into()));
 }
 
+#[test]
+fn an_inline_nad_configuration_without_a_name_is_named_after_the_nad() {
+    let open = Node::with(json!({"allowInlineConfig": true}));
+    let nameless = r#"{"cniVersion":"0.3.1","plugins":[{"type":"macvlan","master":"eth1","ipam":{"type":"static"}}]}"#;
+    let api = FakeApi::default().nad("default", "macvlan-conf", Some(nameless)).annotated(
+        "default",
+        "p",
+        "macvlan-conf",
+        app("blue"),
+    );
+    let s = open.select(&api, "p").unwrap();
+    assert_eq!(plan(&s), pairs(&[("eth0", "blue"), ("net1", "default/macvlan-conf")]));
+    let named: serde_json::Value = serde_json::from_str(&s.attachments[1].config).unwrap();
+    assert_eq!((&named["name"], &named["plugins"][0]["type"]), (&json!("macvlan-conf"), &json!("macvlan")));
+    assert_eq!(s.attachments[1].conf_list().unwrap().name, "macvlan-conf");
+}
+
+#[test]
+fn a_network_chosen_twice_attaches_on_each_interface_asked_for() {
+    let node = Node::with(json!({"allowInlineConfig": true}));
+    let api = FakeApi::default()
+        .nad("default", "blue", None)
+        .nad("default", "bridge-nad", Some(r#"{"cniVersion":"0.3.1","type":"bridge","bridge":"testnet0"}"#))
+        .pod("default", "p-value", app("blue,red,blue/10-blue.conflist@net9"))
+        .annotated("default", "p-value-and-nad", "blue", app("blue"))
+        .annotated("default", "p-nad", "bridge-nad@net1, bridge-nad@net2", app("blue"))
+        .annotated(
+            "default",
+            "p-json",
+            r#"[{"name":"bridge-nad"},{"name":"bridge-nad","interface":"lan0"}]"#,
+            app("blue"),
+        );
+    let cases = [
+        ("p-value", [("eth0", "blue"), ("net1", "red"), ("net9", "blue")]),
+        ("p-value-and-nad", [("eth0", "blue"), ("net1", "blue"), ("", "")]),
+        ("p-nad", [("eth0", "blue"), ("net1", "default/bridge-nad"), ("net2", "default/bridge-nad")]),
+        ("p-json", [("eth0", "blue"), ("net1", "default/bridge-nad"), ("lan0", "default/bridge-nad")]),
+    ];
+    for (pod, want) in cases {
+        let want: Vec<(&str, &str)> = want.into_iter().filter(|(i, _)| !i.is_empty()).collect();
+        assert_eq!(plan(&node.select(&api, pod).unwrap()), pairs(&want), "{pod}");
+    }
+    assert_eq!(api.asked().iter().filter(|a| *a == "NAD default/bridge-nad").count(), 2, "once per pod");
+}
+
+/// Multus's e2e `default-route-config`: an inline macvlan with static IPAM that declares no
+/// capability, and a pod asking it for an address; `red` (a confDir network) asked the same.
+fn pods_choosing_addresses_without_a_capability() -> FakeApi {
+    let default_route = r#"{"cniVersion":"0.3.1","plugins":[{"type":"macvlan","master":"eth1","mode":"bridge",
+        "ipam":{"type":"static"}}]}"#;
+    FakeApi::default()
+        .nad("default", "default-route-config", Some(default_route))
+        .nad("default", "red", None)
+        .annotated(
+            "default",
+            "p-inline",
+            r#"[{"name":"default-route-config","ips":["10.1.1.21/24"],"default-route":["10.1.1.254"]}]"#,
+            app("blue"),
+        )
+        .annotated("default", "p-confdir", r#"[{"name":"red","ips":["10.1.1.22/24"]}]"#, app("blue"))
+}
+
+#[test]
+fn by_default_ips_on_a_network_declaring_no_ips_capability_are_refused_naming_the_key_that_allows_them() {
+    let node = Node::with(json!({"allowInlineConfig": true}));
+    let e = node.select(&pods_choosing_addresses_without_a_capability(), "p-inline").unwrap_err();
+    assert!(e.code == 7 && e.msg.contains("\"ips\" capability") && e.msg.contains("\"annotationIps\""), "{e}");
+}
+
+#[test]
+fn annotation_ips_inline_takes_ips_on_inline_networks_only() {
+    let node = Node::with(json!({"allowInlineConfig": true, "annotationIps": "inline"}));
+    let api = pods_choosing_addresses_without_a_capability();
+    let s = node.select(&api, "p-inline").unwrap();
+    assert_eq!(s.attachments[1].extras.ips[0].to_string(), "10.1.1.21/24");
+    let e = node.select(&api, "p-confdir").unwrap_err();
+    assert!(e.msg.contains("network red"), "{e}");
+    let everywhere = Node::with(json!({"annotationIps": "everywhere"}));
+    assert!(everywhere.select(&api, "p-confdir").is_ok());
+}
+
 /// Pods whose networks annotation asks for extras: ones `lan` declares, and ones its network
 /// cannot take.
 fn pods_asking_for_extras() -> FakeApi {
@@ -353,16 +434,14 @@ fn a_selection_breaking_a_rule_is_code_7_naming_the_rule_with_the_pod() {
     let seventeen = (0..17).map(|i| format!("n{i}")).collect::<Vec<_>>().join(",");
     let api = FakeApi::default()
         .nad("default", "blue", None)
-        .pod("default", "p-twice", app("blue,red,blue/10-blue.conflist@net9"))
-        .annotated("default", "p-twice-nad", "blue", app("blue"))
+        .pod("default", "p-twice", app("blue,red,blue/10-blue.conflist@net1"))
         .pod("default", "p-ifname", app("blue,red@net2,green"))
         .pod("default", "p-first", app("blue@lan0,red"))
         .pod("default", "p-bad-ifname", app("blue,red@a:b"))
         .pod("default", "p-many", app(&seventeen))
         .annotated("default", "p-many-nads", &seventeen, app("blue"));
     for (pod, want) in [
-        ("p-twice", &["network blue is chosen twice", "network 1 (\"blue\"", "network 3"][..]),
-        ("p-twice-nad", &["network blue is chosen twice", "annotation"]),
+        ("p-twice", &["interface net1 is given twice", "network 2 (\"red\"", "network 3"][..]),
         ("p-ifname", &["interface net2 is given twice", "\"red@net2\"", "\"green\""]),
         ("p-first", &["asks for interface lan0", "CNI_IFNAME"]),
         ("p-bad-ifname", &["\"a:b\" is invalid"]),
@@ -729,7 +808,7 @@ fn a_pod_of_another_uid_than_the_sandbox_is_refused_naming_both() {
 
 const VF: &str = "example.com/vf";
 
-/// Two device networks of resource `VF` (a network attaches once per pod), `lan` and `red`, and
+/// Two device networks of resource `VF`, `lan` and `red`, and
 /// `blue` that is not one; pods that request `VF`, another resource, and a deviceID on `blue`.
 fn pods_on_device_networks() -> FakeApi {
     let mut api = FakeApi::default().nad("default", "blue", None);

@@ -37,8 +37,9 @@ pub struct SelectorConfig {
     pub default_network: Option<String>,
     /// Time budget for the API work of one ADD.
     pub api: ApiPolicy,
-    /// Which NetworkAttachmentDefinitions pods may use (`namespaceIsolation`, `globalNamespaces`,
-    /// `allowInlineConfig`, `inlinePluginTypes`).
+    /// Which NetworkAttachmentDefinitions pods may use and what they may ask of them
+    /// (`namespaceIsolation`, `globalNamespaces`, `allowInlineConfig`, `inlinePluginTypes`,
+    /// `inlinePathPrefixes`, `inlinePathPrefixesByType`, `annotationIps`).
     pub policy: AttachmentPolicy,
     /// `networkStatus`: when ADD writes the pod's `k8s.v1.cni.cncf.io/network-status` annotation.
     pub network_status: NetworkStatus,

@@ -10,9 +10,13 @@
 //!   unless `allowInlineConfig` is true, and then, if `inlinePluginTypes` is set, every plugin type
 //!   anywhere in it (each plugin's, its IPAM's, a meta plugin's delegate's, any key a Go plugin reads
 //!   as `type`, and the types a built-in runs by default) must be listed, and every host path in it
-//!   must lie under one of `inlinePathPrefixes` (none by default: see `inline`);
+//!   must lie under one of `inlinePathPrefixes`, or of the `inlinePathPrefixesByType` of the plugin
+//!   whose section holds it (none by default: see `inline`);
 //! - a pod may only use NADs of its own namespace and of the `globalNamespaces` the admin lists
-//!   (Multus's `namespaceIsolation`, here on by default).
+//!   (Multus's `namespaceIsolation`, here on by default);
+//! - a pod's `ips` choose its addresses only on networks whose configuration asks for them, by a
+//!   plugin declaring the `ips` capability (`annotationIps`, see `AnnotationIps`): an address a pod
+//!   author picks from an admin's range may be one the admin keeps for something else.
 //!
 //! A refusal is code 7 naming the NAD and the rule.
 
@@ -20,7 +24,7 @@ use crate::platform::cni::{CniError, ConfList};
 use crate::programs::selector::netconf::{confdir, inline};
 use serde::Deserialize;
 use serde_json::{Map, Value};
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -36,6 +40,52 @@ pub struct AttachmentPolicy {
     /// `inlinePathPrefixes`: the directories under which an inline configuration may name host
     /// paths (a `dataDir`, a `subnetFile`); none by default.
     pub inline_path_prefixes: Vec<PathBuf>,
+    /// `inlinePathPrefixesByType`: by plugin type, further directories (or files) under which the
+    /// section of an inline configuration that plugin runs may name host paths (whereabouts'
+    /// kubeconfig); none by default.
+    pub inline_path_prefixes_by_type: BTreeMap<String, Vec<PathBuf>>,
+    /// `annotationIps`: on which networks a pod's `ips` choose its addresses, and how they reach
+    /// the plugins there.
+    pub annotation_ips: AnnotationIps,
+}
+
+/// `annotationIps`: where the `ips` of a pod's networks annotation (and its `cni-args` keys read as
+/// `ips`) may choose the pod's addresses.
+///
+/// Multus hands every network a pod's `ips` twice: as `CNI_ARGS` `IP=` (the addresses joined by
+/// `,`) to every plugin of the chain, and as `runtimeConfig.ips` to the plugins that declare the
+/// `ips` capability. `IP=` reaches IPAM plugins that never asked for it (host-local, static and
+/// whereabouts read it), so on a network the admin installed it would let a pod author take any
+/// address of the admin's range. By default (`declared`) a pod chooses addresses only where the
+/// network's configuration declares the `ips` capability, and only through it; the other values
+/// widen that for admins coming from Multus.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum AnnotationIps {
+    /// Only on networks a plugin of which declares the `ips` capability, as `runtimeConfig.ips` of
+    /// those plugins; elsewhere a pod asking for `ips` is refused.
+    #[default]
+    Declared,
+    /// As `declared` on the networks the admin installed under `confDir`; on the networks of
+    /// NetworkAttachmentDefinitions' inline configurations, as Multus gives them (their writers
+    /// choose the ranges and may write addresses into them, so a pod's choice among them adds
+    /// nothing they cannot do).
+    Inline,
+    /// On every network, as Multus gives them.
+    Everywhere,
+}
+
+impl AnnotationIps {
+    /// Whether a pod's `ips` reach the plugins of a network (of an inline configuration or not) as
+    /// Multus gives them: `CNI_ARGS` `IP=` besides `runtimeConfig.ips` where declared, and never
+    /// refused for want of a declared capability.
+    pub fn as_multus(self, inline: bool) -> bool {
+        match self {
+            AnnotationIps::Declared => false,
+            AnnotationIps::Inline => inline,
+            AnnotationIps::Everywhere => true,
+        }
+    }
 }
 
 impl Default for AttachmentPolicy {
@@ -46,6 +96,8 @@ impl Default for AttachmentPolicy {
             allow_inline_config: false,
             inline_plugin_types: None,
             inline_path_prefixes: Vec::new(),
+            inline_path_prefixes_by_type: BTreeMap::new(),
+            annotation_ips: AnnotationIps::Declared,
         }
     }
 }
@@ -88,7 +140,16 @@ impl AttachmentPolicy {
             global_namespaces: global_namespaces(raw)?,
             allow_inline_config: key(raw, "allowInlineConfig")?.unwrap_or(defaults.allow_inline_config),
             inline_plugin_types: key(raw, "inlinePluginTypes")?,
-            inline_path_prefixes: path_prefixes(key(raw, "inlinePathPrefixes")?.unwrap_or_default())?,
+            inline_path_prefixes: path_prefixes(
+                "inlinePathPrefixes",
+                key(raw, "inlinePathPrefixes")?.unwrap_or_default(),
+            )?,
+            inline_path_prefixes_by_type: key::<BTreeMap<String, Vec<String>>>(raw, "inlinePathPrefixesByType")?
+                .unwrap_or_default()
+                .into_iter()
+                .map(|(t, prefixes)| Ok((t, path_prefixes("inlinePathPrefixesByType", prefixes)?)))
+                .collect::<Result<_, CniError>>()?,
+            annotation_ips: key(raw, "annotationIps")?.unwrap_or(defaults.annotation_ips),
         })
     }
 
@@ -138,23 +199,35 @@ impl AttachmentPolicy {
                  '_', '.', '-'): plugins keep state in directories of that name"
             )));
         }
-        let prefixes = &self.inline_path_prefixes;
-        if let Some((at, path)) =
-            inline::host_paths(&list).into_iter().find(|(_, p)| !inline::path_allowed(p, prefixes))
-        {
-            let shown: Vec<String> = prefixes.iter().map(|p| p.display().to_string()).collect();
+        let shown =
+            |prefixes: &[PathBuf]| prefixes.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", ");
+        let of_type = |t: &Option<String>| {
+            t.as_ref().and_then(|t| self.inline_path_prefixes_by_type.get(t)).map(Vec::as_slice).unwrap_or_default()
+        };
+        let outside = |p: &inline::HostPath| {
+            !inline::path_allowed(&p.path, &self.inline_path_prefixes)
+                && !inline::path_allowed(&p.path, of_type(&p.section_type))
+        };
+        if let Some(p) = inline::host_paths(&list).into_iter().find(outside) {
+            let by_type = match &p.section_type {
+                Some(t) => format!(" and inlinePathPrefixesByType {t:?} [{}]", shown(of_type(&p.section_type))),
+                None => String::new(),
+            };
             return Err(refused(format!(
-                "spec.config {at} is {path:?}, a host path outside inlinePathPrefixes [{}]: an inline configuration \
+                "spec.config {} is {:?}, a host path outside inlinePathPrefixes [{}]{by_type}: an inline configuration \
                  may name only paths under a directory the admin allows",
-                shown.join(", ")
+                p.at,
+                p.path,
+                shown(&self.inline_path_prefixes)
             )));
         }
         Ok(list)
     }
 }
 
-/// `inlinePathPrefixes`: absolute directories without `.` or `..`.
-fn path_prefixes(prefixes: Vec<String>) -> Result<Vec<PathBuf>, CniError> {
+/// `inlinePathPrefixes` (and each list of `inlinePathPrefixesByType`, the key `name`): absolute
+/// directories without `.` or `..`.
+fn path_prefixes(name: &str, prefixes: Vec<String>) -> Result<Vec<PathBuf>, CniError> {
     prefixes
         .into_iter()
         .map(|p| {
@@ -162,7 +235,7 @@ fn path_prefixes(prefixes: Vec<String>) -> Result<Vec<PathBuf>, CniError> {
                 Ok(PathBuf::from(p))
             } else {
                 Err(CniError::invalid_config(format!(
-                    "yh-genie: 'inlinePathPrefixes' is invalid: {p:?} is not an absolute directory without '.' or '..'"
+                    "yh-genie: '{name}' is invalid: {p:?} is not an absolute directory without '.' or '..'"
                 )))
             }
         })
@@ -310,6 +383,73 @@ mod tests {
     }
 
     #[test]
+    fn by_default_pods_choose_addresses_only_where_a_plugin_declares_ips() {
+        let p = AttachmentPolicy::default();
+        assert_eq!(p.annotation_ips, AnnotationIps::Declared);
+        assert!(!p.annotation_ips.as_multus(true) && !p.annotation_ips.as_multus(false));
+    }
+
+    #[test]
+    fn annotation_ips_inline_opens_only_inline_configurations() {
+        let p = policy(json!({"annotationIps": "inline"}));
+        assert!(p.annotation_ips.as_multus(true) && !p.annotation_ips.as_multus(false));
+    }
+
+    #[test]
+    fn annotation_ips_everywhere_opens_every_network() {
+        let p = policy(json!({"annotationIps": "everywhere"}));
+        assert!(p.annotation_ips.as_multus(true) && p.annotation_ips.as_multus(false));
+    }
+
+    /// A whereabouts NAD naming every host path whereabouts reads, and its node slice size.
+    const WHEREABOUTS: &str = r#"{"cniVersion":"0.3.1","name":"wb","type":"macvlan","master":"eth0","mode":"bridge",
+        "ipam":{"type":"whereabouts","range":"192.168.2.0/24","node_slice_size":"/22",
+            "kubernetes":{"kubeconfig":"/etc/cni/net.d/whereabouts.d/whereabouts.kubeconfig"},
+            "configuration_path":"/etc/cni/net.d/whereabouts.d/whereabouts.conf",
+            "log_file":"/var/log/whereabouts/wb.log","log_level":"debug"}}"#;
+
+    /// The whereabouts recipe of docs/selector.md: the two files whereabouts' DaemonSet writes and
+    /// a log directory, for whereabouts' own section only.
+    fn whereabouts_recipe() -> AttachmentPolicy {
+        policy(json!({"allowInlineConfig": true, "inlinePluginTypes": ["macvlan", "whereabouts", "router"],
+            "inlinePathPrefixesByType": {"whereabouts": ["/etc/cni/net.d/whereabouts.d/whereabouts.kubeconfig",
+                "/etc/cni/net.d/whereabouts.d/whereabouts.conf", "/var/log/whereabouts"]}}))
+    }
+
+    #[test]
+    fn a_whereabouts_configuration_with_its_host_paths_is_accepted_under_the_recipe() {
+        let list = whereabouts_recipe().check_inline("web/wb", WHEREABOUTS).unwrap();
+        assert_eq!(list.plugins[0]["ipam"]["node_slice_size"], "/22");
+    }
+
+    #[test]
+    fn a_whereabouts_configuration_with_host_paths_is_refused_by_default() {
+        let open = policy(json!({"allowInlineConfig": true}));
+        let e = open.check_inline("web/wb", WHEREABOUTS).unwrap_err();
+        assert!(
+            e.msg.contains("a host path outside inlinePathPrefixes [] and inlinePathPrefixesByType \"whereabouts\" []"),
+            "{e}"
+        );
+        // What whereabouts needs besides its flat file is no path.
+        let bare = r#"{"cniVersion":"0.3.1","name":"wb","type":"macvlan","master":"eth0",
+            "ipam":{"type":"whereabouts","range":"192.168.2.0/24","node_slice_size":"/22"}}"#;
+        assert!(open.check_inline("web/wb", bare).is_ok());
+    }
+
+    #[test]
+    fn paths_allowed_to_one_type_stay_refused_to_every_other_plugin() {
+        let kubeconfig = "/etc/cni/net.d/whereabouts.d/whereabouts.kubeconfig";
+        let router = format!(
+            r#"{{"cniVersion":"1.0.0","name":"n","plugins":[{{"type":"macvlan","master":"eth0"}},
+                {{"type":"router","log_options":{{"type":"whereabouts","log_file":"{kubeconfig}"}}}}]}}"#
+        );
+        let e = whereabouts_recipe().check_inline("web/n", &router).unwrap_err();
+        assert!(e.msg.contains("plugins[1].log_options.log_file") && e.msg.contains("\"router\" []"), "{e}");
+        let log_over_kubeconfig = WHEREABOUTS.replace("/var/log/whereabouts/wb.log", "/etc/cni/net.d/whereabouts.d/x");
+        assert!(whereabouts_recipe().check_inline("web/wb", &log_over_kubeconfig).is_err());
+    }
+
+    #[test]
     fn keys_of_the_wrong_type_are_named() {
         for (keys, name) in [
             (json!({"namespaceIsolation": "yes"}), "namespaceIsolation"),
@@ -320,6 +460,10 @@ mod tests {
             (json!({"inlinePathPrefixes": "/x"}), "inlinePathPrefixes"),
             (json!({"inlinePathPrefixes": ["relative"]}), "inlinePathPrefixes"),
             (json!({"inlinePathPrefixes": ["/a/../etc"]}), "inlinePathPrefixes"),
+            (json!({"inlinePathPrefixesByType": ["/x"]}), "inlinePathPrefixesByType"),
+            (json!({"inlinePathPrefixesByType": {"whereabouts": ["relative"]}}), "inlinePathPrefixesByType"),
+            (json!({"annotationIps": "multus"}), "annotationIps"),
+            (json!({"annotationIps": true}), "annotationIps"),
         ] {
             let e = AttachmentPolicy::from_keys(keys.as_object().unwrap()).unwrap_err();
             assert!(e.code == 7 && e.msg.contains(name), "{e}");

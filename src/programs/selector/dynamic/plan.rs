@@ -4,12 +4,15 @@
 //! network, its `CNI_NETWORK_CONFIG` networks and the admin's `defaultNetworks` are never changed
 //! here (a ConfigMap edit would re-plumb every pod that refers to it).
 //!
-//! An attachment is matched by its network, not by its interface: a pod author who drops `lan`
-//! from the annotation need not know it is on `net2`, and the networks that stay keep their
-//! interfaces when one before them goes (`net1` is not renumbered). An element that names its
-//! interface (`lan@data0`) is matched by interface and network: the same interface with another
-//! network behind it is detached and the new network attached there. A new network without a name
-//! takes the lowest free `netN`.
+//! An attachment is matched by its network and its interface. An element that names its interface
+//! (`lan@data0`) takes the attachment of that network on that interface: the same interface with
+//! another network behind it is detached and the new network attached there. An element that names
+//! none takes an attachment of its network on the interface the selection gives it (`net<position>`)
+//! if there is one, else any other attachment of its network that no element claims: a pod author
+//! who drops `lan` from the annotation need not know it is on `net2`, and the networks that stay
+//! keep their interfaces when one before them goes (`net1` is not renumbered). So a network attached
+//! twice (`lan@net1, lan@net2`, or `lan, lan`) loses exactly the attachment an edit drops. A new
+//! network without a name takes the lowest free `netN`.
 
 use crate::programs::selector::attach::Record;
 use crate::programs::selector::choose::{Attachment, Source};
@@ -51,13 +54,25 @@ pub fn plan(records: &[Record], owner: &str, wanted: &[Attachment]) -> Plan {
         .collect();
     let mut kept = Vec::new();
     let mut new = Vec::new();
-    // Named interfaces first, so that an unnamed element of the same network cannot take theirs.
+    // Named interfaces first, so that an unnamed element of the same network cannot take theirs;
+    // then unnamed elements on the interface the selection gives them, so that of two attachments
+    // of one network each keeps its own; then unnamed elements on any attachment of their network.
     let (named, unnamed): (Vec<_>, Vec<_>) = asked.into_iter().partition(|(_, _, ifname)| ifname.is_some());
-    for (index, attachment, ifname) in named.into_iter().chain(unnamed) {
-        let matching = current
-            .iter()
-            .position(|r| same_network(r, attachment) && ifname.as_ref().is_none_or(|ifname| *ifname == r.ifname));
-        match matching {
+    let mut unmatched = Vec::new();
+    for (index, attachment, ifname) in named {
+        match current.iter().position(|r| same_network(r, attachment) && ifname.as_deref() == Some(r.ifname.as_str())) {
+            Some(i) => kept.push(current.remove(i)),
+            None => new.push((index, attachment, ifname)),
+        }
+    }
+    for (index, attachment, ifname) in unnamed {
+        match current.iter().position(|r| same_network(r, attachment) && r.ifname == attachment.ifname) {
+            Some(i) => kept.push(current.remove(i)),
+            None => unmatched.push((index, attachment, ifname)),
+        }
+    }
+    for (index, attachment, ifname) in unmatched {
+        match current.iter().position(|r| same_network(r, attachment)) {
             Some(i) => kept.push(current.remove(i)),
             None => new.push((index, attachment, ifname)),
         }
@@ -210,6 +225,43 @@ mod tests {
         let p = plan(&now, "eth0", &[first(), wanted("data0", "b@data0")]);
         assert_eq!(p.detach, ["data0"]);
         assert_eq!(ifnames(&p), [("b".to_string(), "data0".to_string())]);
+    }
+
+    #[test]
+    fn of_a_network_attached_twice_by_name_the_one_dropped_is_detached() {
+        let now = records(&[first(), wanted("net1", "a@net1"), wanted("net2", "a@net2")]);
+        let p = plan(&now, "eth0", &[first(), wanted("net2", "a@net2")]);
+        assert_eq!(p.detach, ["net1"]);
+        assert!(p.attach.is_empty());
+    }
+
+    #[test]
+    fn of_a_network_attached_twice_unnamed_the_last_is_detached() {
+        let now = records(&[first(), wanted("net1", "a"), wanted("net2", "a")]);
+        let p = plan(&now, "eth0", &[first(), wanted("net1", "a")]);
+        assert_eq!(p.detach, ["net2"]);
+        assert!(p.attach.is_empty());
+    }
+
+    #[test]
+    fn a_network_added_a_second_time_attaches_beside_the_first() {
+        let now = records(&[first(), wanted("net1", "a@net1")]);
+        let p = plan(&now, "eth0", &[first(), wanted("net1", "a@net1"), wanted("net2", "a@net2")]);
+        assert!(p.detach.is_empty());
+        assert_eq!(ifnames(&p), [("a".to_string(), "net2".to_string())]);
+        let now = records(&[first(), wanted("net1", "a")]);
+        let p = plan(&now, "eth0", &[first(), wanted("net1", "a"), wanted("net2", "a")]);
+        assert!(p.detach.is_empty());
+        assert_eq!(ifnames(&p), [("a".to_string(), "net2".to_string())]);
+    }
+
+    #[test]
+    fn an_unnamed_network_moved_by_a_removal_before_it_keeps_its_interface() {
+        // `a, b, a` to `b, a`: b (now net1) stays on net2, a (now net2) on net1; net3's a goes.
+        let now = records(&[first(), wanted("net1", "a"), wanted("net2", "b"), wanted("net3", "a")]);
+        let p = plan(&now, "eth0", &[first(), wanted("net1", "b"), wanted("net2", "a")]);
+        assert_eq!(p.detach, ["net3"]);
+        assert!(p.attach.is_empty());
     }
 
     /// The admin's default network `d` on net1.

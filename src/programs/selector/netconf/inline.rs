@@ -8,14 +8,39 @@
 //!   flannel plugin's `bridge` and `host-local` (`implied_types`).
 //! - **Host paths.** An option that names a file or directory of the node (host-local's `dataDir`
 //!   and `resolvConf`, yonghui's `subnetFile` and `dataDir`, the dhcp plugin's `daemonSocketPath`,
-//!   the router's `data_dir` and `log_file`, ...) would let the pod author read or write where the
-//!   plugin may. Every string under a key that reads as a path (`is_path_key`), and every string
-//!   anywhere that is an absolute path, must lie under a prefix the admin allows
-//!   (`inlinePathPrefixes`); none by default.
+//!   the router's `data_dir` and `log_file`, whereabouts' `kubernetes.kubeconfig`, ...) would let
+//!   the pod author read or write where the plugin may. Every string under a key that reads as a
+//!   path (`is_path_key`), and every string anywhere that is an absolute path but a prefix length
+//!   (whereabouts' `node_slice_size: "/22"`), must lie under a prefix the admin allows: for every
+//!   plugin (`inlinePathPrefixes`), or for the plugin whose section holds it
+//!   (`inlinePathPrefixesByType`: a plugin's object, or an `ipam` or `delegate` section it runs);
+//!   none by default.
+//!
+//! And the name an inline configuration takes when it has none (`named_after_nad`), as Multus
+//! reads a NetworkAttachmentDefinition: the plugins need a network name, and NADs written for
+//! Multus mostly leave it to the NAD's.
 
 use crate::platform::cni::{CniError, ConfList};
 use serde_json::{Map, Value};
 use std::path::{Component, Path, PathBuf};
+
+/// A NetworkAttachmentDefinition's inline configuration as its plugins get it: with the NAD's name
+/// (`metadata.name`, without the namespace) as its `name` when the top level has none or an empty
+/// one, as the Network Plumbing WG's client library hands a NAD's configuration to Multus. Only the
+/// top level: a plugin's own `name` in a list is left as written. Any other configuration (a
+/// name given, not a JSON object) is returned as it is, to be checked as written.
+pub fn named_after_nad(config: &str, nad_name: &str) -> String {
+    let Ok(Value::Object(mut top)) = serde_json::from_str::<Value>(config) else {
+        return config.to_string();
+    };
+    match top.get("name") {
+        None => {}
+        Some(Value::String(name)) if name.is_empty() => {}
+        Some(_) => return config.to_string(),
+    }
+    top.insert("name".into(), Value::String(nad_name.to_string()));
+    Value::Object(top).to_string()
+}
 
 /// `key` as Go's `encoding/json` compares keys: two keys are the same field when their folds are
 /// equal (ASCII letters in upper case; any other character `unicode.ToUpper(unicode.ToLower(c))`,
@@ -147,31 +172,70 @@ pub fn is_path_key(key: &str) -> bool {
     ["FILE", "DIR", "PATH", "SOCKET", "CONF", "CONFIG", "DIRECTORY"].iter().any(|end| plain.ends_with(end))
 }
 
-/// Every host path an inline configuration names, with where: strings (or lists of strings) under a
-/// path key, and any other string that is an absolute path.
-pub fn host_paths(list: &ConfList) -> Vec<(String, String)> {
-    fn walk(value: &Value, at: String, path_key: bool, out: &mut Vec<(String, String)>) {
+/// A host path an inline configuration names.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HostPath {
+    /// Where: `plugins[0].ipam.kubernetes.kubeconfig`.
+    pub at: String,
+    pub path: String,
+    /// The type of the plugin that reads it: the innermost section that holds it and that a plugin
+    /// runs as a plugin (each plugin's object, an `ipam` or `delegate` section in it, as Go reads
+    /// those keys), when that section names one type. An object elsewhere that says `type` is an
+    /// option of the plugin around it, not a plugin.
+    pub section_type: Option<String>,
+}
+
+/// Every host path an inline configuration names: strings (or lists of strings) under a path key,
+/// and any other string that is an absolute path, but a prefix length (`"/22"`, as whereabouts'
+/// `node_slice_size`): no plugin reads a file at the root named by a number under a key that does
+/// not say it is a path.
+pub fn host_paths(list: &ConfList) -> Vec<HostPath> {
+    fn walk(value: &Value, at: String, path_key: bool, owner: &Option<String>, out: &mut Vec<HostPath>) {
         match value {
-            Value::String(s) if path_key || s.starts_with('/') => out.push((at, s.clone())),
-            Value::Object(map) => walk_map(map, &at, out),
+            Value::String(s) if path_key || (s.starts_with('/') && !is_prefix_length(s)) => {
+                out.push(HostPath { at, path: s.clone(), section_type: owner.clone() })
+            }
+            Value::Object(map) => walk_map(map, &at, owner, out),
             Value::Array(items) => {
                 for (i, v) in items.iter().enumerate() {
-                    walk(v, format!("{at}[{i}]"), path_key, out);
+                    walk(v, format!("{at}[{i}]"), path_key, owner, out);
                 }
             }
             _ => {}
         }
     }
-    fn walk_map(map: &Map<String, Value>, at: &str, out: &mut Vec<(String, String)>) {
+    fn walk_map(map: &Map<String, Value>, at: &str, owner: &Option<String>, out: &mut Vec<HostPath>) {
         for (key, v) in map {
-            walk(v, format!("{at}.{key}"), is_path_key(key), out);
+            let at = format!("{at}.{key}");
+            match v {
+                Value::Object(section) if matches!(go_fold(key).as_str(), "IPAM" | "DELEGATE") => {
+                    walk_map(section, &at, &section_type(section), out)
+                }
+                _ => walk(v, at, is_path_key(key), owner, out),
+            }
         }
     }
     let mut out = Vec::new();
     for (i, plugin) in list.plugins.iter().enumerate() {
-        walk_map(plugin, &format!("plugins[{i}]"), &mut out);
+        walk_map(plugin, &format!("plugins[{i}]"), &section_type(plugin), &mut out);
     }
     out
+}
+
+/// The one type a plugin section names (every key Go reads as `type` saying the same); none when
+/// it names none or several.
+fn section_type(section: &Map<String, Value>) -> Option<String> {
+    let mut types = section.iter().filter(|(k, _)| is_type_key(k)).map(|(_, v)| v.as_str());
+    let first = types.next()??;
+    types.all(|t| t == Some(first)).then(|| first.to_string())
+}
+
+/// `/0` to `/128`: a prefix length, as a plugin option writes one.
+fn is_prefix_length(s: &str) -> bool {
+    s.strip_prefix('/')
+        .filter(|n| (1..=3).contains(&n.len()) && n.bytes().all(|b| b.is_ascii_digit()))
+        .and_then(|n| n.parse::<u8>().ok())
+        .is_some_and(|n| n <= 128)
 }
 
 /// Whether `path` is an absolute path, without `.` or `..` components, under one of `prefixes`.
@@ -220,6 +284,21 @@ mod tests {
 
     fn list(json: &str) -> ConfList {
         ConfList::parse(json.as_bytes(), false, "t").unwrap()
+    }
+
+    #[test]
+    fn a_configuration_without_a_name_takes_the_nads() {
+        let named = |config: &str| list(&named_after_nad(config, "macvlan-conf"));
+        let missing = named(r#"{"cniVersion":"0.3.1","plugins":[{"type":"macvlan","name":"inner"}]}"#);
+        assert_eq!((missing.name.as_str(), &missing.plugins[0]["name"]), ("macvlan-conf", &Value::from("inner")));
+        assert_eq!(named(r#"{"cniVersion":"0.3.1","name":"","type":"macvlan"}"#).name, "macvlan-conf");
+    }
+
+    #[test]
+    fn a_configuration_with_a_name_or_unreadable_stays_as_written() {
+        for config in [r#"{"cniVersion": "0.3.1", "name": "own", "type": "macvlan"}"#, "{not json", "[]"] {
+            assert_eq!(named_after_nad(config, "nad"), config);
+        }
     }
 
     #[test]
@@ -301,6 +380,12 @@ mod tests {
         );
     }
 
+    fn paths(l: &ConfList) -> Vec<String> {
+        let mut found: Vec<String> = host_paths(l).into_iter().map(|p| format!("{}={}", p.at, p.path)).collect();
+        found.sort();
+        found
+    }
+
     #[test]
     fn host_paths_are_found_by_key_name_or_by_shape() {
         let l = list(
@@ -309,10 +394,8 @@ mod tests {
                 "log_options":{"log_file":"/tmp/x"},"weird":["/root/.ssh"],"sock":{"daemonSocketPath":"/run/x.sock"},
                 "master":"eth0","mtu":1400}"#,
         );
-        let mut found: Vec<String> = host_paths(&l).into_iter().map(|(at, p)| format!("{at}={p}")).collect();
-        found.sort();
         assert_eq!(
-            found,
+            paths(&l),
             [
                 "plugins[0].DataDir=rel",
                 "plugins[0].ipam.resolvConf=/etc/resolv.conf",
@@ -320,6 +403,58 @@ mod tests {
                 "plugins[0].sock.daemonSocketPath=/run/x.sock",
                 "plugins[0].subnetFile=/etc/shadow",
                 "plugins[0].weird[0]=/root/.ssh",
+            ]
+        );
+    }
+
+    /// whereabouts' IPAM section with every option that names a host path, and its node slice size.
+    const WHEREABOUTS: &str = r#"{"cniVersion":"0.3.1","name":"wb","type":"macvlan","master":"eth0",
+        "ipam":{"type":"whereabouts","range":"192.168.2.0/24","node_slice_size":"/22",
+            "kubernetes":{"kubeconfig":"/etc/cni/net.d/whereabouts.d/whereabouts.kubeconfig"},
+            "configuration_path":"/etc/cni/net.d/whereabouts.d/whereabouts.conf",
+            "log_file":"/var/log/whereabouts/wb.log","log_level":"debug"}}"#;
+
+    #[test]
+    fn whereabouts_paths_are_found_and_belong_to_its_section() {
+        let found = host_paths(&list(WHEREABOUTS));
+        let mut named: Vec<(&str, Option<&str>)> =
+            found.iter().map(|p| (p.at.as_str(), p.section_type.as_deref())).collect();
+        named.sort();
+        assert_eq!(
+            named,
+            [
+                ("plugins[0].ipam.configuration_path", Some("whereabouts")),
+                ("plugins[0].ipam.kubernetes.kubeconfig", Some("whereabouts")),
+                ("plugins[0].ipam.log_file", Some("whereabouts")),
+            ]
+        );
+    }
+
+    #[test]
+    fn a_prefix_length_is_no_path_unless_its_key_says_path() {
+        let l = list(r#"{"cniVersion":"1.0.0","name":"n","type":"x","size":"/22","big":"/129","dataDir":"/22"}"#);
+        assert_eq!(paths(&l), ["plugins[0].big=/129", "plugins[0].dataDir=/22"]);
+        for not_a_length in ["/", "/1234", "/2a", "/-1", "/22/x"] {
+            assert!(!is_prefix_length(not_a_length), "{not_a_length}");
+        }
+    }
+
+    #[test]
+    fn a_typed_object_that_is_no_plugin_section_belongs_to_the_plugin_around_it() {
+        let l = list(
+            r#"{"cniVersion":"1.0.0","name":"n","plugins":[{"type":"router",
+                "log_options":{"type":"whereabouts","log_file":"/x/a.log"}},
+                {"type":"tuning","IPAM":{"Type":"whereabouts","TYPE":"other","log_file":"/x/b.log"}},
+                {"type":"yonghui","delegate":{"type":"bridge","ipam":{"dataDir":"/x/c"}}}]}"#,
+        );
+        let owners: Vec<(String, Option<String>)> =
+            host_paths(&l).into_iter().map(|p| (p.path, p.section_type)).collect();
+        assert_eq!(
+            owners,
+            [
+                ("/x/a.log".to_string(), Some("router".to_string())),
+                ("/x/b.log".to_string(), None),
+                ("/x/c".to_string(), None),
             ]
         );
     }

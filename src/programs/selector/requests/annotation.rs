@@ -60,7 +60,8 @@ pub struct Request {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Extras {
-    /// Addresses for the IPAM plugin (`runtimeConfig.ips` of plugins with the `ips` capability).
+    /// Addresses for the IPAM plugin (`runtimeConfig.ips` of plugins with the `ips` capability, and
+    /// `CNI_ARGS` `IP=` where the policy's `annotationIps` says).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub ips: Vec<IpNetwork>,
     /// The interface's MAC (`CNI_ARGS` `MAC=`, and `runtimeConfig.mac` where declared).

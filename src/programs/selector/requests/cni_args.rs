@@ -3,7 +3,8 @@
 //! `cni-args` becomes every plugin's `args.cni`, and plugins read some of their options there:
 //! host-local and static take addresses from `args.cni.ips`, bridge and tuning a MAC from
 //! `args.cni.mac`. So `cni-args: {"ips": [...]}` is `ips` by another road, and is checked as `ips`
-//! is (refused on a network whose plugins declare no `ips` capability); keys the Go plugins read
+//! is (refused on a network whose plugins declare no `ips` capability, unless the admin's
+//! `annotationIps` lets pods choose addresses there); keys the Go plugins read
 //! without regard to case count in any case. A key naming a Multus option the selector does not
 //! implement is refused as that option is (code 2), `portMappings` and `bandwidth` (capability
 //! arguments, which no plugin reads from `args.cni`) with the element key to use instead, and a capability only the runtime gives
@@ -28,9 +29,10 @@ const ELEMENT_CAPABILITIES: [(&str, &str); 2] = [("PORTMAPPINGS", "portMappings"
 /// Capability arguments only the runtime gives.
 const RUNTIME_ONLY: [&str; 4] = ["IPRANGES", "DNS", "ALIASES", "CGROUPPATH"];
 
-/// Check a request's `cni-args` for network `network` (whose chain is `list`). Errors say which key
-/// and why; the caller names the annotation element.
-pub fn check(cni_args: &Map<String, Value>, list: &ConfList, network: &str) -> Result<(), CniError> {
+/// Check a request's `cni-args` for network `network` (whose chain is `list`); `ips_open`: the
+/// policy lets the pod choose its addresses on this network whatever its plugins declare. Errors say
+/// which key and why; the caller names the annotation element.
+pub fn check(cni_args: &Map<String, Value>, list: &ConfList, network: &str, ips_open: bool) -> Result<(), CniError> {
     let depth = depth(&Value::Object(cni_args.clone()));
     if depth > MAX_DEPTH {
         return Err(CniError::invalid_config(format!(
@@ -43,7 +45,7 @@ pub fn check(cni_args: &Map<String, Value>, list: &ConfList, network: &str) -> R
         match plain.as_str() {
             "IPS" => {
                 ips(value).map_err(bad)?;
-                if !capabilities::declared_in(list, "ips") {
+                if !ips_open && !capabilities::declared_in(list, "ips") {
                     return Err(bad(format!(
                         "plugins read it as \"ips\", and no plugin of network {network} declares the \"ips\" capability \
                          (\"capabilities\": {{\"ips\": true}}), so \"ips\" is refused on it"
@@ -132,46 +134,54 @@ mod tests {
         let with = list(json!({"ips": true}));
         for key in ["ips", "IPs", "IPS", "i_ps"] {
             let a = args(json!({ key: ["10.1.1.5/24"] }));
-            let e = check(&a, &none, "n").unwrap_err();
+            let e = check(&a, &none, "n", false).unwrap_err();
             assert!(e.code == 7 && e.msg.contains("\"ips\" capability"), "{key}: {e}");
-            assert!(check(&a, &with, "n").is_ok(), "{key}");
+            assert!(check(&a, &with, "n", false).is_ok(), "{key}");
         }
-        let e = check(&args(json!({"ips": ["10.1.1.5"]})), &with, "n").unwrap_err();
+        let e = check(&args(json!({"ips": ["10.1.1.5"]})), &with, "n", false).unwrap_err();
         assert!(e.msg.contains("not an address with a prefix length"), "{e}");
-        assert!(check(&args(json!({"ips": "10.1.1.5/24"})), &with, "n").is_err());
+        assert!(check(&args(json!({"ips": "10.1.1.5/24"})), &with, "n", false).is_err());
+    }
+
+    #[test]
+    fn ips_by_cni_args_are_taken_where_the_policy_lets_pods_choose_addresses() {
+        let none = list(json!({}));
+        assert!(check(&args(json!({"IPs": ["10.1.1.5/24"]})), &none, "n", true).is_ok());
+        let e = check(&args(json!({"ips": ["10.1.1.5"]})), &none, "n", true).unwrap_err();
+        assert!(e.msg.contains("not an address with a prefix length"), "{e}");
     }
 
     #[test]
     fn a_mac_in_cni_args_must_be_a_unicast_mac() {
         let l = list(json!({}));
-        assert!(check(&args(json!({"MAC": "02:00:00:00:00:01", "vlan": 7})), &l, "n").is_ok());
-        assert!(check(&args(json!({"mac": "nope"})), &l, "n").unwrap_err().msg.contains("not a MAC"));
-        let e = check(&args(json!({"Mac": "ff:ff:ff:ff:ff:ff"})), &l, "n").unwrap_err();
+        assert!(check(&args(json!({"MAC": "02:00:00:00:00:01", "vlan": 7})), &l, "n", false).is_ok());
+        assert!(check(&args(json!({"mac": "nope"})), &l, "n", false).unwrap_err().msg.contains("not a MAC"));
+        let e = check(&args(json!({"Mac": "ff:ff:ff:ff:ff:ff"})), &l, "n", false).unwrap_err();
         assert!(e.code == 7 && e.msg.contains("multicast"), "{e}");
     }
 
     #[test]
     fn cni_args_keys_the_element_has_a_key_for_are_refused_naming_that_key() {
         let l = list(json!({}));
-        assert_eq!(check(&args(json!({"portMappings": []})), &l, "n").unwrap_err().code, 7);
-        let device = check(&args(json!({"deviceid": "0000:00:01.0"})), &l, "n").unwrap_err();
+        assert_eq!(check(&args(json!({"portMappings": []})), &l, "n", false).unwrap_err().code, 7);
+        let device = check(&args(json!({"deviceid": "0000:00:01.0"})), &l, "n", false).unwrap_err();
         assert!(device.code == 7 && device.msg.contains("in the element's \"deviceID\" key"), "{device}");
-        assert_eq!(check(&args(json!({"pci_bus_id": "0000:00:01.0"})), &l, "n").unwrap_err().code, 7);
-        let e = check(&args(json!({"BANDWIDTH": {}})), &l, "n").unwrap_err();
+        assert_eq!(check(&args(json!({"pci_bus_id": "0000:00:01.0"})), &l, "n", false).unwrap_err().code, 7);
+        let e = check(&args(json!({"BANDWIDTH": {}})), &l, "n", false).unwrap_err();
         assert!(e.code == 7 && e.msg.contains("use the element's \"bandwidth\" key"), "{e}");
     }
 
     #[test]
     fn an_unsupported_cni_args_key_is_code_2() {
         let l = list(json!({}));
-        assert_eq!(check(&args(json!({"infiniband-guid": "x"})), &l, "n").unwrap_err().code, 2);
+        assert_eq!(check(&args(json!({"infiniband-guid": "x"})), &l, "n", false).unwrap_err().code, 2);
     }
 
     #[test]
     fn cni_args_keys_only_the_runtime_may_set_are_refused() {
         let l = list(json!({}));
         for key in ["ipRanges", "dns", "io.kubernetes.cri.pod-annotations"] {
-            let e = check(&args(json!({ key: [] })), &l, "n").unwrap_err();
+            let e = check(&args(json!({ key: [] })), &l, "n", false).unwrap_err();
             assert!(e.code == 7 && e.msg.contains("only the container runtime"), "{key}: {e}");
         }
     }
@@ -186,8 +196,8 @@ mod tests {
             args(v)
         };
         let l = list(json!({}));
-        assert!(check(&nested(MAX_DEPTH), &l, "n").is_ok());
-        let e = check(&nested(MAX_DEPTH + 1), &l, "n").unwrap_err();
+        assert!(check(&nested(MAX_DEPTH), &l, "n", false).is_ok());
+        let e = check(&nested(MAX_DEPTH + 1), &l, "n", false).unwrap_err();
         assert!(e.code == 7 && e.msg.contains("33 levels"), "{e}");
         assert_eq!(depth(&json!([[], {"a": [1]}])), 3);
     }

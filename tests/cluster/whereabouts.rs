@@ -1,0 +1,132 @@
+//! whereabouts, the cluster-wide IPAM most Multus users run for secondary networks, as the IPAM of
+//! a macvlan NetworkAttachmentDefinition under yh-genie, set up as whereabouts' own docs set it up:
+//! its CRDs, its binary in the nodes' bin dir, and on each node the flat file
+//! `/etc/cni/net.d/whereabouts.d/whereabouts.conf` naming its kubeconfig, so that the NAD names no
+//! path at all (as whereabouts' README writes it, without a `name`, as Multus users do).
+//!
+//! whereabouts is not part of this repository. `YH_GENIE_WHEREABOUTS` names the directory
+//! `scripts/cluster/whereabouts.sh` fills (the binary and `crds/`, v0.9.2 built from the Go module
+//! proxy; scripts/test.sh's cluster tier sets it). Without it the test says so and checks nothing.
+
+use serde_json::{Value, json};
+use std::collections::BTreeSet;
+use std::path::PathBuf;
+use testkit::cluster::Cluster;
+use testkit::cluster::pods::{in_cidr, web_server};
+use testkit::process::report;
+
+use crate::inline_kubeconfig;
+
+const NS: &str = "yh-whereabouts";
+const RANGE: &str = "10.246.0.0/28";
+const WHEREABOUTS_DIR: &str = "/etc/cni/net.d/whereabouts.d";
+/// Two pods on each node.
+const PODS: [(&str, &str); 4] = [("wb-a1", "a"), ("wb-a2", "a"), ("wb-b1", "b"), ("wb-b2", "b")];
+
+fn whereabouts_dir() -> Option<PathBuf> {
+    std::env::var_os("YH_GENIE_WHEREABOUTS").map(PathBuf::from).filter(|p| !p.as_os_str().is_empty())
+}
+
+/// The allocations whereabouts' IPPool for RANGE holds: pod references (`namespace/name`).
+fn allocations(cluster: &Cluster) -> Vec<String> {
+    let pools = cluster.get_json(&["-n", "kube-system", "get", "ippools.whereabouts.cni.cncf.io"]);
+    let pool = pools["items"].as_array().into_iter().flatten().find(|p| p["spec"]["range"] == RANGE);
+    pool.and_then(|p| p["spec"]["allocations"].as_object())
+        .map(|a| a.values().map(|v| v["podref"].as_str().unwrap_or_default().to_string()).collect())
+        .unwrap_or_default()
+}
+
+/// The selector's policy, from the `yh-genie-config` ConfigMap.
+fn selector_settings(cluster: &Cluster) -> String {
+    let config = cluster.get_json(&["-n", "kube-system", "get", "configmap", "yh-genie-config"]);
+    config["data"]["selector.json"].as_str().unwrap_or("{}").to_string()
+}
+
+/// `settings` as the selector's policy, and waited for on every node's conflist.
+fn set_selector_settings(cluster: &Cluster, settings: &str) {
+    let patch = json!({"data": {"selector.json": settings}}).to_string();
+    cluster.kubectl_ok(&["-n", "kube-system", "patch", "configmap", "yh-genie-config", "--type=merge", "-p", &patch]);
+    let wanted: Value = serde_json::from_str(settings).unwrap();
+    for worker in &cluster.workers {
+        let conflist = worker.node_path("/etc/cni/net.d/00-yh-genie.conflist");
+        cluster.wait_for(&format!("{}'s 00-yh-genie.conflist with {settings}", worker.name), || {
+            let conflist: Value = serde_json::from_str(&std::fs::read_to_string(&conflist).ok()?).ok()?;
+            let plugin = &conflist["plugins"][0];
+            let all = wanted.as_object()?.iter().all(|(key, value)| &plugin[key] == value);
+            all.then_some(())
+        });
+    }
+}
+
+/// A whereabouts NAD as its README writes one: pods on both nodes get distinct addresses of its
+/// one range, reach each other over it, and when they go the range's IPPool holds nothing.
+pub fn whereabouts_gives_pods_across_nodes_distinct_addresses(cluster: &mut Cluster) {
+    let Some(dir) = whereabouts_dir() else {
+        report("cluster: YH_GENIE_WHEREABOUTS unset: the whereabouts NAD is not tried");
+        return;
+    };
+    cluster.kubectl_ok(&["apply", "-f", &dir.join("crds").display().to_string()]);
+    let kubeconfig = inline_kubeconfig(cluster, "whereabouts");
+    let flat = json!({"datastore": "kubernetes",
+        "kubernetes": {"kubeconfig": format!("{WHEREABOUTS_DIR}/whereabouts.kubeconfig")}});
+    for worker in &cluster.workers {
+        std::fs::copy(dir.join("whereabouts"), worker.node_path("/opt/cni/bin/whereabouts")).unwrap();
+        let files = worker.node_path(WHEREABOUTS_DIR);
+        std::fs::create_dir_all(&files).unwrap();
+        std::fs::write(files.join("whereabouts.kubeconfig"), &kubeconfig).unwrap();
+        std::fs::write(files.join("whereabouts.conf"), flat.to_string()).unwrap();
+    }
+    // The admin lets NADs carry their configuration, and run macvlan with whereabouts.
+    let before = selector_settings(cluster);
+    let mut settings: Value = serde_json::from_str(&before).unwrap();
+    settings["allowInlineConfig"] = json!(true);
+    settings["inlinePluginTypes"] = json!(["macvlan", "whereabouts"]);
+    set_selector_settings(cluster, &settings.to_string());
+
+    cluster.kubectl_ok(&["create", "namespace", NS]);
+    let nad = json!({"cniVersion": "0.3.1", "type": "macvlan", "master": "ul0", "mode": "bridge",
+        "ipam": {"type": "whereabouts", "range": RANGE}});
+    cluster.apply_text(&format!(
+        "apiVersion: k8s.cni.cncf.io/v1\nkind: NetworkAttachmentDefinition\nmetadata: {{name: wb-macvlan, namespace: {NS}}}\nspec:\n  config: '{nad}'\n"
+    ));
+    for (name, slot) in PODS {
+        cluster.apply_text(
+            &web_server(NS, name).on_slot(slot).annotation("k8s.v1.cni.cncf.io/networks", "wb-macvlan").yaml(),
+        );
+    }
+    let mut addresses = Vec::new();
+    for (name, _) in PODS {
+        cluster.wait_pod_ready(NS, name);
+        let net1 = cluster.pod_addresses(NS, name, "net1");
+        assert!(
+            net1.len() == 1 && in_cidr(&net1[0], RANGE),
+            "{name}: net1 holds {net1:?}, want one address in {RANGE}"
+        );
+        addresses.push(net1[0].clone());
+    }
+    let distinct: BTreeSet<&String> = addresses.iter().collect();
+    assert_eq!(distinct.len(), PODS.len(), "whereabouts gave one address twice: {addresses:?}");
+    let mut held = allocations(cluster);
+    held.sort();
+    let want: Vec<String> = PODS.iter().map(|(name, _)| format!("{NS}/{name}")).collect();
+    assert_eq!(held, want, "whereabouts' IPPool for {RANGE}");
+    // Across the nodes, over the macvlan network (the nodes share the underlay's bridge).
+    assert_eq!(cluster.fetch(NS, "wb-a1", &addresses[2]), "wb-b1", "wb-a1 fetching wb-b1 at {}", addresses[2]);
+    assert_eq!(cluster.fetch(NS, "wb-b2", &addresses[1]), "wb-a2", "wb-b2 fetching wb-a2 at {}", addresses[1]);
+
+    for (name, _) in PODS {
+        cluster.delete_pod(NS, name);
+    }
+    cluster.wait_for(&format!("whereabouts' IPPool for {RANGE} empty once the pods are gone"), || {
+        allocations(cluster).is_empty().then_some(())
+    });
+    report(&format!("cluster: whereabouts under yh-genie gave {PODS:?} {addresses:?}, and took every one back"));
+
+    cluster.kubectl_ok(&["delete", "namespace", NS, "--wait=true", "--timeout=120s"]);
+    set_selector_settings(cluster, &before);
+    for worker in &cluster.workers {
+        std::fs::remove_dir_all(worker.node_path(WHEREABOUTS_DIR)).unwrap();
+        std::fs::remove_file(worker.node_path("/opt/cni/bin/whereabouts")).unwrap();
+    }
+    cluster.kubectl_ok(&["delete", "-f", &dir.join("crds").display().to_string()]);
+}
