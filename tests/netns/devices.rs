@@ -191,6 +191,11 @@ fn a_device_network_attached_twice_takes_two_devices_of_its_pool_the_same_on_a_r
     let given = devices_by_interface(&n, &pod, &["net1", "net2"]);
     let want = [("net1", "yhvf0"), ("net2", "yhvf1")].map(|(i, d)| (i.to_string(), d.to_string()));
     assert_eq!(given, want);
+    // A result kept per interface, which CHECK and DEL hand back to each attachment's own call.
+    let results = n.results(&pod);
+    for ifname in ["net1", "net2"] {
+        assert!(results["furtherResults"].get(ifname).is_some(), "{ifname}'s result: {results}");
+    }
     // Each attachment's device-info file, and its entry of network-status.
     for ifname in ["net1", "net2"] {
         assert!(devinfo.join(format!("cni/vfnet-{}_{ifname}", pod.cid)).exists(), "{ifname}'s device-info file");

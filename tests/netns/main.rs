@@ -22,6 +22,7 @@ mod capabilities;
 mod devices;
 mod dropin;
 mod hardening;
+mod in_place;
 mod migrate;
 mod multinet;
 mod multinet_records;

@@ -334,6 +334,27 @@ fn the_conflist_waits_for_the_fabric_but_the_kubeconfig_does_not() {
 }
 
 #[test]
+fn a_conflist_renamed_away_by_cilium_is_not_written_back_until_the_admin_says() {
+    let pod = InstallerPod::new();
+    assert_ok(&pod.install_once(&[]));
+    let renamed = pod.host("/etc/cni/net.d/00-yh-genie.conflist.cilium_bak");
+    fs::rename(pod.conflist(), &renamed).unwrap();
+    let out = pod.install_once(&[]);
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("cilium_bak") && stderr.contains("cni.exclusive=false"), "{stderr}");
+    assert!(!pod.conflist().exists(), "no rename war");
+
+    let _installer = pod.spawn(&["--interval", "0.05"]);
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(!pod.conflist().exists() && renamed.exists(), "still no rename war");
+    // The admin set cni.exclusive=false and deleted Cilium's backup: the conflist is back.
+    fs::remove_file(&renamed).unwrap();
+    wait_for("the conflist", || pod.conflist().exists().then_some(()));
+    assert_installed(&pod, "token-1");
+}
+
+#[test]
 fn without_credentials_nothing_points_the_runtime_at_yh_genie() {
     let pod = InstallerPod::new();
     fs::remove_file(pod.path("sa/token")).unwrap();

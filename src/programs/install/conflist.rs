@@ -74,7 +74,10 @@ pub fn kubeconfig_path(opts: &Options) -> std::path::PathBuf {
 
 /// The conflist bytes: the derived keys, then `extra` (from the selector config) with
 /// `--default-network` set over it (and over CNI-Genie's `default_plugin`). Deterministic, so an unchanged setup rewrites nothing.
-pub fn render(opts: &Options, mut extra: Map<String, Value>) -> Vec<u8> {
+/// Besides every capability the selector knows, it declares those in `also`: the ones the cluster's
+/// network declares when `defaultNetwork` reads it in place, so that the runtime passes their
+/// values on to it as it did before the selector came first.
+pub fn render(opts: &Options, mut extra: Map<String, Value>, also: &[String]) -> Vec<u8> {
     if let Some(network) = &opts.default_network {
         extra.insert("defaultNetwork".into(), Value::String(network.clone()));
         // CNI-Genie's spelling of the same key would disagree with the flag.
@@ -99,6 +102,7 @@ pub fn render(opts: &Options, mut extra: Map<String, Value>) -> Vec<u8> {
             agent_socket: opts.agent.as_ref().map_or(Path::new(""), |a| &a.socket),
             capabilities: crate::programs::selector::netconf::capabilities::DECLARED
                 .into_iter()
+                .chain(also.iter().map(String::as_str))
                 .map(|c| (c, true))
                 .collect(),
             extra,
@@ -123,7 +127,7 @@ mod tests {
         let o = with_default_network("yonghui");
         let mut extra = Map::new();
         extra.insert("logLevel".into(), "debug".into());
-        let v: Value = serde_json::from_slice(&render(&o, extra)).unwrap();
+        let v: Value = serde_json::from_slice(&render(&o, extra, &[])).unwrap();
         assert_eq!(
             v,
             serde_json::json!({
@@ -144,7 +148,7 @@ mod tests {
             })
         );
         // And it is a conflist the CNI code itself accepts.
-        crate::platform::cni::ConfList::parse(&render(&o, Map::new()), true, "test").unwrap();
+        crate::platform::cni::ConfList::parse(&render(&o, Map::new(), &[]), true, "test").unwrap();
         let agent = AgentSettings {
             node_name: "n1".into(),
             socket: "/run/yh-genie/agent.sock".into(),
@@ -152,18 +156,19 @@ mod tests {
             dynamic_networks: false,
         };
         let with_agent = Options { agent: Some(agent), ..Options::standard() };
-        let v: Value = serde_json::from_slice(&render(&with_agent, Map::new())).unwrap();
+        let v: Value = serde_json::from_slice(&render(&with_agent, Map::new(), &[])).unwrap();
         assert_eq!(v["plugins"][0]["agentSocket"], "/run/yh-genie/agent.sock");
         // Already the newest: no list of one more.
         let v: Value = serde_json::from_slice(&render(
             &Options { cni_version: crate::platform::cni::CniVersion::V1_1_0, ..Options::standard() },
             Map::new(),
+            &[],
         ))
         .unwrap();
         assert_eq!(v["cniVersions"], serde_json::json!(["1.1.0"]));
         // A runtime reading version lists runs it as 1.1.0.
         assert_eq!(
-            crate::platform::cni::ConfList::parse(&render(&o, Map::new()), true, "t").unwrap().version_text,
+            crate::platform::cni::ConfList::parse(&render(&o, Map::new(), &[]), true, "t").unwrap().version_text,
             "1.1.0"
         );
     }
@@ -172,16 +177,16 @@ mod tests {
     fn default_network_flag_overrides_the_selector_config() {
         let mut extra = Map::new();
         extra.insert("defaultNetwork".into(), "from-file".into());
-        let v: Value = serde_json::from_slice(&render(&with_default_network("flag"), extra.clone())).unwrap();
+        let v: Value = serde_json::from_slice(&render(&with_default_network("flag"), extra.clone(), &[])).unwrap();
         assert_eq!(v["plugins"][0]["defaultNetwork"], "flag");
-        let v: Value = serde_json::from_slice(&render(&Options::standard(), extra)).unwrap();
+        let v: Value = serde_json::from_slice(&render(&Options::standard(), extra, &[])).unwrap();
         assert_eq!(v["plugins"][0]["defaultNetwork"], "from-file");
         // CNI-Genie's spelling is kept as the admin wrote it, and goes when the flag decides.
         let mut genie = Map::new();
         genie.insert("default_plugin".into(), "weave,canal".into());
-        let v: Value = serde_json::from_slice(&render(&Options::standard(), genie.clone())).unwrap();
+        let v: Value = serde_json::from_slice(&render(&Options::standard(), genie.clone(), &[])).unwrap();
         assert_eq!(v["plugins"][0]["default_plugin"], "weave,canal");
-        let v: Value = serde_json::from_slice(&render(&with_default_network("flag"), genie)).unwrap();
+        let v: Value = serde_json::from_slice(&render(&with_default_network("flag"), genie, &[])).unwrap();
         assert_eq!((&v["plugins"][0]["defaultNetwork"], v["plugins"][0].get("default_plugin")), (&"flag".into(), None));
     }
 

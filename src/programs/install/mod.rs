@@ -12,6 +12,7 @@
 //! container, one image. The agent restarts itself when it fails; the installer's loop never waits
 //! for it.
 
+mod cluster_network;
 mod conflist;
 mod files;
 mod kubeconfig;
@@ -50,7 +51,15 @@ struct Outcome {
     waiting_for: Option<PathBuf>,
     /// The network files that could not be installed (every other one was), and why.
     bad_networks: Option<String>,
+    /// Why the cluster's network, read in place as the default one, cannot network a pod yet.
+    default_not_ready: Option<String>,
+    /// Why the conflist is not written back although it is missing (another network renamed it
+    /// away); `None` when it is written.
+    held_back: Option<String>,
 }
+
+/// What Cilium with `cni.exclusive=true` appends to every other CNI configuration it renames away.
+const CILIUM_RENAMED: &str = ".cilium_bak";
 
 fn run(opts: &Options) -> anyhow::Result<()> {
     // Before any other thread exists, so that every thread inherits the blocked mask.
@@ -75,7 +84,7 @@ fn run(opts: &Options) -> anyhow::Result<()> {
     // An installer killed between the conflist's rename and its announcement left a runtime that
     // did not reload: once per start, the conflist in place is announced again.
     let conflist = opts.on_host(&opts.conf_dir.join(conflist::FILE_NAME));
-    if first.waiting_for.is_none() {
+    if first.waiting_for.is_none() && first.held_back.is_none() {
         files::announce(&conflist).with_context(|| format!("announcing {}", conflist.display()))?;
     }
     let Some(stop) = stop else {
@@ -84,6 +93,9 @@ fn run(opts: &Options) -> anyhow::Result<()> {
         }
         if let Some(problems) = first.bad_networks {
             bail!("{problems}");
+        }
+        if let Some(why) = first.held_back {
+            bail!("{why}");
         }
         info!("installed");
         return Ok(());
@@ -110,11 +122,14 @@ fn run(opts: &Options) -> anyhow::Result<()> {
     }
 }
 
-/// The default network is ready once the conflist is written: every `--wait-for` file is there.
+/// The default network is ready once the conflist is written (every `--wait-for` file is there)
+/// and, when it is the cluster's network read in place, once its file parses and its plugins are
+/// installed.
 fn note_default_network(readiness: &crate::programs::agent::NetworkReadiness, outcome: &Outcome) {
-    match &outcome.waiting_for {
-        None => readiness.set_ready(),
-        Some(path) => readiness.set_waiting(&format!("the installer waits for {}", path.display())),
+    match (&outcome.waiting_for, &outcome.held_back, &outcome.default_not_ready) {
+        (Some(path), _, _) => readiness.set_waiting(&format!("the installer waits for {}", path.display())),
+        (None, Some(why), _) | (None, None, Some(why)) => readiness.set_waiting(why),
+        (None, None, None) => readiness.set_ready(),
     }
 }
 
@@ -138,9 +153,16 @@ fn agent_options(
 fn report(outcome: &Result<Outcome, String>) {
     match outcome {
         Err(e) => error!("{e}"),
-        Ok(Outcome { waiting_for, bad_networks }) => {
+        Ok(Outcome { waiting_for, bad_networks, default_not_ready, held_back }) => {
+            if let Some(why) = held_back {
+                error!("{why}");
+                return;
+            }
             if let Some(problems) = bad_networks {
                 error!("{problems}");
+            }
+            if let Some(why) = default_not_ready {
+                warn!("{why}");
             }
             match waiting_for {
                 Some(path) => warn!("waiting for {} before writing the conflist", path.display()),
@@ -206,14 +228,30 @@ fn converge(opts: &Options) -> anyhow::Result<Outcome> {
         Some(path) => conflist::read_selector_config(path)?,
         None => Default::default(),
     };
+    let in_place = cluster_network::read(opts, &extra).unwrap_or_default();
+    let default_not_ready = in_place.not_ready;
     if let Some(missing) = opts.wait_for.iter().find(|p| !opts.on_host(p).exists()) {
-        return Ok(Outcome { waiting_for: Some(missing.clone()), bad_networks });
+        return Ok(Outcome { waiting_for: Some(missing.clone()), bad_networks, default_not_ready, held_back: None });
     }
     let path = conf_dir.join(conflist::FILE_NAME);
-    let change = files::ensure_conf_file(&path, state_dir, &conflist::render(opts, extra), 0o644)
+    // Writing it back would start a rename war with Cilium, which renames it again on every change.
+    let renamed = conf_dir.join(format!("{}{CILIUM_RENAMED}", conflist::FILE_NAME));
+    if !path.exists() && renamed.exists() {
+        let why = format!(
+            "{} was renamed to {}: Cilium with cni.exclusive=true renames every other CNI configuration away, so the \
+             runtime calls Cilium alone. Not writing it back (Cilium would rename it again); this node's network is \
+             not ready. Set cni.exclusive=false in Cilium's Helm values, then delete {}",
+            path.display(),
+            renamed.display(),
+            renamed.display()
+        );
+        return Ok(Outcome { waiting_for: None, bad_networks, default_not_ready, held_back: Some(why) });
+    }
+    let bytes = conflist::render(opts, extra, &in_place.capabilities);
+    let change = files::ensure_conf_file(&path, state_dir, &bytes, 0o644)
         .with_context(|| format!("writing {}", path.display()))?;
     log_change(change, &path);
-    Ok(Outcome { waiting_for: None, bad_networks })
+    Ok(Outcome { waiting_for: None, bad_networks, default_not_ready, held_back: None })
 }
 
 /// On the way out (`--cleanup-on-exit`): the conflist first, so the runtime stops calling yh-genie

@@ -1,5 +1,6 @@
 //! Networks named by a value (`CNI_NETWORK_CONFIG`, `defaultNetwork`, CNI-Genie's annotation): each
-//! element resolved to its file under `confDir` and loaded, in the value's order.
+//! element resolved to its file under `confDir` and loaded, in the value's order. The admin's
+//! `defaultNetwork` may also name the cluster's own network in place (`confdir::resolve_in_place`).
 
 use super::chosen::{Attachment, Source};
 use super::interfaces::{self, Planned};
@@ -19,6 +20,12 @@ pub fn default_plans(config: &SelectorConfig, why: &str) -> Result<Vec<Planned>,
         CniError::invalid_config(format!("{why} and no defaultNetwork is configured: {NO_DEFAULT_FIX}"))
     })?;
     let from = format!("defaultNetwork {value:?}");
+    if let Some(file) = confdir::resolve_in_place(&config.conf_dir, value) {
+        let file = file?;
+        let (text, _) = confdir::load(&file).map_err(|e| e.context(&from))?;
+        let source = Source::DefaultNetwork { element: value.trim().to_string() };
+        return Ok(vec![planned(file, text, None, source)]);
+    }
     value_plans(config, value, &from, |element| Source::DefaultNetwork { element: element.text.clone() })
 }
 
@@ -43,19 +50,24 @@ pub fn value_plans(
         .map(|element| {
             let file = confdir::resolve(&config.conf_dir, &element.name).map_err(|e| e.context(from))?;
             let (text, _) = confdir::load(&file).map_err(|e| e.context(from))?;
-            Ok(Planned {
-                identity: file.path.display().to_string(),
-                ifname: element.ifname.clone(),
-                attachment: Attachment {
-                    ifname: String::new(),
-                    network: file.network,
-                    path: Some(file.path),
-                    config: text,
-                    source: source(element),
-                    extras: Extras::default(),
-                    device: None,
-                },
-            })
+            Ok(planned(file, text, element.ifname.clone(), source(element)))
         })
         .collect()
+}
+
+/// One network's planned attachment, from its file as loaded.
+fn planned(file: confdir::NetworkFile, text: String, ifname: Option<String>, source: Source) -> Planned {
+    Planned {
+        identity: file.path.display().to_string(),
+        ifname,
+        attachment: Attachment {
+            ifname: String::new(),
+            network: file.network,
+            path: Some(file.path),
+            config: text,
+            source,
+            extras: Extras::default(),
+            device: None,
+        },
+    }
 }

@@ -865,3 +865,71 @@ fn a_trimmed_pod_keeps_only_its_extended_resources_deciding_the_same() {
     let resolved = |pod: &Pod| resolve(&node.config, "eth0", ("default", "asks"), pod, &mut Fetching::new(&api));
     assert_eq!(resolved(&small), resolved(&pod));
 }
+
+/// A node whose cluster network writes `10-kindnet.conflist` directly in the conf dir, beside the
+/// selector's own `00-yh-genie.conflist`, with `defaultNetwork` set to `value`.
+fn node_beside_the_cluster_network(value: &str) -> Node {
+    let node = Node::with(json!({"defaultNetwork": value}));
+    let conf_dir = node.dir.path().join("net.d");
+    std::fs::write(
+        conf_dir.join("00-yh-genie.conflist"),
+        r#"{"cniVersion":"1.0.0","name":"yh-genie","plugins":[{"type":"yh-genie"}]}"#,
+    )
+    .unwrap();
+    std::fs::write(conf_dir.join("10-kindnet.conflist"), KINDNET).unwrap();
+    node
+}
+
+const KINDNET: &str = r#"{"cniVersion":"0.3.1","name":"kindnet","plugins":[{"type":"ptp","ipam":{"type":"host-local",
+    "ranges":[[{"subnet":"10.244.0.0/24"}]]}},{"type":"portmap","capabilities":{"portMappings":true}}]}"#;
+
+#[test]
+fn the_default_network_is_read_in_place_by_file_name_or_auto_and_follows_its_owner() {
+    for value in ["10-kindnet.conflist", "auto"] {
+        let node = node_beside_the_cluster_network(value);
+        let api = pods_choosing_each_way(&node);
+        let s = node.select(&api, "p-none").unwrap();
+        let file = node.path("10-kindnet.conflist");
+        assert_eq!(network_of(&s), ("10-kindnet.conflist", file.as_path()), "{value}");
+        assert_eq!(s.attachments[0].config, KINDNET, "{value}: the owner's exact bytes");
+        assert_eq!(s.attachments[0].source, Source::DefaultNetwork { element: value.into() });
+        // The owner rewrites it (an MTU, an upgrade): the next pod gets the new text, no copy.
+        let updated = KINDNET.replace("10.244.0.0/24", "10.244.7.0/24");
+        std::fs::write(&file, &updated).unwrap();
+        assert_eq!(node.select(&api, "p-none").unwrap().attachments[0].config, updated, "{value}");
+    }
+}
+
+#[test]
+fn auto_takes_the_first_file_by_name_and_waits_for_one_to_appear() {
+    let node = node_beside_the_cluster_network("auto");
+    let conf_dir = node.dir.path().join("net.d");
+    std::fs::write(conf_dir.join("05-calico.conflist"), KINDNET.replace("kindnet", "calico")).unwrap();
+    std::fs::write(conf_dir.join("01-cilium.conflist.cilium_bak"), KINDNET).unwrap();
+    let api = pods_choosing_each_way(&node);
+    assert_eq!(network_of(&node.select(&api, "p-none").unwrap()).0, "05-calico.conflist");
+    for f in ["05-calico.conflist", "10-kindnet.conflist"] {
+        std::fs::remove_file(conf_dir.join(f)).unwrap();
+    }
+    let e = node.select(&api, "p-none").unwrap_err();
+    assert_eq!(e.code, 11, "try again later: {e}");
+    assert!(e.msg.contains("waiting for the cluster's network"), "{e}");
+    let named = node_beside_the_cluster_network("20-flannel.conflist");
+    let e = named.select(&pods_choosing_each_way(&named), "p-none").unwrap_err();
+    assert_eq!(e.code, 11, "{e}");
+    assert!(e.msg.contains("20-flannel.conflist"), "{e}");
+}
+
+#[test]
+fn a_pod_cannot_name_a_file_directly_in_the_conf_dir_even_when_the_default_is_one() {
+    let node = node_beside_the_cluster_network("10-kindnet.conflist");
+    let api = FakeApi::default()
+        .pod("default", "p-file", app("10-kindnet.conflist"))
+        .pod("default", "p-own", app("00-yh-genie.conflist"))
+        .pod("default", "p-auto", app("auto"));
+    for pod in ["p-file", "p-own", "p-auto"] {
+        let e = node.select(&api, pod).unwrap_err();
+        assert_eq!(e.code, 7, "{pod}: {e}");
+    }
+    assert!(node.select(&api, "p-file").unwrap_err().msg.contains("not inside a network directory"));
+}

@@ -2,12 +2,15 @@
 //! needs (its configuration directory, its kubeconfig), then the default network's: STATUS of its
 //! chain, as libcni asks a runtime's network (only a 1.1.0 chain has STATUS; an older one is ready),
 //! so a yonghui default network answers "not ready" until its subnet file is there, and the runtime
-//! reports the node's network not ready instead of failing every pod's ADD.
+//! reports the node's network not ready instead of failing every pod's ADD. The cluster's network
+//! read in place (0.3.1, no STATUS) is ready when its file parses and its plugins are installed.
 
-use crate::platform::cni::{CniError, Invocation, PluginConf, code};
+use crate::platform::cni::exec::find_plugin;
+use crate::platform::cni::{CniError, ConfList, Invocation, PluginConf, code};
 use crate::programs::selector::attach::{self, chain};
 use crate::programs::selector::choose;
 use crate::programs::selector::config::SelectorConfig;
+use crate::programs::selector::netconf::confdir;
 
 /// Ready when the configuration directory can be read, the kubeconfig, if any, is there, the
 /// readiness indicator file, if any, is there, and the default network's plugins say they are.
@@ -51,10 +54,35 @@ fn ready(inv: &Invocation, config: &SelectorConfig) -> Result<(), CniError> {
     // (STATUS names no interface: any name would do to resolve it.)
     let selection = choose::select(config, "eth0", None, None, None)
         .map_err(|e| unavailable(format!("the default network cannot be used: {}", e.msg)))?;
+    let in_place =
+        config.default_network.as_deref().is_some_and(|v| confdir::resolve_in_place(&config.conf_dir, v).is_some());
     for attachment in &selection.attachments {
         let list = attachment.conf_list().map_err(|e| unavailable(e.msg))?;
+        if in_place && !list.cni_version.has_gc_and_status() {
+            plugins_installed(&list, config)
+                .map_err(|e| e.context(format!("default network {}", attachment.network)))?;
+        }
         chain::status(&list, &attach::gc_call(inv, config))
             .map_err(|e| e.context(format!("default network {}", attachment.network)))?;
     }
     Ok(())
+}
+
+/// The cluster's network read in place declares a version without STATUS (0.3.1, as Calico,
+/// flannel and kindnet write it): it is ready when its file parses (selecting it did that) and every
+/// plugin it names is in `binDir`, which its owner installs when it starts on the node.
+fn plugins_installed(list: &ConfList, config: &SelectorConfig) -> Result<(), CniError> {
+    let bin_dir = [config.bin_dir.clone()];
+    let missing: Vec<String> = confdir::plugin_types(list)
+        .into_iter()
+        .filter(|(_, plugin)| find_plugin(plugin, &bin_dir).is_err())
+        .map(|(at, plugin)| format!("{plugin} ({at})"))
+        .collect();
+    if missing.is_empty() {
+        return Ok(());
+    }
+    Err(CniError::new(
+        code::PLUGIN_NOT_AVAILABLE,
+        format!("plugins not in binDir {} yet: {}", config.bin_dir.display(), missing.join(", ")),
+    ))
 }

@@ -130,6 +130,69 @@ pub fn resolve(conf_dir: &Path, name: &NetworkName) -> Result<NetworkFile, CniEr
     Ok(NetworkFile { network, path })
 }
 
+/// `defaultNetwork`'s value that picks the cluster's own network as a runtime would: the first
+/// configuration file directly in `confDir` by name, other than the selector's own.
+pub const AUTO: &str = "auto";
+
+/// The admin's `defaultNetwork` may name the cluster's network where its owner writes it: a file
+/// directly in `confDir` (`10-calico.conflist`), or `auto`. `None` when the value is neither, so it
+/// names a network directory as any other value does. Pods' values never come here: a pod still
+/// cannot name a file directly in `confDir`. The file is read where it lies on every call, never
+/// copied, so its owner's updates reach the next pod. A missing file is code 11 (try again later):
+/// the network's owner may not have written it yet, and the runtime retries.
+pub fn resolve_in_place(conf_dir: &Path, value: &str) -> Option<Result<NetworkFile, CniError>> {
+    let value = value.trim();
+    let in_place = |path: PathBuf| {
+        let network = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        NetworkFile { network, path }
+    };
+    if value == AUTO && !conf_dir.join(AUTO).is_dir() {
+        return Some(first_in_place(conf_dir).map(in_place));
+    }
+    let named = Path::new(value);
+    let plain_file_name = !value.is_empty()
+        && named.components().count() == 1
+        && matches!(named.components().next(), Some(Component::Normal(_)))
+        && has_conf_extension(named)
+        && !value.chars().any(char::is_control);
+    if !plain_file_name || conf_dir.join(value).is_dir() {
+        return None;
+    }
+    let path = conf_dir.join(value);
+    Some(match std::fs::metadata(&path) {
+        Ok(meta) if meta.is_file() => Ok(in_place(path)),
+        Ok(_) => {
+            Err(CniError::invalid_config(format!("defaultNetwork {value:?}: {} is not a regular file", path.display())))
+        }
+        Err(e) => Err(CniError::try_again(format!(
+            "defaultNetwork {value:?}: {} is not there (yet?): {e}; the network it names writes it when it starts",
+            path.display()
+        ))),
+    })
+}
+
+/// The file `auto` picks: the first configuration file directly in `conf_dir` by name, as libcni
+/// orders them, other than the selector's own (which would run the selector inside itself).
+fn first_in_place(conf_dir: &Path) -> Result<PathBuf, CniError> {
+    let own = Path::new(crate::node::paths::CONFLIST).file_name();
+    let entries = std::fs::read_dir(conf_dir).map_err(|e| {
+        CniError::invalid_config(format!("defaultNetwork \"auto\": cannot list {}: {e}", conf_dir.display()))
+    })?;
+    entries
+        .filter_map(Result::ok)
+        .filter(|e| Some(e.file_name().as_os_str()) != own)
+        .map(|e| e.path())
+        .filter(|p| has_conf_extension(p) && p.is_file())
+        .min()
+        .ok_or_else(|| {
+            CniError::try_again(format!(
+                "defaultNetwork \"auto\": {} has no network configuration file yet (*.conflist, *.conf or *.json \
+                 other than yh-genie's own); waiting for the cluster's network to write one",
+                conf_dir.display()
+            ))
+        })
+}
+
 /// Load a resolved network's configuration: the exact text (for the record) and the parsed chain.
 /// A chain that would run the selector again is refused: it would call itself without end.
 pub fn load(file: &NetworkFile) -> Result<(String, ConfList), CniError> {
@@ -392,5 +455,26 @@ mod tests {
         assert_eq!(normalize(Path::new("/a/./b/../c")), Path::new("/a/c"));
         assert_eq!(normalize(Path::new("/a/../../b")), Path::new("/b"));
         assert_eq!(normalize(Path::new("a/../../b")), Path::new("../b"));
+    }
+
+    #[test]
+    fn only_a_plain_file_name_or_auto_is_read_in_place() {
+        let d = Dir::new();
+        d.file("canal/canal.conf");
+        let top = d.file("10-calico.conflist");
+        d.file("00-yh-genie.conflist");
+        std::fs::create_dir_all(d.conf().join("dir.conf")).unwrap();
+        let in_place = |v: &str| resolve_in_place(&d.conf(), v).map(|r| r.map(|f| (f.network, f.path)).unwrap());
+        let want = Some(("10-calico.conflist".to_string(), d.conf().join("10-calico.conflist")));
+        assert_eq!(in_place("10-calico.conflist"), want);
+        assert_eq!(in_place(" auto\n"), want, "not our own 00-");
+        assert_eq!(top, d.conf().join("10-calico.conflist").canonicalize().unwrap());
+        // Network directories, paths and other names keep their meaning.
+        for value in ["canal", "canal/canal.conf", "./10-calico.conflist", "../x.conf", "dir.conf", "notes"] {
+            assert!(resolve_in_place(&d.conf(), value).is_none(), "{value}");
+        }
+        // A network directory named `auto` is still that directory.
+        d.file("auto/a.conf");
+        assert!(resolve_in_place(&d.conf(), "auto").is_none());
     }
 }
