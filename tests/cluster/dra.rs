@@ -283,9 +283,10 @@ metadata:
     let links = super::devices::pod_links(cluster, DRA_NS, "dra-ext");
     assert!(links.contains(&"net1".to_string()), "dra-ext: no net1 in {links:?}");
     assert!(!super::devices::node_has(cluster, "ext0"), "ext0 is still in the node's namespace");
+    // Before explain, which reads the pod and its objects from the API server as yh-genie.
+    assert_eq!(reads_since(cluster, before), Vec::<String>::new(), "GETs and LISTs by yh-genie during dra-ext's ADD");
     let explained = explain(cluster, "dra-ext");
     assert!(explained.contains("DRA devices:   yh-genie.test/ext: ext0"), "{explained}");
-    assert_eq!(reads_since(cluster, before), Vec::<String>::new(), "GETs and LISTs by yh-genie during dra-ext's ADD");
     report(&format!("cluster: dra-ext got ext0 through its extended resource's claim {claim}"));
     cluster.delete_pod(DRA_NS, "dra-ext");
     assert!(super::devices::node_has(cluster, "ext0"), "dra-ext's DEL did not give ext0 back to the node");
