@@ -279,12 +279,53 @@ impl WorkerNode {
             .collect()
     }
 
-    /// The ids of the pod `pod`'s sandboxes whose pause process runs (containerd starts it only
-    /// once the CNI ADD has succeeded).
+    /// `crictl` against the node's CRI-O; its JSON output (not for a containerd node, whose tests
+    /// read containerd's own view through `ctr`).
+    fn crictl_json(&self, args: &[&str]) -> serde_json::Value {
+        let NodeRuntime::Crio { bin } = &self.runtime else {
+            panic!("{} runs {}, not CRI-O: no crictl", self.name, self.runtime.name());
+        };
+        let endpoint = format!("unix://{CRIO_SOCKET}");
+        let out = self
+            .node_command(&bin.join("crictl").display().to_string())
+            .args(["--runtime-endpoint", &endpoint])
+            .args(args)
+            .args(["-o", "json"])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "crictl {args:?} on {}: {}", self.name, String::from_utf8_lossy(&out.stderr));
+        serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("crictl {args:?} on {}: {e}", self.name))
+    }
+
+    /// The ids of the pod `pod`'s sandboxes whose pause process runs (the runtime starts it only
+    /// once the CNI ADD has succeeded; CRI-O calls such a sandbox ready).
     pub fn running_sandboxes(&self, pod: &str) -> Vec<String> {
+        if let NodeRuntime::Crio { .. } = self.runtime {
+            let pods = self.crictl_json(&["pods", "--state", "ready"]);
+            let items = pods["items"].as_array().cloned().unwrap_or_default();
+            return items
+                .iter()
+                .filter(|p| p["metadata"]["name"] == pod)
+                .filter_map(|p| p["id"].as_str().map(String::from))
+                .collect();
+        }
         let filter = format!("labels.\"io.kubernetes.pod.name\"=={pod},labels.\"io.cri-containerd.kind\"==sandbox");
         let ids: Vec<String> = self.ctr(&["containers", "ls", "-q", &filter]).lines().map(String::from).collect();
         self.running_tasks().into_iter().filter(|(id, _)| ids.contains(id)).map(|(id, _)| id).collect()
+    }
+
+    /// The ids of everything running on the node, sandboxes and containers: what the owner of a
+    /// CNI lease (a sandbox id) must be among while its pod lives.
+    pub fn running_ids(&self) -> std::collections::BTreeSet<String> {
+        if let NodeRuntime::Crio { .. } = self.runtime {
+            let pods = self.crictl_json(&["pods", "--state", "ready"]);
+            let containers = self.crictl_json(&["ps", "--state", "running"]);
+            let ids = |list: &serde_json::Value| -> Vec<String> {
+                list.as_array().into_iter().flatten().filter_map(|i| i["id"].as_str().map(String::from)).collect()
+            };
+            return ids(&pods["items"]).into_iter().chain(ids(&containers["containers"])).collect();
+        }
+        self.running_tasks().into_iter().map(|(id, _)| id).collect()
     }
 
     /// SIGKILL a sandbox's pause process, as when it crashes; the kubelet then makes a new one.
