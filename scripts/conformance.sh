@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Kubernetes' own network conformance specs (its e2e suite, built from the same source as the local
 # test cluster) with yh-genie installed from manifests/ as the cluster's CNI: tests/conformance.rs.
-# Usage (root):
+# Usage (root; KUBERNETES_VERSION picks another supported release, as for scripts/cluster/build.sh):
 #   scripts/conformance.sh                   # every [sig-network] [Conformance] spec
 #   scripts/conformance.sh --pod-networking  # the Granular Checks for pods and HostPort (CI's set)
 #   scripts/conformance.sh --baseline        # then the same specs with the reference bridge as the
@@ -23,7 +23,8 @@ for arg in "$@"; do
 done
 
 scripts/prereqs.sh
-scripts/cluster/build.sh | tail -1 >/dev/null
+bin=$(scripts/cluster/build.sh | tail -1)
+version=$("$bin/kubelet" --version | awk '{ print $NF }')
 
 run() { # CNI: runs the set with that CNI; its status
   YH_GENIE_CONFORMANCE=$set YH_GENIE_CONFORMANCE_CNI=$1 cargo test --locked --test conformance -- --nocapture
@@ -36,7 +37,7 @@ if $baseline; then
   ours=target/conformance/yh-genie-$set/summary.txt
   theirs=target/conformance/bridge-$set/summary.txt
   echo
-  echo "== $set, Kubernetes $(grep -o 'v1\.[0-9.]*' scripts/cluster/build.sh | head -1)"
+  echo "== $set, Kubernetes $version"
   echo "yh-genie: $(head -1 "$ours")"
   echo "bridge:   $(head -1 "$theirs")"
   only_ours=$(comm -23 <(sed -n 's/^FAILED //p' "$ours" | sort) <(sed -n 's/^FAILED //p' "$theirs" | sort))

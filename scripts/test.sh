@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The project's tests, in tiers that run alone or together (docs/testing.md says what each proves
-# and what it costs). Usage: scripts/test.sh [--quick] [--root] [--cri] [--cluster] [--kind] [--fuzz]
+# and what it costs). Usage:
+#   scripts/test.sh [--quick] [--root] [--cri] [--cluster] [--kind] [--fuzz] [--matrix]
 #   --quick    no root: formatting, clippy, shellcheck, the unit tests and tests/offline
 #   --root     root: tests/netns (plugins, selector and agent in throwaway network namespaces) and
 #              the benchmark driver's smoke run
@@ -10,8 +11,14 @@
 #              benchmark's driver in its smoke mode
 #   --kind     root: the kind quick start end to end (scripts/kind-e2e.sh)
 #   --fuzz     a bounded fuzzing run of every parser of outside input (FUZZ_SECONDS per target)
-# Flags combine (--root --cri). Without a flag: every tier, in the order above, as CI runs it
-# (.ci/run). Tiers run one after another, never side by side: the root ones share fixed names
+#   --matrix   root: the supported range, for each Kubernetes of MATRIX_VERSIONS (the oldest
+#              supported minor and the newest: v1.35.4 v1.37.2) tests/cluster and every
+#              [sig-network] [Conformance] spec with yh-genie and with the reference bridge
+#              (scripts/conformance.sh --baseline), the newest with a CRI-O node; then tests/cri
+#              under CRI-O (scripts/crio.sh).
+#              Results in target/matrix/. Not part of a run without flags.
+# Flags combine (--root --cri). Without a flag: every tier but matrix, in the order above, as CI
+# runs it (.ci/run). Tiers run one after another, never side by side: the root ones share fixed names
 # (the cluster's addresses, the caches in /var/cache/yh-genie, the machine's cgroups and CPUs).
 # TEST_THREADS (default 4) is libtest's --test-threads for the netns and CRI suites.
 set -euo pipefail
@@ -25,7 +32,7 @@ usage() {
 tiers=()
 for arg in "$@"; do
   case $arg in
-    --quick | --root | --cri | --cluster | --kind | --fuzz) tiers+=("${arg#--}") ;;
+    --quick | --root | --cri | --cluster | --kind | --fuzz | --matrix) tiers+=("${arg#--}") ;;
     -h | --help) usage ;;
     *) echo "scripts/test.sh: unknown option $arg" >&2; usage ;;
   esac
@@ -36,6 +43,7 @@ if [ ${#tiers[@]} -eq 0 ]; then
   tiers=(quick root cri cluster kind fuzz)
 fi
 threads=${TEST_THREADS:-4}
+matrix_versions=${MATRIX_VERSIONS:-v1.35.4 v1.37.2}
 
 wants() {
   local tier
@@ -62,7 +70,8 @@ fi
 
 # The slow builds the later tiers need, each cached outside the checkout (Kubernetes, the static
 # yh-genie of its images, the test DRA driver, Multus and whereabouts for cluster, containerd 2.x
-# for cri, kind's programs and root filesystems for kind, the fuzz targets for fuzz), start at once
+# for cri and the cluster's nodes, kind's programs and root filesystems for kind, the fuzz targets
+# for fuzz, and for matrix each Kubernetes of its range and CRI-O), start at once
 # in the background, one after another at a lower priority, when other tiers come first: they use
 # the CPU those tiers leave idle (tests waiting on namespaces, containerd, control planes). Each
 # build holds a lock while it runs (cargo's own, for the two cargo builds), so a tier that needs it
@@ -71,14 +80,20 @@ fi
 background_pid=
 background_log=
 start_background_builds() {
-  local steps=()
-  wants cri && steps+=("scripts/containerd2.sh")
+  local steps=() version
+  if wants cri || wants cluster || wants matrix; then steps+=("scripts/containerd2.sh"); fi
   if wants cluster || wants kind; then steps+=("scripts/cluster/build.sh --without-e2e"); fi
   # tests/cluster's needs first, then the e2e suite's, which only the conformance run after it needs.
   wants cluster && steps+=("scripts/cluster/static-binary.sh" "scripts/cluster/dra-driver.sh" "scripts/cluster/multus.sh"
     "scripts/cluster/whereabouts.sh" "scripts/cluster/build.sh")
   wants kind && [ -x scripts/kind-e2e.sh ] && steps+=("scripts/kind-e2e.sh --prepare")
   wants fuzz && steps+=("scripts/fuzz.sh --build")
+  if wants matrix; then
+    wants cluster || steps+=("scripts/cluster/static-binary.sh" "scripts/cluster/dra-driver.sh" "scripts/cluster/multus.sh"
+      "scripts/cluster/whereabouts.sh")
+    for version in $matrix_versions; do steps+=("env KUBERNETES_VERSION=$version scripts/cluster/build.sh"); done
+    steps+=("scripts/crio.sh")
+  fi
   [ ${#steps[@]} -gt 0 ] || return 0
   background_log=$(mktemp /tmp/yh-genie-background.XXXXXX)
   echo "== background builds (log: $background_log): ${steps[*]}"
@@ -104,7 +119,7 @@ stop_background_builds() {
   background_pid=
 }
 trap stop_background_builds EXIT
-if [ ${#tiers[@]} -gt 1 ]; then start_background_builds; fi
+if [ ${#tiers[@]} -gt 1 ] || wants matrix; then start_background_builds; fi
 
 timings=()
 # Run tier $1 (the function tier_$1), recording how long it took.
@@ -176,7 +191,41 @@ tier_fuzz() {
   scripts/fuzz.sh "${FUZZ_SECONDS:-15}"
 }
 
-for tier in quick root cri cluster kind fuzz; do
+# The range Kubernetes itself supports (its three newest minors): the oldest and the newest of them.
+# For each, the cluster suite and the [sig-network] conformance specs with yh-genie and with the
+# reference bridge, on clusters of that release: on the oldest, nodes on Debian's containerd 1.6;
+# on the newest, node-a on containerd 2.x and node-b on CRI-O. Then the CRI suite under CRI-O.
+# target/matrix/summary.txt has a line per step.
+tier_matrix() {
+  local version bin started out=target/matrix crio newest=${matrix_versions##* } runtimes
+  mkdir -p "$out"
+  : >"$out/summary.txt"
+  crio=$(scripts/crio.sh | tail -1)
+  for version in $matrix_versions; do
+    bin=$(KUBERNETES_VERSION=$version scripts/cluster/build.sh | tail -1)
+    runtimes=()
+    [ "$version" = "$newest" ] && runtimes=(YH_GENIE_CLUSTER_CRIO_BIN="$crio")
+    echo "== matrix: Kubernetes $version ($bin) ${runtimes[*]}"
+    started=$SECONDS
+    env KUBERNETES_VERSION="$version" "${runtimes[@]}" cargo test --test cluster
+    echo "$version tests/cluster passed in $((SECONDS - started)) s ${runtimes[*]}" >>"$out/summary.txt"
+    started=$SECONDS
+    env KUBERNETES_VERSION="$version" "${runtimes[@]}" scripts/conformance.sh --baseline
+    rm -rf "${out:?}/$version"
+    mkdir -p "$out/$version"
+    cp -r target/conformance/yh-genie-sig-network target/conformance/bridge-sig-network "$out/$version/"
+    echo "$version [sig-network] conformance, both CNIs, in $((SECONDS - started)) s:" \
+      "yh-genie $(head -1 "$out/$version/yh-genie-sig-network/summary.txt");" \
+      "bridge $(head -1 "$out/$version/bridge-sig-network/summary.txt")" >>"$out/summary.txt"
+  done
+  started=$SECONDS
+  YH_GENIE_CRIO_BIN=$crio cargo test --test cri -- --test-threads "$threads"
+  echo "tests/cri under CRI-O ($("$crio/crio" --version | awk 'NR == 1 { print $3 }')) passed in" \
+    "$((SECONDS - started)) s" >>"$out/summary.txt"
+  cat "$out/summary.txt"
+}
+
+for tier in quick root cri cluster kind fuzz matrix; do
   if wants "$tier"; then run_tier "$tier"; fi
 done
 if [ -n "$background_pid" ] && ! kill -0 "$background_pid" 2>/dev/null; then

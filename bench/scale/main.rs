@@ -201,7 +201,7 @@ fn without_progress_requests(version: &str) -> bool {
 /// not build it.
 fn kubernetes_bin(smoke: bool) -> Option<PathBuf> {
     if smoke {
-        let version = std::env::var("KUBERNETES_VERSION").unwrap_or_else(|_| "v1.34.4".into());
+        let version = std::env::var("KUBERNETES_VERSION").unwrap_or_else(|_| "v1.37.2".into());
         let cache = std::env::var("YH_GENIE_CACHE").unwrap_or_else(|_| "/var/cache/yh-genie".into());
         let bin = Path::new(&cache).join(format!("kubernetes-{version}/bin"));
         if !bin.join("kube-apiserver").exists() || !bin.join("etcd").exists() {

@@ -10,6 +10,7 @@
 #   scripts/cluster/build.sh --without-e2e   # only the cluster's own commands, without the e2e
 #                                            # suite and what only it uses (e2e.test, agnhost,
 #                                            # ginkgo, CoreDNS): what tests/cluster and kind need
+#   KUBERNETES_VERSION=v1.35.4 scripts/cluster/build.sh   # another supported release
 #
 # k8s.io/kubernetes replaces its staging modules (k8s.io/api, client-go, ...) with paths of its own
 # tree, which `go install pkg@version` refuses; a scratch module that requires it and pins every
@@ -17,7 +18,7 @@
 # version's go.mod asks (the Debian one is too old): /usr/local/go/bin/go or GO=...
 set -euo pipefail
 
-version=${KUBERNETES_VERSION:-v1.34.4}
+version=${KUBERNETES_VERSION:-v1.37.2}
 cache=${YH_GENIE_CACHE:-/var/cache/yh-genie}
 out=$cache/kubernetes-$version
 # Go's module and build caches in the same place (scripts/kind/common.sh says why).
@@ -27,23 +28,58 @@ export GOMODCACHE=${GOMODCACHE:-$cache/go/mod} GOCACHE=${GOCACHE:-$cache/go/buil
 mkdir -p "$cache"
 exec 9>"$cache/kubernetes-$version.lock"
 flock 9
-commands=(kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy kubectl kubeadm etcd)
+commands=(kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy kubectl kubeadm etcd images)
 case ${1:-} in
-  "") commands+=(e2e.test agnhost ginkgo coredns agnhost-localhost.crt agnhost-localhost.key) ;;
+  "") commands+=(e2e.test agnhost ginkgo coredns agnhost-localhost.crt agnhost-localhost.key e2e-images) ;;
   --without-e2e) ;;
   *) echo "usage: scripts/cluster/build.sh [--without-e2e]" >&2; exit 2 ;;
 esac
-# Two commands are modules of their own, at the versions kubeadm deploys with this Kubernetes
-# (`kubeadm config images list`): etcd, the cluster's store (kubeadm 1.34 refuses an external etcd
-# older than 3.5.24; Debian 12's is 3.4.23), and CoreDNS, the cluster DNS of the e2e suite's DNS
-# specs.
-etcd_version=${ETCD_VERSION:-v3.6.5}
-coredns_version=${COREDNS_VERSION:-v1.12.1}
-
 go=${GO:-}
 if [ -z "$go" ]; then
   if [ -x /usr/local/go/bin/go ]; then go=/usr/local/go/bin/go; else go=go; fi
 fi
+
+# The version's source (from the module cache once downloaded): kubeadm's constants name the etcd
+# and CoreDNS it deploys, the e2e framework's manifest the tags of its test images.
+module_json=$(cd / && "$go" mod download -json "k8s.io/kubernetes@$version")
+modfile=$(sed -n 's/.*"GoMod": "\(.*\)".*/\1/p' <<<"$module_json")
+source_dir=$(sed -n 's/.*"Dir": "\(.*\)".*/\1/p' <<<"$module_json")
+kubeadm_constant() { # NAME: the string constant NAME of kubeadm's constants.go
+  sed -n "s/^\s*$1 = \"\(.*\)\"\$/\1/p" "$source_dir/cmd/kubeadm/app/constants/constants.go" | head -1
+}
+# Two commands are modules of their own, at the versions kubeadm deploys with this Kubernetes
+# (`kubeadm config images list`): etcd, the cluster's store (kubeadm refuses an external etcd
+# older than 3.5.24; Debian 12's is 3.4.23), and CoreDNS, the cluster DNS of the e2e suite's DNS
+# specs. "3.7.0-0" is the image of etcd v3.7.0.
+etcd_default=$(kubeadm_constant DefaultEtcdVersion)
+etcd_version=${ETCD_VERSION:-v${etcd_default%-*}}
+coredns_version=${COREDNS_VERSION:-$(kubeadm_constant CoreDNSVersion)}
+if [ "$etcd_version" = v ] || [ -z "$coredns_version" ]; then
+  echo "kubeadm $version names no etcd or CoreDNS version in its constants.go" >&2
+  exit 1
+fi
+# images: the images kubeadm pairs with this Kubernetes, `<name> <tag>` a line (pause, etcd,
+# coredns). e2e-images: the e2e framework's names and tags for the test images tests/conformance.rs
+# builds (agnhost, busybox, the DNS querier: jessie-dnsutils up to 1.35, glibc-dns-testing from
+# 1.36), from its test/utils/image/manifest.go.
+write_images() {
+  {
+    echo "pause $(kubeadm_constant PauseVersion)"
+    echo "etcd $etcd_default"
+    echo "coredns $coredns_version"
+  } >"$out/bin/images.new"
+  mv -f "$out/bin/images.new" "$out/bin/images"
+}
+write_e2e_images() {
+  sed -n 's/^\s*configs\[\(Agnhost\|BusyBox\|JessieDnsutils\|GlibcDnsTesting\)\] = Config{list\.[A-Za-z0-9]*, "\([^"]*\)", "\([^"]*\)"}.*/\2 \3/p' \
+    "$source_dir/test/utils/image/manifest.go" >"$out/bin/e2e-images.new"
+  if [ "$(wc -l <"$out/bin/e2e-images.new")" -ne 3 ]; then
+    echo "test/utils/image/manifest.go of $version does not name agnhost, busybox and one DNS querier:" >&2
+    cat "$out/bin/e2e-images.new" >&2
+    exit 1
+  fi
+  mv -f "$out/bin/e2e-images.new" "$out/bin/e2e-images"
+}
 
 missing=()
 for c in "${commands[@]}"; do [ -e "$out/bin/$c" ] || missing+=("$c"); done
@@ -71,9 +107,6 @@ minor=${version#v1.}
 } >"$work/go.mod"
 cd "$work"
 # Every staging module k8s.io/kubernetes replaces, pinned to its published twin.
-module_json=$(cd / && "$go" mod download -json "k8s.io/kubernetes@$version")
-modfile=$(sed -n 's/.*"GoMod": "\(.*\)".*/\1/p' <<<"$module_json")
-source_dir=$(sed -n 's/.*"Dir": "\(.*\)".*/\1/p' <<<"$module_json")
 # The module proxy may lack a patch release of one of them: the newest earlier patch of the same
 # minor then stands in (staging modules change little between patches), and the build says so.
 # Asked from outside the scratch module, whose graph needs every replacement first.
@@ -103,6 +136,8 @@ done <"$work/staging"
 ldflags="-s -w -X k8s.io/component-base/version.gitVersion=$version -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=${minor%%.*}"
 for c in "${missing[@]}"; do
   t=$(date +%s)
+  if [ "$c" = images ]; then write_images; continue; fi
+  if [ "$c" = e2e-images ]; then write_e2e_images; continue; fi
   if [[ $c == agnhost-localhost.* ]]; then
     # agnhost's image has porter's TLS pair at / (its Dockerfile ADDs them), from the same tree.
     cp "$source_dir/test/images/agnhost/porter/${c#agnhost-}" "$out/bin/$c"

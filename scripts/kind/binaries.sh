@@ -267,7 +267,7 @@ kubeadm_image() { # NAME: the tag kubeadm deploys for registry.k8s.io/.../NAME
 	return 1
 }
 etcd_version=v$(kubeadm_image etcd)
-etcd_version=${etcd_version%-*} # 3.6.5-0 is etcd v3.6.5
+etcd_version=${etcd_version%-*} # 3.7.0-0 is etcd v3.7.0
 coredns_version=$(kubeadm_image coredns)
 if [[ ! -x $k8s_bin/etcd || $(cat "$k8s_bin/etcd.version" 2>/dev/null) != "$etcd_version" ]]; then
 	echo "$k8s_bin has no etcd $etcd_version: scripts/cluster/build.sh builds it" >&2

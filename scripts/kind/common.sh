@@ -9,17 +9,19 @@
 #   - kind and what its base image pins: below.
 # shellcheck shell=bash disable=SC2034 # the variables are the sourcing scripts'
 
-# kind v0.30.0: its default node image is kindest/node:v1.34.0.
-KIND_VERSION=v0.30.0
-# What kind v0.30.0's base image (images/base/Dockerfile) builds in, and its Debian release. The
-# containerd is kind's own, not the CRI suite's newer release (scripts/containerd2.sh's default):
-# containerd 2.4 dumps its configuration as version 4, which kind v0.30.0's `kind load` refuses.
-KIND_CONTAINERD_VERSION=v2.1.4
-KIND_RUNC_VERSION=v1.3.0
-# kind pins crictl v1.33.0, which the Go module proxy does not serve; v1.34.0 matches Kubernetes 1.34.
-KIND_CRICTL_VERSION=v1.34.0
-KIND_CNI_PLUGINS_VERSION=v1.7.1
+# kind v0.33.0: its default node image is kindest/node:v1.37.0 (v0.30.0 cannot make a 1.37 cluster:
+# it writes kubeadm's v1beta3 configuration, which kubeadm 1.37 refuses).
+KIND_VERSION=v0.33.0
+# What kind v0.33.0's base image (images/base/Dockerfile) builds in, and the Debian release of the
+# node. containerd: the CRI suite's release (scripts/containerd2.sh's default, built once for both)
+# rather than kind's v2.3.4; both are 2.x, whose configuration kind v0.33.0's `kind load` reads.
+KIND_CONTAINERD_VERSION=v2.4.2
+KIND_RUNC_VERSION=v1.4.3
+KIND_CRICTL_VERSION=v1.36.0
+KIND_CNI_PLUGINS_VERSION=v1.9.1
 KIND_CNI_PLUGINS=(ipam/host-local main/loopback main/ptp meta/portmap)
+# kind's base moved to Debian 13 (trixie); the node stays on 12 (bookworm), the release of the
+# machines it runs on, whose systemd boots as a container's init on a cgroup v1 host.
 KIND_DEBIAN_SUITE=bookworm
 # The pods' busybox: Debian 13's static one (1.37.0; the published busybox:1.36 is 1.36.1). Debian
 # 12's (1.35.0) wget dies of SIGSEGV when given a timeout (-T), which e2e/run.sh's fetches give.

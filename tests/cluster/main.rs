@@ -325,21 +325,8 @@ fn no_request_from_the_plugin_in_a_pods_life(cluster: &mut Cluster) {
     cluster.delete_pod(NS, "lifecycle");
     let worker = cluster.worker("node-a");
     cluster.wait_for("the lifecycle pod's sandbox removed from node-a's containerd", || {
-        let out = worker
-            .node_command("ctr")
-            .args([
-                "--address",
-                testkit::cluster::worker::CONTAINERD_SOCKET,
-                "-n",
-                "k8s.io",
-                "containers",
-                "ls",
-                "-q",
-                "labels.\"io.kubernetes.pod.name\"==lifecycle",
-            ])
-            .output()
-            .unwrap();
-        String::from_utf8_lossy(&out.stdout).trim().is_empty().then_some(())
+        let left = worker.ctr(&["containers", "ls", "-q", "labels.\"io.kubernetes.pod.name\"==lifecycle"]);
+        left.trim().is_empty().then_some(())
     });
     // The node agent creates Multus's AddedInterface Event for the pod's one interface, off the ADD
     // path and whenever its queue gets to it (before or after the pod is Ready or gone).

@@ -143,10 +143,9 @@ fn leases(cluster: &Cluster, node: &str) -> BTreeSet<(String, String)> {
     leases
 }
 
-/// The ids of `node`'s running tasks (sandboxes and containers).
+/// The ids of `node`'s running sandboxes and containers.
 fn running_tasks(cluster: &Cluster, node: &str) -> BTreeSet<String> {
-    let tasks = cluster.worker(node).ctr(&["tasks", "ls"]);
-    tasks.lines().skip(1).filter_map(|l| l.split_whitespace().next()).map(String::from).collect()
+    cluster.worker(node).running_ids()
 }
 
 fn sandbox_of(cluster: &Cluster, node: &str, pod: &str) -> String {
@@ -155,12 +154,13 @@ fn sandbox_of(cluster: &Cluster, node: &str, pod: &str) -> String {
     sandboxes[0].clone()
 }
 
-/// What `node`'s containerd logged about `sandboxes`: its CRI calls and the plugins' log lines
+/// What `node`'s runtime logged about `sandboxes`: its CRI calls and the plugins' log lines
 /// (yh-genie's, and through Multus its delegates'), for a failure to show who did what.
-fn containerd_about(cluster: &Cluster, node: &str, sandboxes: &[&str]) -> String {
-    let log = std::fs::read_to_string(cluster.run.log(&format!("{node}-containerd"))).unwrap_or_default();
+fn runtime_about(cluster: &Cluster, node: &str, sandboxes: &[&str]) -> String {
+    let runtime = cluster.worker(node).runtime.name();
+    let log = std::fs::read_to_string(cluster.run.log(&format!("{node}-{runtime}"))).unwrap_or_default();
     let lines: Vec<&str> = log.lines().filter(|l| sandboxes.iter().any(|s| l.contains(s))).collect();
-    format!("{node}'s containerd about {sandboxes:?}:\n{}", lines.join("\n"))
+    format!("{node}'s {runtime} about {sandboxes:?}:\n{}", lines.join("\n"))
 }
 
 /// Each step of docs/migrate.md's "From Multus", on node-a (thin Multus) and node-b (thick): the
@@ -343,7 +343,7 @@ pub fn a_node_moves_from_multus_without_leaking_an_address(cluster: &mut Cluster
                 .map(|n| {
                     let sandboxes: Vec<&str> =
                         multus_pods.iter().filter(|(node, _, _)| *node == n.node).map(|(_, _, s)| s.as_str()).collect();
-                    containerd_about(cluster, n.node, &sandboxes)
+                    runtime_about(cluster, n.node, &sandboxes)
                 })
                 .collect();
             panic!("leases of Multus's pods left: {left:?}\n{}", about.join("\n"));
@@ -356,7 +356,7 @@ pub fn a_node_moves_from_multus_without_leaking_an_address(cluster: &mut Cluster
             !cache.exists(),
             "{name}: Multus's cache {} is left\n{}",
             cache.display(),
-            containerd_about(cluster, node, &[sandbox.as_str()])
+            runtime_about(cluster, node, &[sandbox.as_str()])
         );
     }
     for n in &nodes {

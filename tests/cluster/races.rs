@@ -282,7 +282,7 @@ pub fn daemonset_rolled_while_pods_start_loses_nothing(cluster: &mut Cluster) {
     let rolled = rolled.as_str();
     let current = testkit::cluster::images::yh_genie_name();
     for worker in &cluster.workers {
-        worker.ctr(&["images", "tag", &current, &testkit::cluster::images::normalized(rolled)]);
+        worker.tag_image(&current, &testkit::cluster::images::normalized(rolled));
     }
     cluster.kubectl_ok(&["-n", "kube-system", "set", "image", "daemonset/yh-genie", &format!("install={rolled}")]);
     let pods: Vec<(String, &str)> = (0..6).map(|i| (format!("roll-{i}"), ["a", "b"][i % 2])).collect();

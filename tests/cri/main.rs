@@ -1,13 +1,15 @@
-//! yh-genie on the real runtime path: containerd's CRI plugin calls it, through go-cni and libcni,
-//! as the kubelet asks for pod sandboxes. Each test starts a node (`support::node`): a private
-//! containerd (Debian's 1.6; `scripts/test.sh --cri` runs the suite again with containerd 2.x,
-//! built from the module proxy, in `YH_GENIE_CONTAINERD_BIN`) in a throwaway netns and mount
-//! namespace, its CNI dirs laid out by `yh-genie install` as the DaemonSet does, and the fake API
-//! server holding the pods and ConfigMaps. The tests speak CRI v1 gRPC to containerd
-//! (RunPodSandbox, PodSandboxStatus, StopPodSandbox, RemovePodSandbox, ListPodSandbox) and check
-//! what the kubelet would see (the pod IP containerd reports, errors) and what the node holds
-//! (addresses in the pod's netns, records, leases, locks, veths, NAT rules, netns, mounts,
-//! processes).
+//! yh-genie on the real runtime path: a container runtime calls it as the kubelet asks for pod
+//! sandboxes, containerd's CRI plugin through go-cni and libcni, CRI-O through ocicni and libcni.
+//! Each test starts a node (`support::node`): a private runtime (Debian's containerd 1.6;
+//! `scripts/test.sh --cri` runs the suite again with containerd 2.x, built from the module proxy,
+//! in `YH_GENIE_CONTAINERD_BIN`, and `scripts/test.sh --matrix` under CRI-O, scripts/crio.sh's, in
+//! `YH_GENIE_CRIO_BIN`) in a throwaway netns and mount namespace, its CNI dirs laid out by
+//! `yh-genie install` as the DaemonSet does, and the fake API server holding the pods and
+//! ConfigMaps. The tests speak CRI v1 gRPC to the runtime (RunPodSandbox, PodSandboxStatus,
+//! StopPodSandbox, RemovePodSandbox, ListPodSandbox, Status) and check what the kubelet would see
+//! (the pod IP the runtime reports, errors, NetworkReady) and what the node holds (addresses in the
+//! pod's netns, records, leases, locks, veths, NAT rules, netns, mounts, processes). Where the
+//! runtimes differ (who maps host ports, when STATUS is asked), each test says what each does.
 
 mod support;
 
@@ -15,6 +17,7 @@ use serde_json::json;
 use std::collections::BTreeSet;
 use std::time::Instant;
 use support::node::{BRIDGE, CriNode, MACVLAN_ROUTER, MACVLAN_VETH, NODE_IP, Network, Sandbox, YONGHUI};
+use support::runtime::Engine;
 use testkit::apiserver::{from_config_map, literal};
 use testkit::process::report;
 use yh_genie::programs::selector::NETWORK_STATUS;
@@ -50,12 +53,12 @@ fn put_choosing(node: &CriNode, name: &str, network: &Network, choice: Choice) {
     node.put_pod(name, containers);
 }
 
-/// What the kubelet and the node must see of a sandbox of `network`: containerd reports an IP of
+/// What the kubelet and the node must see of a sandbox of `network`: the runtime reports an IP of
 /// the network, that IP is on the pod's eth0, and the selector recorded the network for the pod
-/// named by the CNI_ARGS containerd built.
+/// named by the CNI_ARGS the runtime built.
 fn assert_on_network(node: &CriNode, sandbox: &Sandbox, network: &Network) {
     let case = format!("pod {} (sandbox {})", sandbox.pod, sandbox.id);
-    assert!(network.contains(&sandbox.ip), "{case}: containerd reports {:?}, not in {network:?}", sandbox.ip);
+    assert!(network.contains(&sandbox.ip), "{case}: the runtime reports {:?}, not in {network:?}", sandbox.ip);
     assert_eq!(node.sandbox_addresses(sandbox), [sandbox.ip.as_str()], "{case}: eth0 in the pod's netns");
     let record = node.record(sandbox);
     assert_eq!(record["network"], network.name, "{case}: {record}");
@@ -68,7 +71,7 @@ fn pings(node: &CriNode, from: &Sandbox, to: &str) -> bool {
 }
 
 #[test]
-fn the_pod_ip_containerd_reports_is_in_the_network_the_pod_chose() {
+fn the_pod_ip_the_runtime_reports_is_in_the_network_the_pod_chose() {
     let node = CriNode::start();
     let mut sandboxes: Vec<(Sandbox, Network)> = Vec::new();
     for network in [YONGHUI, BRIDGE, MACVLAN_VETH] {
@@ -103,12 +106,13 @@ fn the_pod_ip_containerd_reports_is_in_the_network_the_pod_chose() {
     }
 
     // As the kubelet does when pods go: StopPodSandbox (again, as it repeats it), then
-    // RemovePodSandbox; containerd DELs at each, the later ones with an empty CNI_NETNS.
+    // RemovePodSandbox; containerd DELs at each, the later ones with an empty CNI_NETNS; CRI-O at
+    // the first StopPodSandbox only.
     for (sandbox, _) in &sandboxes {
         node.cri.stop_pod_sandbox(&sandbox.id).unwrap_or_else(|e| panic!("StopPodSandbox {}: {e}", sandbox.pod));
         node.remove_pod(sandbox);
     }
-    assert_eq!(node.api_gets(), 0, "containerd's DELs, first and repeated, made no API request either");
+    assert_eq!(node.api_gets(), 0, "the runtime's DELs, first and repeated, made no API request either");
     node.finish();
 }
 
@@ -173,20 +177,27 @@ fn a_dozen_sandboxes_at_once_get_distinct_addresses() {
     node.finish();
 }
 
+/// The runtime stops (its shims or conmons, and the pod, stay), the API server goes down, the
+/// runtime starts again and recovers the sandbox (CRI-O CHECKs it, from its cached result); the
+/// pod then goes, DEL working from the attachment record alone.
 #[test]
-fn sandboxes_are_torn_down_after_a_containerd_restart_with_the_api_server_down() {
+fn sandboxes_are_torn_down_after_a_runtime_restart_with_the_api_server_down() {
     let mut node = CriNode::start();
     put_choosing(&node, "survivor", &YONGHUI, Choice::SeedJson);
     let sandbox = node.run_pod("survivor", 0).unwrap_or_else(|e| panic!("{e}\n{}", node.logs()));
     assert_on_network(&node, &sandbox, &YONGHUI);
 
-    node.stop_containerd();
+    node.stop_runtime();
     let kept = node.sandbox_processes();
-    assert!(kept.iter().any(|p| p.contains("containerd-shim")), "the shim keeps running: {kept:?}");
+    let monitor = match node.engine() {
+        Engine::Containerd { .. } => "containerd-shim",
+        Engine::Crio { .. } => "conmon",
+    };
+    assert!(kept.iter().any(|p| p.contains(monitor)), "the {monitor} keeps running: {kept:?}");
     assert_eq!(node.sandbox_addresses(&sandbox), [sandbox.ip.as_str()], "the pod keeps its address");
     node.api.down();
-    node.restart_containerd();
-    assert_eq!(node.sandbox(&sandbox.id).ip, sandbox.ip, "containerd recovered the sandbox and its IP");
+    node.restart_runtime();
+    assert_eq!(node.sandbox(&sandbox.id).ip, sandbox.ip, "the runtime recovered the sandbox and its IP");
 
     // DEL works from the attachment record alone: the API server is still down.
     node.remove_pod(&sandbox);
@@ -201,11 +212,12 @@ fn route_dev(node: &CriNode, sandbox: &Sandbox, to: &str) -> String {
     route[0]["dev"].as_str().unwrap_or_default().to_string()
 }
 
-/// The `router` pattern of docs/veth-router.md under containerd: the overlay on eth0 and a macvlan on net1 with
-/// `router`. containerd takes the pod IP from the interface it named (eth0), so the selector hands it
-/// the first network's result alone; the second network is the pod's all the same.
+/// The `router` pattern of docs/veth-router.md under the runtime: the overlay on eth0 and a macvlan
+/// on net1 with `router`. The runtime takes the pod IP from the result for the interface it named
+/// (eth0), so the selector hands it the first network's result alone; the second network is the
+/// pod's all the same.
 #[test]
-fn containerd_reports_the_first_of_a_pods_two_networks() {
+fn the_runtime_reports_the_first_of_a_pods_two_networks() {
     let node = CriNode::start();
     node.put_pod("overlay-peer", json!([{"name": "app", "image": "nginx"}]));
     put_choosing(&node, "lan-peer", &MACVLAN_VETH, Choice::BareName);
@@ -218,7 +230,7 @@ fn containerd_reports_the_first_of_a_pods_two_networks() {
     assert_on_network(&node, &two, &YONGHUI);
     let net1 = node.sandbox_addresses_on(&two, "net1");
     assert!(net1.len() == 1 && MACVLAN_ROUTER.contains(&net1[0]), "net1 on the LAN: {net1:?}");
-    assert_ne!(two.ip, net1[0], "containerd reports eth0's address, not net1's");
+    assert_ne!(two.ip, net1[0], "the runtime reports eth0's address, not net1's");
     let records = testkit::inspect::list_dir(&node.path("var/lib/cni/yh-genie/attachments"));
     assert!(
         records.contains(&format!("{}:eth0", two.id)) && records.contains(&format!("{}:net1", two.id)),
@@ -251,8 +263,10 @@ fn containerd_reports_the_first_of_a_pods_two_networks() {
     node.finish();
 }
 
-/// The kubelet's hostPort and bandwidth annotation, as containerd hands them to its CNI: through
-/// the selector's declared capabilities to the portmap and bandwidth plugins of the pod's network.
+/// The kubelet's hostPort and bandwidth annotation. containerd hands both to its CNI, through the
+/// selector's declared capabilities to the portmap and bandwidth plugins of the pod's network;
+/// CRI-O hands it the bandwidth alone and maps the host port itself (its nftables table), so the
+/// network's portmap gets nothing to do.
 #[test]
 fn the_kubelets_capability_arguments_reach_the_networks_plugins() {
     let node = CriNode::start();
@@ -290,28 +304,46 @@ fn the_kubelets_capability_arguments_reach_the_networks_plugins() {
     let dnat = || -> Vec<String> {
         testkit::inspect::cni_nat_lines(&node.netns).into_iter().filter(|l| l.contains("--dport 18090")).collect()
     };
-    assert!(dnat().iter().any(|l| l.contains(&format!("{}:80", sandbox.ip))), "{:#?}", dnat());
+    let crio_maps = || -> Vec<String> {
+        support::node::crio_host_ports(&node.netns).into_iter().filter(|e| e.contains("18090")).collect()
+    };
+    match node.engine() {
+        Engine::Containerd { .. } => {
+            assert!(dnat().iter().any(|l| l.contains(&format!("{}:80", sandbox.ip))), "{:#?}", dnat())
+        }
+        Engine::Crio { .. } => {
+            assert!(dnat().is_empty(), "portmap mapped a port CRI-O never handed the CNI: {:#?}", dnat());
+            let maps = crio_maps();
+            assert!(maps.iter().any(|e| e.contains(&sandbox.ip) && e.contains("80")), "CRI-O's mapping: {maps:#?}");
+        }
+    }
     // The egress limit: a tbf on the ifb device the bandwidth plugin made for the pod.
     let (_, qdiscs) = node.netns.exec("tc qdisc show");
     assert!(qdiscs.lines().any(|l| l.contains("tbf") && l.contains("bwp")), "{qdiscs}");
 
-    // The pod goes, and its rule and shaping with it (containerd's DEL, the values from the record).
+    // The pod goes, and its rule and shaping with it (the runtime's DEL, the values from the
+    // record; CRI-O's own mapping with its sandbox).
     node.remove_pod(&sandbox);
     assert!(dnat().is_empty(), "{:#?}", dnat());
+    assert!(crio_maps().is_empty(), "{:#?}", crio_maps());
     let (_, qdiscs) = node.netns.exec("tc qdisc show");
     assert!(!qdiscs.contains("tbf"), "{qdiscs}");
     node.finish();
 }
 
-/// CNI 1.1 STATUS through the runtime: containerd 2.x asks the CNI's STATUS for every CRI Status
-/// (the kubelet's, every 5 s) and reports NetworkReady by it; containerd 1.6 has no STATUS and
-/// reports ready whenever a configuration is installed. The default network made a 1.1.0 chain
-/// of built-ins (yonghui -> yh-bridge), the fabric's subnet.env goes away: under containerd 2.x the
-/// node's network is not ready, with yonghui's reason, until the file is back; under 1.6 it stays
-/// ready and the selector is never asked.
+/// CNI 1.1 STATUS through the runtime, as each runtime asks it. The default network made a 1.1.0
+/// chain of built-ins (yonghui -> yh-bridge), the fabric's subnet.env goes away:
+/// - containerd 2.x asks the CNI's STATUS for every CRI Status (the kubelet's, every 5 s) and
+///   reports NetworkReady by it: the node's network is not ready, with yonghui's reason, until the
+///   file is back;
+/// - containerd 1.6 has no STATUS: ready whenever a configuration is installed, the selector never
+///   asked;
+/// - CRI-O asks STATUS only from its start until the first success (later polls need
+///   `cni_status_grace_period`, off by default): ready while it runs on, no STATUS asked; started
+///   again while the file is gone, not ready with yonghui's reason until the file is back.
 #[test]
-fn network_readiness_follows_the_default_networks_status_under_containerd_2() {
-    let node = CriNode::start();
+fn network_readiness_follows_the_default_networks_status() {
+    let mut node = CriNode::start();
     let fabric = json!({"cniVersion": "1.1.0", "name": "fabric11", "plugins": [{
         "type": "yonghui", "subnetFile": "/run/flannel/subnet.env", "dataDir": node.path("var/lib/cni/yonghui"),
         "delegate": {"type": "yh-bridge", "isDefaultGateway": true},
@@ -319,32 +351,59 @@ fn network_readiness_follows_the_default_networks_status_under_containerd_2() {
     node.make_default_network("fabric11", &fabric);
     let subnet = std::fs::read(node.subnet_file()).unwrap();
     std::fs::remove_file(node.subnet_file()).unwrap();
-    let statuses = || node.logs().lines().filter(|l| l.contains("command=\"STATUS\"")).count();
-    let major = support::containerd::major_version();
-    if major >= 2 {
-        let started = Instant::now();
-        let reason = loop {
-            let (ready, reason) = node.network_ready();
-            if !ready {
-                break reason;
+    let statuses = |node: &CriNode| node.logs().lines().filter(|l| l.contains("command=\"STATUS\"")).count();
+    match node.engine().clone() {
+        Engine::Containerd { bin } if support::containerd::major_version(bin.as_deref()) >= 2 => {
+            let reason = wait_not_ready(&node, "containerd 2");
+            assert!(reason.contains("fabric11") && reason.contains("subnet"), "NetworkReady false for: {reason}");
+            std::fs::write(node.subnet_file(), subnet).unwrap();
+            wait_ready(&node);
+            assert!(statuses(&node) > 0, "containerd 2 asked STATUS, and the selector logged it");
+        }
+        Engine::Containerd { .. } => {
+            for _ in 0..10 {
+                assert!(node.network_ready().0, "containerd 1.6 has no STATUS: ready with a configuration");
             }
-            assert!(started.elapsed() < PATIENCE, "containerd {major} still reports the network ready");
-            std::thread::sleep(std::time::Duration::from_millis(100));
-        };
-        assert!(reason.contains("fabric11") && reason.contains("subnet"), "NetworkReady false for: {reason}");
-        std::fs::write(node.subnet_file(), subnet).unwrap();
-        let started = Instant::now();
-        while !node.network_ready().0 {
-            assert!(started.elapsed() < PATIENCE, "not ready again with subnet.env back\n{}", node.logs());
-            std::thread::sleep(std::time::Duration::from_millis(100));
+            assert_eq!(statuses(&node), 0, "containerd 1.6 never asks STATUS");
+            std::fs::write(node.subnet_file(), subnet).unwrap();
         }
-        assert!(statuses() > 0, "containerd {major} asked STATUS, and the selector logged it");
-    } else {
-        for _ in 0..10 {
-            assert!(node.network_ready().0, "containerd {major} has no STATUS: ready with a configuration");
+        Engine::Crio { .. } => {
+            let asked = statuses(&node);
+            for _ in 0..10 {
+                assert!(node.network_ready().0, "CRI-O keeps the readiness it found at its start");
+                std::thread::sleep(std::time::Duration::from_millis(200));
+            }
+            assert_eq!(statuses(&node), asked, "CRI-O asks no STATUS once the network was ready");
+            node.stop_runtime();
+            node.start_runtime();
+            let reason = wait_not_ready(&node, "CRI-O started again");
+            assert!(reason.contains("subnet"), "NetworkReady false for: {reason}");
+            std::fs::write(node.subnet_file(), subnet).unwrap();
+            wait_ready(&node);
+            assert!(statuses(&node) > asked, "CRI-O asked STATUS at its start, and the selector logged it");
         }
-        assert_eq!(statuses(), 0, "containerd {major} never asks STATUS");
-        std::fs::write(node.subnet_file(), subnet).unwrap();
     }
     node.finish();
+}
+
+/// The reason of NetworkReady false, once the runtime (`what`) reports it.
+fn wait_not_ready(node: &CriNode, what: &str) -> String {
+    let started = Instant::now();
+    loop {
+        let (ready, reason) = node.network_ready();
+        if !ready {
+            return reason;
+        }
+        assert!(started.elapsed() < PATIENCE, "{what} still reports the network ready\n{}", node.logs());
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+}
+
+/// Returns once the runtime reports the network ready again.
+fn wait_ready(node: &CriNode) {
+    let started = Instant::now();
+    while !node.network_ready().0 {
+        assert!(started.elapsed() < PATIENCE, "not ready again with subnet.env back\n{}", node.logs());
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
 }

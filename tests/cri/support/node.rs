@@ -1,5 +1,5 @@
-//! A Kubernetes node under containerd's CRI, driven as the kubelet drives it: a private containerd
-//! (`containerd`) in a node netns, its CNI bin and conf dirs laid out by `yh-genie install` run
+//! A Kubernetes node under a CRI runtime, driven as the kubelet drives it: a private containerd or
+//! CRI-O (`runtime`) in a node netns, its CNI bin and conf dirs laid out by `yh-genie install` run
 //! with the DaemonSet's flags, the networks an admin ships in the `yh-genie-networks` ConfigMap,
 //! the fake API server on the node's 127.0.0.1, and the CRI client (`client`).
 //!
@@ -14,10 +14,10 @@
 //!   interface beside an overlay `eth0` (the `router` pattern of docs/veth-router.md).
 
 use super::client::{self, PodSandboxConfig, RuntimeService};
-use super::containerd::{Containerd, require_containerd};
+use super::runtime::{Engine, Runtime};
 use serde_json::{Value, json};
 use std::net::Ipv4Addr;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 use testkit::apiserver::{ApiServer, NODE_NAME, TOKEN};
@@ -75,15 +75,16 @@ pub const MACVLAN_ROUTER: Network = Network {
 pub struct Sandbox {
     pub id: String,
     pub pod: String,
-    /// The pod IP containerd reports (PodSandboxStatus), what the kubelet puts in the pod's status.
+    /// The pod IP the runtime reports (PodSandboxStatus), what the kubelet puts in the pod's status.
     pub ip: String,
     /// The sandbox's pause process, whose netns is the pod's.
     pub pid: u32,
 }
 
 pub struct CriNode {
-    /// First dropped: ends the node's run, containerd, its shims and sandboxes, and the installer.
-    containerd: Containerd,
+    /// First dropped: ends the node's run, the runtime, its shims or conmons and sandboxes, and
+    /// the installer.
+    runtime: Runtime,
     installer: Option<Child>,
     pub cri: RuntimeService,
     pub api: ApiServer,
@@ -91,11 +92,12 @@ pub struct CriNode {
 }
 
 impl CriNode {
-    /// Start the node: containerd first (network not ready: no CNI configuration yet), then the
-    /// installer as the DaemonSet runs it; ready once containerd reports the network ready.
+    /// Start the node: the runtime first (network not ready: no CNI configuration yet), then the
+    /// installer as the DaemonSet runs it; ready once the runtime reports the network ready.
     pub fn start() -> Self {
         require_root();
-        require_containerd();
+        let engine = Engine::chosen();
+        engine.require();
         let run = RunDir::new("cri");
         let netns = run.netns("ycri");
         let api = ApiServer::start_in(&netns);
@@ -112,14 +114,14 @@ impl CriNode {
         for e in std::fs::read_dir(REFERENCE_PLUGINS).unwrap().flatten() {
             std::os::unix::fs::symlink(e.path(), bin_dir.join(e.file_name())).unwrap();
         }
-        let containerd = Containerd::start(run, &netns, &bin_dir, &conf_dir, SANDBOX_IMAGE);
-        let cri = RuntimeService::new(&containerd.socket());
-        let mut node = CriNode { containerd, installer: None, cri, api, netns };
+        let runtime = Runtime::start(engine, run, &netns, &bin_dir, &conf_dir, SANDBOX_IMAGE);
+        let cri = RuntimeService::new(&runtime.socket());
+        let mut node = CriNode { runtime, installer: None, cri, api, netns };
         let (ready, reason) = node.network_ready();
-        assert!(!ready, "containerd reports the network ready before any CNI configuration is installed");
+        assert!(!ready, "the runtime reports the network ready before any CNI configuration is installed");
         assert!(reason.contains("cni") || reason.contains("NetworkPlugin"), "{reason}");
 
-        node.containerd.import(&oci_image::pause(&node.path("image"), SANDBOX_IMAGE));
+        node.runtime.import(&oci_image::pause(&node.path("image"), SANDBOX_IMAGE));
         node.write_networks();
         node.install();
         node.wait_network_ready();
@@ -127,7 +129,12 @@ impl CriNode {
     }
 
     pub fn path(&self, rel: &str) -> PathBuf {
-        self.containerd.run_dir().join(rel)
+        self.runtime.run_dir().join(rel)
+    }
+
+    /// Which runtime the node runs.
+    pub fn engine(&self) -> &Engine {
+        &self.runtime.engine
     }
 
     pub fn conf_dir(&self) -> PathBuf {
@@ -184,7 +191,7 @@ impl CriNode {
         std::fs::copy(self.api.ca(), self.path("serviceaccount/ca.crt")).unwrap();
         let subnet =
             "FLANNEL_NETWORK=10.244.0.0/16\nFLANNEL_SUBNET=10.244.7.1/24\nFLANNEL_MTU=1450\nFLANNEL_IPMASQ=false\n";
-        let subnet_file = self.containerd.node_path(SUBNET_FILE);
+        let subnet_file = self.runtime.node_path(SUBNET_FILE);
         std::fs::create_dir_all(subnet_file.parent().unwrap()).unwrap();
         std::fs::write(subnet_file, subnet).unwrap();
     }
@@ -221,7 +228,7 @@ impl CriNode {
 
     /// The fabric's subnet.env on the node, which the default network's yonghui reads.
     pub fn subnet_file(&self) -> PathBuf {
-        self.containerd.node_path(SUBNET_FILE)
+        self.runtime.node_path(SUBNET_FILE)
     }
 
     fn write(&self, rel: &str, contents: &str) {
@@ -238,7 +245,7 @@ impl CriNode {
         let dir = |rel: &str| self.path(rel).display().to_string();
         let log = std::fs::File::create(self.path("log/installer.log")).unwrap();
         let installer = self
-            .containerd
+            .runtime
             .node_command(env!("CARGO_BIN_EXE_yh-genie"))
             .env_clear()
             .env("KUBERNETES_SERVICE_HOST", "127.0.0.1")
@@ -262,14 +269,14 @@ impl CriNode {
         self.installer = Some(installer);
     }
 
-    /// containerd's NetworkReady condition, and its reason and message, once the CRI plugin answers
-    /// (it says "server is not initialized yet" while it recovers its state after a start).
+    /// The runtime's NetworkReady condition, and its reason and message, once its CRI answers
+    /// (containerd says "server is not initialized yet" while it recovers its state after a start).
     pub fn network_ready(&self) -> (bool, String) {
         let started = Instant::now();
         let status = loop {
             match self.cri.status() {
                 Ok(status) => break status,
-                Err(e) if started.elapsed() > PATIENCE => panic!("CRI Status: {e}\n{}", self.containerd.log_tail()),
+                Err(e) if started.elapsed() > PATIENCE => panic!("CRI Status: {e}\n{}", self.runtime.log_tail()),
                 Err(_) => std::thread::sleep(Duration::from_millis(50)),
             }
         };
@@ -287,7 +294,8 @@ impl CriNode {
             }
             assert!(
                 started.elapsed() < PATIENCE,
-                "containerd did not find the installed CNI configuration: {reason}\ninstaller: {}",
+                "{} did not find the installed CNI configuration: {reason}\ninstaller: {}",
+                self.runtime.engine.name(),
                 std::fs::read_to_string(self.path("log/installer.log")).unwrap_or_default()
             );
             std::thread::sleep(Duration::from_millis(100));
@@ -304,7 +312,7 @@ impl CriNode {
     /// as it does moments after the scheduler binds a pod to the node, before the kubelet asks
     /// for its sandbox.
     pub fn wait_agent_holds(&self, name: &str) {
-        let socket = self.containerd.node_path(AGENT_SOCKET);
+        let socket = self.runtime.node_path(AGENT_SOCKET);
         let uid = format!("uid-default-{name}");
         let started = Instant::now();
         loop {
@@ -365,7 +373,7 @@ impl CriNode {
             labels: labels.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
             annotations: [("kubernetes.io/config.source".to_string(), "api".to_string())].into(),
             linux: Some(client::LinuxPodSandboxConfig {
-                cgroup_parent: self.containerd.cgroup_parent(&uid),
+                cgroup_parent: self.runtime.cgroup_parent(&uid),
                 security_context: Some(client::LinuxSandboxSecurityContext {
                     namespace_options: Some(client::NamespaceOption {
                         network: client::NAMESPACE_POD,
@@ -411,27 +419,34 @@ impl CriNode {
             .unwrap()
     }
 
-    /// Stop containerd as a service manager does; shims and sandboxes stay.
-    pub fn stop_containerd(&mut self) {
-        self.containerd.stop_daemon();
+    /// Stop the runtime as a service manager does; shims or conmons and sandboxes stay.
+    pub fn stop_runtime(&mut self) {
+        self.runtime.stop_daemon();
     }
 
-    /// Start containerd again and wait until it is ready, with a new CRI connection.
-    pub fn restart_containerd(&mut self) {
-        self.containerd.start_daemon();
-        self.cri = RuntimeService::new(&self.containerd.socket());
+    /// Start the runtime again, with a new CRI connection, once its CRI answers.
+    pub fn start_runtime(&mut self) {
+        self.runtime.start_daemon();
+        self.cri = RuntimeService::new(&self.runtime.socket());
+        self.network_ready();
+    }
+
+    /// Start the runtime again and wait until it reports the network ready.
+    pub fn restart_runtime(&mut self) {
+        self.start_runtime();
         self.wait_network_ready();
     }
 
-    /// Processes of the node's run other than the holder and containerd: shims and pause processes.
+    /// Processes of the node's run other than the holder and the runtime: shims or conmons, and
+    /// pause processes.
     pub fn sandbox_processes(&self) -> Vec<String> {
-        self.containerd.other_processes()
+        self.runtime.other_processes()
     }
 
     /// Everything pods have left on the node, over every kind of state: host-local leases,
     /// attachment records and the plugins' own records, attachment lock files and results,
-    /// containerd's CNI result cache, host veths, NAT rules, pod netns and the mounts containerd
-    /// made for sandboxes.
+    /// the runtime's CNI result cache, host veths, NAT rules (the CNI plugins', and CRI-O's own
+    /// host ports), pod netns and the mounts the runtime made for sandboxes.
     pub fn leftovers(&self) -> Vec<String> {
         let mut left: Vec<String> = host_local_leases(&self.path("var/lib/cni/networks"))
             .into_iter()
@@ -446,26 +461,21 @@ impl CriNode {
                 }
             });
         }
-        left.extend(list_dir(&self.containerd.node_path(LOCK_DIR)).into_iter().map(|f| format!("lock {f}")));
+        left.extend(list_dir(&self.runtime.node_path(LOCK_DIR)).into_iter().map(|f| format!("lock {f}")));
         // The selector's results, in the node's volatile directory beside the locks.
-        walk(&self.containerd.node_path(RESULTS_DIR), &mut |p| left.push(format!("results {}", p.display())));
-        // containerd's libcni result cache (/var/lib/cni/results), which its DEL clears, and anything
-        // else written to the node's /var/lib.
-        left.extend(self.containerd.var_lib_files().into_iter().map(|f| format!("node /var/lib file {}", f.display())));
+        walk(&self.runtime.node_path(RESULTS_DIR), &mut |p| left.push(format!("results {}", p.display())));
+        // The runtime's libcni result cache (/var/lib/cni/results), which its DEL clears, and
+        // anything else written to the node's /var/lib.
+        left.extend(self.runtime.var_lib_files().into_iter().map(|f| format!("node /var/lib file {}", f.display())));
         let veths = link_names(&self.netns, "type veth").into_iter().filter(|l| l != "par0" && l != "wire0");
         left.extend(veths.map(|l| format!("host veth {l}")));
         // portmap's chains shared by every pod stay (it never removes them); each pod's must go.
         let pods_nat =
             cni_nat_lines(&self.netns).into_iter().filter(|l| !l.contains("CNI-HOSTPORT-") || l.contains("CNI-DN-"));
         left.extend(pods_nat.map(|l| format!("nat {l}")));
-        left.extend(list_dir(&self.containerd.node_path("/run/netns")).into_iter().map(|f| format!("netns {f}")));
-        // (Not every mount under /run/netns: the machine's named netns show through, hidden by the
-        // node's /run.)
-        let containerd_dirs = [self.path("root"), self.path("state")];
-        let sandbox_mount = |m: &String| {
-            m.starts_with("/run/netns/cni-") || containerd_dirs.iter().any(|d| Path::new(m).starts_with(d))
-        };
-        left.extend(self.containerd.node_mounts().into_iter().filter(sandbox_mount).map(|m| format!("mount {m}")));
+        left.extend(crio_host_ports(&self.netns).into_iter().map(|p| format!("CRI-O host port {p}")));
+        left.extend(self.runtime.pod_netns().into_iter().map(|f| format!("netns {f}")));
+        left.extend(self.runtime.sandbox_mounts().into_iter().map(|m| format!("mount {m}")));
         left
     }
 
@@ -478,14 +488,15 @@ impl CriNode {
     }
 
     /// End of a test: nothing left of any pod, the installer uninstalls on SIGTERM (the conflist
-    /// goes), containerd stops with no shim or sandbox left behind, and the node is taken down.
+    /// goes), the runtime stops with no shim, conmon or sandbox left behind, and the node is taken
+    /// down.
     pub fn finish(mut self) {
         self.assert_nothing_left("at the end");
         let status = terminate(&mut self.installer.take().unwrap());
         assert!(status.is_some_and(|s| s.success()), "the installer exits cleanly on SIGTERM: {status:?}");
         assert!(!self.conf_dir().join("00-yh-genie.conflist").exists(), "the installer removed its conflist");
-        let left = self.containerd.shutdown();
-        assert!(left.is_empty(), "processes left by containerd once it stopped: {left:#?}");
+        let left = self.runtime.shutdown();
+        assert!(left.is_empty(), "processes left by {} once it stopped: {left:#?}", self.runtime.engine.name());
     }
 
     /// Run `cmd` (sh) in the netns of a sandbox.
@@ -510,15 +521,35 @@ impl CriNode {
             .collect()
     }
 
-    /// containerd's log and the yh-genie operation log, for a failure message.
+    /// The runtime's log and the yh-genie operation log, for a failure message.
     pub fn logs(&self) -> String {
         format!(
-            "containerd:\n{}\nyh-genie:\n{}\ninstaller and agent:\n{}",
-            self.containerd.log_tail(),
+            "{}:\n{}\nyh-genie:\n{}\ninstaller and agent:\n{}",
+            self.runtime.engine.name(),
+            self.runtime.log_tail(),
             std::fs::read_to_string(self.path("log/yh-genie.log")).unwrap_or_default(),
             std::fs::read_to_string(self.path("log/installer.log")).unwrap_or_default()
         )
     }
+}
+
+/// What CRI-O's own hostport manager holds in `netns`: it gives the CNI no `portMappings` and maps
+/// host ports itself, in the maps and set of its nftables table `crio-hostports` (one element per
+/// mapping, and one per pod for hairpin traffic), which stays when they are gone. Each element as
+/// nftables' JSON shows it (`[{"concat":["tcp",18090]},{"concat":["10.244.7.3",80]}]`).
+pub fn crio_host_ports(netns: &Netns) -> Vec<String> {
+    let (ok, out) = netns.exec("nft -j list table ip crio-hostports 2>/dev/null");
+    if !ok {
+        return Vec::new(); // no such table: CRI-O never mapped a port here
+    }
+    let listing: Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("nft -j: {e}: {out}"));
+    let objects = listing["nftables"].as_array().cloned().unwrap_or_default();
+    objects
+        .iter()
+        .filter_map(|o| o.get("map").or_else(|| o.get("set")))
+        .flat_map(|m| m["elem"].as_array().cloned().unwrap_or_default())
+        .map(|e| e.to_string())
+        .collect()
 }
 
 impl Drop for CriNode {

@@ -3,9 +3,10 @@
 //! Debian's reference plugins, fake plugins that do what a test asks, a fake Kubernetes API server,
 //! the node agent as the DaemonSet runs it, and what a node holds of pods as an operator would list
 //! it. For the suites that run
-//! containerd and Kubernetes: a run directory that owns every process, namespace and cgroup it
-//! starts (and sweeps the runs of killed test processes), the mount namespace a node runs in, the
-//! containerd configuration, the images built here without a registry, and the real cluster.
+//! containerd, CRI-O and Kubernetes: a run directory that owns every process, namespace and cgroup
+//! it starts (and sweeps the runs of killed test processes), the mount namespace a node runs in, the
+//! containerd and CRI-O configurations, the images built here without a registry, and the real
+//! cluster.
 //!
 //! Each suite's own support lives beside it (`tests/<suite>/support`).
 
@@ -13,6 +14,7 @@ pub mod agent;
 pub mod apiserver;
 pub mod cluster;
 pub mod containerd;
+pub mod crio;
 pub mod devices;
 pub mod fake_plugin;
 pub mod grpc;

@@ -1,8 +1,9 @@
-//! Images for containerd, built here (no registry is reachable): `pack` makes an OCI image layout
-//! archive of a directory with umoci, which `ctr images import` takes, naming the image with
-//! containerd's `io.containerd.image.name` annotation (the real cluster's yh-genie, busybox and e2e
-//! images); `pause` is the pod sandbox image, `pause.c` compiled with `gcc -static` as the only
-//! file of its one layer.
+//! Images for containerd and CRI-O, built here (no registry is reachable): `pack` makes an OCI
+//! image layout archive of a directory with umoci, which `ctr images import` takes, naming the
+//! image with containerd's `io.containerd.image.name` annotation (the real cluster's yh-genie,
+//! busybox and e2e images); the layout itself stays beside it for skopeo, which copies it into
+//! CRI-O's storage (`layout_of`); `pause` is the pod sandbox image, `pause.c` compiled with
+//! `gcc -static` as the only file of its one layer.
 
 use crate::process::must;
 use serde_json::{Value, json};
@@ -46,6 +47,16 @@ pub fn pack(dir: &Path, name: &str, rootfs: &Path, config: Value) -> PathBuf {
     let archive = dir.join("image.tar");
     must(&format!("tar -C {} -cf {} .", layout.display(), archive.display()));
     archive
+}
+
+/// The OCI layout an archive of `pack` was made of, as skopeo names an image in it
+/// (`<dir>:image`), and the image's name.
+pub fn layout_of(archive: &Path) -> (String, String) {
+    let layout = archive.with_file_name("oci");
+    let index: Value = serde_json::from_str(&std::fs::read_to_string(layout.join("index.json")).unwrap()).unwrap();
+    let name = index["manifests"][0]["annotations"]["io.containerd.image.name"].as_str().unwrap_or_default();
+    assert!(!name.is_empty(), "{}: no image name in its index", layout.display());
+    (format!("{}:image", layout.display()), name.to_string())
 }
 
 fn umoci(args: &[&str]) {

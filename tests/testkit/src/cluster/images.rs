@@ -2,7 +2,8 @@
 //! into every node's containerd under the names pods use:
 //! - yh-genie as the Dockerfile makes it: one static binary at /usr/local/bin/yh-genie, entrypoint
 //!   `yh-genie install`, named as manifests/yh-genie.yaml names it;
-//! - the pod sandbox (pause) image the nodes' containerd is configured with;
+//! - the pod sandbox (pause) image the nodes' runtime is configured with, under the name the
+//!   cluster's kubeadm pairs with its Kubernetes (the e2e framework's name for it too);
 //! - busybox (Debian's busybox-static) under the name the e2e manifests use, for workloads;
 //! - for Kubernetes' own e2e suite, the images of `e2e_images`.
 
@@ -12,7 +13,6 @@ use serde_json::json;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-pub const PAUSE: &str = "registry.k8s.io/pause:3.10.1";
 pub const BUSYBOX: &str = "docker.io/library/busybox:1.36";
 const BUSYBOX_BINARY: &str = "/bin/busybox";
 
@@ -101,7 +101,18 @@ pub(super) fn busybox_rootfs(rootfs: &Path, users: &[(&str, u32)]) {
     std::fs::write(rootfs.join("etc/group"), group).unwrap();
 }
 
-/// The pause image the nodes' containerd uses for every sandbox.
-pub fn pause(dir: &Path) -> PathBuf {
-    oci_image::pause(dir, PAUSE)
+/// The pause image's name for the Kubernetes of `bin` (scripts/cluster/build.sh's output, whose
+/// `images` file lists what its kubeadm deploys): `registry.k8s.io/pause:3.10.2` for 1.37.
+pub fn pause_name(bin: &Path) -> String {
+    let file = bin.join("images");
+    let text = std::fs::read_to_string(&file)
+        .unwrap_or_else(|e| panic!("{}: {e} (scripts/cluster/build.sh writes it)", file.display()));
+    let tag = text.lines().find_map(|l| l.strip_prefix("pause ")).map(str::trim);
+    let tag = tag.unwrap_or_else(|| panic!("{} names no pause image:\n{text}", file.display()));
+    format!("registry.k8s.io/pause:{tag}")
+}
+
+/// The pause image named `name`, which the nodes' runtime uses for every sandbox.
+pub fn pause(dir: &Path, name: &str) -> PathBuf {
+    oci_image::pause(dir, name)
 }

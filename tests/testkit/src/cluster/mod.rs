@@ -1,12 +1,15 @@
 //! A real Kubernetes cluster for the tests, started once for several of them: etcd, the API
 //! server, the controller-manager and the scheduler in one network namespace, and two worker
-//! nodes, each its own network and mount namespace with containerd, the kubelet and kube-proxy,
-//! all on an underlay (a bridge in a namespace of its own, a veth to each). The harness plays the
+//! nodes, each its own network and mount namespace with a container runtime, the kubelet and
+//! kube-proxy, all on an underlay (a bridge in a namespace of its own, a veth to each). The harness plays the
 //! yonghui fabric: each node's `/run/flannel/subnet.env` from the podCIDR the controller-manager
 //! gave it, and routes to the other nodes' podCIDRs over the underlay.
 //!
 //! The Kubernetes binaries come from scripts/cluster/build.sh (built once per version, cached
-//! outside the checkout); the images from `images`. Nothing is installed on the nodes: tests
+//! outside the checkout; `KUBERNETES_VERSION` picks another supported release); the images from
+//! `images`. The nodes run containerd 2.x (scripts/containerd2.sh) from Kubernetes 1.36 on, the
+//! first minor that no longer supports containerd 1.x, and Debian's containerd 1.6 before; with
+//! `YH_GENIE_CLUSTER_CRIO_BIN`, node-b runs CRI-O instead (`node_runtimes`). Nothing is installed on the nodes: tests
 //! install yh-genie with kubectl, as users do. Everything the cluster makes is found again from its
 //! run dir (`run_dir`), so a failed or killed run leaves nothing behind once the next one
 //! has swept.
@@ -25,10 +28,10 @@ use crate::process::report;
 use crate::run_dir::RunDir;
 use control_plane::{ControlPlane, Settings};
 use serde_json::Value;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
-use worker::WorkerNode;
+use worker::{NodeRuntime, WorkerNode};
 
 pub const CONTROL_PLANE_IP: &str = "10.99.0.1";
 pub const SERVICE_CIDR: &str = "10.96.0.0/16";
@@ -71,8 +74,10 @@ impl Cluster {
         crate::require_root();
         let started = Instant::now();
         let bin = if e2e_images { kubernetes_bin_with_e2e() } else { kubernetes_bin() };
+        let runtimes = node_runtimes(&bin);
         let run = RunDir::new("cluster");
-        let mut images = build_images(&run);
+        let sandbox_image = images::pause_name(&bin);
+        let mut images = build_images(&run, &sandbox_image);
         if e2e_images {
             images.extend(e2e_images::all(&run.path().join("images"), &bin));
         }
@@ -85,15 +90,19 @@ impl Cluster {
         let settings = Settings { netns: Some(control_netns), controllers: true, ..Settings::new(&bin) };
         let control = ControlPlane::start(run.path(), settings);
         let mut cluster = Cluster { workers: Vec::new(), control, underlay, bin, run };
-        for (name, ip, labels) in NODES {
+        for ((name, ip, labels), runtime) in NODES.into_iter().zip(&runtimes) {
             let netns = cluster.run.netns("ycln");
             connect(&cluster.underlay, &netns, name, ip);
             netns.must(&format!("ip route add default via {CONTROL_PLANE_IP}"));
+            let runtime = (runtime, sandbox_image.as_str(), images.as_slice());
             let worker =
-                WorkerNode::start(&cluster.run, &cluster.control.pki, &cluster.bin, (name, ip, netns), labels, &images);
+                WorkerNode::start(&cluster.run, &cluster.control.pki, &cluster.bin, (name, ip, netns), labels, runtime);
             cluster.workers.push(worker);
         }
         cluster.set_up_fabric();
+        let nodes: Vec<String> =
+            cluster.workers.iter().map(|w| format!("{} on {}", w.name, w.runtime.describe())).collect();
+        report(&format!("cluster: Kubernetes {}, {}", kubernetes_version(&cluster.bin), nodes.join(", ")));
         report(&format!(
             "cluster: built/checked binaries and images in {built:.1?}, nodes registered {:.1?} after that",
             started.elapsed() - built
@@ -205,7 +214,7 @@ impl Cluster {
             events[events.len().saturating_sub(25)..].join("\n")
         );
         for w in &self.workers {
-            for component in ["kubelet", "containerd"] {
+            for component in ["kubelet", w.runtime.name()] {
                 let name = format!("{}-{component}", w.name);
                 text.push_str(&format!("--- {name}:\n{}\n", self.run.log_tail(&name, 12)));
             }
@@ -276,8 +285,49 @@ fn build_kubernetes(args: &[&str]) -> PathBuf {
     PathBuf::from(stdout.lines().last().expect("build.sh prints the bin dir").trim())
 }
 
-/// The images every node imports: pause, busybox, and yh-genie under the manifests' name.
-fn build_images(run: &RunDir) -> Vec<PathBuf> {
+/// The version of the Kubernetes in `bin` (`kubelet --version`: `Kubernetes v1.37.2`), `v1.37.2`.
+pub fn kubernetes_version(bin: &Path) -> String {
+    let out = crate::process::must(&format!("{} --version", bin.join("kubelet").display()));
+    out.split_whitespace().last().unwrap_or_else(|| panic!("kubelet --version: {out}")).to_string()
+}
+
+/// The minor of `kubernetes_version`: 37 for v1.37.2.
+pub fn kubernetes_minor(bin: &Path) -> u32 {
+    let version = kubernetes_version(bin);
+    let minor = version.trim_start_matches("v1.").split('.').next().and_then(|m| m.parse().ok());
+    minor.unwrap_or_else(|| panic!("not a Kubernetes 1.x version: {version}"))
+}
+
+/// The runtime of each node (`NODES`) with the Kubernetes in `bin`. containerd:
+/// `YH_GENIE_CLUSTER_CONTAINERD_BIN` when set (a containerd 2.x build's bin dir, or empty for
+/// Debian's 1.6); else containerd 2.x (scripts/containerd2.sh, built once per version) from
+/// Kubernetes 1.36 on, whose kubelets need a runtime that answers the CRI's RuntimeConfig, and
+/// Debian's 1.6 before. With `YH_GENIE_CLUSTER_CRIO_BIN` (scripts/crio.sh's bin dir), node-b runs
+/// CRI-O instead, so that one cluster has a node of each.
+fn node_runtimes(bin: &Path) -> Vec<NodeRuntime> {
+    let containerd = if let Some(dir) = std::env::var_os("YH_GENIE_CLUSTER_CONTAINERD_BIN") {
+        NodeRuntime::Containerd { bin: (!dir.is_empty()).then(|| PathBuf::from(dir)) }
+    } else if kubernetes_minor(bin) < 36 {
+        NodeRuntime::Containerd { bin: None }
+    } else {
+        NodeRuntime::Containerd { bin: Some(built_by("scripts/containerd2.sh")) }
+    };
+    let crio = std::env::var_os("YH_GENIE_CLUSTER_CRIO_BIN").filter(|d| !d.is_empty());
+    let node_b = crio.map_or_else(|| containerd.clone(), |dir| NodeRuntime::Crio { bin: PathBuf::from(dir) });
+    vec![containerd, node_b]
+}
+
+/// The bin dir a build script prints on its last line (building it once per version).
+fn built_by(script: &str) -> PathBuf {
+    let out = Command::new(crate::repository().join(script)).output().unwrap_or_else(|e| panic!("{script}: {e}"));
+    let (ok, stdout, stderr) = texts(out);
+    assert!(ok, "{script} failed:\n{stderr}{stdout}");
+    PathBuf::from(stdout.lines().last().unwrap_or_else(|| panic!("{script} printed nothing")).trim())
+}
+
+/// The images every node imports: pause (named `sandbox_image`), busybox, and yh-genie under the
+/// manifests' name.
+fn build_images(run: &RunDir, sandbox_image: &str) -> Vec<PathBuf> {
     let dir = |name: &str| {
         let d = run.path().join("images").join(name);
         std::fs::create_dir_all(&d).unwrap();
@@ -285,7 +335,7 @@ fn build_images(run: &RunDir) -> Vec<PathBuf> {
     };
     let binary = images::static_yh_genie();
     vec![
-        images::pause(&dir("pause")),
+        images::pause(&dir("pause"), sandbox_image),
         images::busybox(&dir("busybox")),
         images::yh_genie(&dir("yh-genie"), &images::yh_genie_name(), &binary),
     ]

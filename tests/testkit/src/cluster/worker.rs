@@ -1,12 +1,13 @@
 //! The cluster's worker node: its own network namespace (an address on the underlay, `ul0`) and a private
-//! mount namespace held by a `holder` process, in which containerd, the kubelet and kube-proxy run
-//! and see what a node's root filesystem would give them:
+//! mount namespace held by a `holder` process, in which the container runtime, the kubelet and
+//! kube-proxy run and see what a node's root filesystem would give them (the runtime is Debian's
+//! containerd 1.6, a containerd 2.x build, or CRI-O: `NodeRuntime`):
 //! - `/run` and `/var/log` fresh tmpfs (pod netns mounts, shim sockets, the agent's socket, the
 //!   fabric's `/run/flannel/subnet.env`, `/var/log/pods`);
 //! - `/var/lib` and `/etc` copy-on-write over the machine's, writes landing in the run dir
 //!   (`/var/lib/kubelet`, `/var/lib/cni`, `/etc/cni/net.d`, the static pod dir);
 //! - `/opt` a tmpfs whose `/opt/cni/bin` holds Debian's reference plugins, as a node image has them
-//!   (containerd's CRI runs `loopback` from there for every sandbox);
+//!   (the runtime runs `loopback` from there for every sandbox);
 //! - read-only files with the values the kubelet wants over the `/proc/sys` knobs it would
 //!   otherwise set on the machine (`vm/overcommit_memory`, `kernel/panic`, ...);
 //! - `/sys` of the node's netns, with the machine's cgroup hierarchies.
@@ -34,6 +35,51 @@ const KERNEL_KNOBS: &[(&str, &str)] = &[
     ("kernel/keys/root_maxbytes", "25000000"),
 ];
 pub const CONTAINERD_SOCKET: &str = "/run/containerd/containerd.sock";
+pub const CRIO_SOCKET: &str = "/run/crio/crio.sock";
+/// The `PATH` of the node's services.
+const SERVICE_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+
+/// The container runtime a node runs.
+#[derive(Clone, Debug)]
+pub enum NodeRuntime {
+    /// containerd: Debian's (1.6, on `PATH`) when `bin` is none, else the build in `bin`
+    /// (containerd, its runc shim and ctr: scripts/containerd2.sh's output).
+    Containerd { bin: Option<PathBuf> },
+    /// CRI-O: scripts/crio.sh's build in `bin` (crio, pinns), set up as testkit::crio says.
+    Crio { bin: PathBuf },
+}
+
+impl NodeRuntime {
+    /// Its name, in the logs' names (`node-b-crio`) and messages.
+    pub fn name(&self) -> &'static str {
+        match self {
+            NodeRuntime::Containerd { .. } => "containerd",
+            NodeRuntime::Crio { .. } => "crio",
+        }
+    }
+
+    /// Its CRI socket in the node.
+    pub fn socket(&self) -> &'static str {
+        match self {
+            NodeRuntime::Containerd { .. } => CONTAINERD_SOCKET,
+            NodeRuntime::Crio { .. } => CRIO_SOCKET,
+        }
+    }
+
+    /// `program` (`containerd`, `ctr`) of a containerd node, as the node runs it.
+    fn containerd_program(bin: &Option<PathBuf>, program: &str) -> String {
+        bin.as_ref().map_or_else(|| program.to_string(), |dir| dir.join(program).display().to_string())
+    }
+
+    /// What it says it is (`containerd --version`, the first line of `crio --version`), for reports.
+    pub fn describe(&self) -> String {
+        let command = match self {
+            NodeRuntime::Containerd { bin } => format!("{} --version", Self::containerd_program(bin, "containerd")),
+            NodeRuntime::Crio { bin } => format!("{} --version | head -1", bin.join("crio").display()),
+        };
+        crate::process::must(&command).trim().to_string()
+    }
+}
 
 pub struct WorkerNode {
     pub name: String,
@@ -41,20 +87,21 @@ pub struct WorkerNode {
     pub netns: Netns,
     dir: PathBuf,
     namespaces: NodeNamespaces,
-    /// containerd, the kubelet and kube-proxy: ended with the run, like every process of it.
+    pub runtime: NodeRuntime,
+    /// The runtime, the kubelet and kube-proxy: ended with the run, like every process of it.
     daemons: Vec<Child>,
 }
 
 impl WorkerNode {
-    /// Set the node up and start containerd (with `images` imported), the kubelet (labelled
-    /// `labels`) and kube-proxy.
+    /// Set the node up and start `runtime` (with `images` imported, `sandbox_image` its pod
+    /// sandbox image), the kubelet (labelled `labels`) and kube-proxy.
     pub fn start(
         run: &RunDir,
         pki: &Pki,
         bin: &Path,
         (name, ip, netns): (&str, &str, Netns),
         labels: &str,
-        images: &[PathBuf],
+        (runtime, sandbox_image, images): (&NodeRuntime, &str, &[PathBuf]),
     ) -> Self {
         let dir = run.path().join(name);
         for sub in ["cgroup", "var-lib/upper", "var-lib/work", "etc/upper", "etc/work", "sysctl", "containerd/root"] {
@@ -68,39 +115,69 @@ impl WorkerNode {
         std::fs::write(dir.join("sysctl.list"), knobs).unwrap();
         netns.must("sysctl -qw net.ipv4.ip_forward=1");
         let namespaces = start_holder(&dir, &netns);
-        let mut worker =
-            WorkerNode { name: name.to_string(), ip: ip.to_string(), netns, dir, namespaces, daemons: Vec::new() };
+        let mut worker = WorkerNode {
+            name: name.to_string(),
+            ip: ip.to_string(),
+            netns,
+            dir,
+            namespaces,
+            runtime: runtime.clone(),
+            daemons: Vec::new(),
+        };
         let cgroup_root = format!("/{}/{}", run.name(), name);
         make_cgroup(&cgroup_root);
 
-        let config = crate::containerd::config(
-            &worker.dir.join("containerd"),
-            Path::new(CONTAINERD_SOCKET),
-            Path::new("/opt/cni/bin"),
-            Path::new("/etc/cni/net.d"),
-            super::images::PAUSE,
-        );
-        std::fs::write(worker.dir.join("containerd.toml"), config).unwrap();
-        let mut containerd = worker.node_command("containerd");
-        containerd.env_clear().env("PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin");
-        containerd.arg("--config").arg(worker.dir.join("containerd.toml"));
-        let mut containerd = run.spawn(&format!("{name}-containerd"), &mut containerd);
-        let started = Instant::now();
-        while !worker.node_path(CONTAINERD_SOCKET).exists() {
-            if let Some(status) = containerd.try_wait().unwrap() {
-                panic!("containerd of {name} exited ({status}):\n{}", run.log_tail(&format!("{name}-containerd"), 20));
+        let mut daemon = match runtime {
+            NodeRuntime::Containerd { bin } => {
+                let config = crate::containerd::config(
+                    &worker.dir.join("containerd"),
+                    Path::new(CONTAINERD_SOCKET),
+                    Path::new("/opt/cni/bin"),
+                    Path::new("/etc/cni/net.d"),
+                    sandbox_image,
+                );
+                std::fs::write(worker.dir.join("containerd.toml"), config).unwrap();
+                let mut containerd = worker.node_command(&NodeRuntime::containerd_program(bin, "containerd"));
+                let path = bin
+                    .as_ref()
+                    .map_or_else(|| SERVICE_PATH.to_string(), |d| format!("{}:{SERVICE_PATH}", d.display()));
+                containerd.env_clear().env("PATH", path);
+                containerd.arg("--config").arg(worker.dir.join("containerd.toml"));
+                containerd
             }
-            assert!(started.elapsed() < PATIENCE, "containerd of {name} does not listen");
+            NodeRuntime::Crio { bin } => {
+                let own = worker.dir.join("crio");
+                let setup = crate::crio::CrioSetup {
+                    bin,
+                    dir: &own,
+                    socket: Path::new(CRIO_SOCKET),
+                    cni_bin: Path::new("/opt/cni/bin"),
+                    cni_conf: Path::new("/etc/cni/net.d"),
+                    sandbox_image,
+                };
+                setup.write();
+                std::fs::create_dir_all(worker.node_path("/run/crio")).unwrap();
+                crate::crio::daemon(&worker.namespaces, bin, &own)
+            }
+        };
+        let log = format!("{name}-{}", runtime.name());
+        let mut daemon = run.spawn(&log, &mut daemon);
+        let started = Instant::now();
+        while !worker.node_path(runtime.socket()).exists() {
+            if let Some(status) = daemon.try_wait().unwrap() {
+                panic!("{} of {name} exited ({status}):\n{}", runtime.name(), run.log_tail(&log, 20));
+            }
+            assert!(started.elapsed() < PATIENCE, "{} of {name} does not listen", runtime.name());
             std::thread::sleep(Duration::from_millis(50));
         }
-        worker.daemons.push(containerd);
+        worker.daemons.push(daemon);
         for image in images {
             worker.import(image);
         }
 
         let kubeconfig = pki.kubeconfig(name, &format!("system:node:{name}"), &["system:nodes"], &api_url());
         let config = worker.dir.join("kubelet.yaml");
-        std::fs::write(&config, kubelet_config(ip, &pki.path("ca.crt"), &cgroup_root)).unwrap();
+        std::fs::write(&config, kubelet_config(ip, &pki.path("ca.crt"), &cgroup_root, runtime.socket())).unwrap();
         let mut kubelet = worker.node_command(&bin.join("kubelet").display().to_string());
         kubelet.args([
             &format!("--config={}", config.display()),
@@ -139,15 +216,33 @@ impl WorkerNode {
         text
     }
 
-    /// Import an image archive into the CRI's namespace of the node's containerd.
+    /// Import an image archive (`oci_image`'s) for the node's CRI, under its name: into
+    /// containerd's CRI namespace, or CRI-O's storage.
     pub fn import(&self, archive: &Path) {
-        let out = self
-            .node_command("ctr")
-            .args(["--address", CONTAINERD_SOCKET, "--namespace", "k8s.io", "images", "import"])
-            .arg(archive)
-            .output()
-            .unwrap();
+        if let NodeRuntime::Crio { .. } = self.runtime {
+            return crate::crio::import(&self.namespaces, &self.dir.join("crio"), archive);
+        }
+        let out = self.ctr_command().args(["images", "import"]).arg(archive).output().unwrap();
         assert!(out.status.success(), "ctr images import on {}: {}", self.name, String::from_utf8_lossy(&out.stderr));
+    }
+
+    /// The image `from` under the name `to` too, as a registry would serve the same image under
+    /// a second tag.
+    pub fn tag_image(&self, from: &str, to: &str) {
+        match self.runtime {
+            NodeRuntime::Crio { .. } => crate::crio::tag(&self.namespaces, &self.dir.join("crio"), from, to),
+            NodeRuntime::Containerd { .. } => drop(self.ctr(&["images", "tag", from, to])),
+        }
+    }
+
+    /// `ctr` against the node's containerd, in the CRI's namespace (not for a CRI-O node).
+    fn ctr_command(&self) -> Command {
+        let NodeRuntime::Containerd { bin } = &self.runtime else {
+            panic!("{} runs {}, not containerd: no ctr", self.name, self.runtime.name());
+        };
+        let mut ctr = self.node_command(&NodeRuntime::containerd_program(bin, "ctr"));
+        ctr.args(["--address", CONTAINERD_SOCKET, "--namespace", "k8s.io"]);
+        ctr
     }
 
     /// The fabric's part: the node's subnet (its podCIDR, the gateway .1) where flannel writes it.
@@ -164,14 +259,10 @@ impl WorkerNode {
         std::fs::rename(tmp, file).unwrap();
     }
 
-    /// `ctr` against the node's containerd, in the CRI's namespace; its stdout.
+    /// `ctr` against the node's containerd, in the CRI's namespace; its stdout (not for a CRI-O
+    /// node).
     pub fn ctr(&self, args: &[&str]) -> String {
-        let out = self
-            .node_command("ctr")
-            .args(["--address", CONTAINERD_SOCKET, "--namespace", "k8s.io"])
-            .args(args)
-            .output()
-            .unwrap();
+        let out = self.ctr_command().args(args).output().unwrap();
         assert!(out.status.success(), "ctr {args:?} on {}: {}", self.name, String::from_utf8_lossy(&out.stderr));
         String::from_utf8_lossy(&out.stdout).into_owned()
     }
@@ -188,12 +279,53 @@ impl WorkerNode {
             .collect()
     }
 
-    /// The ids of the pod `pod`'s sandboxes whose pause process runs (containerd starts it only
-    /// once the CNI ADD has succeeded).
+    /// `crictl` against the node's CRI-O; its JSON output (not for a containerd node, whose tests
+    /// read containerd's own view through `ctr`).
+    fn crictl_json(&self, args: &[&str]) -> serde_json::Value {
+        let NodeRuntime::Crio { bin } = &self.runtime else {
+            panic!("{} runs {}, not CRI-O: no crictl", self.name, self.runtime.name());
+        };
+        let endpoint = format!("unix://{CRIO_SOCKET}");
+        let out = self
+            .node_command(&bin.join("crictl").display().to_string())
+            .args(["--runtime-endpoint", &endpoint])
+            .args(args)
+            .args(["-o", "json"])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "crictl {args:?} on {}: {}", self.name, String::from_utf8_lossy(&out.stderr));
+        serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("crictl {args:?} on {}: {e}", self.name))
+    }
+
+    /// The ids of the pod `pod`'s sandboxes whose pause process runs (the runtime starts it only
+    /// once the CNI ADD has succeeded; CRI-O calls such a sandbox ready).
     pub fn running_sandboxes(&self, pod: &str) -> Vec<String> {
+        if let NodeRuntime::Crio { .. } = self.runtime {
+            let pods = self.crictl_json(&["pods", "--state", "ready"]);
+            let items = pods["items"].as_array().cloned().unwrap_or_default();
+            return items
+                .iter()
+                .filter(|p| p["metadata"]["name"] == pod)
+                .filter_map(|p| p["id"].as_str().map(String::from))
+                .collect();
+        }
         let filter = format!("labels.\"io.kubernetes.pod.name\"=={pod},labels.\"io.cri-containerd.kind\"==sandbox");
         let ids: Vec<String> = self.ctr(&["containers", "ls", "-q", &filter]).lines().map(String::from).collect();
         self.running_tasks().into_iter().filter(|(id, _)| ids.contains(id)).map(|(id, _)| id).collect()
+    }
+
+    /// The ids of everything running on the node, sandboxes and containers: what the owner of a
+    /// CNI lease (a sandbox id) must be among while its pod lives.
+    pub fn running_ids(&self) -> std::collections::BTreeSet<String> {
+        if let NodeRuntime::Crio { .. } = self.runtime {
+            let pods = self.crictl_json(&["pods", "--state", "ready"]);
+            let containers = self.crictl_json(&["ps", "--state", "running"]);
+            let ids = |list: &serde_json::Value| -> Vec<String> {
+                list.as_array().into_iter().flatten().filter_map(|i| i["id"].as_str().map(String::from)).collect()
+            };
+            return ids(&pods["items"]).into_iter().chain(ids(&containers["containers"])).collect();
+        }
+        self.running_tasks().into_iter().map(|(id, _)| id).collect()
     }
 
     /// SIGKILL a sandbox's pause process, as when it crashes; the kubelet then makes a new one.
@@ -268,7 +400,7 @@ fn make_cgroup(path: &str) {
     }
 }
 
-fn kubelet_config(ip: &str, ca: &Path, cgroup_root: &str) -> String {
+fn kubelet_config(ip: &str, ca: &Path, cgroup_root: &str, runtime_socket: &str) -> String {
     format!(
         r#"apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
@@ -278,13 +410,15 @@ authentication:
   webhook: {{enabled: false}}
   x509: {{clientCAFile: {ca}}}
 authorization: {{mode: AlwaysAllow}}
-# containerd 1.6 does not tell the kubelet its cgroup driver (CRI RuntimeConfig): this one is used.
+# containerd 1.6 does not tell the kubelet its cgroup driver (CRI RuntimeConfig): this one is used
+# (the kubelets of 1.36 and 1.37 still fall back to it, and say that 1.38 will not); containerd 2.x
+# and CRI-O tell the same, cgroupfs (containerd's runc default, CRI-O's cgroup_manager here).
 cgroupDriver: cgroupfs
 cgroupRoot: {cgroup_root}
 # The machines run cgroup v1, which kubelets before 1.35 accept with a warning; from 1.35 on
 # they refuse it unless told not to. Said here rather than left to the default.
 failCgroupV1: false
-containerRuntimeEndpoint: unix://{CONTAINERD_SOCKET}
+containerRuntimeEndpoint: unix://{runtime_socket}
 failSwapOn: false
 # The nodes' images are imported, never pulled: collecting them would lose them.
 imageGCHighThresholdPercent: 100
