@@ -1,16 +1,20 @@
 #!/usr/bin/env bash
-# The README's kind quick start, run for real on a machine that reaches Debian's packages, the Go
-# module proxy and the crate registry but no image registry: e2e/run.sh as a user runs it, with
-# Docker, kind and kubectl, the one difference being the node image passed to
-# `kind create cluster --image` (built here, since the published one cannot be pulled).
+# The README's kind quick starts, run for real on a machine that reaches Debian's packages, the Go
+# module proxy and the crate registry but no image registry: e2e/run.sh (yh-genie as the node's
+# CNI, flannel's daemon as the yonghui fabric) and e2e/beside.sh (yh-genie beside the network the
+# cluster already has, flannel with its CNI plugin), as a user runs them, with Docker, kind and
+# kubectl, the one difference being the node image passed to `kind create cluster --image` (built
+# here, since the published one cannot be pulled).
 #
 #   1. Debian's packages it needs (docker.io, mmdebstrap, libseccomp-dev for runc, ...);
 #   2. Kubernetes (scripts/cluster/build.sh: its binaries, and the etcd its kubeadm deploys);
-#   3. kind, the node's runtime parts, flanneld, Debian root filesystems (scripts/kind/binaries.sh);
+#   3. kind, the node's runtime parts, flanneld, flannel's CNI plugin, Debian root filesystems
+#      (scripts/kind/binaries.sh);
 #   4. a Docker engine of its own (scripts/kind/dockerd.sh), then in it the node image, flannel's,
-#      busybox's, and the stand-in for the Dockerfile's Rust image (scripts/kind/images.sh);
-#   5. e2e/run.sh, with Debian's Docker CLI (the engine's own release; BuildKit is built into the
-#      engine), kind and Kubernetes' kubectl first on PATH;
+#      its CNI plugin's, busybox's, and the stand-in for the Dockerfile's Rust image
+#      (scripts/kind/images.sh);
+#   5. e2e/run.sh, then e2e/beside.sh, with Debian's Docker CLI (the engine's own release; BuildKit
+#      is built into the engine), kind and Kubernetes' kubectl first on PATH;
 #   6. whatever happens: the cluster, every container, the engine, its bridges and iptables rules
 #      and chains, the FORWARD policy and the kernel settings it or the nodes changed, as they were.
 #
@@ -18,6 +22,8 @@
 # the Docker engine's images and build cache in kind-docker/). docs/kind.md says what is built and
 # how it differs from kind's published node image, and what each step costs. Needs root.
 # Usage: scripts/kind-e2e.sh   (KEEP_CLUSTER=1 is refused: the engine stops at the end)
+#        scripts/kind-e2e.sh --quick-start   e2e/run.sh alone
+#        scripts/kind-e2e.sh --beside        e2e/beside.sh alone
 #        scripts/kind-e2e.sh --prepare   steps 1 to 3 only, into the cache (scripts/test.sh runs
 #                                        this in the background while the other tiers run)
 set -euo pipefail
@@ -28,11 +34,14 @@ source scripts/kind/common.sh
 source scripts/kind/dockerd.sh
 
 prepare_only=0
+runs=(e2e/run.sh e2e/beside.sh)
 case ${1:-} in
 	"") ;;
 	--prepare) prepare_only=1 ;;
+	--quick-start) runs=(e2e/run.sh) ;;
+	--beside) runs=(e2e/beside.sh) ;;
 	*)
-		echo "usage: scripts/kind-e2e.sh [--prepare]" >&2
+		echo "usage: scripts/kind-e2e.sh [--prepare | --quick-start | --beside]" >&2
 		exit 2
 		;;
 esac
@@ -42,7 +51,7 @@ if [[ $(id -u) -ne 0 ]]; then
 	exit 1
 fi
 if [[ ${KEEP_CLUSTER:-0} == 1 ]]; then
-	echo "KEEP_CLUSTER=1: the engine the cluster runs in stops at the end of scripts/kind-e2e.sh; run e2e/run.sh yourself" >&2
+	echo "KEEP_CLUSTER=1: the engine the cluster runs in stops at the end of scripts/kind-e2e.sh; run e2e/run.sh or e2e/beside.sh yourself" >&2
 	exit 1
 fi
 
@@ -116,5 +125,7 @@ ln -s "$(sed -n 's/^kind=//p' "$run/artifacts")" "$run/bin/kind"
 ln -s "$k8s_bin/kubectl" "$run/bin/kubectl"
 kind version >&2
 
-kind_log "e2e/run.sh with KIND_NODE_IMAGE=$node_image"
-KIND_NODE_IMAGE=$node_image kind_timed "e2e/run.sh" e2e/run.sh
+for script in "${runs[@]}"; do
+	kind_log "$script with KIND_NODE_IMAGE=$node_image"
+	KIND_NODE_IMAGE=$node_image kind_timed "$script" "$script"
+done

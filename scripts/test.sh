@@ -9,7 +9,7 @@
 #   --cluster  root: a real Kubernetes (tests/cluster), then Kubernetes' pod-networking
 #              conformance specs on a cluster of their own (tests/conformance), and the scale
 #              benchmark's driver in its smoke mode
-#   --kind     root: the kind quick start end to end (scripts/kind-e2e.sh)
+#   --kind     root: the kind quick starts end to end (scripts/kind-e2e.sh)
 #   --fuzz     a bounded fuzzing run of every parser of outside input (FUZZ_SECONDS per target)
 #   --matrix   root: the supported range, for each Kubernetes of MATRIX_VERSIONS (the oldest
 #              supported minor and the newest: v1.35.4 v1.37.2) tests/cluster and every

@@ -3,7 +3,8 @@
 # ${YH_GENIE_CACHE:-/var/cache/yh-genie}/kind-*/: kind itself, the node's runtime parts that kind's
 # base image pins (containerd with its runc shim and ctr, runc, crictl, the CNI plugins kind keeps:
 # host-local, loopback, ptp, portmap), the images' programs (etcd and CoreDNS as kubeadm wants them,
-# flanneld as e2e/flannel.yaml names it), and Debian root filesystems made with mmdebstrap from
+# flanneld as e2e/flannel.yaml names it, flannel's CNI plugin and the bridge plugin it delegates to
+# for e2e/flannel-cni.yaml), and Debian root filesystems made with mmdebstrap from
 # Debian's packages (the node's, one with iptables for kube-proxy and flannel, one with a C
 # toolchain for the stand-in Rust image). Go modules come from the module proxy.
 #
@@ -27,6 +28,14 @@ flannel_version=${flannel_image##*:}
 mapfile -t flannel_backends < <(sed -n 's/^ *"Type": *"\([a-z0-9-]*\)".*/\1/p' "$kind_repo/e2e/flannel.yaml" | sort -u)
 if ((${#flannel_backends[@]} == 0)); then
 	echo "e2e/flannel.yaml configures no backend (\"Backend\": {\"Type\": ...})" >&2
+	exit 1
+fi
+
+# flannel's CNI plugin: the version the image of e2e/flannel-cni.yaml's install-cni-plugin names.
+flannel_cni_image=$(awk '$1 == "image:" && $2 ~ /flannel-cni-plugin:/ { print $2; exit }' "$kind_repo/e2e/flannel-cni.yaml")
+flannel_cni_version=${flannel_cni_image##*:}
+if [[ -z $flannel_cni_image ]]; then
+	echo "e2e/flannel-cni.yaml names no flannel-cni-plugin image" >&2
 	exit 1
 fi
 
@@ -110,6 +119,31 @@ build_flanneld() {
 		-ldflags "-s -w -X github.com/flannel-io/flannel/pkg/version.Version=$flannel_version" \
 		-o "$dir/bin.new/flanneld" .)
 	rm -rf "${dir:?}/bin" "$work"
+	mv "$dir/bin.new" "$dir/bin"
+}
+
+# The flannel CNI plugin e2e/flannel-cni.yaml installs, and the bridge plugin it delegates to.
+# flannel's plugin lives in its own repository (flannel-io/cni-plugin) since 2021, which the module
+# proxy does not serve; this is the same plugin at its last release inside containernetworking/plugins,
+# built in a copy of that module (its go.sum predates the Go that builds it: -mod=mod completes it).
+# bridge is the node's CNI plugins' release: kind's node has no bridge (kindnet needs ptp), so on kind
+# it is installed beside flannel's plugin, as kubeadm's nodes get it from their CNI plugins package.
+build_flannel_cni() {
+	local dir=$1 source_dir work
+	source_dir=$(cd / && "$kind_go" mod download -json "github.com/containernetworking/plugins@$flannel_cni_version" |
+		sed -n 's/.*"Dir": "\(.*\)".*/\1/p')
+	work=$dir/module
+	rm -rf "$work" "$dir/bin.new"
+	mkdir -p "$dir/bin.new"
+	cp -r "$source_dir" "$work"
+	chmod -R u+w "$work"
+	(cd "$work" && CGO_ENABLED=0 GOFLAGS=-mod=mod "$kind_go" build -p "${BUILD_JOBS:-2}" -trimpath -ldflags "-s -w" \
+		-o "$dir/bin.new/flannel" ./plugins/meta/flannel)
+	rm -rf "$work"
+	(cd / && CGO_ENABLED=0 GOBIN="$dir/bin.new" "$kind_go" install -p "${BUILD_JOBS:-2}" -trimpath \
+		-ldflags "-s -w -X github.com/containernetworking/plugins/pkg/utils/buildversion.BuildVersion=$KIND_CNI_PLUGINS_VERSION" \
+		"github.com/containernetworking/plugins/plugins/main/bridge@$KIND_CNI_PLUGINS_VERSION")
+	rm -rf "${dir:?}/bin"
 	mv "$dir/bin.new" "$dir/bin"
 }
 
@@ -237,6 +271,11 @@ emit cni_bin "$kind_cache_root/kind-cni-plugins-$KIND_CNI_PLUGINS_VERSION/bin"
 flannel_dir=$kind_cache_root/kind-flannel-$flannel_version-$(IFS=-; echo "${flannel_backends[*]}")
 cached "flanneld $flannel_version" "$flannel_dir" build_flanneld flanneld
 emit flanneld "$flannel_dir/bin/flanneld"
+
+flannel_cni_dir=$kind_cache_root/kind-flannel-cni-$flannel_cni_version-bridge-$KIND_CNI_PLUGINS_VERSION
+cached "flannel CNI plugin $flannel_cni_version, bridge $KIND_CNI_PLUGINS_VERSION" "$flannel_cni_dir" \
+	build_flannel_cni flannel bridge
+emit flannel_cni_bin "$flannel_cni_dir/bin"
 
 cached "busybox ($KIND_BUSYBOX_SUITE)" "$kind_cache_root/kind-busybox-$KIND_BUSYBOX_SUITE" fetch_busybox busybox
 emit busybox "$kind_cache_root/kind-busybox-$KIND_BUSYBOX_SUITE/bin/busybox"

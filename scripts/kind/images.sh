@@ -7,7 +7,8 @@
 #     kube-controller-manager, kube-scheduler, kube-proxy, etcd, CoreDNS as this kubeadm names them,
 #     and the sandbox image of the node's containerd configuration) imported into the node's
 #     containerd, pinned, so that no node fetches them;
-#   - flannel's image as e2e/flannel.yaml names it, busybox as the e2e and example pods name it
+#   - flannel's image as e2e/flannel.yaml names it, the image of flannel's CNI plugin (with the
+#     bridge plugin) as e2e/flannel-cni.yaml names it, busybox as the e2e and example pods name it
 #     (Debian's static busybox, scripts/kind/common.sh says which);
 #   - the Rust image the repository's Dockerfile starts from, as a stand-in under its name
 #     (scripts/kind/images/rust.Dockerfile says what it is).
@@ -82,6 +83,20 @@ netfilter_base=$(debian_image "${artifact[rootfs_netfilter]}")
 flannel() {
 	debian_program_image "$(kind_manifest_image "$kind_repo/e2e/flannel.yaml")" "$netfilter_base" \
 		"${artifact[flanneld]}" /opt/bin/flanneld
+}
+
+# The image e2e/flannel-cni.yaml's install-cni-plugin copies flannel's CNI plugin and bridge from.
+flannel_cni_plugin() {
+	local name key dir bin=${artifact[flannel_cni_bin]}
+	name=$(awk '$1 == "image:" && $2 ~ /flannel-cni-plugin:/ { print $2; exit }' "$kind_repo/e2e/flannel-cni.yaml")
+	key=$(printf '%s %s\n' "$(stat_key "$bin/flannel" "$bin/bridge")" "$netfilter_base" | sha256sum | cut -c1-12)
+	fresh "$name" "$key" && return
+	dir=$work/flannel-cni-plugin
+	mkdir -p "$dir"
+	cp "$bin/flannel" "$bin/bridge" "$dir/"
+	docker build --quiet -f "$kind_repo/scripts/kind/images/flannel-cni-plugin.Dockerfile" --build-arg "BASE=$netfilter_base" \
+		--label "$key_label=$key" -t "$name" "$dir" >/dev/null
+	echo "built $name" >&2
 }
 
 # The workloads' image: Debian's static busybox, a link per applet in /bin.
@@ -239,6 +254,7 @@ assemble_node() {
 }
 
 kind_timed "image flannel" flannel
+kind_timed "image flannel CNI plugin" flannel_cni_plugin
 kind_timed "image busybox" busybox
 kind_timed "image rust stand-in" rust_standin
 kind_timed "node image (all)" node_image
