@@ -159,6 +159,10 @@ pub struct Metrics {
     relists: [AtomicU64; RESOURCES.len()],
     statuses: [AtomicU64; 3],
     events: [AtomicU64; 3],
+    /// `yh-ipam`: blocks of dead nodes this agent released.
+    dead_node_blocks_released: AtomicU64,
+    /// `yh-ipam`: 1 while this agent is the dead-node releaser.
+    releaser: AtomicU64,
     operations: Mutex<Operations>,
 }
 
@@ -227,6 +231,16 @@ impl Metrics {
             };
             *ops.selections.entry(source).or_default() += 1;
         }
+    }
+
+    /// `yh-ipam`: a dead node's block released by this agent.
+    pub fn ipam_dead_node_block_released(&self) {
+        self.dead_node_blocks_released.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// `yh-ipam`: whether this agent is the dead-node releaser.
+    pub fn ipam_releaser(&self, leading: bool) {
+        self.releaser.store(u64::from(leading), Ordering::Relaxed);
     }
 
     /// A datagram on the report socket that is not a report.
@@ -374,6 +388,16 @@ impl Metrics {
             let _ = writeln!(out, "yh_genie_agent_events_total{{outcome=\"{label}\"}} {}", get(&self.events[i]));
         }
         render_ipam(&mut out, now);
+        family(
+            &mut out,
+            "yh_genie_agent_ipam_dead_node_blocks_released_total",
+            "counter",
+            "yh-ipam blocks of dead nodes (Node deleted or out-of-service, lease expired) this agent released",
+        );
+        let released = get(&self.dead_node_blocks_released);
+        let _ = writeln!(out, "yh_genie_agent_ipam_dead_node_blocks_released_total {released}");
+        family(&mut out, "yh_genie_agent_ipam_releaser", "gauge", "1 while this agent is yh-ipam's dead-node releaser");
+        let _ = writeln!(out, "yh_genie_agent_ipam_releaser {}", get(&self.releaser));
         self.render_operations(&mut out);
         out
     }

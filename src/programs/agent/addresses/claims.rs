@@ -2,11 +2,13 @@
 //! is the block itself. Created: the node's. `AlreadyExists`: read it back; this node's when its
 //! spec names this node (a claim of this node whose answer was lost, or of its previous life),
 //! another node's otherwise. One attempt each: the ADD that needs the block waits on it, and fails
-//! with "try again" when the API server does not answer.
+//! with "try again" when the API server does not answer. A pool that seems exhausted lists the
+//! blocks there are (`existing`), once per allocation: a block another node held may have been
+//! released since (its node dead).
 
 use crate::platform::kube::ip_block::{IpBlockSpec, object_name, resource};
 use crate::platform::kube::{Failure, classify};
-use ::kube::api::{DynamicObject, PostParams};
+use ::kube::api::{DynamicObject, ListParams, PostParams};
 use ::kube::{Api, Client};
 use ipnetwork::IpNetwork;
 use std::time::Duration;
@@ -46,6 +48,17 @@ pub async fn claim(client: &Client, block: IpNetwork, pool: &str, node: &str) ->
             // Not one this agent can read: never this node's to use.
             Err(e) => Claimed::Elsewhere(format!("unreadable ({e})")),
         },
+    }
+}
+
+/// The names of every `IPBlock` there is now: a block found another node's before and absent now
+/// was released (its node dead) and may be claimed.
+pub async fn existing(client: &Client) -> Result<std::collections::BTreeSet<String>, String> {
+    let api: Api<DynamicObject> = Api::all_with(client.clone(), &resource());
+    match tokio::time::timeout(REQUEST_TIMEOUT, api.list(&ListParams::default())).await {
+        Err(_) => Err(format!("listing IPBlocks: no answer within {}s", REQUEST_TIMEOUT.as_secs())),
+        Ok(Err(e)) => Err(format!("listing IPBlocks: {}", describe(&e))),
+        Ok(Ok(list)) => Ok(list.items.into_iter().filter_map(|object| object.metadata.name).collect()),
     }
 }
 
