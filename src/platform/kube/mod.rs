@@ -69,10 +69,11 @@ pub const AGENT_API_CALLS: [(&str, &str, &str); 18] = [
 ];
 
 /// The node agent's requests for its node's `yh-ipam` lease and the dead-node releaser's election
-/// lease (`coordination.k8s.io` Leases; the releaser also reads other nodes' leases), in its own
+/// lease (`coordination.k8s.io` Leases; the releaser also lists and reads other nodes'), in its own
 /// namespace only: a Role grants them there, not the ClusterRole.
-pub const AGENT_LEASE_CALLS: [(&str, &str, &str); 3] = [
+pub const AGENT_LEASE_CALLS: [(&str, &str, &str); 4] = [
     ("coordination.k8s.io", "leases", "get"),
+    ("coordination.k8s.io", "leases", "list"),
     ("coordination.k8s.io", "leases", "create"),
     ("coordination.k8s.io", "leases", "update"),
 ];

@@ -10,8 +10,8 @@
 //!   resourceVersion listed).
 //!
 //! Each round (a quarter of the lease duration) the releaser renews its lease; holding it, once per
-//! lease duration it lists the `IPBlock`s and, for each node holding some other than its own,
-//! reads that node's Node object and lease. Before each block's deletion it reads the node's lease again and checks
+//! lease duration it lists the `IPBlock`s and the leases, and reads the Node object of each node
+//! holding blocks whose lease has run out. Before each block's deletion it reads the node's lease again and checks
 //! that it still is the releaser: a node whose agent renews again keeps what is left.
 //!
 //! An agent joins only once its own node hands out `yh-ipam` addresses: a cluster without
@@ -166,8 +166,12 @@ impl Releaser {
         let listed = ask(self.blocks.list(&ListParams::default())).await?;
         let by_node = release::by_node(listed.items);
         self.absent_since.retain(|node, _| by_node.contains_key(node));
+        let leases = ask(self.leases.list(&ListParams::default())).await?;
+        let leases: HashMap<String, Lease> =
+            leases.items.into_iter().filter_map(|lease| Some((lease.metadata.name.clone()?, lease))).collect();
         for (node, blocks) in by_node {
-            if node != self.shared.node {
+            // A node whose lease is current keeps its blocks without its Node even being read.
+            if node != self.shared.node && self.judge(&node, leases.get(&node_lease(&node))).is_ok() {
                 self.consider(&node, &blocks).await?;
             }
         }
@@ -179,7 +183,6 @@ impl Releaser {
     /// Release `node`'s `blocks` if it is gone and its lease has run out.
     async fn consider(&mut self, node: &str, blocks: &[release::Listed]) -> Result<(), Problem> {
         let Some(gone) = verdict::gone(ask(self.nodes.get_opt(node)).await?.as_ref()) else {
-            self.absent_since.remove(node);
             return Ok(());
         };
         let mut released = Vec::new();
@@ -224,21 +227,30 @@ impl Releaser {
         outcome
     }
 
-    /// Whether `node`'s lease, read now, allows its blocks to go (see `verdict::lease_expired`).
+    /// Whether `node`'s lease, read now, allows its blocks to go.
     async fn lease_expired(&mut self, node: &str) -> Result<Result<String, String>, Problem> {
-        let name = format!("yh-ipam-{node}");
-        let lease = ask(self.leases.get_opt(&name)).await?;
-        let absent_for = match &lease {
+        let lease = ask(self.leases.get_opt(&node_lease(node))).await?;
+        Ok(self.judge(node, lease.as_ref()))
+    }
+
+    /// Whether `node`'s `lease` as read (`None`: there is none) allows its blocks to go (see
+    /// `verdict::lease_expired`): why, or why not yet.
+    fn judge(&mut self, node: &str, lease: Option<&Lease>) -> Result<String, String> {
+        let absent_for = match lease {
             Some(_) => {
                 self.absent_since.remove(node);
                 Duration::ZERO
             }
             None => self.absent_since.entry(node.to_string()).or_insert_with(Instant::now).elapsed(),
         };
-        let spec = lease.as_ref().and_then(|lease| lease.spec.as_ref());
+        let spec = lease.and_then(|lease| lease.spec.as_ref());
         let verdict = verdict::lease_expired(spec, absent_for, Timestamp::now(), self.rule);
-        Ok(verdict.map(|why| {
-            why.replacen("its yh-ipam lease", &format!("its yh-ipam lease (Lease {})", self.shown(&name)), 1)
-        }))
+        let named = format!("its yh-ipam lease (Lease {})", self.shown(&node_lease(node)));
+        verdict.map(|why| why.replacen("its yh-ipam lease", &named, 1))
     }
+}
+
+/// The name of `node`'s lease.
+fn node_lease(node: &str) -> String {
+    format!("yh-ipam-{node}")
 }
