@@ -458,29 +458,40 @@ fn an_agent_whose_lease_ran_out_checks_its_blocks_before_handing_out_more() {
     let list = lan(&n);
     let flags = ["--ipam-lease-duration=2"];
     let mut agent = start_agent_with(&n, &flags);
-    for (name, at) in [("a", "10.81.0.2"), ("b", "10.81.0.3"), ("c", "10.81.0.4")] {
-        assert_eq!(address(allocate(&n, &list, name, &format!("cid-{name}"))), at, "{name}");
+    let before = ["10.81.0.2", "10.81.0.3", "10.81.0.4", "10.81.0.5", "10.81.0.6", "10.81.0.7", "10.81.0.8"];
+    for (i, at) in before.iter().enumerate() {
+        assert_eq!(address(allocate(&n, &list, &format!("p{i}"), &format!("cid-{i}"))), *at);
     }
     // While the node is down longer than its lease, its blocks are released: .0/30 claimed by
-    // another node since, .4/30 not.
+    // another node since, .4/30 not; .8/30 is left alone.
     agent.kill();
     n.api.put_ip_block("10.81.0.0-30", json!({"cidr": "10.81.0.0/30", "pool": "lan", "node": "other-node"}));
     n.api.remove_ip_block("10.81.0.4-30");
+    let listed = n.api.ip_block("10.81.0.8-30").unwrap();
     std::thread::sleep(Duration::from_millis(2500));
 
-    // Back, with its records: .0/30 is lost to it, .4/30 claimed again before anything is handed
-    // out from it; the pods holding addresses keep them.
+    // Back, with its records: before anything more is handed out, .0/30 is lost to it, .4/30
+    // claimed again, .8/30 confirmed by a write (a releaser that listed it before cannot delete it
+    // any more: its resourceVersion changed). The pods holding addresses keep them.
     let agent = start_agent_with(&n, &flags);
-    assert_eq!(address(allocate(&n, &list, "d", "cid-d")), "10.81.0.5");
+    assert_eq!(address(allocate(&n, &list, "p7", "cid-7")), "10.81.0.9");
     let nodes = block_nodes(&n);
-    assert_eq!((nodes["10.81.0.0-30"].as_str(), nodes["10.81.0.4-30"].as_str()), ("other-node", "yh-node"));
+    assert_eq!(
+        nodes.values().map(String::as_str).collect::<Vec<_>>(),
+        ["other-node", "yh-node", "yh-node"],
+        "{nodes:?}"
+    );
+    let confirmed = n.api.ip_block("10.81.0.8-30").unwrap();
+    assert!(confirmed["metadata"]["annotations"]["ipam.yh-genie.io/confirmed"].is_string(), "{confirmed}");
+    assert_ne!(confirmed["metadata"]["resourceVersion"], listed["metadata"]["resourceVersion"]);
     let log = agent.logged();
-    assert!(log.contains("checking that its 2 blocks are still its own"), "{log}");
+    assert!(log.contains("checking that its 3 blocks are still its own"), "{log}");
     assert!(log.contains("block 10.81.0.0/30 of pool \"lan\" is held by node other-node now"), "{log}");
-    assert_eq!(address(allocate(&n, &list, "a", "cid-a")), "10.81.0.2", "a retried ADD keeps its address");
-    // .0/30 is no longer this node's: the next address after .4/30's comes from .8/30.
-    for (name, at) in [("e", "10.81.0.6"), ("f", "10.81.0.7"), ("g", "10.81.0.8")] {
-        assert_eq!(address(allocate(&n, &list, name, &format!("cid-{name}"))), at, "{name}");
+    assert_eq!(address(allocate(&n, &list, "p0", "cid-0")), "10.81.0.2", "a retried ADD keeps its address");
+    // Nothing more from .0/30: the pool is exhausted for this node.
+    match allocate(&n, &list, "p8", "cid-8") {
+        Answer::NoAddress { retry: false, why } => assert!(why.contains("pool \"lan\" has no free address"), "{why}"),
+        other => panic!("{other:?}"),
     }
     assert_eq!(lan_metrics(&agent).0, 2, ".4/30 and .8/30");
 }

@@ -79,16 +79,16 @@ impl Addresses {
         answer
     }
 
-    /// After the node's lease had run out: whether each block the node holds is still its own, as
-    /// a claim finds it (the object there naming this node, or created again when the dead-node
-    /// releaser deleted it). A block another node claimed meanwhile is lost to this node.
+    /// After the node's lease had run out: whether each block the node holds is still its own,
+    /// confirmed by a write to its object (`claims::confirm`), or created again when the dead-node
+    /// releaser deleted it. A block another node claimed meanwhile is lost to this node.
     async fn check_blocks(&self, state: &mut Allocator, client: &::kube::Client) -> Result<(), String> {
         let blocks = state.held_blocks();
         if !blocks.is_empty() {
             info!("the node's yh-ipam lease had run out: checking that its {} blocks are still its own", blocks.len());
         }
         for (block, pool) in blocks {
-            match claims::claim(client, block, &pool, &self.node).await {
+            match claims::confirm(client, block, &pool, &self.node).await {
                 Claimed::Here => {}
                 Claimed::Elsewhere(node) => {
                     warn!(

@@ -179,6 +179,11 @@ impl ApiServer {
         self.put(Resource::Leases, namespace, name, lease);
     }
 
+    /// The `IPBlock` `name`, whole, as last written.
+    pub fn ip_block(&self, name: &str) -> Option<Value> {
+        self.state.objects.store.lock().unwrap().get(Resource::IpBlocks, "", name).cloned()
+    }
+
     /// Delete the `IPBlock` `name`, as the dead-node releaser does.
     pub fn remove_ip_block(&self, name: &str) {
         self.state.objects.store.lock().unwrap().remove(Resource::IpBlocks, "", name);

@@ -144,7 +144,9 @@ fn route(method: &Method, uri: &Uri) -> Result<Route, (u16, &'static str)> {
         (&Method::GET, None, false) => Verb::List,
         (&Method::PATCH, Some(name), _) => Verb::Patch(name.to_string()),
         (&Method::POST, None, _) if matches!(resource, Resource::IpBlocks | Resource::Leases) => Verb::Create,
-        (&Method::PUT, Some(name), _) if resource == Resource::Leases => Verb::Replace(name.to_string()),
+        (&Method::PUT, Some(name), _) if matches!(resource, Resource::Leases | Resource::IpBlocks) => {
+            Verb::Replace(name.to_string())
+        }
         (&Method::DELETE, Some(name), _) if resource == Resource::IpBlocks => Verb::Delete(name.to_string()),
         _ => return Err((405, "method not allowed")),
     };

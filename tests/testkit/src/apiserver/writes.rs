@@ -2,8 +2,8 @@
 //! with 422 (as Kubernetes does) when it would change the pod's uid; and the `POST` of a core/v1
 //! Event, as kube's `Api::create` sends it, kept with a name made from its `generateName`; the
 //! `POST` of an `IPBlock` or a `Lease`, refused with 409 `AlreadyExists` when its name is taken,
-//! and the `PUT` of a `Lease`, refused with 409 `Conflict` when its resourceVersion is not the
-//! current one; the `DELETE` of an `IPBlock`, refused with 409 `Conflict` when its preconditions
+//! and the `PUT` of a `Lease` or an `IPBlock`, refused with 409 `Conflict` when its resourceVersion
+//! is not the current one; the `DELETE` of an `IPBlock`, refused with 409 `Conflict` when its preconditions
 //! (uid, resourceVersion) do not hold. A created object gets a uid, as the API server gives one.
 
 use super::State;
@@ -105,8 +105,8 @@ pub(super) async fn delete(
     Ok(json_reply(StatusCode::OK, &removed))
 }
 
-/// `PUT` of a `Lease`: replaced when its resourceVersion is the stored one (or not given), 409
-/// when another write came first, 404 when there is none.
+/// `PUT` of a `Lease` or an `IPBlock`: replaced when its resourceVersion is the stored one (or not
+/// given), 409 when another write came first, 404 when there is none.
 pub(super) async fn replace(
     req: Request<Incoming>,
     state: &State,
