@@ -403,12 +403,12 @@ fn of_two_agents_one_releases_a_dead_nodes_blocks() {
     // gone-node holds .4/30, its Node deleted, its lease about to expire.
     put_block(&n, "10.81.0.4-30", "gone-node");
     put_node_lease(&n, "gone-node", Duration::ZERO);
-    let first = start_agent_with(&n, &SHORT_LEASES);
+    let mut first = start_agent_with(&n, &SHORT_LEASES);
     let second_socket = n.sb.path().join("second-node").join("agent.sock");
     std::fs::create_dir_all(second_socket.parent().unwrap()).unwrap();
     let mut flags = vec!["--node-name=second-node"];
     flags.extend(SHORT_LEASES);
-    let second = Agent::start(&n.netns, &n.api, n.sb.path(), &second_socket, METRICS_PORT + 1, &flags);
+    let mut second = Agent::start(&n.netns, &n.api, n.sb.path(), &second_socket, METRICS_PORT + 1, &flags);
     second.wait_ready();
     // Both hand out yh-ipam addresses, so both take part in the election.
     assert_eq!(address(allocate(&n, &list, "a", "cid-a")), "10.81.0.2");
@@ -430,6 +430,15 @@ fn of_two_agents_one_releases_a_dead_nodes_blocks() {
     let nodes = block_nodes(&n);
     assert_eq!(nodes["10.81.0.0-30"], "yh-node");
     assert!(nodes.values().filter(|node| *node == "second-node").count() == 1, "{nodes:?}");
+
+    // The releaser stops: once its lease is older than its duration plus the skew, the other agent
+    // takes over.
+    let (stopped, other, other_node) =
+        if releasers[0] == 1 { (&mut first, &second, "second-node") } else { (&mut second, &first, "yh-node") };
+    stopped.kill();
+    other.wait_for("the other agent to take over", || other.metric("yh_genie_agent_ipam_releaser") == 1);
+    assert_eq!(n.api.lease("default", "yh-ipam-releaser").unwrap()["spec"]["holderIdentity"], other_node);
+    assert!(other.logged().contains("this agent is now yh-ipam's dead-node releaser (Lease default/yh-ipam-releaser)"));
 }
 
 #[test]
