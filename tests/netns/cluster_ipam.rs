@@ -504,3 +504,21 @@ fn an_agent_whose_lease_ran_out_checks_its_blocks_before_handing_out_more() {
     }
     assert_eq!(lan_metrics(&agent).0, 2, ".4/30 and .8/30");
 }
+
+#[test]
+fn an_agent_not_allowed_to_confirm_its_blocks_takes_them_as_read() {
+    let n = NetnsNode::new();
+    let list = lan(&n);
+    let flags = ["--ipam-lease-duration=2"];
+    let mut agent = start_agent_with(&n, &flags);
+    assert_eq!(address(allocate(&n, &list, "a", "cid-a")), "10.81.0.2");
+    agent.kill();
+    std::thread::sleep(Duration::from_millis(2500));
+    // An older ClusterRole: no update on ipblocks.
+    n.api.deny("ipblocks/update", None, 403);
+    let agent = start_agent_with(&n, &flags);
+    assert_eq!(address(allocate(&n, &list, "b", "cid-b")), "10.81.0.3");
+    let log = agent.logged();
+    assert!(log.contains("confirming IPBlock 10.81.0.0-30: "), "{log}");
+    assert!(log.contains("it is taken as this node's as read"), "{log}");
+}

@@ -13,6 +13,7 @@ use ::kube::api::{DynamicObject, ListParams, PostParams};
 use ::kube::{Api, Client};
 use ipnetwork::IpNetwork;
 use std::time::Duration;
+use tracing::warn;
 
 /// One request may take this long.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
@@ -83,6 +84,15 @@ pub async fn confirm(client: &Client, block: IpNetwork, pool: &str, node: &str) 
             Err(_) => return unknown("confirming", format!("no answer within {}s", REQUEST_TIMEOUT.as_secs())),
             Ok(Ok(_)) => return Claimed::Here,
             Ok(Err(::kube::Error::Api(status))) if matches!(status.code, 404 | 409) => continue,
+            // An older ClusterRole, without update: the block is this node's as read, as before.
+            Ok(Err(::kube::Error::Api(status))) if status.code == 403 => {
+                warn!(
+                    "confirming IPBlock {name}: {}; it is taken as this node's as read (grant update on ipblocks, \
+                     as manifests/yh-genie.yaml does, so that a dead-node releaser cannot delete it meanwhile)",
+                    status.message
+                );
+                return Claimed::Here;
+            }
             Ok(Err(e)) => return unknown("confirming", describe(&e)),
         }
     }

@@ -83,7 +83,10 @@ pub(super) async fn handle(req: Request<Incoming>, state: Arc<State>) -> Result<
             None => format!("{what} is forbidden: the test denies {what} at the cluster scope"),
         }
     };
-    match state.faults.denied(target.resource.plural(), target.namespace.as_deref()) {
+    let one_verb = format!("{}/{}", target.resource.plural(), target.verb.as_str());
+    let namespace = target.namespace.as_deref();
+    match state.faults.denied(target.resource.plural(), namespace).or_else(|| state.faults.denied(&one_verb, namespace))
+    {
         Some(404) => return Ok(status(404, "the server could not find the requested resource")),
         Some(code) => return Ok(status(code, &forbidden())),
         None => {}
