@@ -5,9 +5,12 @@
 //! - `blocks`: a pool carved into blocks, and which addresses a block may hand out;
 //! - `allocator`: the node's blocks and owners in memory, saying which block to claim when none has
 //!   room;
-//! - `claims`: a block claimed through the API server, one `IPBlock` object per block;
+//! - `claims`: a block claimed through the API server, one `IPBlock` object per block; confirmed
+//!   by a write after the node's lease had run out; the blocks listed when a pool seems exhausted,
+//!   to claim those released since;
 //! - `lease`: the node's lease on its blocks, renewed in the background; no address is handed out
-//!   while it is older than its duration;
+//!   while it is older than its duration, and after it had run out none before the node's blocks
+//!   are checked (yh-ipam's dead-node releaser, `super::releaser`, may have released them);
 //! - `records`: one durable file per owner, written before the plugin hears its addresses and read
 //!   back at start, before the agent answers.
 //!
@@ -72,6 +75,7 @@ impl Addresses {
             && let Err(why) = self.check_blocks(&mut state, client).await
         {
             self.lease.check_blocks_again();
+            self.publish(&state);
             return Answer::NoAddress { why, retry: true };
         }
         let answer = self.allocate_in(&mut state, client, &pool, &owner).await;
