@@ -322,18 +322,17 @@ const SHORT_LEASES: [&str; 2] = ["--ipam-lease-duration=1", "--ipam-clock-skew=1
 #[test]
 fn a_dead_nodes_blocks_are_released_only_when_its_node_is_gone_and_its_lease_expired() {
     let n = NetnsNode::new();
-    // Blocks .0/30 to .20/30; every one but .20/30 held by another node, whose leases (1 s) were
-    // all renewed just now.
+    // Blocks .0/30 to .20/30; every one but .20/30 held by another node.
     let list = lan_to(&n, "10.81.0.23");
-    for (block, node) in [
+    let others = [
         ("10.81.0.0-30", "gone-node"),
         ("10.81.0.4-30", "gone-node"),
         ("10.81.0.8-30", "stopped-node"),
         ("10.81.0.12-30", "back-node"),
         ("10.81.0.16-30", "cut-off-node"),
-    ] {
+    ];
+    for (block, node) in others {
         put_block(&n, block, node);
-        put_node_lease(&n, node, Duration::ZERO);
     }
     // gone-node: its Node deleted (there is none), its lease not renewed again: released.
     // stopped-node: tainted out-of-service, its lease not renewed again: released.
@@ -358,7 +357,11 @@ fn a_dead_nodes_blocks_are_released_only_when_its_node_is_gone_and_its_lease_exp
                 std::thread::sleep(Duration::from_millis(200));
             }
         });
-        // The node's first allocation finds every block another's but .20/30.
+        // The other nodes' leases (1 s) renewed just now, the node's first allocation finds every
+        // block another's but .20/30.
+        for (_, node) in others {
+            put_node_lease(&n, node, Duration::ZERO);
+        }
         assert_eq!(address(allocate(&n, &list, "a", "cid-a")), "10.81.0.20");
 
         let released = "yh_genie_agent_ipam_dead_node_blocks_released_total";
