@@ -6,7 +6,8 @@
 //! - The agent's own: readiness, what it holds, its watches (synced, age, restarts, relists), its
 //!   answers to the plugin and the status writes it makes for it.
 //! - `yh-ipam`'s on this node (`yh_genie_agent_ipam_*`): the blocks it holds and their addresses
-//!   used and free, by pool (the admin's pool names), and its lease's age.
+//!   used and free, by pool (the admin's pool names), and its lease's age; whether it is the
+//!   dead-node releaser, and the dead nodes' blocks it released.
 //! - The plugin's operations (`yh_genie_cni_*`): ADD, DEL and CHECK latency per network and outcome,
 //!   failures by reason, the API requests each command made, where ADD's selection came from; from
 //!   the report each plugin process sends when it is done (`node::reports`), so they
@@ -528,10 +529,16 @@ mod tests {
         now.ipam.insert("lan".into(), PoolUsage { blocks: 2, used: 5, free: Some(3) });
         now.ipam.insert("restored".into(), PoolUsage { blocks: 1, used: 1, free: None });
         now.ipam_lease_age = Some(Duration::from_millis(1500));
-        let text = Metrics::default().render(&now);
+        let metrics = Metrics::default();
+        metrics.ipam_dead_node_block_released();
+        metrics.ipam_dead_node_block_released();
+        metrics.ipam_releaser(true);
+        let text = metrics.render(&now);
         lines(
             &text,
             &[
+                "yh_genie_agent_ipam_dead_node_blocks_released_total 2",
+                "yh_genie_agent_ipam_releaser 1",
                 "yh_genie_agent_ipam_blocks{pool=\"lan\"} 2",
                 "yh_genie_agent_ipam_addresses{pool=\"lan\",state=\"used\"} 5",
                 "yh_genie_agent_ipam_addresses{pool=\"lan\",state=\"free\"} 3",
