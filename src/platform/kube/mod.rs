@@ -44,7 +44,7 @@ pub const API_CALLS: [(&str, &str, &str); 6] = [
 /// plugin. For pods with DRA resource claims it watches those claims and its node's ResourceSlices.
 /// For `yh-ipam` it claims blocks of addresses (`ip_block`) and reads a pod gone from its watch.
 /// The ClusterRole grants these and `API_CALLS`, nothing else.
-pub const AGENT_API_CALLS: [(&str, &str, &str); 15] = [
+pub const AGENT_API_CALLS: [(&str, &str, &str); 19] = [
     ("", "pods", "list"),
     ("", "pods", "watch"),
     ("", "pods", "patch"),
@@ -57,17 +57,25 @@ pub const AGENT_API_CALLS: [(&str, &str, &str); 15] = [
     ("resource.k8s.io", "resourceclaims", "watch"),
     ("resource.k8s.io", "resourceslices", "list"),
     ("resource.k8s.io", "resourceslices", "watch"),
-    // `yh-ipam`'s blocks: claimed by creating one, read back when it exists already.
+    // `yh-ipam`'s blocks: claimed by creating one, read back when it exists already, confirmed by
+    // an update after the node's lease had run out.
     ("ipam.yh-genie.io", "ipblocks", "create"),
     ("ipam.yh-genie.io", "ipblocks", "get"),
+    ("ipam.yh-genie.io", "ipblocks", "update"),
     // Whether a pod gone from the watch, holding `yh-ipam` addresses, is gone for good.
     ("", "pods", "get"),
+    // The dead-node releaser: the blocks listed, a node's state read, a dead node's blocks deleted.
+    ("ipam.yh-genie.io", "ipblocks", "list"),
+    ("ipam.yh-genie.io", "ipblocks", "delete"),
+    ("", "nodes", "get"),
 ];
 
-/// The node agent's requests for its node's `yh-ipam` lease (`coordination.k8s.io` Leases), in its
-/// own namespace only: a Role grants them there, not the ClusterRole.
-pub const AGENT_LEASE_CALLS: [(&str, &str, &str); 3] = [
+/// The node agent's requests for its node's `yh-ipam` lease and the dead-node releaser's election
+/// lease (`coordination.k8s.io` Leases; the releaser also lists and reads other nodes'), in its own
+/// namespace only: a Role grants them there, not the ClusterRole.
+pub const AGENT_LEASE_CALLS: [(&str, &str, &str); 4] = [
     ("coordination.k8s.io", "leases", "get"),
+    ("coordination.k8s.io", "leases", "list"),
     ("coordination.k8s.io", "leases", "create"),
     ("coordination.k8s.io", "leases", "update"),
 ];

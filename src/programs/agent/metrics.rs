@@ -6,7 +6,8 @@
 //! - The agent's own: readiness, what it holds, its watches (synced, age, restarts, relists), its
 //!   answers to the plugin and the status writes it makes for it.
 //! - `yh-ipam`'s on this node (`yh_genie_agent_ipam_*`): the blocks it holds and their addresses
-//!   used and free, by pool (the admin's pool names), and its lease's age.
+//!   used and free, by pool (the admin's pool names), and its lease's age; whether it is the
+//!   dead-node releaser, and the dead nodes' blocks it released.
 //! - The plugin's operations (`yh_genie_cni_*`): ADD, DEL and CHECK latency per network and outcome,
 //!   failures by reason, the API requests each command made, where ADD's selection came from; from
 //!   the report each plugin process sends when it is done (`node::reports`), so they
@@ -159,6 +160,10 @@ pub struct Metrics {
     relists: [AtomicU64; RESOURCES.len()],
     statuses: [AtomicU64; 3],
     events: [AtomicU64; 3],
+    /// `yh-ipam`: blocks of dead nodes this agent released.
+    dead_node_blocks_released: AtomicU64,
+    /// `yh-ipam`: 1 while this agent is the dead-node releaser.
+    releaser: AtomicU64,
     operations: Mutex<Operations>,
 }
 
@@ -227,6 +232,16 @@ impl Metrics {
             };
             *ops.selections.entry(source).or_default() += 1;
         }
+    }
+
+    /// `yh-ipam`: a dead node's block released by this agent.
+    pub fn ipam_dead_node_block_released(&self) {
+        self.dead_node_blocks_released.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// `yh-ipam`: whether this agent is the dead-node releaser.
+    pub fn ipam_releaser(&self, leading: bool) {
+        self.releaser.store(u64::from(leading), Ordering::Relaxed);
     }
 
     /// A datagram on the report socket that is not a report.
@@ -374,6 +389,16 @@ impl Metrics {
             let _ = writeln!(out, "yh_genie_agent_events_total{{outcome=\"{label}\"}} {}", get(&self.events[i]));
         }
         render_ipam(&mut out, now);
+        family(
+            &mut out,
+            "yh_genie_agent_ipam_dead_node_blocks_released_total",
+            "counter",
+            "yh-ipam blocks of dead nodes (Node deleted or out-of-service, lease expired) this agent released",
+        );
+        let released = get(&self.dead_node_blocks_released);
+        let _ = writeln!(out, "yh_genie_agent_ipam_dead_node_blocks_released_total {released}");
+        family(&mut out, "yh_genie_agent_ipam_releaser", "gauge", "1 while this agent is yh-ipam's dead-node releaser");
+        let _ = writeln!(out, "yh_genie_agent_ipam_releaser {}", get(&self.releaser));
         self.render_operations(&mut out);
         out
     }
@@ -504,10 +529,16 @@ mod tests {
         now.ipam.insert("lan".into(), PoolUsage { blocks: 2, used: 5, free: Some(3) });
         now.ipam.insert("restored".into(), PoolUsage { blocks: 1, used: 1, free: None });
         now.ipam_lease_age = Some(Duration::from_millis(1500));
-        let text = Metrics::default().render(&now);
+        let metrics = Metrics::default();
+        metrics.ipam_dead_node_block_released();
+        metrics.ipam_dead_node_block_released();
+        metrics.ipam_releaser(true);
+        let text = metrics.render(&now);
         lines(
             &text,
             &[
+                "yh_genie_agent_ipam_dead_node_blocks_released_total 2",
+                "yh_genie_agent_ipam_releaser 1",
                 "yh_genie_agent_ipam_blocks{pool=\"lan\"} 2",
                 "yh_genie_agent_ipam_addresses{pool=\"lan\",state=\"used\"} 5",
                 "yh_genie_agent_ipam_addresses{pool=\"lan\",state=\"free\"} 3",

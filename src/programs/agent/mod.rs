@@ -13,7 +13,8 @@
 //! - it writes the pods' network-status annotations and creates the `AddedInterface` events the
 //!   plugin hands over (`annotate`);
 //! - it hands out `yh-ipam`'s addresses from its node's blocks (`addresses`), its records read back
-//!   before it answers, and gives back those of a pod its watch finds gone;
+//!   before it answers, and gives back those of a pod its watch finds gone (`reclaim`); elected
+//!   among the agents, it releases the blocks of nodes gone for good (`releaser`);
 //! - it reports readiness and metrics on a local port (`http`, `metrics`), the plugin's operations
 //!   among them, which each plugin process reports on a datagram socket when it is done (`reports`).
 //!
@@ -27,6 +28,7 @@ mod dynamic;
 mod http;
 mod metrics;
 mod reclaim;
+mod releaser;
 mod reports;
 mod server;
 mod store;
@@ -85,6 +87,9 @@ pub struct AgentSettings {
     pub ipam_reclaim_after: Duration,
     /// `--ipam-lease-duration`: how long the node's `yh-ipam` lease holds without a renewal.
     pub ipam_lease_duration: Duration,
+    /// `--ipam-clock-skew`: how far apart two nodes' clocks may be, waited for on top of a dead
+    /// node's lease before its blocks are released.
+    pub ipam_clock_skew: Duration,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -107,6 +112,7 @@ pub struct Options {
     pub ipam_records: PathBuf,
     pub ipam_reclaim_after: Duration,
     pub ipam_lease_duration: Duration,
+    pub ipam_clock_skew: Duration,
 }
 
 impl Options {
@@ -133,6 +139,7 @@ impl Options {
             ipam_records: reach(&settings.ipam_records),
             ipam_reclaim_after: settings.ipam_reclaim_after,
             ipam_lease_duration: settings.ipam_lease_duration,
+            ipam_clock_skew: settings.ipam_clock_skew,
         }
     }
 }
@@ -312,6 +319,8 @@ fn run(options: &Options, bound: &Mutex<Bound>) -> anyhow::Result<()> {
         tasks.spawn(http::serve(shared.clone(), options.metrics_address));
         let keeper = shared.clone();
         tasks.spawn(async move { keeper.addresses.keep_lease(&keeper.client).await });
+        let rule = releaser::Rule { lease_duration: options.ipam_lease_duration, clock_skew: options.ipam_clock_skew };
+        tasks.spawn(releaser::run(shared.clone(), rule));
         if let (Some(worker), Some(changes)) = (options.dynamic_networks.clone(), dynamic_changes) {
             tasks.spawn(dynamic::run(shared.clone(), worker, changes));
         }

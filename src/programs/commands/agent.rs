@@ -96,6 +96,10 @@ pub struct AgentArgs {
     /// for that long hands out no yh-ipam address
     #[arg(long, value_name = "SECONDS", env = "YH_GENIE_IPAM_LEASE_DURATION", default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..))]
     ipam_lease_duration: u64,
+    /// how far apart the nodes' clocks may be: a dead node's yh-ipam blocks are released once its
+    /// Node is deleted or tainted out-of-service and its lease is older than its duration plus this
+    #[arg(long, value_name = "SECONDS", env = "YH_GENIE_IPAM_CLOCK_SKEW", default_value_t = 30)]
+    ipam_clock_skew: u64,
 }
 
 impl AgentArgs {
@@ -135,6 +139,7 @@ impl AgentArgs {
             ipam_records,
             ipam_reclaim_after: std::time::Duration::from_secs(self.ipam_reclaim_after),
             ipam_lease_duration: std::time::Duration::from_secs(self.ipam_lease_duration),
+            ipam_clock_skew: std::time::Duration::from_secs(self.ipam_clock_skew),
         })
     }
 }

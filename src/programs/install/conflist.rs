@@ -157,6 +157,7 @@ mod tests {
             ipam_records: crate::node::paths::IPAM_RECORDS.into(),
             ipam_reclaim_after: std::time::Duration::from_secs(30),
             ipam_lease_duration: std::time::Duration::from_secs(60),
+            ipam_clock_skew: std::time::Duration::from_secs(30),
         };
         let with_agent = Options { agent: Some(agent), ..Options::standard() };
         let v: Value = serde_json::from_slice(&render(&with_agent, Map::new(), &[])).unwrap();

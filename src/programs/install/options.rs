@@ -85,6 +85,7 @@ mod tests {
             ipam_records: crate::node::paths::IPAM_RECORDS.into(),
             ipam_reclaim_after: std::time::Duration::from_secs(30),
             ipam_lease_duration: std::time::Duration::from_secs(60),
+            ipam_clock_skew: std::time::Duration::from_secs(30),
         };
         let o = Options { agent: Some(agent), ..o };
         assert!(o.host_dirs_written().contains(&Path::new("/run/yh-genie")));

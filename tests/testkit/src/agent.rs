@@ -43,7 +43,7 @@ impl Agent {
         extra: &[&str],
     ) -> Agent {
         let (mut command, log) = installer(netns, api, dir);
-        command.arg("--agent").args(agent_flags(socket, metrics_port)).args(extra);
+        command.arg("--agent").args(agent_flags(socket, metrics_port, extra)).args(extra);
         let child = command.spawn().expect("the agent starts");
         Agent { child, node_netns: netns.path(), metrics_port, log }
     }
@@ -65,7 +65,7 @@ impl Agent {
             .arg("agent")
             .arg(format!("--api-server={}", api.url()))
             .arg(format!("--sa-dir={}", sa.display()))
-            .args(agent_flags(socket, metrics_port))
+            .args(agent_flags(socket, metrics_port, extra))
             .args(extra)
             .env_clear()
             .env("PATH", std::env::var_os("PATH").unwrap_or_default())
@@ -204,15 +204,18 @@ impl Drop for Agent {
     }
 }
 
-/// The agent's flags as the tests run it: this node, its socket, its metrics port, its address
-/// records beside its socket (`ipam_records`).
-fn agent_flags(socket: &Path, metrics_port: u16) -> [String; 4] {
-    [
-        format!("--node-name={NODE_NAME}"),
-        format!("--agent-socket={}", socket.display()),
-        format!("--agent-metrics-address=127.0.0.1:{metrics_port}"),
-        format!("--ipam-records={}", ipam_records(socket).display()),
-    ]
+/// The agent's flags as the tests run it: this node (unless `extra` names another), its socket,
+/// its metrics port, its address records beside its socket (`ipam_records`).
+fn agent_flags(socket: &Path, metrics_port: u16, extra: &[&str]) -> Vec<String> {
+    let node = format!("--node-name={NODE_NAME}");
+    let node = (!extra.iter().any(|flag| flag.starts_with("--node-name"))).then_some(node);
+    node.into_iter()
+        .chain([
+            format!("--agent-socket={}", socket.display()),
+            format!("--agent-metrics-address=127.0.0.1:{metrics_port}"),
+            format!("--ipam-records={}", ipam_records(socket).display()),
+        ])
+        .collect()
 }
 
 /// Where the agent listening on `socket` records the yh-ipam addresses it hands out: a directory

@@ -113,6 +113,32 @@ impl Allocator {
         self.elsewhere.insert(block);
     }
 
+    /// Forget the blocks found held by others for which `released` holds (their objects gone, a dead
+    /// node's blocks released): they may be claimed again. Whether there were any.
+    pub fn forget_elsewhere(&mut self, released: impl Fn(IpNetwork) -> bool) -> bool {
+        let before = self.elsewhere.len();
+        self.elsewhere.retain(|block| !released(*block));
+        self.elsewhere.len() != before
+    }
+
+    /// The blocks this node holds, each with its pool.
+    pub fn held_blocks(&self) -> Vec<(IpNetwork, String)> {
+        self.blocks.iter().map(|(block, held)| (*block, held.pool.clone())).collect()
+    }
+
+    /// `block` is another node's now (released while this node's lease had run out, and claimed):
+    /// nothing more is handed out from it. The addresses this node's pods hold in it stay theirs
+    /// (their records) until their DEL.
+    pub fn lose(&mut self, block: IpNetwork) {
+        self.blocks.remove(&block);
+        self.elsewhere.insert(block);
+    }
+
+    /// Whether any block was found held by another node.
+    pub fn knows_elsewhere(&self) -> bool {
+        !self.elsewhere.is_empty()
+    }
+
     /// An owner's addresses as its record says, at start.
     pub fn restore(&mut self, pool: &str, owner: &AddressOwner, addresses: &[Allocated]) {
         for allocated in addresses {
@@ -277,6 +303,29 @@ mod tests {
         // .0/30 gives .2 and .3 (not the network address, not the gateway); .4/30 is another node's.
         assert_eq!(got, ["10.80.0.2", "10.80.0.3", "10.80.0.8", "10.80.0.9"]);
         assert_eq!(a.usage()["lan"], PoolUsage { blocks: 2, used: 4, free: Some(2) }, ".10 and .11 left");
+    }
+
+    #[test]
+    fn a_block_released_elsewhere_may_be_claimed_and_a_lost_block_hands_out_nothing() {
+        let s = spec("10.80.0.0/24", "10.80.0.7", 4);
+        let mut a = Allocator::default();
+        let (first, second) = ("10.80.0.0/30".parse().unwrap(), "10.80.0.4/30".parse().unwrap());
+        a.held_elsewhere(second);
+        assert_eq!(take(&mut a, &s, &owner(1)).unwrap(), ["10.80.0.2"]);
+        assert_eq!(take(&mut a, &s, &owner(2)).unwrap(), ["10.80.0.3"]);
+        assert!(matches!(a.allocate(&s, &owner(3)), Step::Exhausted(_)));
+        assert!(!a.forget_elsewhere(|block| block == first), "not one known elsewhere");
+        assert!(a.forget_elsewhere(|block| block == second));
+        assert!(!a.knows_elsewhere());
+        assert_eq!(a.allocate(&s, &owner(3)), Step::Claim(second));
+        // The first block lost to another node: its holders keep their addresses, nothing new from it.
+        a.lose(first);
+        assert_eq!(a.held_blocks(), []);
+        assert_eq!(
+            a.allocate(&s, &owner(1)),
+            Step::Addresses { addresses: a.held[&key("lan", &owner(1))].1.clone(), fresh: false }
+        );
+        assert_eq!(a.allocate(&s, &owner(3)), Step::Claim(second));
     }
 
     #[test]

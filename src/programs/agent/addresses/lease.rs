@@ -4,6 +4,10 @@
 //! that duration has lost contact with the API server for that long, and its blocks may be given to
 //! other nodes: it hands out no address (`check`) until a renewal succeeds.
 //!
+//! A renewal that finds the lease run out (absent, not renewed within its duration, or after this
+//! agent's own renewals failed for that long) has the node's blocks checked before the next
+//! allocation (`take_lapsed`): yh-ipam's dead-node releaser may have released them meanwhile.
+//!
 //! A node that never used `yh-ipam` keeps no lease: the renewals start with the first allocation,
 //! or at start when the records show addresses held, and that first allocation waits (up to a
 //! renewal's time) for the first renewal.
@@ -28,6 +32,10 @@ pub struct NodeLease {
     failing: Mutex<Option<String>>,
     /// `namespace/name`, once known.
     shown: Mutex<String>,
+    /// Whether the node's blocks must be checked before it hands out more addresses from them: the
+    /// lease had run out (or was not there) when a renewal found it, so the dead-node releaser may
+    /// have released them meanwhile.
+    lapsed: std::sync::atomic::AtomicBool,
 }
 
 impl NodeLease {
@@ -38,12 +46,18 @@ impl NodeLease {
             wanted: watch::channel(false).0,
             failing: Mutex::new(None),
             shown: Mutex::new(String::new()),
+            lapsed: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
     /// Hold the lease from now on.
     pub fn want(&self) {
         self.wanted.send_if_modified(|wanted| !std::mem::replace(wanted, true));
+    }
+
+    /// Once the lease is wanted: the node hands out `yh-ipam` addresses.
+    pub async fn in_use(&self) {
+        let _ = self.wanted.subscribe().wait_for(|wanted| *wanted).await;
     }
 
     /// Whether the node may hand out addresses: its lease renewed within its duration. The first
@@ -72,6 +86,17 @@ impl NodeLease {
              connection to the API server and the yh-genie agent's log on the node",
             self.duration.as_secs()
         ))
+    }
+
+    /// Whether the node's blocks are to be checked (the lease had run out); the caller checks them
+    /// now, or calls `check_blocks_again`.
+    pub fn take_lapsed(&self) -> bool {
+        self.lapsed.swap(false, std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// The blocks could not all be checked: before the next allocation, again.
+    pub fn check_blocks_again(&self) {
+        self.lapsed.store(true, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// Since the last successful renewal was sent; `None` before the first.
@@ -103,12 +128,18 @@ impl NodeLease {
         }
     }
 
-    fn renewal_done(&self, outcome: Result<(), String>, sent: Instant, lease: &str) {
+    fn renewal_done(&self, outcome: Result<Found, String>, sent: Instant, lease: &str) {
         let mut failing = self.failing.lock().unwrap_or_else(|e| e.into_inner());
         match outcome {
-            Ok(()) => {
+            Ok(found) => {
                 if failing.take().is_some() {
                     info!("the yh-ipam lease {lease} is renewed again");
+                }
+                // Before the renewal counts (and ADDs pass `check`): the blocks are checked first
+                // when the lease had run out, by this agent's clock or as found.
+                let ran_out = self.renewed.borrow().is_some_and(|at| sent.duration_since(at) >= self.duration);
+                if found == Found::RunOut || ran_out {
+                    self.lapsed.store(true, std::sync::atomic::Ordering::Relaxed);
                 }
                 self.renewed.send_replace(Some(sent));
             }
@@ -122,6 +153,16 @@ impl NodeLease {
     }
 }
 
+/// What a renewal found of the lease before it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Found {
+    /// This node's, renewed within its duration.
+    Held,
+    /// Absent, another holder's, or not renewed within its duration: the node's blocks may have
+    /// been released meanwhile.
+    RunOut,
+}
+
 /// One renewal: a `PUT` of the lease as last read or written (read first, or created, when not
 /// held or when another write came first).
 async fn renew(
@@ -130,7 +171,7 @@ async fn renew(
     node: &str,
     duration: Duration,
     held: &mut Option<Lease>,
-) -> Result<(), String> {
+) -> Result<Found, String> {
     let now = MicroTime(k8s_openapi::jiff::Timestamp::now());
     let spec = |acquired: Option<MicroTime>| LeaseSpec {
         holder_identity: Some(node.to_string()),
@@ -139,16 +180,20 @@ async fn renew(
         renew_time: Some(now.clone()),
         ..LeaseSpec::default()
     };
+    let mut found = Found::Held;
     if held.is_none() {
         match api.get_opt(name).await.map_err(|e| e.to_string())? {
-            Some(lease) => *held = Some(lease),
+            Some(lease) => {
+                found = as_found(&lease, node, duration);
+                *held = Some(lease);
+            }
             None => {
                 let lease = Lease {
                     metadata: ObjectMeta { name: Some(name.to_string()), ..ObjectMeta::default() },
                     spec: Some(spec(None)),
                 };
                 *held = Some(api.create(&PostParams::default(), &lease).await.map_err(|e| e.to_string())?);
-                return Ok(());
+                return Ok(Found::RunOut);
             }
         }
     }
@@ -158,5 +203,18 @@ async fn renew(
     lease.spec = Some(spec(acquired));
     // On a conflict or any failure the lease is read again next time.
     *held = Some(api.replace(name, &PostParams::default(), &lease).await.map_err(|e| e.to_string())?);
-    Ok(())
+    Ok(found)
+}
+
+/// Whether `lease`, as read, is still this node's: its holder, renewed within `duration`.
+fn as_found(lease: &Lease, node: &str, duration: Duration) -> Found {
+    let Some(spec) = lease.spec.as_ref().filter(|s| s.holder_identity.as_deref() == Some(node)) else {
+        return Found::RunOut;
+    };
+    let renewed = spec.renew_time.as_ref().map(|at| at.0.as_millisecond());
+    let age = renewed.map(|at| k8s_openapi::jiff::Timestamp::now().as_millisecond() - at);
+    match age.and_then(|ms| u64::try_from(ms).ok()) {
+        Some(ms) if Duration::from_millis(ms) < duration => Found::Held,
+        _ => Found::RunOut,
+    }
 }

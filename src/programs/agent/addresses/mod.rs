@@ -5,9 +5,12 @@
 //! - `blocks`: a pool carved into blocks, and which addresses a block may hand out;
 //! - `allocator`: the node's blocks and owners in memory, saying which block to claim when none has
 //!   room;
-//! - `claims`: a block claimed through the API server, one `IPBlock` object per block;
+//! - `claims`: a block claimed through the API server, one `IPBlock` object per block; confirmed
+//!   by a write after the node's lease had run out; the blocks listed when a pool seems exhausted,
+//!   to claim those released since;
 //! - `lease`: the node's lease on its blocks, renewed in the background; no address is handed out
-//!   while it is older than its duration;
+//!   while it is older than its duration, and after it had run out none before the node's blocks
+//!   are checked (yh-ipam's dead-node releaser, `super::releaser`, may have released them);
 //! - `records`: one durable file per owner, written before the plugin hears its addresses and read
 //!   back at start, before the agent answers.
 //!
@@ -22,13 +25,14 @@ mod records;
 
 use crate::node::agent_socket::addresses::{AddressOwner, PoolSpec};
 use crate::node::agent_socket::protocol::Answer;
+use crate::platform::kube::ip_block::object_name;
 pub use allocator::PoolUsage;
 use allocator::{Allocator, Step};
 use claims::Claimed;
 use records::{Record, Records};
 use std::collections::BTreeMap;
 use std::path::Path;
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 pub struct Addresses {
     state: tokio::sync::Mutex<Allocator>,
@@ -67,9 +71,47 @@ impl Addresses {
             return Answer::NoAddress { why, retry: true };
         }
         let mut state = self.state.lock().await;
+        if self.lease.take_lapsed()
+            && let Err(why) = self.check_blocks(&mut state, client).await
+        {
+            self.lease.check_blocks_again();
+            self.publish(&state);
+            return Answer::NoAddress { why, retry: true };
+        }
         let answer = self.allocate_in(&mut state, client, &pool, &owner).await;
         self.publish(&state);
         answer
+    }
+
+    /// After the node's lease had run out: whether each block the node holds is still its own,
+    /// confirmed by a write to its object (`claims::confirm`), or created again when the dead-node
+    /// releaser deleted it. A block another node claimed meanwhile is lost to this node.
+    async fn check_blocks(&self, state: &mut Allocator, client: &::kube::Client) -> Result<(), String> {
+        let blocks = state.held_blocks();
+        if !blocks.is_empty() {
+            info!("the node's yh-ipam lease had run out: checking that its {} blocks are still its own", blocks.len());
+        }
+        for (block, pool) in blocks {
+            match claims::confirm(client, block, &pool, &self.node).await {
+                Claimed::Here => {}
+                Claimed::Elsewhere(node) => {
+                    warn!(
+                        "block {block} of pool {pool:?} is held by node {node} now (released while this node's \
+                         lease had run out): no address is handed out from it here; the pods of this node holding \
+                         addresses in it should be deleted"
+                    );
+                    state.lose(block);
+                }
+                Claimed::Unknown(why) => {
+                    return Err(format!(
+                        "the node's yh-ipam lease had run out, and whether block {block} of pool {pool:?} is still \
+                         its own cannot be told: {why}"
+                    ));
+                }
+            }
+        }
+        self.publish(state);
+        Ok(())
     }
 
     async fn allocate_in(
@@ -79,6 +121,7 @@ impl Addresses {
         pool: &PoolSpec,
         owner: &AddressOwner,
     ) -> Answer {
+        let mut refreshed = false;
         loop {
             match state.allocate(pool, owner) {
                 Step::Addresses { addresses, fresh } => {
@@ -108,7 +151,21 @@ impl Addresses {
                         };
                     }
                 },
-                Step::Exhausted(why) => return Answer::NoAddress { why, retry: false },
+                Step::Exhausted(why) => {
+                    // Blocks found another node's may have been released since: look once.
+                    if !refreshed && state.knows_elsewhere() {
+                        refreshed = true;
+                        match claims::existing(client).await {
+                            Ok(names) => {
+                                if state.forget_elsewhere(|block| !names.contains(&object_name(block))) {
+                                    continue;
+                                }
+                            }
+                            Err(why) => debug!("pool {:?} seems exhausted, and {why}", pool.name),
+                        }
+                    }
+                    return Answer::NoAddress { why, retry: false };
+                }
             }
         }
     }
@@ -173,6 +230,11 @@ impl Addresses {
     /// Renew the node's lease for as long as the agent runs (once an allocation or a record wants it).
     pub async fn keep_lease(&self, client: &::kube::Client) -> String {
         self.lease.keep(client, &self.node).await
+    }
+
+    /// Once this node hands out `yh-ipam` addresses (an allocation, or records read back).
+    pub async fn in_use(&self) {
+        self.lease.in_use().await;
     }
 
     /// The pods holding addresses on this node: uid and `namespace/name`.

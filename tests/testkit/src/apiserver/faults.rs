@@ -153,9 +153,10 @@ impl ApiServer {
         *self.state.faults.streaming_lists.lock().unwrap() = answer;
     }
 
-    /// Answer every request for `resource` (its plural, e.g. `network-attachment-definitions`) in
-    /// `namespace` (every namespace: `None`) with `code` from now on: 403 as RBAC answers a request
-    /// it does not allow, 404 as a cluster without the resource's CRD answers.
+    /// Answer every request for `resource` (its plural, e.g. `network-attachment-definitions`, or
+    /// one verb of it, e.g. `ipblocks/update`) in `namespace` (every namespace: `None`) with `code`
+    /// from now on: 403 as RBAC answers a request it does not allow, 404 as a cluster without the
+    /// resource's CRD answers.
     pub fn deny(&self, resource: &'static str, namespace: Option<&str>, code: u16) {
         self.state.faults.denied.lock().unwrap().push((resource, namespace.map(String::from), code));
     }

@@ -2,14 +2,15 @@
 //! test's node netns (where the plugins run), with a self-signed CA and a bearer token written into
 //! a kubeconfig. By concern:
 //! - `objects`: the pods, ConfigMaps, NetworkAttachmentDefinitions, DRA ResourceClaims,
-//!   ResourceSlices, yh-ipam's IPBlocks and node Leases a test puts in, and what the clients wrote (pod patches, Events);
+//!   ResourceSlices, Nodes, yh-ipam's IPBlocks and node Leases a test puts in, and what the clients wrote (pod patches, Events);
 //! - `store`: those objects as etcd and the watch cache hold them: every change a new revision;
 //! - `reads` and `watch`: `GET` of one object, list and watch of a namespace's or all of them, with
 //!   the field selectors `spec.nodeName` and `metadata.name`, resourceVersions, 410 Gone for a
 //!   revision compacted away;
 //! - `writes`: `PATCH` of a pod as a JSON merge patch (422 for one that would change its uid, as
-//!   Kubernetes answers), `POST` of an Event, of a yh-ipam `IPBlock` and of a `Lease` (409 when it exists), `PUT` of a
-//!   `Lease` (409 when its resourceVersion is not the current one);
+//!   Kubernetes answers), `POST` of an Event, of a yh-ipam `IPBlock` and of a `Lease` (409 when it
+//!   exists), `PUT` of a `Lease` or an `IPBlock` (409 when its resourceVersion is not the current
+//!   one), `DELETE` of an `IPBlock` (409 when its preconditions do not hold);
 //! - `requests`: every request counted and logged, by client (the plugin's token `TOKEN`, the
 //!   agent's `AGENT_TOKEN`), verb and resource;
 //! - `faults`: misbehaving on demand: HTTP errors, slow answers, hangs, dropped connections, ended

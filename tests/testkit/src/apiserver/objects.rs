@@ -143,8 +143,50 @@ impl ApiServer {
 
     /// Put an `IPBlock`, as another node's agent would have claimed it.
     pub fn put_ip_block(&self, name: &str, spec: Value) {
-        let block = json!({"apiVersion": "ipam.yh-genie.io/v1alpha1", "kind": "IPBlock", "metadata": {"name": name}, "spec": spec});
+        let uid = format!("uid-ipblocks-{name}-put");
+        let block = json!({"apiVersion": "ipam.yh-genie.io/v1alpha1", "kind": "IPBlock",
+                           "metadata": {"name": name, "uid": uid}, "spec": spec});
         self.put(Resource::IpBlocks, "", name, block);
+    }
+
+    /// Put a Node named `name` with these `taints` (as in its spec).
+    pub fn put_node(&self, name: &str, taints: Value) {
+        let node = json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "uid": format!("uid-node-{name}")},
+                          "spec": {"taints": taints}});
+        self.put(Resource::Nodes, "", name, node);
+    }
+
+    /// Delete the Node `name`.
+    pub fn remove_node(&self, name: &str) {
+        self.state.objects.store.lock().unwrap().remove(Resource::Nodes, "", name);
+    }
+
+    /// Put the `Lease` `namespace/name` held by `holder` for `duration_seconds`, last renewed
+    /// `renewed_ago` before now (as the node agent writes it).
+    pub fn put_lease(
+        &self,
+        namespace: &str,
+        name: &str,
+        holder: &str,
+        duration_seconds: u32,
+        renewed_ago: std::time::Duration,
+    ) {
+        let renewed = micro_time(std::time::SystemTime::now() - renewed_ago);
+        let lease = json!({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+                           "metadata": {"namespace": namespace, "name": name, "uid": format!("uid-lease-{name}")},
+                           "spec": {"holderIdentity": holder, "leaseDurationSeconds": duration_seconds,
+                                    "acquireTime": renewed, "renewTime": renewed}});
+        self.put(Resource::Leases, namespace, name, lease);
+    }
+
+    /// The `IPBlock` `name`, whole, as last written.
+    pub fn ip_block(&self, name: &str) -> Option<Value> {
+        self.state.objects.store.lock().unwrap().get(Resource::IpBlocks, "", name).cloned()
+    }
+
+    /// Delete the `IPBlock` `name`, as the dead-node releaser does.
+    pub fn remove_ip_block(&self, name: &str) {
+        self.state.objects.store.lock().unwrap().remove(Resource::IpBlocks, "", name);
     }
 
     /// The `IPBlock`s, by name.
@@ -176,4 +218,27 @@ impl ApiServer {
     pub fn events(&self) -> Vec<Value> {
         self.state.objects.events.lock().unwrap().clone()
     }
+}
+
+/// `at` as a Kubernetes `MicroTime`: `2026-01-02T03:04:05.000006Z` (UTC).
+fn micro_time(at: std::time::SystemTime) -> String {
+    let since = at.duration_since(std::time::UNIX_EPOCH).expect("after 1970");
+    let (days, seconds) = (since.as_secs() / 86_400, since.as_secs() % 86_400);
+    // Howard Hinnant's civil_from_days, for days since 1970-01-01.
+    let z = days as i64 + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{:06}Z",
+        seconds / 3600,
+        seconds / 60 % 60,
+        seconds % 60,
+        since.subsec_micros()
+    )
 }

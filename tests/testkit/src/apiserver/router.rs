@@ -28,6 +28,7 @@ pub(super) enum Verb {
     Create,
     /// `PUT` of the whole object.
     Replace(String),
+    Delete(String),
 }
 
 impl Verb {
@@ -40,6 +41,7 @@ impl Verb {
             Verb::Patch(_) => "patch",
             Verb::Create => "create",
             Verb::Replace(_) => "update",
+            Verb::Delete(_) => "delete",
         }
     }
 }
@@ -81,7 +83,10 @@ pub(super) async fn handle(req: Request<Incoming>, state: Arc<State>) -> Result<
             None => format!("{what} is forbidden: the test denies {what} at the cluster scope"),
         }
     };
-    match state.faults.denied(target.resource.plural(), target.namespace.as_deref()) {
+    let one_verb = format!("{}/{}", target.resource.plural(), target.verb.as_str());
+    let namespace = target.namespace.as_deref();
+    match state.faults.denied(target.resource.plural(), namespace).or_else(|| state.faults.denied(&one_verb, namespace))
+    {
         Some(404) => return Ok(status(404, "the server could not find the requested resource")),
         Some(code) => return Ok(status(code, &forbidden())),
         None => {}
@@ -97,6 +102,7 @@ pub(super) async fn handle(req: Request<Incoming>, state: Arc<State>) -> Result<
         Verb::Patch(name) => writes::patch(req, &state, &target, name).await,
         Verb::Create => writes::create(req, &state, &target).await,
         Verb::Replace(name) => writes::replace(req, &state, &target, name).await,
+        Verb::Delete(name) => writes::delete(req, &state, &target, name).await,
     }
 }
 
@@ -110,6 +116,7 @@ fn route(method: &Method, uri: &Uri) -> Result<Route, (u16, &'static str)> {
     let (resource, namespace, name) = match path.as_slice() {
         ["api", "v1", "pods"] => (Resource::Pods, None, None),
         ["api", "v1", "configmaps"] => (Resource::ConfigMaps, None, None),
+        ["api", "v1", "nodes", rest @ ..] => (Resource::Nodes, None, rest.first()),
         ["apis", "k8s.cni.cncf.io", "v1", "network-attachment-definitions"] => (Resource::Nads, None, None),
         ["api", "v1", "namespaces", ns, "pods", rest @ ..] => (Resource::Pods, Some(*ns), rest.first()),
         ["api", "v1", "namespaces", ns, "configmaps", rest @ ..] => (Resource::ConfigMaps, Some(*ns), rest.first()),
@@ -140,7 +147,10 @@ fn route(method: &Method, uri: &Uri) -> Result<Route, (u16, &'static str)> {
         (&Method::GET, None, false) => Verb::List,
         (&Method::PATCH, Some(name), _) => Verb::Patch(name.to_string()),
         (&Method::POST, None, _) if matches!(resource, Resource::IpBlocks | Resource::Leases) => Verb::Create,
-        (&Method::PUT, Some(name), _) if resource == Resource::Leases => Verb::Replace(name.to_string()),
+        (&Method::PUT, Some(name), _) if matches!(resource, Resource::Leases | Resource::IpBlocks) => {
+            Verb::Replace(name.to_string())
+        }
+        (&Method::DELETE, Some(name), _) if resource == Resource::IpBlocks => Verb::Delete(name.to_string()),
         _ => return Err((405, "method not allowed")),
     };
     Ok(Route::Objects(Target { verb, resource, namespace: namespace.map(String::from), query }))

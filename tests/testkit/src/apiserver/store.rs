@@ -24,6 +24,8 @@ pub enum Resource {
     IpBlocks,
     /// coordination.k8s.io/v1, namespaced: the lease a node agent holds for its yh-ipam blocks.
     Leases,
+    /// core/v1, cluster-scoped: what yh-ipam's dead-node releaser reads.
+    Nodes,
 }
 
 impl Resource {
@@ -36,6 +38,7 @@ impl Resource {
             Resource::Slices => "resourceslices",
             Resource::IpBlocks => "ipblocks",
             Resource::Leases => "leases",
+            Resource::Nodes => "nodes",
         }
     }
     /// The `kind` of one object.
@@ -48,6 +51,7 @@ impl Resource {
             Resource::Slices => "ResourceSlice",
             Resource::IpBlocks => "IPBlock",
             Resource::Leases => "Lease",
+            Resource::Nodes => "Node",
         }
     }
     fn list_kind(self) -> &'static str {
@@ -59,6 +63,7 @@ impl Resource {
             Resource::Slices => "ResourceSliceList",
             Resource::IpBlocks => "IPBlockList",
             Resource::Leases => "LeaseList",
+            Resource::Nodes => "NodeList",
         }
     }
     pub fn api_version(self) -> &'static str {

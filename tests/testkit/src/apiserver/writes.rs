@@ -2,8 +2,9 @@
 //! with 422 (as Kubernetes does) when it would change the pod's uid; and the `POST` of a core/v1
 //! Event, as kube's `Api::create` sends it, kept with a name made from its `generateName`; the
 //! `POST` of an `IPBlock` or a `Lease`, refused with 409 `AlreadyExists` when its name is taken,
-//! and the `PUT` of a `Lease`, refused with 409 `Conflict` when its resourceVersion is not the
-//! current one.
+//! and the `PUT` of a `Lease` or an `IPBlock`, refused with 409 `Conflict` when its resourceVersion
+//! is not the current one; the `DELETE` of an `IPBlock`, refused with 409 `Conflict` when its preconditions
+//! (uid, resourceVersion) do not hold. A created object gets a uid, as the API server gives one.
 
 use super::State;
 use super::reply::{Reply, json_reply, not_found, status};
@@ -66,12 +67,46 @@ pub(super) async fn create(req: Request<Incoming>, state: &State, target: &Targe
     if store.get(target.resource, namespace, &name).is_some() {
         return Ok(status(409, &format!("{} \"{name}\" already exists", target.resource.plural())));
     }
+    let mut object = object;
+    object["metadata"]["uid"] = format!("uid-{}-{name}-{}", target.resource.plural(), store.current_revision()).into();
     let stored = store.put(target.resource, namespace, &name, object);
     Ok(json_reply(StatusCode::CREATED, &stored))
 }
 
-/// `PUT` of a `Lease`: replaced when its resourceVersion is the stored one (or not given), 409
-/// when another write came first, 404 when there is none.
+/// `DELETE` of an `IPBlock`: removed when the body's `preconditions` (uid, resourceVersion), if
+/// any, hold for the stored object, 409 `Conflict` when they do not, 404 when there is none.
+pub(super) async fn delete(
+    req: Request<Incoming>,
+    state: &State,
+    target: &Target,
+    name: &str,
+) -> Result<Reply, std::io::Error> {
+    let body = req.into_body().collect().await.map_err(std::io::Error::other)?.to_bytes();
+    let options: Value = if body.is_empty() { json!({}) } else { serde_json::from_slice(&body).unwrap_or(json!({})) };
+    let namespace = target.namespace.as_deref().unwrap_or_default();
+    let mut store = state.objects.store.lock().unwrap();
+    let Some(stored) = store.get(target.resource, namespace, name) else {
+        return Ok(not_found(target.resource.plural(), name));
+    };
+    for field in ["uid", "resourceVersion"] {
+        let wanted = options.pointer(&format!("/preconditions/{field}")).and_then(Value::as_str);
+        let held = stored.pointer(&format!("/metadata/{field}")).and_then(Value::as_str);
+        if let Some(wanted) = wanted
+            && Some(wanted) != held
+        {
+            let message = format!(
+                "Precondition failed: {field} in precondition: {wanted}, {field} in object meta: {}",
+                held.unwrap_or_default()
+            );
+            return Ok(status(409, &message));
+        }
+    }
+    let removed = store.remove(target.resource, namespace, name).expect("read above");
+    Ok(json_reply(StatusCode::OK, &removed))
+}
+
+/// `PUT` of a `Lease` or an `IPBlock`: replaced when its resourceVersion is the stored one (or not
+/// given), 409 when another write came first, 404 when there is none.
 pub(super) async fn replace(
     req: Request<Incoming>,
     state: &State,
