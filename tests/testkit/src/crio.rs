@@ -21,7 +21,10 @@
 //! runc runs through a wrapper that raises a bundle's `oomScoreAdj` to the wrapper's own score:
 //! CRI-O gives every infra container -998, which only a process with CAP_SYS_RESOURCE may set, and
 //! it has no setting like containerd's `restrict_oom_score_adj` (which `containerd::config` turns
-//! on).
+//! on). And it drops a container's hugepage limits where the machine mounts no hugetlb hierarchy:
+//! CRI-O sets them whenever the kernel lists the controller in /proc/cgroups, mounted or not, and
+//! runc then fails ("cannot set hugetlb limit: container could not join or create cgroup");
+//! containerd leaves them out by default (`disable_hugetlb_controller`).
 
 use crate::node_namespaces::NodeNamespaces;
 use std::os::unix::fs::PermissionsExt;
@@ -29,7 +32,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 /// runc for CRI-O: for `create` and `run` (which name the bundle), a score below the caller's own
-/// is raised to it; then Debian's runc.
+/// is raised to it, and hugepage limits are dropped where no hugetlb hierarchy is mounted; then
+/// Debian's runc.
 const RUNC_WRAPPER: &str = r#"#!/bin/bash
 config=
 for ((i = 1; i <= $#; i++)); do
@@ -40,8 +44,11 @@ for ((i = 1; i <= $#; i++)); do
 done
 if [ -n "$config" ] && [ -f "$config" ]; then
   own=$(cat /proc/self/oom_score_adj)
-  jq --argjson own "$own" \
-    'if .process.oomScoreAdj != null and .process.oomScoreAdj < $own then .process.oomScoreAdj = $own else . end' \
+  hugetlb=false
+  [ -d /sys/fs/cgroup/hugetlb ] && hugetlb=true
+  jq --argjson own "$own" --argjson hugetlb "$hugetlb" \
+    '(if .process.oomScoreAdj != null and .process.oomScoreAdj < $own then .process.oomScoreAdj = $own else . end)
+     | if $hugetlb then . else del(.linux.resources.hugepageLimits) end' \
     "$config" >"$config.bounded" && mv "$config.bounded" "$config"
 fi
 exec runc "$@"
