@@ -43,7 +43,7 @@ fn switch_on(cluster: &Cluster) {
     ]);
     let overlay = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("overlays/dynamic-networks");
     cluster.kubectl_ok(&["apply", "-k", &overlay.display().to_string()]);
-    cluster.kubectl_ok(&["-n", "kube-system", "rollout", "status", "daemonset/yh-genie", "--timeout=300s"]);
+    cluster.rollout_yh_genie("300s");
     let conflist = cluster.worker("node-a").node_path("/etc/cni/net.d/00-yh-genie.conflist");
     cluster.wait_for_within(Duration::from_secs(150), "dynamicNetworks in node-a's conflist", || {
         let list: Value = serde_json::from_str(&std::fs::read_to_string(&conflist).ok()?).ok()?;
@@ -279,7 +279,7 @@ pub fn dynamic_networks_survive_what_goes_wrong_around_an_edit(cluster: &mut Clu
     let crash = "YH_GENIE_CRASH_AT=dynamic.attach.chain-done";
     let set_env = |value: &str| {
         cluster.kubectl_ok(&["-n", "kube-system", "set", "env", "daemonset/yh-genie", "-c", "attach-worker", value]);
-        cluster.kubectl_ok(&["-n", "kube-system", "rollout", "status", "daemonset/yh-genie", "--timeout=300s"]);
+        cluster.rollout_yh_genie("300s");
     };
     set_env(crash);
     let sandbox = sandbox_of(cluster, "dyn-c");
@@ -407,7 +407,7 @@ pub fn dynamic_networks_switch_off_with_the_plain_manifest(cluster: &mut Cluster
     ]);
     let plain = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("manifests/yh-genie.yaml");
     cluster.kubectl_ok(&["apply", "-f", &plain.display().to_string()]);
-    cluster.kubectl_ok(&["-n", "kube-system", "rollout", "status", "daemonset/yh-genie", "--timeout=300s"]);
+    cluster.rollout_yh_genie("300s");
     let ds = cluster.get_json(&["-n", "kube-system", "get", "daemonset", "yh-genie"]);
     let pod = &ds["spec"]["template"]["spec"];
     assert_eq!(containers(&ds), ["install"], "switched off: {pod}");

@@ -296,7 +296,7 @@ pub fn daemonset_rolled_while_pods_start_loses_nothing(cluster: &mut Cluster) {
         assert!(in_cidr(&ip, &cidr), "{pod}: status.podIP {ip:?} is not in {cidr}");
         assert_eq!(cluster.pod_addresses(NS, pod, "eth0"), vec![ip], "{pod}");
     }
-    cluster.kubectl_ok(&["-n", "kube-system", "rollout", "status", "daemonset/yh-genie", "--timeout=120s"]);
+    cluster.rollout_yh_genie("120s");
     let installers = cluster.get_json(&["-n", "kube-system", "get", "pods", "-l", "app.kubernetes.io/name=yh-genie"]);
     let running: Vec<(&str, &str, bool)> = installers["items"]
         .as_array()

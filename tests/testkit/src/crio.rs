@@ -12,10 +12,19 @@
 //! conf dir as its one network. Nothing of the machine's own: no AppArmor profile is loaded, no
 //! irqbalance file written, no NRI socket, no metrics port.
 //!
+//! Short image names (`yh-genie:0.2.0`, as manifests/ names the image) resolve as containerd
+//! resolves them, to `docker.io/library/`: a registries.conf of its own lists docker.io as the one
+//! unqualified-search registry, with an empty drop-in dir (nothing of the machine's). Without one,
+//! CRI-O 1.36 refuses every short name ("did not resolve to an alias and no unqualified-search
+//! registries are defined"), local images included.
+//!
 //! runc runs through a wrapper that raises a bundle's `oomScoreAdj` to the wrapper's own score:
 //! CRI-O gives every infra container -998, which only a process with CAP_SYS_RESOURCE may set, and
 //! it has no setting like containerd's `restrict_oom_score_adj` (which `containerd::config` turns
-//! on).
+//! on). And it drops a container's hugepage limits where the machine mounts no hugetlb hierarchy:
+//! CRI-O sets them whenever the kernel lists the controller in /proc/cgroups, mounted or not, and
+//! runc then fails ("cannot set hugetlb limit: container could not join or create cgroup");
+//! containerd leaves them out by default (`disable_hugetlb_controller`).
 
 use crate::node_namespaces::NodeNamespaces;
 use std::os::unix::fs::PermissionsExt;
@@ -23,7 +32,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 /// runc for CRI-O: for `create` and `run` (which name the bundle), a score below the caller's own
-/// is raised to it; then Debian's runc.
+/// is raised to it, and hugepage limits are dropped where no hugetlb hierarchy is mounted; then
+/// Debian's runc.
 const RUNC_WRAPPER: &str = r#"#!/bin/bash
 config=
 for ((i = 1; i <= $#; i++)); do
@@ -34,11 +44,20 @@ for ((i = 1; i <= $#; i++)); do
 done
 if [ -n "$config" ] && [ -f "$config" ]; then
   own=$(cat /proc/self/oom_score_adj)
-  jq --argjson own "$own" \
-    'if .process.oomScoreAdj != null and .process.oomScoreAdj < $own then .process.oomScoreAdj = $own else . end' \
+  hugetlb=false
+  [ -d /sys/fs/cgroup/hugetlb ] && hugetlb=true
+  jq --argjson own "$own" --argjson hugetlb "$hugetlb" \
+    '(if .process.oomScoreAdj != null and .process.oomScoreAdj < $own then .process.oomScoreAdj = $own else . end)
+     | if $hugetlb then . else del(.linux.resources.hugepageLimits) end' \
     "$config" >"$config.bounded" && mv "$config.bounded" "$config"
 fi
 exec runc "$@"
+"#;
+
+/// Short names are looked up as `docker.io/library/<name>` (then `localhost/<name>`, which CRI-O
+/// always tries first), never asked about: no registry is reachable from a node anyway.
+const REGISTRIES_CONF: &str = r#"unqualified-search-registries = ["docker.io"]
+short-name-mode = "permissive"
 "#;
 
 /// Where and with what CRI-O runs.
@@ -60,11 +79,24 @@ impl CrioSetup<'_> {
     pub fn write(&self) {
         let own = self.dir;
         for sub in [
-            "root", "runroot", "ns", "exits", "attach", "hooks", "cdi", "keys", "policies", "tmp", "conf.d", "pod-logs",
+            "root",
+            "runroot",
+            "ns",
+            "exits",
+            "attach",
+            "hooks",
+            "cdi",
+            "keys",
+            "policies",
+            "tmp",
+            "conf.d",
+            "pod-logs",
+            "registries.conf.d",
         ] {
             std::fs::create_dir_all(own.join(sub)).unwrap();
         }
         std::fs::write(own.join("policy.json"), r#"{"default": [{"type": "insecureAcceptAnything"}]}"#).unwrap();
+        std::fs::write(own.join("registries.conf"), REGISTRIES_CONF).unwrap();
         let wrapper = own.join("runc-oom-bounded");
         std::fs::write(&wrapper, RUNC_WRAPPER).unwrap();
         std::fs::set_permissions(&wrapper, std::fs::Permissions::from_mode(0o755)).unwrap();
@@ -141,6 +173,10 @@ pub fn daemon(node: &NodeNamespaces, bin: &Path, dir: &Path) -> Command {
     command
         .env_clear()
         .env("PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin")
+        .arg("--registries-conf")
+        .arg(dir.join("registries.conf"))
+        .arg("--registries-conf-dir")
+        .arg(dir.join("registries.conf.d"))
         .arg("--config")
         .arg(dir.join("crio.conf"))
         .arg("--config-dir")

@@ -203,6 +203,31 @@ impl Cluster {
         }
     }
 
+    /// `kubectl rollout status` of yh-genie's DaemonSet within `timeout` (`300s`); on a timeout,
+    /// panics with its pods described, their containers' logs and `diagnostics`.
+    pub fn rollout_yh_genie(&self, timeout: &str) {
+        let (ok, out, err) = self.kubectl(&[
+            "-n",
+            "kube-system",
+            "rollout",
+            "status",
+            "daemonset/yh-genie",
+            &format!("--timeout={timeout}"),
+        ]);
+        if ok {
+            return;
+        }
+        let selector = ["-n", "kube-system", "-l", "app.kubernetes.io/name=yh-genie"];
+        let (_, described, _) = self.kubectl(&[&["describe", "pods"][..], &selector[..]].concat());
+        let (_, logs, _) = self.kubectl(
+            &[&["logs", "--all-containers", "--prefix", "--tail=20", "--ignore-errors"][..], &selector[..]].concat(),
+        );
+        panic!(
+            "yh-genie's DaemonSet did not roll out within {timeout}: {err}{out}\n{described}\n{logs}\n{}",
+            self.diagnostics()
+        );
+    }
+
     /// What helps to understand a failure: the pods, events, and the tails of the logs.
     pub fn diagnostics(&self) -> String {
         let (_, pods, _) = self.kubectl(&["get", "pods", "-A", "-o", "wide"]);
