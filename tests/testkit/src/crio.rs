@@ -24,7 +24,10 @@
 //! on). And it drops a container's hugepage limits where the machine mounts no hugetlb hierarchy:
 //! CRI-O sets them whenever the kernel lists the controller in /proc/cgroups, mounted or not, and
 //! runc then fails ("cannot set hugetlb limit: container could not join or create cgroup");
-//! containerd leaves them out by default (`disable_hugetlb_controller`).
+//! containerd leaves them out by default (`disable_hugetlb_controller`). A privileged container
+//! gets from CRI-O every capability it knows, from containerd those of its own bounding set; the
+//! machines here withhold CAP_SYS_RESOURCE, which runc cannot grant ("unable to apply caps"), so
+//! the wrapper keeps a bundle's capabilities inside its own bounding set, as containerd does.
 
 use crate::node_namespaces::NodeNamespaces;
 use std::os::unix::fs::PermissionsExt;
@@ -32,8 +35,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 /// runc for CRI-O: for `create` and `run` (which name the bundle), a score below the caller's own
-/// is raised to it, and hugepage limits are dropped where no hugetlb hierarchy is mounted; then
-/// Debian's runc.
+/// is raised to it, hugepage limits are dropped where no hugetlb hierarchy is mounted, and
+/// capabilities outside the caller's bounding set are dropped; then Debian's runc.
 const RUNC_WRAPPER: &str = r#"#!/bin/bash
 config=
 for ((i = 1; i <= $#; i++)); do
@@ -46,9 +49,21 @@ if [ -n "$config" ] && [ -f "$config" ]; then
   own=$(cat /proc/self/oom_score_adj)
   hugetlb=false
   [ -d /sys/fs/cgroup/hugetlb ] && hugetlb=true
+  names=(CHOWN DAC_OVERRIDE DAC_READ_SEARCH FOWNER FSETID KILL SETGID SETUID SETPCAP LINUX_IMMUTABLE
+    NET_BIND_SERVICE NET_BROADCAST NET_ADMIN NET_RAW IPC_LOCK IPC_OWNER SYS_MODULE SYS_RAWIO SYS_CHROOT
+    SYS_PTRACE SYS_PACCT SYS_ADMIN SYS_BOOT SYS_NICE SYS_RESOURCE SYS_TIME SYS_TTY_CONFIG MKNOD LEASE
+    AUDIT_WRITE AUDIT_CONTROL SETFCAP MAC_OVERRIDE MAC_ADMIN SYSLOG WAKE_ALARM BLOCK_SUSPEND AUDIT_READ
+    PERFMON BPF CHECKPOINT_RESTORE)
+  bounding=$((16#$(awk '/^CapBnd:/ { print $2 }' /proc/self/status)))
+  withheld=()
+  for i in "${!names[@]}"; do
+    (((bounding >> i) & 1)) || withheld+=("CAP_${names[$i]}")
+  done
   jq --argjson own "$own" --argjson hugetlb "$hugetlb" \
+    --argjson withheld "$(printf '%s\n' "${withheld[@]}" | jq -R 'select(. != "")' | jq -s .)" \
     '(if .process.oomScoreAdj != null and .process.oomScoreAdj < $own then .process.oomScoreAdj = $own else . end)
-     | if $hugetlb then . else del(.linux.resources.hugepageLimits) end' \
+     | (if $hugetlb then . else del(.linux.resources.hugepageLimits) end)
+     | (if .process.capabilities then .process.capabilities |= map_values(. - $withheld) else . end)' \
     "$config" >"$config.bounded" && mv "$config.bounded" "$config"
 fi
 exec runc "$@"
