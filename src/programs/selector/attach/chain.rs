@@ -54,10 +54,44 @@ pub fn check(list: &ConfList, inv: &Invocation, prev: &CniResult) -> Result<(), 
     }
     for i in 0..list.plugins.len() {
         list.plugin_stdin(i, Some(prev))
-            .and_then(|stdin| plugins::invoke(list.plugin_type(i), Command::Check, inv, &stdin))
+            .and_then(|stdin| {
+                if bandwidth_without_limits(list.plugin_type(i), &stdin) {
+                    return Ok(None);
+                }
+                plugins::invoke(list.plugin_type(i), Command::Check, inv, &stdin)
+            })
             .map_err(|e| e.context(step(list, i, Command::Check)))?;
     }
     Ok(())
+}
+
+/// The reference `bandwidth` asked to CHECK with no limit to check: it has nothing to compare, and
+/// its releases before v1.9.1 crash on it (a nil dereference, containernetworking/plugins#1221),
+/// which Debian 12 and other distributions still ship. Runtimes that CHECK (CRI-O, on every pod
+/// status) would then report the pod's network broken; v1.9.1 and later answer success. Limits
+/// come from `runtimeConfig.bandwidth` (the pod's annotations) or the plugin's own rate keys, read
+/// as Go reads them, whatever their case.
+fn bandwidth_without_limits(plugin_type: &str, stdin: &[u8]) -> bool {
+    if plugin_type != "bandwidth" {
+        return false;
+    }
+    let Ok(serde_json::Value::Object(conf)) = serde_json::from_slice::<serde_json::Value>(stdin) else {
+        return false;
+    };
+    let has_limit = |object: &serde_json::Map<String, serde_json::Value>| {
+        object.iter().any(|(key, value)| {
+            let key = key.to_ascii_lowercase();
+            ["ingressrate", "ingressburst", "egressrate", "egressburst"].contains(&key.as_str())
+                && value.as_f64().is_some_and(|v| v > 0.0)
+        })
+    };
+    let runtime_limits = conf
+        .iter()
+        .filter(|(key, _)| key.eq_ignore_ascii_case("runtimeConfig"))
+        .filter_map(|(_, value)| value.as_object())
+        .flat_map(|runtime| runtime.iter().filter(|(key, _)| key.eq_ignore_ascii_case("bandwidth")))
+        .any(|(_, bandwidth)| bandwidth.as_object().is_some_and(has_limit));
+    !runtime_limits && !has_limit(&conf)
 }
 
 /// STATUS of every plugin in order, as libcni asks a network: only from 1.1.0 on (before, a network
@@ -187,6 +221,35 @@ mod tests {
 
     fn address(r: &CniResult) -> String {
         r.ips[0].address.to_string()
+    }
+
+    #[test]
+    fn bandwidth_is_checked_only_with_a_limit_to_check() {
+        let without = |conf: serde_json::Value| bandwidth_without_limits("bandwidth", conf.to_string().as_bytes());
+        assert!(without(serde_json::json!({"type": "bandwidth", "capabilities": {"bandwidth": true}})));
+        assert!(without(serde_json::json!({"type": "bandwidth", "runtimeConfig": {"bandwidth": {}}})));
+        assert!(!without(
+            serde_json::json!({"type": "bandwidth", "runtimeConfig": {"bandwidth": {"ingressRate": 1000}}})
+        ));
+        // Go's decoder matches keys whatever their case: so does the check.
+        assert!(!without(serde_json::json!({"type": "bandwidth", "RuntimeConfig": {"Bandwidth": {"EGRESSRATE": 8}}})));
+        assert!(!without(serde_json::json!({"type": "bandwidth", "IngressBurst": 100})));
+        assert!(!bandwidth_without_limits("portmap", br#"{"type": "portmap"}"#));
+    }
+
+    #[test]
+    fn check_skips_a_bandwidth_without_limits_and_asks_one_with_them() {
+        let p = Plugins::new();
+        p.plugin("bandwidth", "", false);
+        let prev = add(&chain("1.0.0", &["a"], false), &p.inv()).unwrap();
+        p.log();
+        check(&chain("1.0.0", &["a", "bandwidth"], false), &p.inv(), &prev).unwrap();
+        assert_eq!(p.log(), ["CHECK a prev=yes"]);
+        let limited = serde_json::json!({"cniVersion": "1.0.0", "name": "net", "plugins": [
+            {"type": "a"}, {"type": "bandwidth", "egressRate": 1000, "egressBurst": 1000}]});
+        let limited = ConfList::parse(limited.to_string().as_bytes(), true, "net.conflist").unwrap();
+        check(&limited, &p.inv(), &prev).unwrap();
+        assert_eq!(p.log(), ["CHECK a prev=yes", "CHECK bandwidth prev=yes"]);
     }
 
     #[test]
