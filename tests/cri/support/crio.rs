@@ -24,6 +24,11 @@ pub fn sandbox_dirs(dir: &Path) -> Vec<PathBuf> {
     testkit::crio::sandbox_dirs(&own(dir))
 }
 
+/// The home of CRI-O's overlay storage, mounted onto itself while CRI-O runs.
+pub fn storage_home(dir: &Path) -> PathBuf {
+    testkit::crio::storage_home(&own(dir))
+}
+
 /// Where pinns pins the pods' network namespaces.
 pub fn netns_dir(dir: &Path) -> PathBuf {
     testkit::crio::netns_dir(&own(dir))

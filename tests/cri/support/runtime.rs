@@ -158,10 +158,18 @@ impl Runtime {
             Engine::Containerd { .. } => containerd::sandbox_dirs(self.run_dir()),
             Engine::Crio { .. } => crio::sandbox_dirs(self.run_dir()),
         };
+        // CRI-O's overlay storage mounts its own home (`root/overlay`, bound onto itself, private)
+        // for as long as CRI-O runs: the store's, never a sandbox's.
+        let store = match self.engine {
+            Engine::Containerd { .. } => None,
+            Engine::Crio { .. } => Some(crio::storage_home(self.run_dir())),
+        };
         let sandbox_mount = |m: &String| {
             // (Not every mount under /run/netns: the machine's named netns show through, hidden by
             // the node's /run.)
-            m.starts_with("/run/netns/cni-") || dirs.iter().any(|d| Path::new(m).starts_with(d))
+            let path = Path::new(m);
+            (m.starts_with("/run/netns/cni-") || dirs.iter().any(|d| path.starts_with(d)))
+                && store.as_deref() != Some(path)
         };
         self.namespaces.mounts().into_iter().filter(sandbox_mount).collect()
     }

@@ -204,6 +204,11 @@ pub fn sandbox_dirs(dir: &Path) -> Vec<PathBuf> {
     vec![dir.join("root"), dir.join("runroot"), dir.join("ns")]
 }
 
+/// The home of CRI-O's overlay storage, which the storage mounts onto itself while CRI-O runs.
+pub fn storage_home(dir: &Path) -> PathBuf {
+    dir.join("root/overlay")
+}
+
 /// Where pinns pins the pods' network namespaces (`<namespaces_dir>/netns`).
 pub fn netns_dir(dir: &Path) -> PathBuf {
     dir.join("ns/netns")
