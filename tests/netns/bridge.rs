@@ -667,6 +667,15 @@ fn check_notices_what_changed() {
     assert!(e["msg"].as_str().unwrap().contains("route 10.0.0.0/8 is missing"), "{e}");
     pod.must("ip route add 10.0.0.0/8 via 10.66.0.1 dev eth0");
 
+    // A later network of the pod may move routes into a policy table (`router` moves eth0's
+    // default out of `main`): still the pod's routes, still found.
+    pod.must("ip route del default && ip route add default via 10.66.0.1 dev eth0 table 200");
+    driver(&node, "CHECK", "c1", &netns, &checked, "").ok();
+    pod.must("ip route del default table 200");
+    let e = driver(&node, "CHECK", "c1", &netns, &checked, "").err();
+    assert!(e["msg"].as_str().unwrap().contains("route 0.0.0.0/0 via 10.66.0.1 is missing"), "{e}");
+    pod.must("ip route add default via 10.66.0.1 dev eth0");
+
     pod.must("ip addr del 10.66.0.2/24 dev eth0");
     let e = driver(&node, "CHECK", "c1", &netns, &checked, "").err();
     assert!(e["msg"].as_str().unwrap().contains("address 10.66.0.2/24 is not on \"eth0\""), "{e}");

@@ -97,7 +97,10 @@ async fn check_routes(cx: &Context<'_>) -> Result<(), CniError> {
         let routes = match tables.entry(IpFamily::of_net(&r.dst)) {
             Entry::Occupied(loaded) => loaded.into_mut(),
             Entry::Vacant(family) => {
-                let routes = cx.pod.routes(*family.key(), Some(Route::MAIN_TABLE)).await?;
+                // Every table, not `main` alone: a later network of the pod may move this one's
+                // routes into a policy table of their own (`router` moves eth0's default route out
+                // of `main`, `veth` with `migrate_route` its NIC's), and they are still the pod's.
+                let routes = cx.pod.routes(*family.key(), None).await?;
                 family.insert(routes)
             }
         };
