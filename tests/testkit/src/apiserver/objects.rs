@@ -222,23 +222,17 @@ impl ApiServer {
 
 /// `at` as a Kubernetes `MicroTime`: `2026-01-02T03:04:05.000006Z` (UTC).
 fn micro_time(at: std::time::SystemTime) -> String {
-    let since = at.duration_since(std::time::UNIX_EPOCH).expect("after 1970");
-    let (days, seconds) = (since.as_secs() / 86_400, since.as_secs() % 86_400);
-    // Howard Hinnant's civil_from_days, for days since 1970-01-01.
-    let z = days as i64 + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    format!(
-        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{:06}Z",
-        seconds / 3600,
-        seconds / 60 % 60,
-        seconds % 60,
-        since.subsec_micros()
-    )
+    let at = jiff::Timestamp::try_from(at).expect("a time a test makes is in jiff's range");
+    at.strftime("%Y-%m-%dT%H:%M:%S%.6fZ").to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::{Duration, UNIX_EPOCH};
+
+    #[test]
+    fn micro_time_is_kubernetes_format_in_utc() {
+        let at = UNIX_EPOCH + Duration::from_secs(1_767_323_045) + Duration::from_micros(6);
+        assert_eq!(super::micro_time(at), "2026-01-02T03:04:05.000006Z");
+    }
 }
