@@ -53,60 +53,8 @@ agent_port=9745 # --agent-metrics-address, on the node's loopback
 nodes=()
 scratch=
 
-log() { printf '\n=== [%d s] %s\n' "$SECONDS" "$*" >&2; }
-fail() {
-	printf '\nFAIL: %s\n' "$*" >&2
-	exit 1
-}
-
-# wait_until WHAT CMD...: run CMD every 2 s until it succeeds; fail after $wait_secs.
-wait_until() {
-	local what=$1 deadline=$((SECONDS + wait_secs))
-	shift
-	until "$@"; do
-		((SECONDS < deadline)) || fail "timed out after ${wait_secs}s waiting for $what"
-		sleep 2
-	done
-}
-
-on_every_node() {
-	local node
-	for node in "${nodes[@]}"; do
-		docker exec "$node" "$@" || return 1
-	done
-}
-
-# The first `image:` in a manifest.
-manifest_image() { awk '$1 == "image:" { print $2; exit }' "$1"; }
-
-ip_to_int() {
-	local a b c d
-	IFS=. read -r a b c d <<<"$1"
-	echo $(((a << 24) | (b << 16) | (c << 8) | d))
-}
-
-# ip_in_cidr IP CIDR (IPv4). A malformed CIDR (e.g. from a failed lookup) is an error, not a match.
-ip_in_cidr() {
-	local ip net bits mask
-	[[ $2 =~ ^[0-9]{1,3}(\.[0-9]{1,3}){3}/[0-9]{1,2}$ ]] || fail "not an IPv4 CIDR: '$2'"
-	[[ $1 =~ ^[0-9]{1,3}(\.[0-9]{1,3}){3}$ ]] || return 1
-	ip=$(ip_to_int "$1")
-	net=$(ip_to_int "${2%/*}")
-	bits=${2#*/}
-	mask=$((bits == 0 ? 0 : (0xffffffff << (32 - bits)) & 0xffffffff))
-	(((ip & mask) == (net & mask)))
-}
-
-pod_field() { kubectl -n "$ns" get pod "$1" -o "jsonpath=$2"; }
-
-# pod_addr_on POD DEV: the pod's IPv4 address on interface DEV; fails when there is not exactly one.
-pod_addr_on() {
-	local addrs
-	addrs=$(kubectl -n "$ns" exec "$1" -- ip -4 -o addr show dev "$2") || fail "$1 has no $2"
-	mapfile -t addrs < <(awk '{ split($4, a, "/"); print a[1] }' <<<"$addrs")
-	((${#addrs[@]} == 1)) || fail "$1: want one address on $2, got ${#addrs[@]}: ${addrs[*]}"
-	echo "${addrs[0]}"
-}
+# shellcheck source=e2e/lib.sh
+source "$repo/e2e/lib.sh"
 
 # The pod's address as the runtime reported it; fails when there is none.
 pod_ip() {
@@ -125,22 +73,6 @@ assert_pod_address() {
 	[[ $addrs == *"inet $ip/"* ]] || fail "$pod: eth0 does not hold $ip: $addrs"
 }
 
-# assert_fetch FROM URL WANT: an HTTP GET from pod FROM returns WANT (the answering pod's name).
-assert_fetch() {
-	local body
-	body=$(kubectl -n "$ns" exec "$1" -- wget -q -O - -T 5 "$2") || fail "$1 cannot fetch $2"
-	[[ $body == "$3" ]] || fail "$1 fetched '$body' from $2, want '$3'"
-}
-
-# The id of the one ready sandbox of POD on NODE (what CNI calls the container id).
-sandbox_id() {
-	docker exec "$1" crictl pods --namespace "$ns" --name "$2" -o json |
-		jq -er --arg pod "$2" '[.items[] | select(.metadata.name == $pod and .state == "SANDBOX_READY") | .id]
-			| if length == 1 then .[0] else error("want one ready sandbox, got \(length)") end'
-}
-
-node_has() { docker exec "$1" test -e "$2"; }
-
 # agent_get NODE PATH: the body of GET PATH on the node agent's local port (bash's /dev/tcp: the
 # node image needs no curl).
 agent_get() {
@@ -152,8 +84,6 @@ agent_get() {
 agent_hits() {
 	agent_get "$1" /metrics | awk '$1 ~ /^yh_genie_agent_answers_total\{outcome="hit(_after_wait)?"\}$/ { n += $2 } END { print n + 0 }'
 }
-node_lacks() { ! docker exec "$1" test -e "$2"; }
-
 diagnostics() {
 	local node
 	if ((${#nodes[@]} == 0)); then
@@ -173,24 +103,6 @@ diagnostics() {
 		echo "--- $node"
 		docker exec "$node" ls -la "$bin_dir" "$conf_dir" || true
 	done
-}
-
-cleanup() {
-	local rc=$?
-	trap - EXIT
-	if ((rc != 0)); then
-		diagnostics || true
-	fi
-	if [[ ${KEEP_CLUSTER:-0} == 1 ]]; then
-		log "kept cluster $cluster; KUBECONFIG=$KUBECONFIG"
-	else
-		kind delete cluster --name "$cluster" >/dev/null 2>&1 || true
-		rm -f "$KUBECONFIG"
-	fi
-	if [[ -n $scratch ]]; then
-		rm -rf "$scratch"
-	fi
-	exit "$rc"
 }
 
 create_cluster() {
@@ -386,18 +298,6 @@ check_workload() {
 	done
 }
 
-# assert_network_status POD ETH0_IP NET1_IP: the pod's network-status annotation lists eth0 (the
-# default, with the pod IP) and net1 (with its address), in that order, and nothing else.
-assert_network_status() {
-	local status
-	status=$(pod_field "$1" '{.metadata.annotations.k8s\.v1\.cni\.cncf\.io/network-status}')
-	jq -e --arg eth0 "$2" --arg net1 "$3" '
-		length == 2
-		and .[0].interface == "eth0" and .[0].default == true and (.[0].ips | index($eth0))
-		and .[1].interface == "net1" and (.[1].default | not) and (.[1].ips | index($net1))' <<<"$status" >/dev/null ||
-		fail "$1: network-status does not list eth0 $2 and net1 $3: $status"
-}
-
 check_multinet() {
 	local pod other node hits before route routes
 	local -A net1_of=() leases=()
@@ -452,12 +352,6 @@ check_upgrade() {
 	kubectl -n "$ns" wait --for=condition=Ready pod/yh-after-upgrade --timeout="${wait_secs}s"
 	assert_pod_address yh-after-upgrade "$pod_cidr"
 	kubectl -n "$ns" delete pod yh-after-upgrade --wait=true --timeout="${wait_secs}s"
-}
-
-no_installer_pods() {
-	local pods
-	pods=$(kubectl -n kube-system get pods -l app.kubernetes.io/name=yh-genie -o name) || return 1
-	[[ -z $pods ]]
 }
 
 check_uninstall() {
