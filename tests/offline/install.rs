@@ -65,6 +65,9 @@ impl InstallerPod {
 
     /// The installer with a clean environment: only what a pod's kubelet would set.
     fn command(&self, extra: &[&str]) -> Command {
+        self.command_with_default("yonghui", extra)
+    }
+    fn command_with_default(&self, default_network: &str, extra: &[&str]) -> Command {
         let mut c = Command::new(BIN);
         c.env_clear()
             .env("KUBERNETES_SERVICE_HOST", "fd00:10:96::1")
@@ -76,7 +79,7 @@ impl InstallerPod {
             .arg(self.path("sa"))
             .arg("--networks-dir")
             .arg(self.path("networks"))
-            .args(["--default-network", "yonghui"])
+            .args(["--default-network", default_network])
             .args(extra);
         c
     }
@@ -331,6 +334,30 @@ fn the_conflist_waits_for_the_fabric_but_the_kubeconfig_does_not() {
     fs::write(&subnet_env, "FLANNEL_NETWORK=10.244.0.0/16\n").unwrap();
     wait_for("the conflist", || pod.conflist().exists().then_some(()));
     assert_installed(&pod, "token-1");
+}
+
+#[test]
+fn beside_the_clusters_own_network_the_conflist_does_not_wait_for_the_fabric() {
+    let pod = InstallerPod::new();
+    let kindnet = r#"{"cniVersion":"0.3.1","name":"kindnet","plugins":[
+        {"type":"ptp","ipam":{"type":"host-local","ranges":[[{"subnet":"10.244.0.0/24"}]]}},
+        {"type":"portmap","capabilities":{"portMappings":true}}]}"#;
+    let conf_dir = pod.host("/etc/cni/net.d");
+    fs::create_dir_all(&conf_dir).unwrap();
+    fs::write(conf_dir.join("10-kindnet.conflist"), kindnet).unwrap();
+    let bin_dir = pod.host("/opt/cni/bin");
+    fs::create_dir_all(&bin_dir).unwrap();
+    for plugin in ["ptp", "host-local", "portmap"] {
+        fs::write(bin_dir.join(plugin), "#!/bin/sh\n").unwrap();
+        fs::set_permissions(bin_dir.join(plugin), fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    // The shipped DaemonSet's --wait-for names flannel's file, which kindnet never writes.
+    let out = pod.command_with_default("auto", &["--once", "--wait-for", "/run/flannel/subnet.env"]).output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_ok(&out);
+    assert!(stderr.contains("not waiting for /run/flannel/subnet.env"), "{stderr}");
+    let conflist = fs::read_to_string(pod.conflist()).unwrap();
+    assert!(conflist.contains("portMappings"), "kindnet's capabilities declared: {conflist}");
 }
 
 #[test]

@@ -49,6 +49,9 @@ pub fn main(opts: &Options) -> i32 {
 struct Outcome {
     /// The `--wait-for` file that is missing, holding back the conflist; `None` once it is written.
     waiting_for: Option<PathBuf>,
+    /// The `--wait-for` files not waited for, because the default network is the cluster's own,
+    /// read in place: its own file and plugins say when it is ready.
+    not_waited_for: Vec<PathBuf>,
     /// The network files that could not be installed (every other one was), and why.
     bad_networks: Option<String>,
     /// Why the cluster's network, read in place as the default one, cannot network a pod yet.
@@ -97,6 +100,7 @@ fn run(opts: &Options) -> anyhow::Result<()> {
         if let Some(why) = first.held_back {
             bail!("{why}");
         }
+        log_not_waited_for(&first.not_waited_for);
         info!("installed");
         return Ok(());
     };
@@ -153,7 +157,8 @@ fn agent_options(
 fn report(outcome: &Result<Outcome, String>) {
     match outcome {
         Err(e) => error!("{e}"),
-        Ok(Outcome { waiting_for, bad_networks, default_not_ready, held_back }) => {
+        Ok(Outcome { waiting_for, not_waited_for, bad_networks, default_not_ready, held_back }) => {
+            log_not_waited_for(not_waited_for);
             if let Some(why) = held_back {
                 error!("{why}");
                 return;
@@ -169,6 +174,17 @@ fn report(outcome: &Result<Outcome, String>) {
                 None => info!("installed; watching for changes"),
             }
         }
+    }
+}
+
+fn log_not_waited_for(files: &[PathBuf]) {
+    if !files.is_empty() {
+        let files: Vec<String> = files.iter().map(|p| p.display().to_string()).collect();
+        info!(
+            "not waiting for {} (--wait-for): the default network is the cluster's own, read in place, and is \
+             ready once its file parses and its plugins are installed",
+            files.join(", ")
+        );
     }
 }
 
@@ -228,10 +244,18 @@ fn converge(opts: &Options) -> anyhow::Result<Outcome> {
         Some(path) => conflist::read_selector_config(path)?,
         None => Default::default(),
     };
-    let in_place = cluster_network::read(opts, &extra).unwrap_or_default();
+    // `--wait-for` names what yh-genie's own default network needs (the shipped DaemonSet: the
+    // fabric's subnet.env for yonghui). Beside the cluster's own network that file may never come:
+    // the network in place is waited for by its own readiness instead.
+    let in_place = cluster_network::read(opts, &extra);
+    let not_waited_for = if in_place.is_some() { opts.wait_for.clone() } else { Vec::new() };
+    let in_place = in_place.unwrap_or_default();
     let default_not_ready = in_place.not_ready;
-    if let Some(missing) = opts.wait_for.iter().find(|p| !opts.on_host(p).exists()) {
-        return Ok(Outcome { waiting_for: Some(missing.clone()), bad_networks, default_not_ready, held_back: None });
+    if not_waited_for.is_empty()
+        && let Some(missing) = opts.wait_for.iter().find(|p| !opts.on_host(p).exists())
+    {
+        let waiting_for = Some(missing.clone());
+        return Ok(Outcome { waiting_for, not_waited_for, bad_networks, default_not_ready, held_back: None });
     }
     let path = conf_dir.join(conflist::FILE_NAME);
     // Writing it back would start a rename war with Cilium, which renames it again on every change.
@@ -245,13 +269,19 @@ fn converge(opts: &Options) -> anyhow::Result<Outcome> {
             renamed.display(),
             renamed.display()
         );
-        return Ok(Outcome { waiting_for: None, bad_networks, default_not_ready, held_back: Some(why) });
+        return Ok(Outcome {
+            waiting_for: None,
+            not_waited_for,
+            bad_networks,
+            default_not_ready,
+            held_back: Some(why),
+        });
     }
     let bytes = conflist::render(opts, extra, &in_place.capabilities);
     let change = files::ensure_conf_file(&path, state_dir, &bytes, 0o644)
         .with_context(|| format!("writing {}", path.display()))?;
     log_change(change, &path);
-    Ok(Outcome { waiting_for: None, bad_networks, default_not_ready, held_back: None })
+    Ok(Outcome { waiting_for: None, not_waited_for, bad_networks, default_not_ready, held_back: None })
 }
 
 /// On the way out (`--cleanup-on-exit`): the conflist first, so the runtime stops calling yh-genie
