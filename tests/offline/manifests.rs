@@ -517,6 +517,7 @@ fn the_ipblock_crd_is_shipped_for_the_objects_the_agent_creates() {
         cidr: "10.0.0.0/28".parse().unwrap(),
         pool: "p".into(),
         node: "n".into(),
+        fixed: true,
     })
     .unwrap();
     let declared: BTreeSet<&String> = spec.properties.as_ref().unwrap().keys().collect();
@@ -527,6 +528,50 @@ fn the_ipblock_crd_is_shipped_for_the_objects_the_agent_creates() {
     assert!(at("ipam-crd.yaml") < at("yh-genie.yaml"), "the CRD is applied first: {applied:?}");
     for verb in ["create", "get"] {
         assert!(AGENT_API_CALLS.contains(&(ip_block::GROUP, ip_block::PLURAL, verb)), "{verb}");
+    }
+}
+
+/// yh-ipam's FixedAddress CRD ships beside the IPBlock's, as the code names it, with the spec's
+/// fields the agent writes.
+#[test]
+fn the_fixed_address_crd_is_shipped_for_the_objects_the_agent_creates() {
+    use yh_genie::platform::kube::{fixed_address, ip_block};
+    let name = format!("{}.{}", fixed_address::PLURAL, ip_block::GROUP);
+    let crd: CustomResourceDefinition = find("manifests", &name);
+    assert_eq!(crd.spec.scope, "Cluster");
+    assert_eq!(
+        (crd.spec.names.kind.as_str(), crd.spec.names.plural.as_str()),
+        (fixed_address::KIND, fixed_address::PLURAL)
+    );
+    let version = crd.spec.versions.iter().find(|v| v.name == ip_block::VERSION).expect("the code's version");
+    assert!(version.served && version.storage);
+    let schema = version.schema.as_ref().unwrap().open_api_v3_schema.as_ref().unwrap();
+    let spec = &schema.properties.as_ref().unwrap()["spec"];
+    let written = serde_json::to_value(fixed_address::FixedAddressSpec {
+        pool: "p".into(),
+        address: "10.0.0.2".parse().unwrap(),
+        block: "10.0.0.0/28".parse().unwrap(),
+        interface: "net1".into(),
+        range_set: 0,
+        owner: fixed_address::StatefulSetMember {
+            kind: "StatefulSet".into(),
+            namespace: "db".into(),
+            name: "web".into(),
+            uid: "u".into(),
+            ordinal: 0,
+        },
+        pod: fixed_address::HoldingPod {
+            uid: "p".into(),
+            namespace: "db".into(),
+            name: "web-0".into(),
+            node: "n".into(),
+        },
+    })
+    .unwrap();
+    let declared: BTreeSet<&String> = spec.properties.as_ref().unwrap().keys().collect();
+    assert_eq!(declared, written.as_object().unwrap().keys().collect(), "the fields the agent writes");
+    for verb in ["create", "list", "update", "delete"] {
+        assert!(AGENT_API_CALLS.contains(&(ip_block::GROUP, fixed_address::PLURAL, verb)), "{verb}");
     }
 }
 

@@ -95,8 +95,13 @@ async fn connection(shared: Arc<Shared>, stream: UnixStream) {
                 }
                 annotate::offer(&shared, job)
             }
-            Ok(Request { ask: Ask::Allocate { pool, owner }, .. }) => {
-                shared.addresses.allocate(&shared.client, pool, owner).await
+            Ok(Request { ask: Ask::Allocate { pool, owner, requested }, .. }) => {
+                // Which StatefulSet ordinal the pod is, as the watch holds it (`None`: not held yet).
+                let member = {
+                    let store = shared.store.lock().unwrap_or_else(|e| e.into_inner());
+                    store.holds_uid(&owner.uid).then(|| store.statefulset_member(&owner.uid))
+                };
+                shared.addresses.allocate(&shared.client, pool, owner, &requested, member).await
             }
             Ok(Request { ask: Ask::Release { pool, container_id, ifname, uid }, .. }) => {
                 shared.addresses.release(&pool, &container_id, &ifname, uid.as_deref()).await

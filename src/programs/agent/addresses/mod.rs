@@ -11,6 +11,8 @@
 //! - `lease`: the node's lease on its blocks, renewed in the background; no address is handed out
 //!   while it is older than its duration, and after it had run out none before the node's blocks
 //!   are checked (yh-ipam's dead-node releaser, `super::releaser`, may have released them);
+//! - `fixed`: fixed addresses, kept for a StatefulSet's ordinal across its pods, outside the nodes'
+//!   blocks: one `FixedAddress` object per address, in the pool's fixed blocks;
 //! - `records`: one durable file per owner, written before the plugin hears its addresses and read
 //!   back at start, before the agent answers.
 //!
@@ -20,17 +22,20 @@
 mod allocator;
 mod blocks;
 mod claims;
+mod fixed;
 mod lease;
 mod records;
 
 use crate::node::agent_socket::addresses::{AddressOwner, PoolSpec};
 use crate::node::agent_socket::protocol::Answer;
+use crate::platform::kube::fixed_address::StatefulSetMember;
 use crate::platform::kube::ip_block::object_name;
 pub use allocator::PoolUsage;
 use allocator::{Allocator, Step};
 use claims::Claimed;
 use records::{Record, Records};
 use std::collections::BTreeMap;
+use std::net::IpAddr;
 use std::path::Path;
 use tracing::{debug, info, warn};
 
@@ -65,10 +70,20 @@ impl Addresses {
         Ok(Addresses { state: tokio::sync::Mutex::new(allocator), records, node: node.to_string(), lease, usage })
     }
 
-    /// An address of each of `pool`'s range sets for `owner`, claiming blocks as needed.
-    pub async fn allocate(&self, client: &::kube::Client, pool: PoolSpec, owner: AddressOwner) -> Answer {
+    /// An address of each of `pool`'s range sets for `owner` (those `requested` where asked),
+    /// claiming blocks as needed; a fixed address (`fixed`) for a StatefulSet's pod that asks for
+    /// none. `member`: the StatefulSet ordinal the pod is, as the agent's watch holds it (`None`:
+    /// the watch does not hold the pod yet, and the API server is asked).
+    pub async fn allocate(
+        &self,
+        client: &::kube::Client,
+        pool: PoolSpec,
+        owner: AddressOwner,
+        requested: &[IpAddr],
+        member: Option<Option<StatefulSetMember>>,
+    ) -> Answer {
         if let Err(why) = self.lease.check(&self.node).await {
-            return Answer::NoAddress { why, retry: true };
+            return Answer::NoAddress { why, retry: true, invalid: false };
         }
         let mut state = self.state.lock().await;
         if self.lease.take_lapsed()
@@ -76,9 +91,21 @@ impl Addresses {
         {
             self.lease.check_blocks_again();
             self.publish(&state);
-            return Answer::NoAddress { why, retry: true };
+            return Answer::NoAddress { why, retry: true, invalid: false };
         }
-        let answer = self.allocate_in(&mut state, client, &pool, &owner).await;
+        let answer = if requested.is_empty() && !state.holds(&pool.name, &owner) {
+            let member = match member {
+                Some(member) => Ok(member),
+                None => fixed::member_of(client, &owner.pod, &owner.uid).await,
+            };
+            match member {
+                Ok(Some(member)) => self.allocate_fixed(&mut state, client, &pool, &owner, &member).await,
+                Ok(None) => self.allocate_in(&mut state, client, &pool, &owner, requested).await,
+                Err(refusal) => Answer::NoAddress { why: refusal.why, retry: refusal.retry, invalid: false },
+            }
+        } else {
+            self.allocate_in(&mut state, client, &pool, &owner, requested).await
+        };
         self.publish(&state);
         answer
     }
@@ -100,7 +127,7 @@ impl Addresses {
                          lease had run out): no address is handed out from it here; the pods of this node holding \
                          addresses in it should be deleted"
                     );
-                    state.lose(block);
+                    state.lose(block, &node);
                 }
                 Claimed::Unknown(why) => {
                     return Err(format!(
@@ -120,17 +147,22 @@ impl Addresses {
         client: &::kube::Client,
         pool: &PoolSpec,
         owner: &AddressOwner,
+        requested: &[IpAddr],
     ) -> Answer {
         let mut refreshed = false;
         loop {
-            match state.allocate(pool, owner) {
+            let (why, invalid) = match state.allocate(pool, owner, requested) {
                 Step::Addresses { addresses, fresh } => {
                     if fresh {
                         let record =
                             Record { pool: pool.name.clone(), owner: owner.clone(), addresses: addresses.clone() };
                         if let Err(e) = self.records.write(&record) {
                             state.forget(&pool.name, owner);
-                            return Answer::NoAddress { why: format!("recording the addresses: {e}"), retry: true };
+                            return Answer::NoAddress {
+                                why: format!("recording the addresses: {e}"),
+                                retry: true,
+                                invalid: false,
+                            };
                         }
                     }
                     return Answer::Allocated { addresses };
@@ -139,8 +171,12 @@ impl Addresses {
                     Claimed::Here => {
                         info!("block {block} of pool {:?} claimed for this node", pool.name);
                         state.adopt(block, &pool.name);
+                        continue;
                     }
-                    Claimed::Elsewhere(_) => state.held_elsewhere(block),
+                    Claimed::Elsewhere(node) => {
+                        state.held_elsewhere(block, &node);
+                        continue;
+                    }
                     Claimed::Unknown(why) => {
                         return Answer::NoAddress {
                             why: format!(
@@ -148,26 +184,53 @@ impl Addresses {
                                 pool.name
                             ),
                             retry: true,
+                            invalid: false,
                         };
                     }
                 },
-                Step::Exhausted(why) => {
-                    // Blocks found another node's may have been released since: look once.
-                    if !refreshed && state.knows_elsewhere() {
-                        refreshed = true;
-                        match claims::existing(client).await {
-                            Ok(names) => {
-                                if state.forget_elsewhere(|block| !names.contains(&object_name(block))) {
-                                    continue;
-                                }
-                            }
-                            Err(why) => debug!("pool {:?} seems exhausted, and {why}", pool.name),
+                Step::Exhausted(why) => (why, false),
+                Step::Refused { why, invalid } => (why, invalid),
+            };
+            // Blocks found another node's may have been released since: look once.
+            if !invalid && !refreshed && state.knows_elsewhere() {
+                refreshed = true;
+                match claims::existing(client).await {
+                    Ok(names) => {
+                        if state.forget_elsewhere(|block| !names.contains(&object_name(block))) {
+                            continue;
                         }
                     }
-                    return Answer::NoAddress { why, retry: false };
+                    Err(e) => debug!("pool {:?}: {why}, and {e}", pool.name),
                 }
             }
+            return Answer::NoAddress { why, retry: false, invalid };
         }
+    }
+
+    /// The fixed addresses of StatefulSet ordinal `member` (one of each range set), taken or handed
+    /// over through the API server (`fixed`), then recorded as any other.
+    async fn allocate_fixed(
+        &self,
+        state: &mut Allocator,
+        client: &::kube::Client,
+        pool: &PoolSpec,
+        owner: &AddressOwner,
+        member: &StatefulSetMember,
+    ) -> Answer {
+        let mut addresses = Vec::new();
+        for index in 0..pool.range_sets.len() {
+            match fixed::take(client, &self.node, pool, index, member, owner).await {
+                Ok(allocated) => addresses.push(allocated),
+                Err(refusal) => return Answer::NoAddress { why: refusal.why, retry: refusal.retry, invalid: false },
+            }
+        }
+        let record = Record { pool: pool.name.clone(), owner: owner.clone(), addresses: addresses.clone() };
+        if let Err(e) = self.records.write(&record) {
+            // The addresses stay the identity's (their objects): the retried ADD finds them.
+            return Answer::NoAddress { why: format!("recording the addresses: {e}"), retry: true, invalid: false };
+        }
+        state.hold_fixed(&pool.name, owner, &addresses);
+        Answer::Allocated { addresses }
     }
 
     /// Give back what (`container_id`, `ifname`) holds in `pool`. A record that cannot be removed

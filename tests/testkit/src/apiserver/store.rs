@@ -26,6 +26,10 @@ pub enum Resource {
     Leases,
     /// core/v1, cluster-scoped: what yh-ipam's dead-node releaser reads.
     Nodes,
+    /// yh-ipam's fixed addresses (ipam.yh-genie.io/v1alpha1), cluster-scoped.
+    FixedAddresses,
+    /// apps/v1, namespaced: what yh-ipam reads of a StatefulSet whose ordinal keeps an address.
+    StatefulSets,
 }
 
 impl Resource {
@@ -39,6 +43,8 @@ impl Resource {
             Resource::IpBlocks => "ipblocks",
             Resource::Leases => "leases",
             Resource::Nodes => "nodes",
+            Resource::FixedAddresses => "fixedaddresses",
+            Resource::StatefulSets => "statefulsets",
         }
     }
     /// The `kind` of one object.
@@ -52,6 +58,8 @@ impl Resource {
             Resource::IpBlocks => "IPBlock",
             Resource::Leases => "Lease",
             Resource::Nodes => "Node",
+            Resource::FixedAddresses => "FixedAddress",
+            Resource::StatefulSets => "StatefulSet",
         }
     }
     fn list_kind(self) -> &'static str {
@@ -64,13 +72,16 @@ impl Resource {
             Resource::IpBlocks => "IPBlockList",
             Resource::Leases => "LeaseList",
             Resource::Nodes => "NodeList",
+            Resource::FixedAddresses => "FixedAddressList",
+            Resource::StatefulSets => "StatefulSetList",
         }
     }
     pub fn api_version(self) -> &'static str {
         match self {
             Resource::Nads => "k8s.cni.cncf.io/v1",
             Resource::Claims | Resource::Slices => "resource.k8s.io/v1",
-            Resource::IpBlocks => "ipam.yh-genie.io/v1alpha1",
+            Resource::IpBlocks | Resource::FixedAddresses => "ipam.yh-genie.io/v1alpha1",
+            Resource::StatefulSets => "apps/v1",
             Resource::Leases => "coordination.k8s.io/v1",
             _ => "v1",
         }
