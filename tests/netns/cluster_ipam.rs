@@ -73,7 +73,7 @@ fn allocate_at(socket: &std::path::Path, list: &Value, name: &str, cid: &str) ->
         pod: format!("default/{name}"),
     };
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    exchange(socket, &Request::new(Ask::Allocate { pool, owner, requested: vec![] }), deadline).unwrap()
+    exchange(socket, &Request::new(Ask::Allocate { pool, owner, requested: vec![], claim: None }), deadline).unwrap()
 }
 
 /// The one address of an `Allocated` answer.

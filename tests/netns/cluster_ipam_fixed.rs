@@ -3,10 +3,12 @@
 //! (an `IPBlock` held by no node) as a `FixedAddress`, kept by a pod's DEL, refused (code 11) to
 //! the next pod of the ordinal on the other node while the old pod object exists, handed over once
 //! it is gone, and freed by the releaser's sweep once the StatefulSet is scaled down and its last
-//! pod gone; never a duplicate with the nodes' blocks.
+//! pod gone; never a duplicate with the nodes' blocks. An IPAMClaim's address held by two pods at
+//! once (a VM's live migration), written into the claim's status, freed once the claim is gone.
 
 use super::{SHORT_LEASES, lan, start_agent_with};
 use crate::support::agent::AgentAnswers;
+use crate::support::node::addresses_on;
 use serde_json::{Value, json};
 use std::path::Path;
 use testkit::agent::{Agent, METRICS_PORT};
@@ -14,9 +16,15 @@ use testkit::apiserver::literal;
 use yh_genie::node::agent_socket::addresses::{AddressOwner, PoolSpec};
 use yh_genie::node::agent_socket::client::exchange;
 use yh_genie::node::agent_socket::protocol::{Answer, Ask, Request};
+use yh_genie::programs::selector::requests::annotation::NETWORKS;
 
 /// What the agent on `socket` answers the ADD of pod `default/name` (`uid`), sandbox `cid`, on `net1`.
 fn allocate(socket: &Path, name: &str, uid: &str, cid: &str) -> Answer {
+    allocate_for(socket, name, uid, cid, None)
+}
+
+/// `allocate`, the pod naming IPAMClaim `claim` (its `ipam-claim-reference`).
+fn allocate_for(socket: &Path, name: &str, uid: &str, cid: &str, claim: Option<&str>) -> Answer {
     let pool: PoolSpec = serde_json::from_value(json!({
         "name": "lan", "blockSize": 4, "exclude": [],
         "rangeSets": [[{"subnet": "10.81.0.0/24", "start": "10.81.0.1", "end": "10.81.0.9", "gateway": "10.81.0.1"}]],
@@ -29,7 +37,8 @@ fn allocate(socket: &Path, name: &str, uid: &str, cid: &str) -> Answer {
         pod: format!("default/{name}"),
     };
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
-    exchange(socket, &Request::new(Ask::Allocate { pool, owner, requested: vec![] }), deadline).unwrap()
+    let claim = claim.map(String::from);
+    exchange(socket, &Request::new(Ask::Allocate { pool, owner, requested: vec![], claim }), deadline).unwrap()
 }
 
 fn release(socket: &Path, uid: &str, cid: &str) {
@@ -54,6 +63,68 @@ fn fixed_spec(n: &crate::support::node::NetnsNode, address: &str) -> Option<Valu
     n.api.fixed_addresses().get(address).map(|o| o["spec"].clone())
 }
 
+/// The second agent, of node `second-node`, listening on its own socket: (agent, socket).
+fn second_agent(n: &crate::support::node::NetnsNode) -> (Agent, std::path::PathBuf) {
+    let second_socket = n.sb.path().join("second-node").join("agent.sock");
+    std::fs::create_dir_all(second_socket.parent().unwrap()).unwrap();
+    let mut flags = vec!["--node-name=second-node"];
+    flags.extend(SHORT_LEASES);
+    let second = Agent::start(&n.netns, &n.api, n.sb.path(), &second_socket, METRICS_PORT + 1, &flags);
+    second.wait_ready();
+    (second, second_socket)
+}
+
+#[test]
+fn two_pods_of_one_ipam_claim_hold_its_address_at_once_on_two_nodes() {
+    let n = crate::support::node::NetnsNode::new();
+    let _ = lan(&n);
+    n.api.put_ipam_claim("default", "vm-a", "uid-claim-vm-a");
+    n.api.put_pod("default", "virt-a", literal("lan"));
+    n.api.put_pod_spec("default", "virt-b", json!({"nodeName": "second-node", "containers": literal("lan")}));
+    n.api.put_pod("default", "plain", literal("lan"));
+    let first = start_agent_with(&n, &SHORT_LEASES);
+    let first_socket = n.agent_socket();
+    let (second, second_socket) = second_agent(&n);
+
+    // The VM's pod on the first node: the claim's address, from a fixed block, in its status.ips.
+    let claim = Some("vm-a");
+    assert_eq!(address(allocate_for(&first_socket, "virt-a", "uid-default-virt-a", "cid-a", claim)), "10.81.0.2");
+    assert_eq!(n.api.ip_blocks()["10.81.0.0-30"]["fixed"], true);
+    let spec = fixed_spec(&n, "10.81.0.2").expect("the claim's FixedAddress");
+    assert_eq!(
+        spec["owner"],
+        json!({"kind": "IPAMClaim", "namespace": "default", "name": "vm-a", "uid": "uid-claim-vm-a", "ordinal": 0})
+    );
+    assert_eq!(n.api.ipam_claim("default", "vm-a").unwrap()["status"]["ips"], json!(["10.81.0.2/24"]));
+    // Live migration: the target pod on the other node gets it too, while the source still runs.
+    assert_eq!(address(allocate_for(&second_socket, "virt-b", "uid-default-virt-b", "cid-b", claim)), "10.81.0.2");
+    assert_eq!(fixed_spec(&n, "10.81.0.2").unwrap()["pod"]["node"], "second-node", "the latest pod");
+    assert_eq!(first.metric("yh_genie_agent_ipam_fixed_addresses{pool=\"lan\"}"), 1);
+    assert_eq!(second.metric("yh_genie_agent_ipam_fixed_addresses{pool=\"lan\"}"), 1);
+    // Never another pod's: a plain pod gets one of its node's block.
+    assert_eq!(address(allocate(&first_socket, "plain", "uid-default-plain", "cid-p")), "10.81.0.4");
+    // A claim that does not exist: code 11 until it does.
+    match allocate_for(&first_socket, "plain", "uid-default-plain", "cid-q", Some("vm-b")) {
+        Answer::NoAddress { why, retry: true, .. } => {
+            assert!(why.contains("names IPAMClaim default/vm-b (ipam-claim-reference), which does not exist"), "{why}")
+        }
+        other => panic!("{other:?}"),
+    }
+
+    // The source's DEL frees nothing; the claim deleted, the address goes once its last pod is gone.
+    release(&first_socket, "uid-default-virt-a", "cid-a");
+    n.api.remove_ipam_claim("default", "vm-a");
+    std::thread::sleep(std::time::Duration::from_millis(2500));
+    assert!(fixed_spec(&n, "10.81.0.2").is_some(), "kept while its pod exists");
+    n.api.remove_pod("default", "virt-b");
+    first.wait_for("the claim's address freed", || fixed_spec(&n, "10.81.0.2").is_none());
+    let logs = first.logged() + &second.logged();
+    assert!(
+        logs.contains("fixed address 10.81.0.2 of pool \"lan\" is free: IPAMClaim default/vm-a is gone (deleted)"),
+        "{logs}"
+    );
+}
+
 #[test]
 fn a_statefulset_ordinal_keeps_its_address_across_nodes_until_scaled_down() {
     let n = crate::support::node::NetnsNode::new();
@@ -65,12 +136,7 @@ fn a_statefulset_ordinal_keeps_its_address_across_nodes_until_scaled_down() {
     n.api.put_pod("default", "plain", literal("lan"));
     let first = start_agent_with(&n, &SHORT_LEASES);
     let first_socket = n.agent_socket();
-    let second_socket = n.sb.path().join("second-node").join("agent.sock");
-    std::fs::create_dir_all(second_socket.parent().unwrap()).unwrap();
-    let mut flags = vec!["--node-name=second-node"];
-    flags.extend(SHORT_LEASES);
-    let second = Agent::start(&n.netns, &n.api, n.sb.path(), &second_socket, METRICS_PORT + 1, &flags);
-    second.wait_ready();
+    let (second, second_socket) = second_agent(&n);
     for (name, uid) in [("web-0", "uid-web-0-a"), ("web-1", "uid-web-1"), ("plain", "uid-default-plain")] {
         first.wait_holds(&first_socket, name, uid, |_| true);
     }
@@ -147,4 +213,32 @@ fn a_statefulset_ordinal_keeps_its_address_across_nodes_until_scaled_down() {
         "{logs}"
     );
     assert_eq!(n.api.ip_blocks()["10.81.0.0-30"]["fixed"], true, "the fixed block stays the pool's");
+}
+
+/// Through the selector: a pod's `ipam-claim-reference` on a further network reaches `yh-ipam`
+/// (run in process by yh-bridge), whose address on net1 is the claim's; eth0, of the same pool
+/// without a claim, gets one of the node's block.
+#[test]
+fn a_pods_ipam_claim_reference_gives_its_interface_the_claims_address() {
+    let n = crate::support::node::NetnsNode::new();
+    let _ = lan(&n);
+    n.api.put_nad("default", "lan", None);
+    n.api.put_ipam_claim("default", "vm-a", "uid-claim-vm-a");
+    let networks = r#"[{"name": "lan", "interface": "net1", "ipam-claim-reference": "vm-a"}]"#;
+    n.api.put_annotated_pod("default", "virt-a", json!({NETWORKS: networks}), literal("lan"));
+    let agent = start_agent_with(&n, &SHORT_LEASES);
+    agent.wait_holds(&n.agent_socket(), "virt-a", "uid-default-virt-a", |_| true);
+    let conf = n.selector_conf("1.0.0", json!({}));
+    let pod = n.pod("virt-a");
+    let reply = n.call("ADD", &pod, &conf);
+    assert_eq!(reply.code, 0, "{reply:?}");
+    // eth0 (the ADD's first) claimed .0/30 for the node; net1's address is the claim's, from the
+    // next block, claimed as a fixed block.
+    assert_eq!(addresses_on(&pod, "eth0"), ["10.81.0.2/24"], "the pod's own, from the node's block");
+    assert_eq!(addresses_on(&pod, "net1"), ["10.81.0.4/24"], "the claim's, from a fixed block");
+    assert_eq!(n.api.ip_blocks()["10.81.0.4-30"]["fixed"], true);
+    assert_eq!(n.api.ipam_claim("default", "vm-a").unwrap()["status"]["ips"], json!(["10.81.0.4/24"]));
+    assert_eq!(fixed_spec(&n, "10.81.0.4").unwrap()["interface"], "net1");
+    assert_eq!(n.call("DEL", &pod, &conf).code, 0);
+    assert!(fixed_spec(&n, "10.81.0.4").is_some(), "kept for the claim after the pod's DEL");
 }

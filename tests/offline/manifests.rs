@@ -82,6 +82,8 @@ fn first_difference(written: &Value, typed: &Value, path: &str) -> Option<String
             a.iter().zip(b).enumerate().find_map(|(i, (x, y))| first_difference(x, y, &format!("{path}[{i}]")))
         }
         _ if written == typed => None,
+        // One number written as an integer and typed as a float (a CRD schema's `minimum: 0`).
+        (Value::Number(a), Value::Number(b)) if a.as_f64() == b.as_f64() => None,
         _ => Some(format!("{path}: written {written}, typed {typed}")),
     }
 }
@@ -531,6 +533,24 @@ fn the_ipblock_crd_is_shipped_for_the_objects_the_agent_creates() {
     }
 }
 
+/// NPWG's IPAMClaim CRD ships in manifests/ as the code names the claims it reads (group, version,
+/// plural, namespaced), and the ClusterRole lets the agent read them and write their status.
+#[test]
+fn the_ipam_claim_crd_is_shipped_for_the_claims_the_agent_reads() {
+    use yh_genie::platform::kube::fixed_address::ipam_claim_resource;
+    let resource = ipam_claim_resource();
+    let crd: CustomResourceDefinition = find("manifests", &format!("{}.{}", resource.plural, resource.group));
+    assert_eq!(crd.spec.scope, "Namespaced");
+    assert_eq!(
+        (crd.spec.names.kind.as_str(), crd.spec.names.plural.as_str()),
+        (resource.kind.as_str(), resource.plural.as_str())
+    );
+    let version = crd.spec.versions.iter().find(|v| v.name == resource.version).expect("the code's version");
+    assert!(version.served && version.storage && version.subresources.as_ref().is_some_and(|s| s.status.is_some()));
+    assert!(AGENT_API_CALLS.contains(&("k8s.cni.cncf.io", "ipamclaims", "get")));
+    assert!(AGENT_API_CALLS.contains(&("k8s.cni.cncf.io", "ipamclaims/status", "update")));
+}
+
 /// yh-ipam's FixedAddress CRD ships beside the IPBlock's, as the code names it, with the spec's
 /// fields the agent writes.
 #[test]
@@ -553,7 +573,7 @@ fn the_fixed_address_crd_is_shipped_for_the_objects_the_agent_creates() {
         block: "10.0.0.0/28".parse().unwrap(),
         interface: "net1".into(),
         range_set: 0,
-        owner: fixed_address::StatefulSetMember {
+        owner: fixed_address::FixedOwner {
             kind: "StatefulSet".into(),
             namespace: "db".into(),
             name: "web".into(),
@@ -678,14 +698,19 @@ fn the_dynamic_networks_overlay_adds_the_worker_with_the_installers_image() {
         eprintln!("no kubectl (YH_GENIE_KUBECTL, the cluster build's, PATH): the overlay is not rendered here");
         return;
     };
-    let plain: Vec<Doc> = ["manifests/ipam-crd.yaml", "manifests/nad-crd.yaml", "manifests/yh-genie.yaml"]
-        .iter()
-        .flat_map(|file| {
-            let text = std::fs::read_to_string(repo().join(file)).unwrap();
-            let values: Vec<Value> = serde_saphyr::from_multiple(&text).unwrap();
-            values.into_iter().filter(|v| !v.is_null()).map(|value| Doc { origin: file.to_string(), value })
-        })
-        .collect();
+    let plain: Vec<Doc> = [
+        "manifests/ipam-crd.yaml",
+        "manifests/ipamclaims-crd.yaml",
+        "manifests/nad-crd.yaml",
+        "manifests/yh-genie.yaml",
+    ]
+    .iter()
+    .flat_map(|file| {
+        let text = std::fs::read_to_string(repo().join(file)).unwrap();
+        let values: Vec<Value> = serde_saphyr::from_multiple(&text).unwrap();
+        values.into_iter().filter(|v| !v.is_null()).map(|value| Doc { origin: file.to_string(), value })
+    })
+    .collect();
     let plain = docs_by_name(plain);
     assert_eq!(docs_by_name(kustomize(&kubectl, &repo().join("manifests"))), plain, "the base is what -f applies");
 

@@ -76,6 +76,11 @@ pub enum Ask {
         owner: AddressOwner,
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
         requested: Vec<std::net::IpAddr>,
+        /// The IPAMClaim of the pod's namespace whose address this is (the pod's
+        /// `ipam-claim-reference`): a fixed address, which an agent that does not know `claim`
+        /// does not mark `fixed`; the plugin checks.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        claim: Option<String>,
     },
     /// Give back what (`containerId`, `ifname`) holds in `pool`, only the pod `uid`'s when given.
     #[serde(rename_all = "camelCase")]

@@ -5,8 +5,11 @@
 //! tells the second it is taken; its label `IDENTITY_LABEL` (a hash of the pool, the identity, the
 //! interface and the range set) finds an identity's address with one list.
 //!
-//! `StatefulSetMember` reads which StatefulSet ordinal a pod is, from its controller's
-//! ownerReference and its `apps.kubernetes.io/pod-index` label (else its name's suffix).
+//! `FixedOwner` reads which StatefulSet ordinal a pod is, from its controller's
+//! ownerReference and its `apps.kubernetes.io/pod-index` label (else its name's suffix); or names
+//! an `IPAMClaim` (`k8s.cni.cncf.io/v1alpha1`, namespaced; manifests/ipamclaims-crd.yaml, from
+//! k8snetworkplumbingwg/ipamclaims), whose address two pods may hold at once (a VM's live
+//! migration) and which yh-ipam writes into its `status.ips`.
 
 use ::kube::core::ApiResource;
 use ipnetwork::IpNetwork;
@@ -38,15 +41,20 @@ pub struct FixedAddressSpec {
     /// Which of the pool's range sets it is of (0 unless dual stack).
     #[serde(default)]
     pub range_set: usize,
-    pub owner: StatefulSetMember,
+    pub owner: FixedOwner,
     pub pod: HoldingPod,
 }
 
-/// A StatefulSet's ordinal: the identity a fixed address is kept for.
+/// `FixedOwner::kind` of a StatefulSet's ordinal.
+pub const STATEFUL_SET: &str = "StatefulSet";
+/// `FixedOwner::kind` of an IPAMClaim (its `ordinal` 0).
+pub const IPAM_CLAIM: &str = "IPAMClaim";
+
+/// The identity a fixed address is kept for: a StatefulSet's ordinal, or an IPAMClaim.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct StatefulSetMember {
-    /// `StatefulSet`.
+pub struct FixedOwner {
+    /// `StatefulSet` or `IPAMClaim`.
     pub kind: String,
     pub namespace: String,
     pub name: String,
@@ -64,7 +72,7 @@ pub struct HoldingPod {
     pub node: String,
 }
 
-impl StatefulSetMember {
+impl FixedOwner {
     /// Which StatefulSet ordinal `pod` is, if it is one: its controller is a StatefulSet, and its
     /// ordinal is its `apps.kubernetes.io/pod-index` label, else its name's `-<n>` suffix.
     pub fn of(pod: &Pod) -> Option<Self> {
@@ -79,8 +87,8 @@ impl StatefulSetMember {
             .strip_prefix(owner.name.as_str())
             .and_then(|rest| rest.strip_prefix('-'))
             .and_then(|ordinal| ordinal.parse().ok());
-        Some(StatefulSetMember {
-            kind: "StatefulSet".into(),
+        Some(FixedOwner {
+            kind: STATEFUL_SET.into(),
             namespace: meta.namespace.clone()?,
             name: owner.name.clone(),
             uid: owner.uid.clone(),
@@ -88,9 +96,12 @@ impl StatefulSetMember {
         })
     }
 
-    /// `namespace/name` ordinal n, for messages.
+    /// `StatefulSet namespace/name ordinal n` or `IPAMClaim namespace/name`, for messages.
     pub fn describe(&self) -> String {
-        format!("{} {}/{} ordinal {}", self.kind, self.namespace, self.name, self.ordinal)
+        match self.kind.as_str() {
+            STATEFUL_SET => format!("{} {}/{} ordinal {}", self.kind, self.namespace, self.name, self.ordinal),
+            _ => format!("{} {}/{}", self.kind, self.namespace, self.name),
+        }
     }
 }
 
@@ -105,6 +116,17 @@ pub fn resource() -> ApiResource {
     }
 }
 
+/// The IPAMClaim resource (NPWG, k8snetworkplumbingwg/ipamclaims), for kube's dynamic API.
+pub fn ipam_claim_resource() -> ApiResource {
+    ApiResource {
+        group: "k8s.cni.cncf.io".into(),
+        version: "v1alpha1".into(),
+        api_version: "k8s.cni.cncf.io/v1alpha1".into(),
+        kind: IPAM_CLAIM.into(),
+        plural: "ipamclaims".into(),
+    }
+}
+
 /// The object's name for `address`: the address as a DNS subdomain (`10.80.0.7`, `v6-fd80--7`).
 pub fn object_name(address: IpAddr) -> String {
     match address {
@@ -115,7 +137,7 @@ pub fn object_name(address: IpAddr) -> String {
 
 /// The value of `IDENTITY_LABEL` for `owner`'s address on `interface` from range set `set` of
 /// `pool`: a hash (a label value holds 63 characters at most, the identity more).
-pub fn identity_label(pool: &str, owner: &StatefulSetMember, interface: &str, set: usize) -> String {
+pub fn identity_label(pool: &str, owner: &FixedOwner, interface: &str, set: usize) -> String {
     let key = format!("{pool}\n{}\n{}\n{}\n{}\n{interface}\n{set}", owner.kind, owner.uid, owner.ordinal, owner.name);
     let digest = Sha256::digest(key.as_bytes());
     digest.iter().take(20).map(|b| format!("{b:02x}")).collect()
@@ -136,26 +158,22 @@ mod tests {
             json!([{"apiVersion": "apps/v1", "kind": "StatefulSet", "name": "web", "uid": "s1", "controller": true}]);
         let labelled = pod(json!({"metadata": {"name": "web-3", "namespace": "db", "ownerReferences": owner,
                                                "labels": {POD_INDEX_LABEL: "7"}}}));
-        let member = StatefulSetMember::of(&labelled).unwrap();
+        let member = FixedOwner::of(&labelled).unwrap();
         assert_eq!((member.name.as_str(), member.uid.as_str(), member.ordinal), ("web", "s1", 7));
         assert_eq!(member.describe(), "StatefulSet db/web ordinal 7");
         let named = pod(json!({"metadata": {"name": "web-3", "namespace": "db", "ownerReferences": owner}}));
-        assert_eq!(StatefulSetMember::of(&named).unwrap().ordinal, 3);
+        assert_eq!(FixedOwner::of(&named).unwrap().ordinal, 3);
         // Not a StatefulSet's: a ReplicaSet's, or not its controller.
         let replica =
             json!([{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web", "uid": "r1", "controller": true}]);
         assert!(
-            StatefulSetMember::of(&pod(
-                json!({"metadata": {"name": "web-3", "namespace": "db", "ownerReferences": replica}})
-            ))
-            .is_none()
+            FixedOwner::of(&pod(json!({"metadata": {"name": "web-3", "namespace": "db", "ownerReferences": replica}})))
+                .is_none()
         );
         let loose = json!([{"apiVersion": "apps/v1", "kind": "StatefulSet", "name": "web", "uid": "s1"}]);
         assert!(
-            StatefulSetMember::of(&pod(
-                json!({"metadata": {"name": "web-3", "namespace": "db", "ownerReferences": loose}})
-            ))
-            .is_none()
+            FixedOwner::of(&pod(json!({"metadata": {"name": "web-3", "namespace": "db", "ownerReferences": loose}})))
+                .is_none()
         );
     }
 
@@ -163,7 +181,7 @@ mod tests {
     fn an_address_names_its_object_and_an_identity_its_label() {
         assert_eq!(object_name("10.80.0.7".parse().unwrap()), "10.80.0.7");
         assert_eq!(object_name("fd80::7".parse().unwrap()), "v6-fd80--7");
-        let member = |ordinal| StatefulSetMember {
+        let member = |ordinal| FixedOwner {
             kind: "StatefulSet".into(),
             namespace: "db".into(),
             name: "web".into(),

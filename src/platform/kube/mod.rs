@@ -45,7 +45,7 @@ pub const API_CALLS: [(&str, &str, &str); 6] = [
 /// plugin. For pods with DRA resource claims it watches those claims and its node's ResourceSlices.
 /// For `yh-ipam` it claims blocks of addresses (`ip_block`) and reads a pod gone from its watch.
 /// The ClusterRole grants these and `API_CALLS`, nothing else.
-pub const AGENT_API_CALLS: [(&str, &str, &str); 24] = [
+pub const AGENT_API_CALLS: [(&str, &str, &str); 26] = [
     ("", "pods", "list"),
     ("", "pods", "watch"),
     ("", "pods", "patch"),
@@ -77,6 +77,10 @@ pub const AGENT_API_CALLS: [(&str, &str, &str); 24] = [
     ("ipam.yh-genie.io", "fixedaddresses", "update"),
     ("ipam.yh-genie.io", "fixedaddresses", "delete"),
     ("apps", "statefulsets", "get"),
+    // An IPAMClaim's fixed address: the claim read (its uid), its status.ips written; the sweep
+    // reads it.
+    ("k8s.cni.cncf.io", "ipamclaims", "get"),
+    ("k8s.cni.cncf.io", "ipamclaims/status", "update"),
 ];
 
 /// The node agent's requests for its node's `yh-ipam` lease and the dead-node releaser's election

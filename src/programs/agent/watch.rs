@@ -10,7 +10,7 @@ use super::Shared;
 use super::reclaim;
 use super::store::{ObjectState, WatchKey};
 use super::sync::{Failure, Watched};
-use crate::platform::kube::fixed_address::StatefulSetMember;
+use crate::platform::kube::fixed_address::FixedOwner;
 use crate::platform::kube::{Kind, NetworkAttachmentDefinition, ObjectKey};
 use crate::programs::agent::watching::list_watch::{Update, follow};
 use crate::programs::selector::agent_face::{trim_attachment, trim_claim, trim_config_map, trim_pod, trim_slice};
@@ -29,7 +29,7 @@ pub(super) async fn pods(shared: Arc<Shared>, node: String) -> String {
     // The pods of a list in progress, trimmed as they come; they replace the store's at its end.
     let mut listing: Vec<Pod> = Vec::new();
     // What trimming drops that yh-ipam's fixed addresses need: which StatefulSet ordinal each is.
-    let mut members: Vec<(String, StatefulSetMember)> = Vec::new();
+    let mut members: Vec<(String, FixedOwner)> = Vec::new();
     let selector = format!("spec.nodeName={node}");
     follow(api, Some(selector), &shared.streaming, |update| match update {
         Update::ListStarted { relist } => {
@@ -41,7 +41,7 @@ pub(super) async fn pods(shared: Arc<Shared>, node: String) -> String {
         }
         Update::Listed(pod) => {
             shared.pod_event(&pod, false);
-            if let (Some(uid), Some(member)) = (pod.metadata.uid.clone(), StatefulSetMember::of(&pod)) {
+            if let (Some(uid), Some(member)) = (pod.metadata.uid.clone(), FixedOwner::of(&pod)) {
                 members.push((uid, member));
             }
             listing.push(trim_pod(&pod))

@@ -19,7 +19,7 @@
 use super::blocks::{candidates, first_free};
 use crate::node::agent_socket::addresses::{AddressOwner, Allocated, PoolRange, PoolSpec};
 use crate::platform::kube::fixed_address::{
-    self, FixedAddressSpec, HoldingPod, IDENTITY_LABEL, POOL_LABEL, StatefulSetMember, identity_label,
+    self, FixedAddressSpec, FixedOwner, HoldingPod, IDENTITY_LABEL, POOL_LABEL, identity_label,
 };
 use crate::platform::kube::ip_block::{self, IpBlockSpec};
 use crate::platform::kube::{Failure, classify};
@@ -57,7 +57,7 @@ pub async fn take(
     node: &str,
     spec: &PoolSpec,
     index: usize,
-    member: &StatefulSetMember,
+    member: &FixedOwner,
     owner: &AddressOwner,
 ) -> Result<Allocated, Refusal> {
     let api: Api<DynamicObject> = Api::all_with(client.clone(), &fixed_address::resource());
@@ -85,16 +85,76 @@ pub async fn take(
 /// Which StatefulSet ordinal pod `pod` (`namespace/name`) of `uid` is, read from the API server:
 /// for a pod the agent's watch does not hold yet. `None` for a pod the API server does not have
 /// under that uid (gone already, or never there).
-pub async fn member_of(client: &Client, pod: &str, uid: &str) -> Result<Option<StatefulSetMember>, Refusal> {
+pub async fn member_of(client: &Client, pod: &str, uid: &str) -> Result<Option<FixedOwner>, Refusal> {
     let Some((namespace, name)) = pod.split_once('/').filter(|(ns, name)| !ns.is_empty() && !name.is_empty()) else {
         return Ok(None);
     };
     let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
     // A pod the API server does not have under that uid is gone already: no ordinal's to keep.
     match ask(&format!("reading pod {pod}, to know whether it is a StatefulSet's"), pods.get_opt(name)).await? {
-        Some(found) if found.metadata.uid.as_deref() == Some(uid) => Ok(StatefulSetMember::of(&found)),
+        Some(found) if found.metadata.uid.as_deref() == Some(uid) => Ok(FixedOwner::of(&found)),
         _ => Ok(None),
     }
+}
+
+/// The identity of IPAMClaim `claim` of pod `pod`'s (`namespace/name`) namespace: the claim as the
+/// API server has it now (its uid).
+pub async fn claim_owner(client: &Client, pod: &str, claim: &str) -> Result<FixedOwner, Refusal> {
+    let namespace = pod.split_once('/').map(|(ns, _)| ns).filter(|ns| !ns.is_empty()).unwrap_or("default");
+    let api: Api<DynamicObject> =
+        Api::namespaced_with(client.clone(), namespace, &fixed_address::ipam_claim_resource());
+    match ask(&format!("reading IPAMClaim {namespace}/{claim}"), api.get_opt(claim)).await? {
+        Some(found) => Ok(FixedOwner {
+            kind: fixed_address::IPAM_CLAIM.into(),
+            namespace: namespace.into(),
+            name: claim.into(),
+            uid: found.metadata.uid.unwrap_or_default(),
+            ordinal: 0,
+        }),
+        None => Err(again(format!(
+            "pod {pod} names IPAMClaim {namespace}/{claim} (ipam-claim-reference), which does not exist: the \
+             address is kept for the claim, which must be created first"
+        ))),
+    }
+}
+
+/// Write the claim's addresses into its `status.ips` (as ovn-kubernetes does: each with its
+/// range's prefix length), unless it says them already.
+pub async fn write_claim_status(
+    client: &Client,
+    pool: &PoolSpec,
+    owner: &FixedOwner,
+    addresses: &[Allocated],
+) -> Result<(), Refusal> {
+    let ips: Vec<String> = addresses
+        .iter()
+        .map(|a| {
+            let prefix = pool.range_sets.iter().flatten().find(|r| r.subnet.contains(a.address));
+            let prefix = prefix.map_or(if a.address.is_ipv4() { 32 } else { 128 }, |r| r.subnet.prefix());
+            format!("{}/{prefix}", a.address)
+        })
+        .collect();
+    let api: Api<DynamicObject> =
+        Api::namespaced_with(client.clone(), &owner.namespace, &fixed_address::ipam_claim_resource());
+    let what = format!("writing the status of IPAMClaim {}/{}", owner.namespace, owner.name);
+    for _ in 0..3 {
+        let Some(mut claim) = ask(&what, api.get_opt(&owner.name)).await? else {
+            return Err(again(format!("{what}: it is gone")));
+        };
+        if claim.data["status"]["ips"] == serde_json::json!(ips) {
+            return Ok(());
+        }
+        claim.data["status"]["ips"] = serde_json::json!(ips);
+        match tokio::time::timeout(REQUEST_TIMEOUT, api.replace_status(&owner.name, &PostParams::default(), &claim))
+            .await
+        {
+            Ok(Ok(_)) => return Ok(()),
+            Ok(Err(::kube::Error::Api(status))) if status.code == 409 => continue,
+            Ok(Err(e)) => return Err(again(format!("{what}: {}", describe(&e)))),
+            Err(_) => return Err(again(format!("{what}: no answer within {}s", REQUEST_TIMEOUT.as_secs()))),
+        }
+    }
+    Err(again(format!("{what}: changed by others at every attempt")))
 }
 
 /// The identity's objects (`label`), each with its spec.
@@ -118,12 +178,22 @@ async fn hand_over(
     client: &Client,
     api: &Api<DynamicObject>,
     found: (DynamicObject, FixedAddressSpec),
-    member: &StatefulSetMember,
+    member: &FixedOwner,
     holder: HoldingPod,
 ) -> Result<Allocated, Refusal> {
     let (mut object, spec) = found;
     let allocated = Allocated { address: spec.address, block: spec.block, fixed: true };
     if spec.pod.uid == holder.uid {
+        return Ok(allocated);
+    }
+    if member.kind == fixed_address::IPAM_CLAIM {
+        // Two pods hold a claim's address at once (a VM's live migration): the object names the
+        // latest; a write that meets another is left to it.
+        let mut spec = spec;
+        let name = object.metadata.name.clone().unwrap_or_default();
+        spec.pod = holder;
+        object.data["spec"] = serde_json::to_value(&spec).expect("a spec serializes");
+        let _ = ask("naming the claim's latest pod", api.replace(&name, &PostParams::default(), &object)).await;
         return Ok(allocated);
     }
     let old = &spec.pod;
@@ -169,7 +239,7 @@ async fn create(
     set: &[PoolRange],
     index: usize,
     label: &str,
-    member: &StatefulSetMember,
+    member: &FixedOwner,
     interface: &str,
     holder: HoldingPod,
 ) -> Result<Allocated, Refusal> {

@@ -28,7 +28,7 @@ mod records;
 
 use crate::node::agent_socket::addresses::{AddressOwner, PoolSpec};
 use crate::node::agent_socket::protocol::Answer;
-use crate::platform::kube::fixed_address::StatefulSetMember;
+use crate::platform::kube::fixed_address::{self, FixedOwner};
 use crate::platform::kube::ip_block::object_name;
 pub use allocator::PoolUsage;
 use allocator::{Allocator, Step};
@@ -38,6 +38,21 @@ use std::collections::BTreeMap;
 use std::net::IpAddr;
 use std::path::Path;
 use tracing::{debug, info, warn};
+
+/// Whose an ADD's addresses are beyond its pod.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Keeper {
+    /// The agent's watch does not hold the pod yet: the API server is asked whether it is a
+    /// StatefulSet's.
+    Unknown,
+    /// The pod's alone: from the node's blocks.
+    Pod,
+    /// A StatefulSet's ordinal: a fixed address, kept across its pods.
+    Ordinal(FixedOwner),
+    /// The IPAMClaim of the pod's namespace the pod names (`ipam-claim-reference`): a fixed address,
+    /// which two pods may hold at once (a VM's live migration).
+    Claim(String),
+}
 
 pub struct Addresses {
     state: tokio::sync::Mutex<Allocator>,
@@ -72,15 +87,14 @@ impl Addresses {
 
     /// An address of each of `pool`'s range sets for `owner` (those `requested` where asked),
     /// claiming blocks as needed; a fixed address (`fixed`) for a StatefulSet's pod that asks for
-    /// none. `member`: the StatefulSet ordinal the pod is, as the agent's watch holds it (`None`:
-    /// the watch does not hold the pod yet, and the API server is asked).
+    /// none, and for a pod naming an IPAMClaim (`keeper`).
     pub async fn allocate(
         &self,
         client: &::kube::Client,
         pool: PoolSpec,
         owner: AddressOwner,
         requested: &[IpAddr],
-        member: Option<Option<StatefulSetMember>>,
+        keeper: Keeper,
     ) -> Answer {
         if let Err(why) = self.lease.check(&self.node).await {
             return Answer::NoAddress { why, retry: true, invalid: false };
@@ -93,14 +107,33 @@ impl Addresses {
             self.publish(&state);
             return Answer::NoAddress { why, retry: true, invalid: false };
         }
-        let answer = if requested.is_empty() && !state.holds(&pool.name, &owner) {
-            let member = match member {
-                Some(member) => Ok(member),
-                None => fixed::member_of(client, &owner.pod, &owner.uid).await,
+        let answer = if let Keeper::Claim(claim) = &keeper
+            && !requested.is_empty()
+        {
+            Answer::NoAddress {
+                why: format!(
+                    "pod {} names IPAMClaim {claim} and asks for addresses in 'ips': one or the other",
+                    owner.pod
+                ),
+                retry: false,
+                invalid: true,
+            }
+        } else if requested.is_empty() && !state.holds(&pool.name, &owner) {
+            let keeper = match keeper {
+                Keeper::Unknown => match fixed::member_of(client, &owner.pod, &owner.uid).await {
+                    Ok(Some(member)) => Ok(Keeper::Ordinal(member)),
+                    Ok(None) => Ok(Keeper::Pod),
+                    Err(refusal) => Err(refusal),
+                },
+                known => Ok(known),
             };
-            match member {
-                Ok(Some(member)) => self.allocate_fixed(&mut state, client, &pool, &owner, &member).await,
-                Ok(None) => self.allocate_in(&mut state, client, &pool, &owner, requested).await,
+            match keeper {
+                Ok(Keeper::Ordinal(member)) => self.allocate_fixed(&mut state, client, &pool, &owner, &member).await,
+                Ok(Keeper::Claim(claim)) => match fixed::claim_owner(client, &owner.pod, &claim).await {
+                    Ok(member) => self.allocate_fixed(&mut state, client, &pool, &owner, &member).await,
+                    Err(refusal) => Answer::NoAddress { why: refusal.why, retry: refusal.retry, invalid: false },
+                },
+                Ok(_) => self.allocate_in(&mut state, client, &pool, &owner, requested).await,
                 Err(refusal) => Answer::NoAddress { why: refusal.why, retry: refusal.retry, invalid: false },
             }
         } else {
@@ -215,7 +248,7 @@ impl Addresses {
         client: &::kube::Client,
         pool: &PoolSpec,
         owner: &AddressOwner,
-        member: &StatefulSetMember,
+        member: &FixedOwner,
     ) -> Answer {
         let mut addresses = Vec::new();
         for index in 0..pool.range_sets.len() {
@@ -223,6 +256,11 @@ impl Addresses {
                 Ok(allocated) => addresses.push(allocated),
                 Err(refusal) => return Answer::NoAddress { why: refusal.why, retry: refusal.retry, invalid: false },
             }
+        }
+        if member.kind == fixed_address::IPAM_CLAIM
+            && let Err(refusal) = fixed::write_claim_status(client, pool, member, &addresses).await
+        {
+            return Answer::NoAddress { why: refusal.why, retry: refusal.retry, invalid: false };
         }
         let record = Record { pool: pool.name.clone(), owner: owner.clone(), addresses: addresses.clone() };
         if let Err(e) = self.records.write(&record) {

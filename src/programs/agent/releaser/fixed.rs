@@ -2,14 +2,16 @@
 //! `FixedAddress` kept for a StatefulSet's ordinal is deleted when the ordinal is no longer its
 //! StatefulSet's (scaled down below it: `spec.replicas` at most the ordinal), or the StatefulSet is
 //! gone (deleted, or another object under its name), and the pod holding the address is gone
-//! too. A pod's DEL never frees it: the next pod of the ordinal takes it over.
+//! too; a `FixedAddress` kept for an IPAMClaim once the claim is gone (deleted, or another object
+//! under its name) and the last pod holding it too. A pod's DEL never frees it: the next pod of
+//! the ordinal (or of the claim) takes it over.
 //!
 //! Decided from objects read after the address was listed: a StatefulSet scaled up again creates
 //! its pod, which takes the address over by a write that changes its resourceVersion, so the
 //! deletion, made with the uid and resourceVersion listed, fails rather than free an address in use.
 
 use super::{Problem, ask};
-use crate::platform::kube::fixed_address::{FixedAddressSpec, resource};
+use crate::platform::kube::fixed_address::{FixedAddressSpec, IPAM_CLAIM, ipam_claim_resource, resource};
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{DeleteParams, DynamicObject, ListParams, Preconditions};
@@ -55,9 +57,19 @@ pub async fn sweep(client: &Client) -> Result<usize, Problem> {
     Ok(freed)
 }
 
-/// Why `spec`'s StatefulSet ordinal is gone, or `None` while it is the StatefulSet's.
+/// Why `spec`'s identity is gone (a StatefulSet's ordinal, an IPAMClaim), or `None` while it is there.
 async fn identity_gone(client: &Client, spec: &FixedAddressSpec) -> Result<Option<String>, Problem> {
     let owner = &spec.owner;
+    if owner.kind == IPAM_CLAIM {
+        let claims: Api<DynamicObject> = Api::namespaced_with(client.clone(), &owner.namespace, &ipam_claim_resource());
+        return Ok(match ask(claims.get_opt(&owner.name)).await? {
+            None => Some("is gone (deleted)".into()),
+            Some(claim) if claim.metadata.uid.as_deref() != Some(owner.uid.as_str()) => {
+                Some("is gone (deleted; another has its name)".into())
+            }
+            Some(_) => None,
+        });
+    }
     let sets: Api<StatefulSet> = Api::namespaced(client.clone(), &owner.namespace);
     let Some(set) = ask(sets.get_opt(&owner.name)).await? else {
         return Ok(Some("is gone (its StatefulSet is deleted)".into()));

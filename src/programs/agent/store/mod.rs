@@ -27,7 +27,7 @@
 //!   reads are kept of each device.
 
 use crate::node::agent_socket::protocol::{Held, PodObjects, PublishedDevice};
-use crate::platform::kube::fixed_address::StatefulSetMember;
+use crate::platform::kube::fixed_address::FixedOwner;
 use crate::platform::kube::{Kind, NetworkAttachmentDefinition, ObjectKey};
 use crate::programs::selector::agent_face::{
     self, AttachmentPolicy, NETWORK_STATUS, PodDefaults, is_sandbox_pod, references, trim_attachment, trim_pod,
@@ -210,7 +210,7 @@ pub struct Store {
     listed: bool,
     /// The StatefulSet ordinal each pod held is, by uid (`yh-ipam`'s fixed addresses), read from
     /// the pod before it is trimmed.
-    members: HashMap<String, StatefulSetMember>,
+    members: HashMap<String, FixedOwner>,
 }
 
 impl Store {
@@ -244,7 +244,7 @@ impl Store {
     }
 
     /// The StatefulSet ordinal pod `uid` is, if the store holds it and it is one.
-    pub fn statefulset_member(&self, uid: &str) -> Option<StatefulSetMember> {
+    pub fn statefulset_member(&self, uid: &str) -> Option<FixedOwner> {
         self.members.get(uid).cloned()
     }
 
@@ -267,7 +267,7 @@ impl Store {
     pub fn apply(&mut self, pod: &Pod) -> Watches {
         let Some(key) = pod_key(pod) else { return Watches::default() };
         let network_status = pod.metadata.annotations.as_ref().and_then(|a| a.get(NETWORK_STATUS)).cloned();
-        if let (Some(uid), Some(member)) = (pod.metadata.uid.clone(), StatefulSetMember::of(pod)) {
+        if let (Some(uid), Some(member)) = (pod.metadata.uid.clone(), FixedOwner::of(pod)) {
             self.members.insert(uid, member);
         }
         let pod = trim_pod(pod);
@@ -304,9 +304,8 @@ impl Store {
     }
 
     /// The StatefulSet ordinals of pods listed (whose trimmed copies `replace_all` took), by uid.
-    pub fn add_members(&mut self, members: Vec<(String, StatefulSetMember)>) {
-        let held: Vec<(String, StatefulSetMember)> =
-            members.into_iter().filter(|(uid, _)| self.holds_uid(uid)).collect();
+    pub fn add_members(&mut self, members: Vec<(String, FixedOwner)>) {
+        let held: Vec<(String, FixedOwner)> = members.into_iter().filter(|(uid, _)| self.holds_uid(uid)).collect();
         self.members.extend(held);
     }
 

@@ -370,7 +370,7 @@ fn the_statefulset_ordinal_of_each_pod_held_is_kept_beside_its_trimmed_copy() {
     let listed = member("web-1", "u1");
     let trimmed = trim_pod(&listed);
     store.replace_all(vec![trimmed]);
-    let of = |uid: &str| (uid.to_string(), StatefulSetMember::of(&member("web-1", uid)).unwrap());
+    let of = |uid: &str| (uid.to_string(), FixedOwner::of(&member("web-1", uid)).unwrap());
     store.add_members(vec![of("u1"), of("u-not-held")]);
     assert_eq!(store.statefulset_member("u1").map(|m| m.ordinal), Some(1));
     assert_eq!(store.statefulset_member("u-not-held"), None);

@@ -51,6 +51,9 @@ pub struct ClusterWide {
     ipam: Map<String, Value>,
     /// `runtimeConfig.ips`, as given.
     requested: Option<Value>,
+    /// `runtimeConfig.ipamClaimReference`: the IPAMClaim whose address this is (the selector gives
+    /// it from the pod's `ipam-claim-reference`).
+    claim: Option<Value>,
 }
 
 /// The configuration, read.
@@ -64,8 +67,10 @@ struct Pool {
 impl ClusterWide {
     pub fn from_conf(conf: &PluginConf) -> Self {
         let ipam = conf.raw.get("ipam").and_then(Value::as_object).cloned().unwrap_or_default();
-        let requested = conf.raw.get("runtimeConfig").and_then(|r| r.get("ips")).cloned();
-        ClusterWide { network: conf.name.clone(), ipam, requested }
+        let runtime = conf.raw.get("runtimeConfig");
+        let requested = runtime.and_then(|r| r.get("ips")).cloned();
+        let claim = runtime.and_then(|r| r.get("ipamClaimReference")).cloned();
+        ClusterWide { network: conf.name.clone(), ipam, requested, claim }
     }
 
     /// ADD's JSON result, DEL's release; CHECK and GC have nothing to ask of the agent (the
@@ -90,9 +95,26 @@ impl ClusterWide {
             pod: inv.args.pod().map(|(ns, name)| format!("{ns}/{name}")).unwrap_or_default(),
         };
         let requested = self.requested()?;
-        let ask = Ask::Allocate { pool: pool.spec.clone(), owner, requested: requested.clone() };
+        let claim = match &self.claim {
+            None | Some(Value::Null) => None,
+            Some(Value::String(claim)) if !claim.is_empty() => Some(claim.clone()),
+            Some(other) => {
+                return Err(CniError::invalid_config(format!(
+                    "yh-ipam: runtimeConfig.ipamClaimReference must be an IPAMClaim's name, not {other}"
+                )));
+            }
+        };
+        let ask = Ask::Allocate { pool: pool.spec.clone(), owner, requested: requested.clone(), claim: claim.clone() };
         match ask_agent(&pool.socket, ask)? {
             Answer::Allocated { addresses } => {
+                if let Some(claim) = &claim
+                    && addresses.iter().any(|a| !a.fixed)
+                {
+                    return Err(CniError::try_again(format!(
+                        "the node agent did not hand out IPAMClaim {claim}'s address: the yh-genie agent on this \
+                         node must be of the plugin's release"
+                    )));
+                }
                 if let Some(missing) = requested.iter().find(|ip| !addresses.iter().any(|a| a.address == **ip)) {
                     // An agent that does not read `requested` gives any address: never the pod's.
                     return Err(CniError::try_again(format!(

@@ -233,6 +233,24 @@ impl ApiServer {
         self.put(Resource::Pods, namespace, name, pod);
     }
 
+    /// Put the IPAMClaim `namespace/name` of `uid` (as KubeVirt creates one for a VM's interface).
+    pub fn put_ipam_claim(&self, namespace: &str, name: &str, uid: &str) {
+        let claim = json!({"apiVersion": "k8s.cni.cncf.io/v1alpha1", "kind": "IPAMClaim",
+                           "metadata": {"namespace": namespace, "name": name, "uid": uid},
+                           "spec": {"network": "lan", "interface": "net1"}});
+        self.put(Resource::IpamClaims, namespace, name, claim);
+    }
+
+    /// The IPAMClaim `namespace/name`, as last written.
+    pub fn ipam_claim(&self, namespace: &str, name: &str) -> Option<Value> {
+        self.state.objects.store.lock().unwrap().get(Resource::IpamClaims, namespace, name).cloned()
+    }
+
+    /// Delete the IPAMClaim `namespace/name`.
+    pub fn remove_ipam_claim(&self, namespace: &str, name: &str) {
+        self.state.objects.store.lock().unwrap().remove(Resource::IpamClaims, namespace, name);
+    }
+
     /// The `FixedAddress`es, by name, whole.
     pub fn fixed_addresses(&self) -> std::collections::BTreeMap<String, Value> {
         let list = self.state.objects.store.lock().unwrap().list(Resource::FixedAddresses, None, &Default::default());

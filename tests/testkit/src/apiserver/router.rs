@@ -131,6 +131,10 @@ fn route(method: &Method, uri: &Uri) -> Result<Route, (u16, &'static str)> {
         ["apis", "ipam.yh-genie.io", "v1alpha1", "fixedaddresses", rest @ ..] => {
             (Resource::FixedAddresses, None, rest.first())
         }
+        // `.../ipamclaims/{name}/status` too: the status subresource, replaced whole here.
+        ["apis", "k8s.cni.cncf.io", "v1alpha1", "namespaces", ns, "ipamclaims", rest @ ..] => {
+            (Resource::IpamClaims, Some(*ns), rest.first())
+        }
         ["apis", "apps", "v1", "namespaces", ns, "statefulsets", rest @ ..] => {
             (Resource::StatefulSets, Some(*ns), rest.first())
         }
@@ -158,7 +162,10 @@ fn route(method: &Method, uri: &Uri) -> Result<Route, (u16, &'static str)> {
             Verb::Create
         }
         (&Method::PUT, Some(name), _)
-            if matches!(resource, Resource::Leases | Resource::IpBlocks | Resource::FixedAddresses) =>
+            if matches!(
+                resource,
+                Resource::Leases | Resource::IpBlocks | Resource::FixedAddresses | Resource::IpamClaims
+            ) =>
         {
             Verb::Replace(name.to_string())
         }

@@ -30,6 +30,8 @@ pub enum Resource {
     FixedAddresses,
     /// apps/v1, namespaced: what yh-ipam reads of a StatefulSet whose ordinal keeps an address.
     StatefulSets,
+    /// NPWG's IPAMClaims (k8s.cni.cncf.io/v1alpha1), namespaced.
+    IpamClaims,
 }
 
 impl Resource {
@@ -45,6 +47,7 @@ impl Resource {
             Resource::Nodes => "nodes",
             Resource::FixedAddresses => "fixedaddresses",
             Resource::StatefulSets => "statefulsets",
+            Resource::IpamClaims => "ipamclaims",
         }
     }
     /// The `kind` of one object.
@@ -60,6 +63,7 @@ impl Resource {
             Resource::Nodes => "Node",
             Resource::FixedAddresses => "FixedAddress",
             Resource::StatefulSets => "StatefulSet",
+            Resource::IpamClaims => "IPAMClaim",
         }
     }
     fn list_kind(self) -> &'static str {
@@ -74,6 +78,7 @@ impl Resource {
             Resource::Nodes => "NodeList",
             Resource::FixedAddresses => "FixedAddressList",
             Resource::StatefulSets => "StatefulSetList",
+            Resource::IpamClaims => "IPAMClaimList",
         }
     }
     pub fn api_version(self) -> &'static str {
@@ -82,6 +87,7 @@ impl Resource {
             Resource::Claims | Resource::Slices => "resource.k8s.io/v1",
             Resource::IpBlocks | Resource::FixedAddresses => "ipam.yh-genie.io/v1alpha1",
             Resource::StatefulSets => "apps/v1",
+            Resource::IpamClaims => "k8s.cni.cncf.io/v1alpha1",
             Resource::Leases => "coordination.k8s.io/v1",
             _ => "v1",
         }
