@@ -479,7 +479,7 @@ fn render_ipam(out: &mut String, now: &Snapshot<'_>) {
         out,
         "yh_genie_agent_ipam_fixed_addresses",
         "gauge",
-        "fixed yh-ipam addresses (kept for a StatefulSet's ordinal, outside the node's blocks) this node's pods hold, by pool",
+        "fixed yh-ipam addresses (kept for a StatefulSet's ordinal or an IPAMClaim, outside the node's blocks) this node's pods hold, by pool",
     );
     for (pool, usage) in &now.ipam {
         let _ = writeln!(out, "yh_genie_agent_ipam_fixed_addresses{{pool=\"{}\"}} {}", escape(pool), usage.fixed);
