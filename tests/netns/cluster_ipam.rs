@@ -4,7 +4,13 @@
 //! distinct, the same for a retried ADD, released on DEL, read back by an agent started again, an
 //! exhausted pool a CNI error that names it; and given back by the agent when their pod is gone
 //! without a DEL. The blocks of dead nodes, released by one elected agent only when their Node is
-//! deleted or out-of-service and their lease expired, claimed again afterwards.
+//! deleted or out-of-service and their lease expired, claimed again afterwards. Addresses asked for
+//! in `ips`: `cluster_ipam_requested.rs`; StatefulSets' fixed addresses: `cluster_ipam_fixed.rs`.
+
+#[path = "cluster_ipam_fixed.rs"]
+mod fixed;
+#[path = "cluster_ipam_requested.rs"]
+mod requested;
 
 use crate::support::agent::AgentAnswers;
 use crate::support::node::{NetnsNode, Pod, pod_addresses};
@@ -67,7 +73,7 @@ fn allocate_at(socket: &std::path::Path, list: &Value, name: &str, cid: &str) ->
         pod: format!("default/{name}"),
     };
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    exchange(socket, &Request::new(Ask::Allocate { pool, owner }), deadline).unwrap()
+    exchange(socket, &Request::new(Ask::Allocate { pool, owner, requested: vec![], claim: None }), deadline).unwrap()
 }
 
 /// The one address of an `Allocated` answer.
@@ -502,7 +508,9 @@ fn an_agent_whose_lease_ran_out_checks_its_blocks_before_handing_out_more() {
     assert_eq!(address(allocate(&n, &list, "p0", "cid-0")), "10.81.0.2", "a retried ADD keeps its address");
     // Nothing more from .0/30: the pool is exhausted for this node.
     match allocate(&n, &list, "p8", "cid-8") {
-        Answer::NoAddress { retry: false, why } => assert!(why.contains("pool \"lan\" has no free address"), "{why}"),
+        Answer::NoAddress { retry: false, why, .. } => {
+            assert!(why.contains("pool \"lan\" has no free address"), "{why}")
+        }
         other => panic!("{other:?}"),
     }
     assert_eq!(lan_metrics(&agent).0, 2, ".4/30 and .8/30");

@@ -82,6 +82,8 @@ fn first_difference(written: &Value, typed: &Value, path: &str) -> Option<String
             a.iter().zip(b).enumerate().find_map(|(i, (x, y))| first_difference(x, y, &format!("{path}[{i}]")))
         }
         _ if written == typed => None,
+        // One number written as an integer and typed as a float (a CRD schema's `minimum: 0`).
+        (Value::Number(a), Value::Number(b)) if a.as_f64() == b.as_f64() => None,
         _ => Some(format!("{path}: written {written}, typed {typed}")),
     }
 }
@@ -517,6 +519,7 @@ fn the_ipblock_crd_is_shipped_for_the_objects_the_agent_creates() {
         cidr: "10.0.0.0/28".parse().unwrap(),
         pool: "p".into(),
         node: "n".into(),
+        fixed: true,
     })
     .unwrap();
     let declared: BTreeSet<&String> = spec.properties.as_ref().unwrap().keys().collect();
@@ -527,6 +530,68 @@ fn the_ipblock_crd_is_shipped_for_the_objects_the_agent_creates() {
     assert!(at("ipam-crd.yaml") < at("yh-genie.yaml"), "the CRD is applied first: {applied:?}");
     for verb in ["create", "get"] {
         assert!(AGENT_API_CALLS.contains(&(ip_block::GROUP, ip_block::PLURAL, verb)), "{verb}");
+    }
+}
+
+/// NPWG's IPAMClaim CRD ships in manifests/ as the code names the claims it reads (group, version,
+/// plural, namespaced), and the ClusterRole lets the agent read them and write their status.
+#[test]
+fn the_ipam_claim_crd_is_shipped_for_the_claims_the_agent_reads() {
+    use yh_genie::platform::kube::fixed_address::ipam_claim_resource;
+    let resource = ipam_claim_resource();
+    let crd: CustomResourceDefinition = find("manifests", &format!("{}.{}", resource.plural, resource.group));
+    assert_eq!(crd.spec.scope, "Namespaced");
+    assert_eq!(
+        (crd.spec.names.kind.as_str(), crd.spec.names.plural.as_str()),
+        (resource.kind.as_str(), resource.plural.as_str())
+    );
+    let version = crd.spec.versions.iter().find(|v| v.name == resource.version).expect("the code's version");
+    assert!(version.served && version.storage && version.subresources.as_ref().is_some_and(|s| s.status.is_some()));
+    assert!(AGENT_API_CALLS.contains(&("k8s.cni.cncf.io", "ipamclaims", "get")));
+    assert!(AGENT_API_CALLS.contains(&("k8s.cni.cncf.io", "ipamclaims/status", "update")));
+}
+
+/// yh-ipam's FixedAddress CRD ships beside the IPBlock's, as the code names it, with the spec's
+/// fields the agent writes.
+#[test]
+fn the_fixed_address_crd_is_shipped_for_the_objects_the_agent_creates() {
+    use yh_genie::platform::kube::{fixed_address, ip_block};
+    let name = format!("{}.{}", fixed_address::PLURAL, ip_block::GROUP);
+    let crd: CustomResourceDefinition = find("manifests", &name);
+    assert_eq!(crd.spec.scope, "Cluster");
+    assert_eq!(
+        (crd.spec.names.kind.as_str(), crd.spec.names.plural.as_str()),
+        (fixed_address::KIND, fixed_address::PLURAL)
+    );
+    let version = crd.spec.versions.iter().find(|v| v.name == ip_block::VERSION).expect("the code's version");
+    assert!(version.served && version.storage);
+    let schema = version.schema.as_ref().unwrap().open_api_v3_schema.as_ref().unwrap();
+    let spec = &schema.properties.as_ref().unwrap()["spec"];
+    let written = serde_json::to_value(fixed_address::FixedAddressSpec {
+        pool: "p".into(),
+        address: "10.0.0.2".parse().unwrap(),
+        block: "10.0.0.0/28".parse().unwrap(),
+        interface: "net1".into(),
+        range_set: 0,
+        owner: fixed_address::FixedOwner {
+            kind: "StatefulSet".into(),
+            namespace: "db".into(),
+            name: "web".into(),
+            uid: "u".into(),
+            ordinal: 0,
+        },
+        pod: fixed_address::HoldingPod {
+            uid: "p".into(),
+            namespace: "db".into(),
+            name: "web-0".into(),
+            node: "n".into(),
+        },
+    })
+    .unwrap();
+    let declared: BTreeSet<&String> = spec.properties.as_ref().unwrap().keys().collect();
+    assert_eq!(declared, written.as_object().unwrap().keys().collect(), "the fields the agent writes");
+    for verb in ["create", "list", "update", "delete"] {
+        assert!(AGENT_API_CALLS.contains(&(ip_block::GROUP, fixed_address::PLURAL, verb)), "{verb}");
     }
 }
 
@@ -633,14 +698,19 @@ fn the_dynamic_networks_overlay_adds_the_worker_with_the_installers_image() {
         eprintln!("no kubectl (YH_GENIE_KUBECTL, the cluster build's, PATH): the overlay is not rendered here");
         return;
     };
-    let plain: Vec<Doc> = ["manifests/ipam-crd.yaml", "manifests/nad-crd.yaml", "manifests/yh-genie.yaml"]
-        .iter()
-        .flat_map(|file| {
-            let text = std::fs::read_to_string(repo().join(file)).unwrap();
-            let values: Vec<Value> = serde_saphyr::from_multiple(&text).unwrap();
-            values.into_iter().filter(|v| !v.is_null()).map(|value| Doc { origin: file.to_string(), value })
-        })
-        .collect();
+    let plain: Vec<Doc> = [
+        "manifests/ipam-crd.yaml",
+        "manifests/ipamclaims-crd.yaml",
+        "manifests/nad-crd.yaml",
+        "manifests/yh-genie.yaml",
+    ]
+    .iter()
+    .flat_map(|file| {
+        let text = std::fs::read_to_string(repo().join(file)).unwrap();
+        let values: Vec<Value> = serde_saphyr::from_multiple(&text).unwrap();
+        values.into_iter().filter(|v| !v.is_null()).map(|value| Doc { origin: file.to_string(), value })
+    })
+    .collect();
     let plain = docs_by_name(plain);
     assert_eq!(docs_by_name(kustomize(&kubectl, &repo().join("manifests"))), plain, "the base is what -f applies");
 

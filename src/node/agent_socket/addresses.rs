@@ -51,9 +51,13 @@ impl AddressOwner {
     }
 }
 
-/// One address handed out: the address and the block it came from.
+/// One address handed out: the address and the block it came from; `fixed` when the block is a
+/// fixed block (held by no node) and the address kept for an identity beyond this pod (a
+/// StatefulSet's ordinal), so that the node never takes the block for its own.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Allocated {
     pub address: IpAddr,
     pub block: IpNetwork,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub fixed: bool,
 }

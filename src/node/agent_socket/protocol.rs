@@ -14,7 +14,8 @@
 //!   the agent sends no reply, and says itself when it cannot take the request.
 //! - `Ask::Allocate` and `Ask::Release`: `yh-ipam`'s addresses (`addresses`): one address of each
 //!   range set of the pool for its owner, the same ones again for an owner that holds them already
-//!   (`Allocated`), or why there are none (`NoAddress`); and their release (`Released`).
+//!   (`Allocated`), or why there are none (`NoAddress`); and their release (`Released`). An
+//!   `Allocate` may name the addresses the runtime asked for (`requested`, its `ips`).
 
 use super::addresses::{AddressOwner, Allocated, PoolSpec};
 use crate::platform::kube::NetworkAttachmentDefinition;
@@ -67,8 +68,20 @@ pub enum Ask {
         #[serde(default, rename = "noAnswer", skip_serializing_if = "std::ops::Not::not")]
         no_answer: bool,
     },
-    /// An address of each of the pool's range sets for `owner`.
-    Allocate { pool: PoolSpec, owner: AddressOwner },
+    /// An address of each of the pool's range sets for `owner`: `requested` (the runtime's `ips`,
+    /// at most one per range set) where asked, any free one elsewhere. An agent that does not know
+    /// `requested` hands out any address; the plugin checks the answer has the ones it asked for.
+    Allocate {
+        pool: PoolSpec,
+        owner: AddressOwner,
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        requested: Vec<std::net::IpAddr>,
+        /// The IPAMClaim of the pod's namespace whose address this is (the pod's
+        /// `ipam-claim-reference`): a fixed address, which an agent that does not know `claim`
+        /// does not mark `fixed`; the plugin checks.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        claim: Option<String>,
+    },
     /// Give back what (`containerId`, `ifname`) holds in `pool`, only the pod `uid`'s when given.
     #[serde(rename_all = "camelCase")]
     Release {
@@ -101,12 +114,16 @@ pub enum Answer {
     Refused { why: String },
     /// The addresses of an `Allocate`, one per range set, in the pool's order.
     Allocated { addresses: Vec<Allocated> },
-    /// An `Allocate` that cannot be served: the pool is exhausted, or the API server could not be
-    /// asked for a block (`retry`: asking again later may help).
+    /// An `Allocate` that cannot be served: the pool is exhausted, an address asked for is taken,
+    /// or the API server could not be asked for a block (`retry`: asking again later may help); an
+    /// address asked for that the pool can never hand out (`invalid`: outside its ranges, excluded,
+    /// its gateway).
     NoAddress {
         why: String,
         #[serde(default)]
         retry: bool,
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        invalid: bool,
     },
     /// A `Release` done (also when nothing was held).
     Released,

@@ -1,5 +1,5 @@
 //! The `IPBlock` (`ipam.yh-genie.io/v1alpha1`, cluster-scoped; manifests/ipam-crd.yaml): one block
-//! of a pool's addresses, claimed by one node. Its name is the block itself, so that of two nodes
+//! of a pool's addresses, claimed by one node (or held for the pool's fixed addresses). Its name is the block itself, so that of two nodes
 //! creating the same block the API server's `AlreadyExists` tells the second it is the other's.
 
 use ::kube::core::ApiResource;
@@ -11,12 +11,16 @@ pub const VERSION: &str = "v1alpha1";
 pub const KIND: &str = "IPBlock";
 pub const PLURAL: &str = "ipblocks";
 
-/// What an `IPBlock` says: which block, of which pool, held by which node.
+/// What an `IPBlock` says: which block, of which pool, held by which node; or, `fixed`, held by no
+/// node, for the pool's fixed addresses (`super::fixed_address`), which every agent hands out.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct IpBlockSpec {
     pub cidr: IpNetwork,
     pub pool: String,
+    #[serde(default)]
     pub node: String,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub fixed: bool,
 }
 
 /// The resource, for kube's dynamic API.

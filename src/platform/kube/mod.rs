@@ -11,6 +11,7 @@
 //! over which the plugin gets the same objects from the agent instead, in `agent_socket`.
 
 mod client;
+pub mod fixed_address;
 pub mod ip_block;
 mod nad;
 pub mod tls;
@@ -44,7 +45,7 @@ pub const API_CALLS: [(&str, &str, &str); 6] = [
 /// plugin. For pods with DRA resource claims it watches those claims and its node's ResourceSlices.
 /// For `yh-ipam` it claims blocks of addresses (`ip_block`) and reads a pod gone from its watch.
 /// The ClusterRole grants these and `API_CALLS`, nothing else.
-pub const AGENT_API_CALLS: [(&str, &str, &str); 19] = [
+pub const AGENT_API_CALLS: [(&str, &str, &str); 26] = [
     ("", "pods", "list"),
     ("", "pods", "watch"),
     ("", "pods", "patch"),
@@ -68,6 +69,18 @@ pub const AGENT_API_CALLS: [(&str, &str, &str); 19] = [
     ("ipam.yh-genie.io", "ipblocks", "list"),
     ("ipam.yh-genie.io", "ipblocks", "delete"),
     ("", "nodes", "get"),
+    // Fixed addresses: an identity's found by a list, one created per address, handed over to the
+    // next pod of a StatefulSet's ordinal by an update; freed by the releaser's sweep, which reads
+    // the StatefulSet.
+    ("ipam.yh-genie.io", "fixedaddresses", "list"),
+    ("ipam.yh-genie.io", "fixedaddresses", "create"),
+    ("ipam.yh-genie.io", "fixedaddresses", "update"),
+    ("ipam.yh-genie.io", "fixedaddresses", "delete"),
+    ("apps", "statefulsets", "get"),
+    // An IPAMClaim's fixed address: the claim read (its uid), its status.ips written; the sweep
+    // reads it.
+    ("k8s.cni.cncf.io", "ipamclaims", "get"),
+    ("k8s.cni.cncf.io", "ipamclaims/status", "update"),
 ];
 
 /// The node agent's requests for its node's `yh-ipam` lease and the dead-node releaser's election

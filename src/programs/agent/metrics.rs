@@ -477,6 +477,15 @@ fn render_ipam(out: &mut String, now: &Snapshot<'_>) {
     }
     family(
         out,
+        "yh_genie_agent_ipam_fixed_addresses",
+        "gauge",
+        "fixed yh-ipam addresses (kept for a StatefulSet's ordinal or an IPAMClaim, outside the node's blocks) this node's pods hold, by pool",
+    );
+    for (pool, usage) in &now.ipam {
+        let _ = writeln!(out, "yh_genie_agent_ipam_fixed_addresses{{pool=\"{}\"}} {}", escape(pool), usage.fixed);
+    }
+    family(
+        out,
         "yh_genie_agent_ipam_lease_age_seconds",
         "gauge",
         "since the node's yh-ipam lease was last renewed (none while the node holds no lease)",
@@ -526,8 +535,8 @@ mod tests {
     fn yh_ipam_pools_render_their_blocks_and_addresses() {
         let (store, sync) = (Store::new(AttachmentPolicy::default()), Sync::default());
         let mut now = snapshot(&store, &sync);
-        now.ipam.insert("lan".into(), PoolUsage { blocks: 2, used: 5, free: Some(3) });
-        now.ipam.insert("restored".into(), PoolUsage { blocks: 1, used: 1, free: None });
+        now.ipam.insert("lan".into(), PoolUsage { blocks: 2, used: 5, free: Some(3), fixed: 2 });
+        now.ipam.insert("restored".into(), PoolUsage { blocks: 1, used: 1, free: None, fixed: 0 });
         now.ipam_lease_age = Some(Duration::from_millis(1500));
         let metrics = Metrics::default();
         metrics.ipam_dead_node_block_released();
@@ -544,6 +553,8 @@ mod tests {
                 "yh_genie_agent_ipam_addresses{pool=\"lan\",state=\"free\"} 3",
                 "yh_genie_agent_ipam_blocks{pool=\"restored\"} 1",
                 "yh_genie_agent_ipam_addresses{pool=\"restored\",state=\"used\"} 1",
+                "yh_genie_agent_ipam_fixed_addresses{pool=\"lan\"} 2",
+                "yh_genie_agent_ipam_fixed_addresses{pool=\"restored\"} 0",
                 "yh_genie_agent_ipam_lease_age_seconds 1.500",
             ],
         );

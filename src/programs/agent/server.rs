@@ -4,6 +4,7 @@
 //! (bound under a temporary name, then renamed over any socket a previous agent left).
 
 use super::Shared;
+use super::addresses::Keeper;
 use super::annotate;
 use super::metrics::Outcome;
 use super::store::{Lookup, Miss, WatchKey, watch_key};
@@ -95,8 +96,19 @@ async fn connection(shared: Arc<Shared>, stream: UnixStream) {
                 }
                 annotate::offer(&shared, job)
             }
-            Ok(Request { ask: Ask::Allocate { pool, owner }, .. }) => {
-                shared.addresses.allocate(&shared.client, pool, owner).await
+            Ok(Request { ask: Ask::Allocate { pool, owner, requested, claim }, .. }) => {
+                // Which StatefulSet ordinal the pod is, as the watch holds it (`None`: not held yet).
+                let member = {
+                    let store = shared.store.lock().unwrap_or_else(|e| e.into_inner());
+                    store.holds_uid(&owner.uid).then(|| store.statefulset_member(&owner.uid))
+                };
+                let keeper = match (claim, member) {
+                    (Some(claim), _) => Keeper::Claim(claim),
+                    (None, None) => Keeper::Unknown,
+                    (None, Some(None)) => Keeper::Pod,
+                    (None, Some(Some(member))) => Keeper::Ordinal(member),
+                };
+                shared.addresses.allocate(&shared.client, pool, owner, &requested, keeper).await
             }
             Ok(Request { ask: Ask::Release { pool, container_id, ifname, uid }, .. }) => {
                 shared.addresses.release(&pool, &container_id, &ifname, uid.as_deref()).await

@@ -10,6 +10,7 @@ use super::Shared;
 use super::reclaim;
 use super::store::{ObjectState, WatchKey};
 use super::sync::{Failure, Watched};
+use crate::platform::kube::fixed_address::FixedOwner;
 use crate::platform::kube::{Kind, NetworkAttachmentDefinition, ObjectKey};
 use crate::programs::agent::watching::list_watch::{Update, follow};
 use crate::programs::selector::agent_face::{trim_attachment, trim_claim, trim_config_map, trim_pod, trim_slice};
@@ -27,6 +28,8 @@ pub(super) async fn pods(shared: Arc<Shared>, node: String) -> String {
     shared.sync.started(watched.clone());
     // The pods of a list in progress, trimmed as they come; they replace the store's at its end.
     let mut listing: Vec<Pod> = Vec::new();
+    // What trimming drops that yh-ipam's fixed addresses need: which StatefulSet ordinal each is.
+    let mut members: Vec<(String, FixedOwner)> = Vec::new();
     let selector = format!("spec.nodeName={node}");
     follow(api, Some(selector), &shared.streaming, |update| match update {
         Update::ListStarted { relist } => {
@@ -34,15 +37,24 @@ pub(super) async fn pods(shared: Arc<Shared>, node: String) -> String {
                 shared.metrics.relisted(Kind::Pod);
             }
             listing.clear();
+            members.clear();
         }
         Update::Listed(pod) => {
             shared.pod_event(&pod, false);
+            if let (Some(uid), Some(member)) = (pod.metadata.uid.clone(), FixedOwner::of(&pod)) {
+                members.push((uid, member));
+            }
             listing.push(trim_pod(&pod))
         }
         Update::ListDone => {
             let pods = std::mem::take(&mut listing);
+            let listed_members = std::mem::take(&mut members);
             let count = pods.len();
-            shared.update(|store| store.replace_all(pods));
+            shared.update(|store| {
+                let watches = store.replace_all(pods);
+                store.add_members(listed_members);
+                watches
+            });
             mark_listed(&shared, &watched);
             drop(tokio::spawn(reclaim::absent_pods(shared.clone())));
             info!("listed the {count} pods of node {node}");

@@ -2,8 +2,13 @@
 //! and each owner's addresses. It never asks the API server: when a range set has no room in the
 //! node's blocks it says which block to claim (`Step::Claim`), and the caller claims it
 //! (`claims`) and asks again. An allocation is all of a pool's range sets or nothing.
+//!
+//! An address the runtime asked for (`ips`) is taken from the block holding it: from memory when
+//! the block is this node's and the address free there, after claiming the block when no node holds
+//! it; refused when the pool can never hand it out, when another node holds its block, or when it
+//! is taken.
 
-use super::blocks::{candidates, first_free, usable_in, within};
+use super::blocks::{block_of, candidates, first_free, number, usable, usable_in, within};
 use crate::node::agent_socket::addresses::{AddressOwner, Allocated, PoolSpec};
 use ipnetwork::IpNetwork;
 use std::collections::{BTreeMap, BTreeSet};
@@ -27,6 +32,8 @@ pub struct PoolUsage {
     pub used: usize,
     /// The addresses its blocks may still hand out; `None` while the pool's ranges are unknown.
     pub free: Option<usize>,
+    /// The fixed addresses the node's pods hold (outside its blocks).
+    pub fixed: usize,
 }
 
 /// An owner's addresses in one pool, by (pool, uid, container id, ifname).
@@ -39,8 +46,9 @@ fn key(pool: &str, owner: &AddressOwner) -> HeldKey {
 #[derive(Debug, Default)]
 pub struct Allocator {
     blocks: BTreeMap<IpNetwork, NodeBlock>,
-    /// Blocks another node holds, as found while claiming: not asked for again in this life.
-    elsewhere: BTreeSet<IpNetwork>,
+    /// Blocks another node holds, as found while claiming, with that node: not asked for again in
+    /// this life.
+    elsewhere: BTreeMap<IpNetwork, String>,
     held: BTreeMap<HeldKey, (AddressOwner, Vec<Allocated>)>,
     /// When each pod holding addresses last had them handed out (its ADD, a retry, or the records
     /// read back at start): its ADD may be in flight since.
@@ -56,12 +64,16 @@ pub enum Step {
     Claim(IpNetwork),
     /// No block has room and none is left to claim: why, naming the pool.
     Exhausted(String),
+    /// An address asked for cannot be had: why, naming it and the pool. `invalid`: the pool can
+    /// never hand it out (outside its ranges, excluded, its gateway); otherwise it is taken, or in a
+    /// block another node holds.
+    Refused { why: String, invalid: bool },
 }
 
 impl Allocator {
-    /// An address of each range set of `spec` for `owner`: the ones it holds, else free ones of the
-    /// node's blocks of the pool.
-    pub fn allocate(&mut self, spec: &PoolSpec, owner: &AddressOwner) -> Step {
+    /// An address of each range set of `spec` for `owner`: the ones it holds, else the ones
+    /// `requested` where asked and free ones of the node's blocks of the pool elsewhere.
+    pub fn allocate(&mut self, spec: &PoolSpec, owner: &AddressOwner, requested: &[IpAddr]) -> Step {
         for (block, held) in self.blocks.iter_mut().filter(|(_, held)| held.pool == spec.name) {
             held.usable.get_or_insert_with(|| usable_in(spec, *block));
         }
@@ -70,20 +82,35 @@ impl Allocator {
             self.handed.insert(owner.uid.clone(), Instant::now());
             return Step::Addresses { addresses: addresses.clone(), fresh: false };
         }
+        let wanted = match wanted_by_set(spec, requested) {
+            Ok(wanted) => wanted,
+            Err(why) => return Step::Refused { why, invalid: true },
+        };
         let mut taken: Vec<Allocated> = Vec::new();
-        for set in &spec.range_sets {
+        for (set, wanted) in spec.range_sets.iter().zip(wanted) {
+            if let Some(ip) = wanted {
+                match self.requested(spec, ip) {
+                    Ok(allocated) => taken.push(allocated),
+                    Err(step) => return step,
+                }
+                continue;
+            }
             let free =
                 self.blocks.iter().filter(|(block, held)| held.pool == spec.name && within(set, **block)).find_map(
                     |(block, held)| {
                         let free = |ip: IpAddr| !held.used.contains(&ip) && !taken.iter().any(|t| t.address == ip);
-                        first_free(spec, set, *block, free).map(|address| Allocated { address, block: *block })
+                        first_free(spec, set, *block, free).map(|address| Allocated {
+                            address,
+                            block: *block,
+                            fixed: false,
+                        })
                     },
                 );
             match free {
                 Some(allocated) => taken.push(allocated),
                 None => {
                     return match candidates(spec, set)
-                        .find(|b| !self.blocks.contains_key(b) && !self.elsewhere.contains(b))
+                        .find(|b| !self.blocks.contains_key(b) && !self.elsewhere.contains_key(b))
                     {
                         Some(block) => Step::Claim(block),
                         None => Step::Exhausted(exhausted(
@@ -103,21 +130,47 @@ impl Allocator {
         Step::Addresses { addresses: taken, fresh: true }
     }
 
+    /// Address `ip`, asked for and usable in the pool: from the node's block holding it when free
+    /// there; else the block to claim, or why it cannot be had.
+    fn requested(&self, spec: &PoolSpec, ip: IpAddr) -> Result<Allocated, Step> {
+        let block = block_of(number(ip), spec.block_size, ip.is_ipv4());
+        let refused = |why: String| Step::Refused {
+            why: format!("address {ip} asked for in 'ips' cannot be had from pool {:?}: {why}", spec.name),
+            invalid: false,
+        };
+        match self.elsewhere.get(&block).map(String::as_str) {
+            Some(super::claims::FIXED) => {
+                return Err(refused(format!("it is in block {block}, which holds the pool's fixed addresses")));
+            }
+            Some(node) => return Err(refused(format!("it is in block {block}, which node {node} holds"))),
+            None => {}
+        }
+        let Some(held) = self.blocks.get(&block) else {
+            return Err(Step::Claim(block));
+        };
+        if held.used.contains(&ip) {
+            let holder = self.held.values().find(|(_, addresses)| addresses.iter().any(|a| a.address == ip));
+            let pod = holder.map_or("another pod".to_string(), |(owner, _)| format!("pod {}", owner.pod));
+            return Err(refused(format!("it is taken, held by {pod} on this node")));
+        }
+        Ok(Allocated { address: ip, block, fixed: false })
+    }
+
     /// `block` is this node's, for `pool` (claimed now, or found claimed by this node before).
     pub fn adopt(&mut self, block: IpNetwork, pool: &str) {
         self.blocks.entry(block).or_insert_with(|| NodeBlock { pool: pool.to_string(), ..NodeBlock::default() });
     }
 
-    /// `block` is another node's.
-    pub fn held_elsewhere(&mut self, block: IpNetwork) {
-        self.elsewhere.insert(block);
+    /// `block` is `node`'s.
+    pub fn held_elsewhere(&mut self, block: IpNetwork, node: &str) {
+        self.elsewhere.insert(block, node.to_string());
     }
 
     /// Forget the blocks found held by others for which `released` holds (their objects gone, a dead
     /// node's blocks released): they may be claimed again. Whether there were any.
     pub fn forget_elsewhere(&mut self, released: impl Fn(IpNetwork) -> bool) -> bool {
         let before = self.elsewhere.len();
-        self.elsewhere.retain(|block| !released(*block));
+        self.elsewhere.retain(|block, _| !released(*block));
         self.elsewhere.len() != before
     }
 
@@ -129,9 +182,9 @@ impl Allocator {
     /// `block` is another node's now (released while this node's lease had run out, and claimed):
     /// nothing more is handed out from it. The addresses this node's pods hold in it stay theirs
     /// (their records) until their DEL.
-    pub fn lose(&mut self, block: IpNetwork) {
+    pub fn lose(&mut self, block: IpNetwork, node: &str) {
         self.blocks.remove(&block);
-        self.elsewhere.insert(block);
+        self.elsewhere.insert(block, node.to_string());
     }
 
     /// Whether any block was found held by another node.
@@ -139,12 +192,23 @@ impl Allocator {
         !self.elsewhere.is_empty()
     }
 
-    /// An owner's addresses as its record says, at start.
+    /// An owner's addresses as its record says, at start. A fixed address's block is no node's.
     pub fn restore(&mut self, pool: &str, owner: &AddressOwner, addresses: &[Allocated]) {
-        for allocated in addresses {
+        for allocated in addresses.iter().filter(|a| !a.fixed) {
             self.adopt(allocated.block, pool);
             self.blocks.entry(allocated.block).or_default().used.insert(allocated.address);
         }
+        self.held.insert(key(pool, owner), (owner.clone(), addresses.to_vec()));
+        self.handed.insert(owner.uid.clone(), Instant::now());
+    }
+
+    /// Whether `owner` holds addresses of `pool` already: a retried ADD.
+    pub fn holds(&self, pool: &str, owner: &AddressOwner) -> bool {
+        self.held.contains_key(&key(pool, owner))
+    }
+
+    /// `owner`'s fixed addresses (`super::fixed`), taken outside the node's blocks.
+    pub fn hold_fixed(&mut self, pool: &str, owner: &AddressOwner, addresses: &[Allocated]) {
         self.held.insert(key(pool, owner), (owner.clone(), addresses.to_vec()));
         self.handed.insert(owner.uid.clone(), Instant::now());
     }
@@ -221,8 +285,50 @@ impl Allocator {
             entry.free =
                 entry.free.zip(block.usable).map(|(free, usable)| free + usable.saturating_sub(block.used.len()));
         }
+        for ((pool, ..), (_, addresses)) in &self.held {
+            let fixed = addresses.iter().filter(|a| a.fixed).count();
+            if fixed > 0 {
+                usage.entry(pool.clone()).or_default().fixed += fixed;
+            }
+        }
         usage
     }
+}
+
+/// For each range set of `spec`, the address of `requested` in it, if any; why not, when one is no
+/// address the pool may hand out or two are of one set.
+fn wanted_by_set(spec: &PoolSpec, requested: &[IpAddr]) -> Result<Vec<Option<IpAddr>>, String> {
+    let mut wanted: Vec<Option<IpAddr>> = vec![None; spec.range_sets.len()];
+    for ip in requested {
+        match spec.range_sets.iter().position(|set| usable(spec, set, *ip)) {
+            None => return Err(unusable(spec, *ip)),
+            Some(n) => match wanted[n] {
+                Some(other) => {
+                    return Err(format!(
+                        "addresses {other} and {ip} asked for in 'ips' are of one range set of pool {:?}, which \
+                         gives a pod one address of each",
+                        spec.name
+                    ));
+                }
+                None => wanted[n] = Some(*ip),
+            },
+        }
+    }
+    Ok(wanted)
+}
+
+/// Why `ip` is no address of `spec` to hand out.
+fn unusable(spec: &PoolSpec, ip: IpAddr) -> String {
+    let ranges = spec.range_sets.iter().flatten();
+    let why = if let Some(r) = ranges.clone().find(|r| r.gateway == ip) {
+        format!("it is the gateway of {}", r.subnet)
+    } else if let Some(x) = spec.exclude.iter().find(|x| x.contains(ip)) {
+        format!("it is excluded ({x})")
+    } else {
+        let listed: Vec<String> = ranges.map(|r| format!("{}-{}", r.start, r.end)).collect();
+        format!("it is outside the pool's ranges {}", listed.join(", "))
+    };
+    format!("address {ip} asked for in 'ips' is not one pool {:?} hands out: {why}", spec.name)
 }
 
 fn exhausted(spec: &PoolSpec, set: &[crate::node::agent_socket::addresses::PoolRange], own: usize) -> String {
@@ -266,12 +372,12 @@ mod tests {
     /// Allocate for `owner`, claiming every block asked for as this node's; the addresses.
     fn take(a: &mut Allocator, spec: &PoolSpec, owner: &AddressOwner) -> Result<Vec<String>, String> {
         loop {
-            match a.allocate(spec, owner) {
+            match a.allocate(spec, owner, &[]) {
                 Step::Addresses { addresses, .. } => {
                     return Ok(addresses.iter().map(|x| x.address.to_string()).collect());
                 }
                 Step::Claim(block) => a.adopt(block, &spec.name),
-                Step::Exhausted(why) => return Err(why),
+                Step::Exhausted(why) | Step::Refused { why, .. } => return Err(why),
             }
         }
     }
@@ -280,11 +386,11 @@ mod tests {
     fn addresses_come_from_the_nodes_block_and_a_retry_gets_the_same() {
         let s = spec("10.80.0.0/24", "10.80.0.254", 16);
         let mut a = Allocator::default();
-        assert_eq!(a.allocate(&s, &owner(1)), Step::Claim("10.80.0.0/28".parse().unwrap()));
+        assert_eq!(a.allocate(&s, &owner(1), &[]), Step::Claim("10.80.0.0/28".parse().unwrap()));
         a.adopt("10.80.0.0/28".parse().unwrap(), "lan");
         assert_eq!(take(&mut a, &s, &owner(1)).unwrap(), ["10.80.0.2"]);
         assert_eq!(take(&mut a, &s, &owner(2)).unwrap(), ["10.80.0.3"]);
-        let again = a.allocate(&s, &owner(1));
+        let again = a.allocate(&s, &owner(1), &[]);
         assert!(
             matches!(&again, Step::Addresses { fresh: false, addresses } if addresses[0].address.to_string() == "10.80.0.2"),
             "{again:?}"
@@ -298,11 +404,11 @@ mod tests {
     fn a_full_block_claims_the_next_and_blocks_of_others_are_skipped() {
         let s = spec("10.80.0.0/24", "10.80.0.254", 4);
         let mut a = Allocator::default();
-        a.held_elsewhere("10.80.0.4/30".parse().unwrap());
+        a.held_elsewhere("10.80.0.4/30".parse().unwrap(), "node-b");
         let got: Vec<String> = (0..4).map(|n| take(&mut a, &s, &owner(n)).unwrap().remove(0)).collect();
         // .0/30 gives .2 and .3 (not the network address, not the gateway); .4/30 is another node's.
         assert_eq!(got, ["10.80.0.2", "10.80.0.3", "10.80.0.8", "10.80.0.9"]);
-        assert_eq!(a.usage()["lan"], PoolUsage { blocks: 2, used: 4, free: Some(2) }, ".10 and .11 left");
+        assert_eq!(a.usage()["lan"], PoolUsage { blocks: 2, used: 4, free: Some(2), fixed: 0 }, ".10 and .11 left");
     }
 
     #[test]
@@ -310,22 +416,22 @@ mod tests {
         let s = spec("10.80.0.0/24", "10.80.0.7", 4);
         let mut a = Allocator::default();
         let (first, second) = ("10.80.0.0/30".parse().unwrap(), "10.80.0.4/30".parse().unwrap());
-        a.held_elsewhere(second);
+        a.held_elsewhere(second, "node-b");
         assert_eq!(take(&mut a, &s, &owner(1)).unwrap(), ["10.80.0.2"]);
         assert_eq!(take(&mut a, &s, &owner(2)).unwrap(), ["10.80.0.3"]);
-        assert!(matches!(a.allocate(&s, &owner(3)), Step::Exhausted(_)));
+        assert!(matches!(a.allocate(&s, &owner(3), &[]), Step::Exhausted(_)));
         assert!(!a.forget_elsewhere(|block| block == first), "not one known elsewhere");
         assert!(a.forget_elsewhere(|block| block == second));
         assert!(!a.knows_elsewhere());
-        assert_eq!(a.allocate(&s, &owner(3)), Step::Claim(second));
+        assert_eq!(a.allocate(&s, &owner(3), &[]), Step::Claim(second));
         // The first block lost to another node: its holders keep their addresses, nothing new from it.
-        a.lose(first);
+        a.lose(first, "node-b");
         assert_eq!(a.held_blocks(), []);
         assert_eq!(
-            a.allocate(&s, &owner(1)),
+            a.allocate(&s, &owner(1), &[]),
             Step::Addresses { addresses: a.held[&key("lan", &owner(1))].1.clone(), fresh: false }
         );
-        assert_eq!(a.allocate(&s, &owner(3)), Step::Claim(second));
+        assert_eq!(a.allocate(&s, &owner(3), &[]), Step::Claim(second));
     }
 
     #[test]
@@ -370,7 +476,7 @@ mod tests {
         let s = spec("10.80.0.0/24", "10.80.0.254", 16);
         let block: IpNetwork = "10.80.0.0/28".parse().unwrap();
         let mut a = Allocator::default();
-        a.restore("lan", &owner(1), &[Allocated { address: "10.80.0.2".parse().unwrap(), block }]);
+        a.restore("lan", &owner(1), &[Allocated { address: "10.80.0.2".parse().unwrap(), block, fixed: false }]);
         assert_eq!(take(&mut a, &s, &owner(2)).unwrap(), ["10.80.0.3"], "no claim: the block is the node's");
         assert_eq!(take(&mut a, &s, &owner(1)).unwrap(), ["10.80.0.2"]);
     }
@@ -383,13 +489,61 @@ mod tests {
         s.exclude = vec!["10.80.0.5/32".parse().unwrap()];
         let block: IpNetwork = "10.80.0.0/29".parse().unwrap();
         let mut a = Allocator::default();
-        a.restore("lan", &owner(1), &[Allocated { address: "10.80.0.2".parse().unwrap(), block }]);
-        assert_eq!(a.usage()["lan"], PoolUsage { blocks: 1, used: 1, free: None }, "the ranges not known yet");
+        a.restore("lan", &owner(1), &[Allocated { address: "10.80.0.2".parse().unwrap(), block, fixed: false }]);
+        assert_eq!(
+            a.usage()["lan"],
+            PoolUsage { blocks: 1, used: 1, free: None, fixed: 0 },
+            "the ranges not known yet"
+        );
         for n in 2..=7 {
             take(&mut a, &s, &owner(n)).unwrap();
         }
-        assert_eq!(a.usage()["lan"], PoolUsage { blocks: 2, used: 7, free: Some(6) });
+        assert_eq!(a.usage()["lan"], PoolUsage { blocks: 2, used: 7, free: Some(6), fixed: 0 });
         a.release("lan", "c2", "net1", None);
-        assert_eq!(a.usage()["lan"], PoolUsage { blocks: 2, used: 6, free: Some(7) });
+        assert_eq!(a.usage()["lan"], PoolUsage { blocks: 2, used: 6, free: Some(7), fixed: 0 });
+    }
+
+    #[test]
+    fn an_address_asked_for_is_handed_out_only_from_the_pool_and_only_when_free() {
+        let mut s = spec("10.80.0.0/24", "10.80.0.20", 4);
+        s.exclude = vec!["10.80.0.16/30".parse().unwrap()];
+        let ip = |text: &str| -> IpAddr { text.parse().unwrap() };
+        let refused = |step: Step| match step {
+            Step::Refused { why, invalid } => (why, invalid),
+            other => panic!("{other:?}"),
+        };
+        let mut a = Allocator::default();
+        // In a block no node holds: claimed, then the address from it; a retry gets it again.
+        assert_eq!(a.allocate(&s, &owner(1), &[ip("10.80.0.6")]), Step::Claim("10.80.0.4/30".parse().unwrap()));
+        a.adopt("10.80.0.4/30".parse().unwrap(), "lan");
+        let got = a.allocate(&s, &owner(1), &[ip("10.80.0.6")]);
+        assert!(matches!(&got, Step::Addresses { fresh: true, addresses } if addresses[0].address == ip("10.80.0.6")));
+        assert!(matches!(a.allocate(&s, &owner(1), &[ip("10.80.0.6")]), Step::Addresses { fresh: false, .. }));
+        // A pod asking nothing gets the block's first free address, never the one taken.
+        assert_eq!(take(&mut a, &s, &owner(2)).unwrap(), ["10.80.0.4"]);
+        // Taken: naming its holder.
+        let (why, invalid) = refused(a.allocate(&s, &owner(3), &[ip("10.80.0.6")]));
+        assert!(!invalid);
+        assert!(
+            why.contains("address 10.80.0.6 asked for in 'ips' cannot be had from pool \"lan\": it is taken, held by pod default/p1"),
+            "{why}"
+        );
+        // In another node's block.
+        a.held_elsewhere("10.80.0.8/30".parse().unwrap(), "node-b");
+        let (why, invalid) = refused(a.allocate(&s, &owner(3), &[ip("10.80.0.9")]));
+        assert!(!invalid && why.contains("it is in block 10.80.0.8/30, which node node-b holds"), "{why}");
+        // Never the pool's: outside its ranges, excluded, its gateway; two of one range set.
+        for (asked, says) in [
+            (vec![ip("10.80.0.30")], "it is outside the pool's ranges 10.80.0.1-10.80.0.20"),
+            (vec![ip("10.81.0.5")], "outside"),
+            (vec![ip("10.80.0.17")], "it is excluded (10.80.0.16/30)"),
+            (vec![ip("10.80.0.1")], "it is the gateway of 10.80.0.0/24"),
+            (vec![ip("10.80.0.5"), ip("10.80.0.7")], "are of one range set"),
+        ] {
+            let (why, invalid) = refused(a.allocate(&s, &owner(3), &asked));
+            assert!(invalid && why.contains(says), "{asked:?}: {why}");
+            assert!(why.contains("pool \"lan\""), "{why}");
+        }
+        assert_eq!(a.usage()["lan"].used, 2, "nothing taken by a refusal");
     }
 }

@@ -17,7 +17,7 @@ pub fn address(n: u128, v4: bool) -> IpAddr {
 }
 
 /// The block of `size` addresses (a power of two) that holds `n`.
-fn block_of(n: u128, size: u32, v4: bool) -> IpNetwork {
+pub fn block_of(n: u128, size: u32, v4: bool) -> IpNetwork {
     let bits: u8 = if v4 { 32 } else { 128 };
     let prefix = bits - size.trailing_zeros() as u8;
     let start = n & !(u128::from(size) - 1);

@@ -18,11 +18,14 @@ use tracing::warn;
 /// One request may take this long.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// What `Claimed::Elsewhere` names for a fixed block, held by no node (`super::fixed`).
+pub const FIXED: &str = "";
+
 #[derive(Debug, PartialEq, Eq)]
 pub enum Claimed {
     /// The block is this node's.
     Here,
-    /// Another node holds it.
+    /// Another node holds it (`FIXED`: it holds fixed addresses).
     Elsewhere(String),
     /// The API server did not say: why.
     Unknown(String),
@@ -32,7 +35,7 @@ pub async fn claim(client: &Client, block: IpNetwork, pool: &str, node: &str) ->
     let resource = resource();
     let api: Api<DynamicObject> = Api::all_with(client.clone(), &resource);
     let name = object_name(block);
-    let spec = IpBlockSpec { cidr: block, pool: pool.to_string(), node: node.to_string() };
+    let spec = IpBlockSpec { cidr: block, pool: pool.to_string(), node: node.to_string(), fixed: false };
     let object = DynamicObject::new(&name, &resource).data(serde_json::json!({ "spec": spec }));
     let unknown = |what: &str, e: String| Claimed::Unknown(format!("{what} IPBlock {name}: {e}"));
     match tokio::time::timeout(REQUEST_TIMEOUT, api.create(&PostParams::default(), &object)).await {
@@ -45,6 +48,7 @@ pub async fn claim(client: &Client, block: IpNetwork, pool: &str, node: &str) ->
         Err(_) => unknown("reading", format!("no answer within {}s", REQUEST_TIMEOUT.as_secs())),
         Ok(Err(e)) => unknown("reading", describe(&e)),
         Ok(Ok(found)) => match serde_json::from_value::<IpBlockSpec>(found.data["spec"].clone()) {
+            Ok(spec) if spec.fixed => Claimed::Elsewhere(FIXED.into()),
             Ok(spec) if spec.node == node && spec.cidr == block => Claimed::Here,
             Ok(spec) => Claimed::Elsewhere(spec.node),
             // Not one this agent can read: never this node's to use.
@@ -74,6 +78,7 @@ pub async fn confirm(client: &Client, block: IpNetwork, pool: &str, node: &str) 
             Ok(Ok(Some(found))) => found,
         };
         match serde_json::from_value::<IpBlockSpec>(found.data["spec"].clone()) {
+            Ok(spec) if spec.fixed => return Claimed::Elsewhere(FIXED.into()),
             Ok(spec) if spec.node == node && spec.cidr == block => {}
             Ok(spec) => return Claimed::Elsewhere(spec.node),
             Err(e) => return Claimed::Elsewhere(format!("unreadable ({e})")),

@@ -11,6 +11,8 @@
 //! - `lease`: the node's lease on its blocks, renewed in the background; no address is handed out
 //!   while it is older than its duration, and after it had run out none before the node's blocks
 //!   are checked (yh-ipam's dead-node releaser, `super::releaser`, may have released them);
+//! - `fixed`: fixed addresses, kept for a StatefulSet's ordinal across its pods, outside the nodes'
+//!   blocks: one `FixedAddress` object per address, in the pool's fixed blocks;
 //! - `records`: one durable file per owner, written before the plugin hears its addresses and read
 //!   back at start, before the agent answers.
 //!
@@ -20,19 +22,37 @@
 mod allocator;
 mod blocks;
 mod claims;
+mod fixed;
 mod lease;
 mod records;
 
 use crate::node::agent_socket::addresses::{AddressOwner, PoolSpec};
 use crate::node::agent_socket::protocol::Answer;
+use crate::platform::kube::fixed_address::{self, FixedOwner};
 use crate::platform::kube::ip_block::object_name;
 pub use allocator::PoolUsage;
 use allocator::{Allocator, Step};
 use claims::Claimed;
 use records::{Record, Records};
 use std::collections::BTreeMap;
+use std::net::IpAddr;
 use std::path::Path;
 use tracing::{debug, info, warn};
+
+/// Whose an ADD's addresses are beyond its pod.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Keeper {
+    /// The agent's watch does not hold the pod yet: the API server is asked whether it is a
+    /// StatefulSet's.
+    Unknown,
+    /// The pod's alone: from the node's blocks.
+    Pod,
+    /// A StatefulSet's ordinal: a fixed address, kept across its pods.
+    Ordinal(FixedOwner),
+    /// The IPAMClaim of the pod's namespace the pod names (`ipam-claim-reference`): a fixed address,
+    /// which two pods may hold at once (a VM's live migration).
+    Claim(String),
+}
 
 pub struct Addresses {
     state: tokio::sync::Mutex<Allocator>,
@@ -65,10 +85,19 @@ impl Addresses {
         Ok(Addresses { state: tokio::sync::Mutex::new(allocator), records, node: node.to_string(), lease, usage })
     }
 
-    /// An address of each of `pool`'s range sets for `owner`, claiming blocks as needed.
-    pub async fn allocate(&self, client: &::kube::Client, pool: PoolSpec, owner: AddressOwner) -> Answer {
+    /// An address of each of `pool`'s range sets for `owner` (those `requested` where asked),
+    /// claiming blocks as needed; a fixed address (`fixed`) for a StatefulSet's pod that asks for
+    /// none, and for a pod naming an IPAMClaim (`keeper`).
+    pub async fn allocate(
+        &self,
+        client: &::kube::Client,
+        pool: PoolSpec,
+        owner: AddressOwner,
+        requested: &[IpAddr],
+        keeper: Keeper,
+    ) -> Answer {
         if let Err(why) = self.lease.check(&self.node).await {
-            return Answer::NoAddress { why, retry: true };
+            return Answer::NoAddress { why, retry: true, invalid: false };
         }
         let mut state = self.state.lock().await;
         if self.lease.take_lapsed()
@@ -76,9 +105,40 @@ impl Addresses {
         {
             self.lease.check_blocks_again();
             self.publish(&state);
-            return Answer::NoAddress { why, retry: true };
+            return Answer::NoAddress { why, retry: true, invalid: false };
         }
-        let answer = self.allocate_in(&mut state, client, &pool, &owner).await;
+        let answer = if let Keeper::Claim(claim) = &keeper
+            && !requested.is_empty()
+        {
+            Answer::NoAddress {
+                why: format!(
+                    "pod {} names IPAMClaim {claim} and asks for addresses in 'ips': one or the other",
+                    owner.pod
+                ),
+                retry: false,
+                invalid: true,
+            }
+        } else if requested.is_empty() && !state.holds(&pool.name, &owner) {
+            let keeper = match keeper {
+                Keeper::Unknown => match fixed::member_of(client, &owner.pod, &owner.uid).await {
+                    Ok(Some(member)) => Ok(Keeper::Ordinal(member)),
+                    Ok(None) => Ok(Keeper::Pod),
+                    Err(refusal) => Err(refusal),
+                },
+                known => Ok(known),
+            };
+            match keeper {
+                Ok(Keeper::Ordinal(member)) => self.allocate_fixed(&mut state, client, &pool, &owner, &member).await,
+                Ok(Keeper::Claim(claim)) => match fixed::claim_owner(client, &owner.pod, &claim).await {
+                    Ok(member) => self.allocate_fixed(&mut state, client, &pool, &owner, &member).await,
+                    Err(refusal) => Answer::NoAddress { why: refusal.why, retry: refusal.retry, invalid: false },
+                },
+                Ok(_) => self.allocate_in(&mut state, client, &pool, &owner, requested).await,
+                Err(refusal) => Answer::NoAddress { why: refusal.why, retry: refusal.retry, invalid: false },
+            }
+        } else {
+            self.allocate_in(&mut state, client, &pool, &owner, requested).await
+        };
         self.publish(&state);
         answer
     }
@@ -100,7 +160,7 @@ impl Addresses {
                          lease had run out): no address is handed out from it here; the pods of this node holding \
                          addresses in it should be deleted"
                     );
-                    state.lose(block);
+                    state.lose(block, &node);
                 }
                 Claimed::Unknown(why) => {
                     return Err(format!(
@@ -120,17 +180,22 @@ impl Addresses {
         client: &::kube::Client,
         pool: &PoolSpec,
         owner: &AddressOwner,
+        requested: &[IpAddr],
     ) -> Answer {
         let mut refreshed = false;
         loop {
-            match state.allocate(pool, owner) {
+            let (why, invalid) = match state.allocate(pool, owner, requested) {
                 Step::Addresses { addresses, fresh } => {
                     if fresh {
                         let record =
                             Record { pool: pool.name.clone(), owner: owner.clone(), addresses: addresses.clone() };
                         if let Err(e) = self.records.write(&record) {
                             state.forget(&pool.name, owner);
-                            return Answer::NoAddress { why: format!("recording the addresses: {e}"), retry: true };
+                            return Answer::NoAddress {
+                                why: format!("recording the addresses: {e}"),
+                                retry: true,
+                                invalid: false,
+                            };
                         }
                     }
                     return Answer::Allocated { addresses };
@@ -139,8 +204,12 @@ impl Addresses {
                     Claimed::Here => {
                         info!("block {block} of pool {:?} claimed for this node", pool.name);
                         state.adopt(block, &pool.name);
+                        continue;
                     }
-                    Claimed::Elsewhere(_) => state.held_elsewhere(block),
+                    Claimed::Elsewhere(node) => {
+                        state.held_elsewhere(block, &node);
+                        continue;
+                    }
                     Claimed::Unknown(why) => {
                         return Answer::NoAddress {
                             why: format!(
@@ -148,26 +217,58 @@ impl Addresses {
                                 pool.name
                             ),
                             retry: true,
+                            invalid: false,
                         };
                     }
                 },
-                Step::Exhausted(why) => {
-                    // Blocks found another node's may have been released since: look once.
-                    if !refreshed && state.knows_elsewhere() {
-                        refreshed = true;
-                        match claims::existing(client).await {
-                            Ok(names) => {
-                                if state.forget_elsewhere(|block| !names.contains(&object_name(block))) {
-                                    continue;
-                                }
-                            }
-                            Err(why) => debug!("pool {:?} seems exhausted, and {why}", pool.name),
+                Step::Exhausted(why) => (why, false),
+                Step::Refused { why, invalid } => (why, invalid),
+            };
+            // Blocks found another node's may have been released since: look once.
+            if !invalid && !refreshed && state.knows_elsewhere() {
+                refreshed = true;
+                match claims::existing(client).await {
+                    Ok(names) => {
+                        if state.forget_elsewhere(|block| !names.contains(&object_name(block))) {
+                            continue;
                         }
                     }
-                    return Answer::NoAddress { why, retry: false };
+                    Err(e) => debug!("pool {:?}: {why}, and {e}", pool.name),
                 }
             }
+            return Answer::NoAddress { why, retry: false, invalid };
         }
+    }
+
+    /// The fixed addresses of StatefulSet ordinal `member` (one of each range set), taken or handed
+    /// over through the API server (`fixed`), then recorded as any other.
+    async fn allocate_fixed(
+        &self,
+        state: &mut Allocator,
+        client: &::kube::Client,
+        pool: &PoolSpec,
+        owner: &AddressOwner,
+        member: &FixedOwner,
+    ) -> Answer {
+        let mut addresses = Vec::new();
+        for index in 0..pool.range_sets.len() {
+            match fixed::take(client, &self.node, pool, index, member, owner).await {
+                Ok(allocated) => addresses.push(allocated),
+                Err(refusal) => return Answer::NoAddress { why: refusal.why, retry: refusal.retry, invalid: false },
+            }
+        }
+        if member.kind == fixed_address::IPAM_CLAIM
+            && let Err(refusal) = fixed::write_claim_status(client, pool, member, &addresses).await
+        {
+            return Answer::NoAddress { why: refusal.why, retry: refusal.retry, invalid: false };
+        }
+        let record = Record { pool: pool.name.clone(), owner: owner.clone(), addresses: addresses.clone() };
+        if let Err(e) = self.records.write(&record) {
+            // The addresses stay the identity's (their objects): the retried ADD finds them.
+            return Answer::NoAddress { why: format!("recording the addresses: {e}"), retry: true, invalid: false };
+        }
+        state.hold_fixed(&pool.name, owner, &addresses);
+        Answer::Allocated { addresses }
     }
 
     /// Give back what (`container_id`, `ifname`) holds in `pool`. A record that cannot be removed

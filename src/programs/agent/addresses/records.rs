@@ -97,6 +97,7 @@ mod tests {
             addresses: vec![Allocated {
                 address: "10.80.0.2".parse().unwrap(),
                 block: "10.80.0.0/28".parse().unwrap(),
+                fixed: false,
             }],
         };
         records.write(&record).unwrap();

@@ -7,7 +7,9 @@
 //!   Node deleted or tainted out-of-service, and the lease older than its duration plus
 //!   `--ipam-clock-skew`);
 //! - `release`: the blocks listed by node, and each deleted with preconditions (the uid and
-//!   resourceVersion listed).
+//!   resourceVersion listed);
+//! - `fixed`: the fixed addresses of StatefulSet ordinals gone (scaled down, or the StatefulSet
+//!   deleted) and whose last pod is gone, deleted in the same sweep.
 //!
 //! Each round (a quarter of the lease duration) the releaser renews its lease; holding it, once per
 //! lease duration it lists the `IPBlock`s and the leases, and reads the Node object of each node
@@ -20,6 +22,7 @@
 //! rest of the agent goes on.
 
 mod election;
+mod fixed;
 mod release;
 mod verdict;
 
@@ -89,6 +92,8 @@ struct Releaser {
     absent_since: HashMap<String, Instant>,
     /// When the blocks were last looked through: once per lease duration, while elected.
     swept: Option<Instant>,
+    /// Why the last sweep of fixed addresses failed, logged once until it works again.
+    fixed_failing: Option<String>,
 }
 
 /// Take part in the election and release dead nodes' blocks while elected, for as long as the
@@ -107,6 +112,7 @@ pub(super) async fn run(shared: Arc<Shared>, rule: Rule) -> String {
         namespace,
         absent_since: HashMap::new(),
         swept: None,
+        fixed_failing: None,
     };
     let period = (rule.lease_duration / 4).max(Duration::from_millis(200));
     let mut unable: Option<String> = None;
@@ -174,6 +180,25 @@ impl Releaser {
             if node != self.shared.node && self.judge(&node, leases.get(&node_lease(&node))).is_ok() {
                 self.consider(&node, &blocks).await?;
             }
+        }
+        // The fixed addresses' sweep failing (an older ClusterRole, without them) leaves the blocks'.
+        match fixed::sweep(&self.shared.client).await {
+            Ok(_) => {
+                if self.fixed_failing.take().is_some() {
+                    info!("yh-ipam's sweep of fixed addresses works again");
+                }
+            }
+            Err(Problem::Unable(why) | Problem::Failed(why) | Problem::Conflict(why)) => {
+                if self.fixed_failing.as_ref() != Some(&why) {
+                    warn!(
+                        "yh-ipam's sweep of fixed addresses: {why}; the fixed addresses of StatefulSet ordinals gone are \
+                         not freed (the agent needs list and delete on fixedaddresses, get on statefulsets and pods, as \
+                         manifests/yh-genie.yaml grants)"
+                    );
+                }
+                self.fixed_failing = Some(why);
+            }
+            Err(Problem::Gone) => {}
         }
         // Only a sweep that went through waits a lease duration for the next one.
         self.swept = Some(started);

@@ -17,12 +17,16 @@ pub struct Listed {
     resource_version: Option<String>,
 }
 
-/// The listed blocks by the node holding them; those this agent cannot read are left out (no
-/// node's to release).
+/// The listed blocks by the node holding them; those this agent cannot read, and fixed blocks, are
+/// left out (no node's to release).
 pub fn by_node(objects: Vec<DynamicObject>) -> BTreeMap<String, Vec<Listed>> {
     let mut nodes: BTreeMap<String, Vec<Listed>> = BTreeMap::new();
     for object in objects {
         let Ok(spec) = serde_json::from_value::<IpBlockSpec>(object.data["spec"].clone()) else { continue };
+        // A fixed block is no node's: its addresses go with their identities (`super::fixed`).
+        if spec.fixed || spec.node.is_empty() {
+            continue;
+        }
         let Some(name) = object.metadata.name else { continue };
         let block = Listed { name, uid: object.metadata.uid, resource_version: object.metadata.resource_version };
         nodes.entry(spec.node).or_default().push(block);
@@ -57,7 +61,10 @@ mod tests {
             object
         };
         let unreadable = DynamicObject::new("x", &resource()).data(serde_json::json!({"spec": {"node": 3}}));
-        let nodes = by_node(vec![block("a", "n1", "u1"), block("b", "n2", "u2"), block("c", "n1", "u3"), unreadable]);
+        let fixed = DynamicObject::new("f", &resource())
+            .data(serde_json::json!({"spec": {"cidr": "10.0.0.4/30", "pool": "p", "fixed": true}}));
+        let nodes =
+            by_node(vec![block("a", "n1", "u1"), block("b", "n2", "u2"), block("c", "n1", "u3"), unreadable, fixed]);
         assert_eq!(nodes.keys().collect::<Vec<_>>(), ["n1", "n2"]);
         assert_eq!(nodes["n1"].iter().map(|b| b.name.as_str()).collect::<Vec<_>>(), ["a", "c"]);
         assert_eq!(nodes["n1"][1].uid.as_deref(), Some("u3"));

@@ -27,6 +27,7 @@
 //!   reads are kept of each device.
 
 use crate::node::agent_socket::protocol::{Held, PodObjects, PublishedDevice};
+use crate::platform::kube::fixed_address::FixedOwner;
 use crate::platform::kube::{Kind, NetworkAttachmentDefinition, ObjectKey};
 use crate::programs::selector::agent_face::{
     self, AttachmentPolicy, NETWORK_STATUS, PodDefaults, is_sandbox_pod, references, trim_attachment, trim_pod,
@@ -207,6 +208,9 @@ pub struct Store {
     slices: HeldSlices,
     deleted: VecDeque<String>,
     listed: bool,
+    /// The StatefulSet ordinal each pod held is, by uid (`yh-ipam`'s fixed addresses), read from
+    /// the pod before it is trimmed.
+    members: HashMap<String, FixedOwner>,
 }
 
 impl Store {
@@ -225,6 +229,7 @@ impl Store {
             slices: HeldSlices::default(),
             deleted: VecDeque::new(),
             listed: false,
+            members: HashMap::new(),
         }
     }
 
@@ -236,6 +241,11 @@ impl Store {
     /// Whether a pod of the node is the sandbox's of this uid (a static pod's: its mirror).
     pub fn holds_uid(&self, uid: &str) -> bool {
         self.pods.values().any(|held| is_sandbox_pod(&held.pod, uid))
+    }
+
+    /// The StatefulSet ordinal pod `uid` is, if the store holds it and it is one.
+    pub fn statefulset_member(&self, uid: &str) -> Option<FixedOwner> {
+        self.members.get(uid).cloned()
     }
 
     pub fn pod_count(&self) -> usize {
@@ -257,6 +267,9 @@ impl Store {
     pub fn apply(&mut self, pod: &Pod) -> Watches {
         let Some(key) = pod_key(pod) else { return Watches::default() };
         let network_status = pod.metadata.annotations.as_ref().and_then(|a| a.get(NETWORK_STATUS)).cloned();
+        if let (Some(uid), Some(member)) = (pod.metadata.uid.clone(), FixedOwner::of(pod)) {
+            self.members.insert(uid, member);
+        }
         let pod = trim_pod(pod);
         let mut refs = references(&self.policy, &self.defaults, &key.0, &pod);
         let claims = agent_face::claim_names(&pod);
@@ -285,8 +298,21 @@ impl Store {
             return Watches::default();
         }
         let held = self.pods.remove(&key).expect("checked above");
+        self.forget_member(&held.pod);
         self.remember_deleted(held.pod.metadata.uid);
         self.release(&held.refs)
+    }
+
+    /// The StatefulSet ordinals of pods listed (whose trimmed copies `replace_all` took), by uid.
+    pub fn add_members(&mut self, members: Vec<(String, FixedOwner)>) {
+        let held: Vec<(String, FixedOwner)> = members.into_iter().filter(|(uid, _)| self.holds_uid(uid)).collect();
+        self.members.extend(held);
+    }
+
+    fn forget_member(&mut self, pod: &Pod) {
+        if let Some(uid) = &pod.metadata.uid {
+            self.members.remove(uid);
+        }
     }
 
     /// The node's pods, listed anew: pods not in `pods` are gone.
@@ -299,6 +325,7 @@ impl Store {
         }
         for key in gone {
             let held = self.pods.remove(&key).expect("listed from the map");
+            self.forget_member(&held.pod);
             self.remember_deleted(held.pod.metadata.uid);
             watches.merge(self.release(&held.refs));
         }
@@ -518,6 +545,7 @@ impl Store {
     fn replaced(&mut self, old: Pod) {
         let key = pod_key(&old).expect("held pods have keys");
         if self.pods.get(&key).is_some_and(|now| now.pod.metadata.uid != old.metadata.uid) {
+            self.forget_member(&old);
             self.remember_deleted(old.metadata.uid);
         }
     }

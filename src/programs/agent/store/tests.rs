@@ -343,3 +343,35 @@ fn claims_are_held_trimmed() {
     let text = serde_json::to_string(&trim_claim(*claim)).unwrap();
     assert!(!text.contains("managedFields") && !text.contains("deviceClassName") && text.contains("vf-0"), "{text}");
 }
+
+#[test]
+fn the_statefulset_ordinal_of_each_pod_held_is_kept_beside_its_trimmed_copy() {
+    let member = |name: &str, uid: &str| -> Pod {
+        let mut p = pod(name, uid, "cm", None);
+        p.metadata.owner_references = Some(vec![
+            serde_json::from_value(json!({
+            "apiVersion": "apps/v1", "kind": "StatefulSet", "name": "web", "uid": "s1", "controller": true}))
+            .unwrap(),
+        ]);
+        p
+    };
+    let mut store = Store::new(AttachmentPolicy::default());
+    store.apply(&member("web-0", "u0"));
+    store.apply(&pod("plain", "u9", "cm", None));
+    assert_eq!(store.statefulset_member("u0").map(|m| m.ordinal), Some(0));
+    assert_eq!(store.statefulset_member("u9"), None, "not a StatefulSet's");
+    // Replaced under its name by the next pod of the ordinal: the old uid is forgotten.
+    store.apply(&member("web-0", "u0b"));
+    assert_eq!(store.statefulset_member("u0"), None);
+    assert_eq!(store.statefulset_member("u0b").map(|m| m.name), Some("web".into()));
+    store.delete(&member("web-0", "u0b"));
+    assert_eq!(store.statefulset_member("u0b"), None);
+    // A list hands trimmed copies; the ordinals come beside them, for the pods held only.
+    let listed = member("web-1", "u1");
+    let trimmed = trim_pod(&listed);
+    store.replace_all(vec![trimmed]);
+    let of = |uid: &str| (uid.to_string(), FixedOwner::of(&member("web-1", uid)).unwrap());
+    store.add_members(vec![of("u1"), of("u-not-held")]);
+    assert_eq!(store.statefulset_member("u1").map(|m| m.ordinal), Some(1));
+    assert_eq!(store.statefulset_member("u-not-held"), None);
+}

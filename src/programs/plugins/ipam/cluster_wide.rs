@@ -15,6 +15,10 @@
 //! addresses' pool (the network's name when absent); `blockSize` is how many addresses a node
 //! claims at a time (a power of two, 16 unless set); `agentSocket` is where the agent listens.
 //!
+//! `runtimeConfig.ips` (the `ips` capability: addresses a pod asks for in its networks annotation)
+//! asks for those addresses, one per range set at most; the agent hands them out only from the
+//! pool and only when free (docs/ipam.md, "Addresses asked for").
+//!
 //! The built-in plugins run it in process (`registry::ipam`); any other plugin (a reference
 //! `macvlan`, an SR-IOV plugin) execs it from the CNI path, where the installer links it like the
 //! other built-in plugins (`YhIpam`).
@@ -45,6 +49,11 @@ const ANSWER_WAIT: Duration = Duration::from_secs(25);
 pub struct ClusterWide {
     network: String,
     ipam: Map<String, Value>,
+    /// `runtimeConfig.ips`, as given.
+    requested: Option<Value>,
+    /// `runtimeConfig.ipamClaimReference`: the IPAMClaim whose address this is (the selector gives
+    /// it from the pod's `ipam-claim-reference`).
+    claim: Option<Value>,
 }
 
 /// The configuration, read.
@@ -58,7 +67,10 @@ struct Pool {
 impl ClusterWide {
     pub fn from_conf(conf: &PluginConf) -> Self {
         let ipam = conf.raw.get("ipam").and_then(Value::as_object).cloned().unwrap_or_default();
-        ClusterWide { network: conf.name.clone(), ipam }
+        let runtime = conf.raw.get("runtimeConfig");
+        let requested = runtime.and_then(|r| r.get("ips")).cloned();
+        let claim = runtime.and_then(|r| r.get("ipamClaimReference")).cloned();
+        ClusterWide { network: conf.name.clone(), ipam, requested, claim }
     }
 
     /// ADD's JSON result, DEL's release; CHECK and GC have nothing to ask of the agent (the
@@ -82,11 +94,39 @@ impl ClusterWide {
             ifname: inv.ifname.clone(),
             pod: inv.args.pod().map(|(ns, name)| format!("{ns}/{name}")).unwrap_or_default(),
         };
-        let ask = Ask::Allocate { pool: pool.spec.clone(), owner };
+        let requested = self.requested()?;
+        let claim = match &self.claim {
+            None | Some(Value::Null) => None,
+            Some(Value::String(claim)) if !claim.is_empty() => Some(claim.clone()),
+            Some(other) => {
+                return Err(CniError::invalid_config(format!(
+                    "yh-ipam: runtimeConfig.ipamClaimReference must be an IPAMClaim's name, not {other}"
+                )));
+            }
+        };
+        let ask = Ask::Allocate { pool: pool.spec.clone(), owner, requested: requested.clone(), claim: claim.clone() };
         match ask_agent(&pool.socket, ask)? {
-            Answer::Allocated { addresses } => Ok(result(pool, &addresses).to_string().into_bytes()),
-            Answer::NoAddress { why, retry: false } => Err(CniError::new(code::IPAM, why)),
-            Answer::NoAddress { why, retry: true } => Err(CniError::try_again(why)),
+            Answer::Allocated { addresses } => {
+                if let Some(claim) = &claim
+                    && addresses.iter().any(|a| !a.fixed)
+                {
+                    return Err(CniError::try_again(format!(
+                        "the node agent did not hand out IPAMClaim {claim}'s address: the yh-genie agent on this \
+                         node must be of the plugin's release"
+                    )));
+                }
+                if let Some(missing) = requested.iter().find(|ip| !addresses.iter().any(|a| a.address == **ip)) {
+                    // An agent that does not read `requested` gives any address: never the pod's.
+                    return Err(CniError::try_again(format!(
+                        "the node agent did not hand out address {missing} asked for in 'ips': the yh-genie agent \
+                         on this node must be of the plugin's release"
+                    )));
+                }
+                Ok(result(pool, &addresses).to_string().into_bytes())
+            }
+            Answer::NoAddress { why, invalid: true, .. } => Err(CniError::invalid_config(why)),
+            Answer::NoAddress { why, retry: false, .. } => Err(CniError::new(code::IPAM, why)),
+            Answer::NoAddress { why, retry: true, .. } => Err(CniError::try_again(why)),
             other => Err(unexpected(&other)),
         }
     }
@@ -101,6 +141,25 @@ impl ClusterWide {
         match ask_agent(&pool.socket, ask)? {
             Answer::Released => Ok(()),
             other => Err(unexpected(&other)),
+        }
+    }
+
+    /// The addresses of `runtimeConfig.ips`: each an address or a CIDR (whose address counts, as
+    /// host-local reads it).
+    fn requested(&self) -> Result<Vec<IpAddr>, CniError> {
+        let bad = |why: String| CniError::invalid_config(format!("yh-ipam: runtimeConfig.ips {why}"));
+        match &self.requested {
+            None | Some(Value::Null) => Ok(Vec::new()),
+            Some(Value::Array(ips)) => ips
+                .iter()
+                .map(|ip| {
+                    let text = ip.as_str().ok_or_else(|| bad(format!("holds {ip}, not an address")))?;
+                    text.parse::<IpNetwork>()
+                        .map(|net| net.ip())
+                        .map_err(|_| bad(format!("holds {text:?}, not an address or a CIDR")))
+                })
+                .collect(),
+            Some(other) => Err(bad(format!("must be a list of addresses, not {other}"))),
         }
     }
 
@@ -320,8 +379,8 @@ mod tests {
         assert_eq!((v6.start.to_string(), v6.gateway.to_string()), ("fd80::1".into(), "fd80::fe".into()));
         assert_eq!(pool.socket, PathBuf::from("/run/yh-genie/agent.sock"));
         let addresses = [
-            Allocated { address: "10.80.0.2".parse().unwrap(), block: "10.80.0.0/27".parse().unwrap() },
-            Allocated { address: "fd80::2".parse().unwrap(), block: "fd80::/123".parse().unwrap() },
+            Allocated { address: "10.80.0.2".parse().unwrap(), block: "10.80.0.0/27".parse().unwrap(), fixed: false },
+            Allocated { address: "fd80::2".parse().unwrap(), block: "fd80::/123".parse().unwrap(), fixed: false },
         ];
         assert_eq!(
             result(&pool, &addresses),
@@ -346,6 +405,23 @@ mod tests {
             let e = read(ipam.clone()).unwrap_err();
             assert_eq!(e.code, code::INVALID_CONFIG, "{ipam}");
             assert!(e.msg.contains(says), "{ipam}: {e}");
+        }
+    }
+
+    #[test]
+    fn the_runtimes_ips_are_read_as_addresses_or_cidrs() {
+        let requested = |ips: Value| {
+            let conf = json!({"cniVersion": "1.0.0", "name": "lan", "type": "macvlan", "runtimeConfig": {"ips": ips},
+                              "ipam": {"type": TYPE, "ranges": [[{"subnet": "10.80.0.0/24"}]]}});
+            ClusterWide::from_conf(&PluginConf::parse(conf.to_string().as_bytes()).unwrap()).requested()
+        };
+        let got = requested(json!(["10.80.0.7/24", "fd80::7"])).unwrap();
+        assert_eq!(got, ["10.80.0.7".parse::<IpAddr>().unwrap(), "fd80::7".parse().unwrap()]);
+        assert!(requested(Value::Null).unwrap().is_empty());
+        for (ips, says) in [(json!(["10.80.0.300"]), "not an address or a CIDR"), (json!("10.80.0.7"), "a list")] {
+            let e = requested(ips).unwrap_err();
+            assert_eq!(e.code, code::INVALID_CONFIG);
+            assert!(e.msg.contains(says), "{e}");
         }
     }
 }

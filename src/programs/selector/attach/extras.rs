@@ -18,6 +18,9 @@
 //!   plugin that declares the capability (portmap, bandwidth), as Multus gives them; a pod asking for
 //!   them on a network whose plugins do not declare them is refused at selection, as for `ips`.
 //! - `cni-args`: merged into every plugin's `args.cni`, as Multus gives it.
+//! - `ipam-claim-reference`: `runtimeConfig.ipamClaimReference` of every plugin whose `ipam.type` is
+//!   `yh-ipam` (which reads it there, run in process or exec'd by its plugin with its plugin's
+//!   configuration); selection refuses it on a network without one (`capabilities::uses_yh_ipam`).
 
 use crate::platform::cni::CniArgs;
 use crate::programs::selector::netconf::capabilities;
@@ -32,6 +35,7 @@ pub fn apply_to_config(config: &str, extras: &Extras) -> String {
         && extras.cni_args.is_none()
         && extras.port_mappings.is_empty()
         && extras.bandwidth.is_none()
+        && extras.ipam_claim.is_none()
     {
         return config.to_string();
     }
@@ -58,6 +62,14 @@ fn apply_to_plugin(plugin: &mut Map<String, Value>, extras: &Extras) {
         let entry = plugin.entry("runtimeConfig").or_insert_with(|| Value::Object(Map::new()));
         if let Value::Object(existing) = entry {
             existing.extend(runtime);
+        }
+    }
+    if let Some(claim) = &extras.ipam_claim
+        && capabilities::ipam_is_yh_ipam(plugin)
+    {
+        let entry = plugin.entry("runtimeConfig").or_insert_with(|| Value::Object(Map::new()));
+        if let Value::Object(existing) = entry {
+            existing.insert("ipamClaimReference".into(), Value::String(claim.clone()));
         }
     }
     if let Some(cni_args) = &extras.cni_args {
@@ -180,5 +192,18 @@ mod tests {
         let e = extras(json!({"ips": ["10.1.1.21/24"]}));
         let runtime = CniArgs::parse("K8S_POD_NAME=a").unwrap();
         assert_eq!(apply_to_args(&runtime, &e, false), runtime);
+    }
+
+    #[test]
+    fn an_ipam_claim_reaches_the_plugins_whose_ipam_is_yh_ipam_only() {
+        let conf = json!({"cniVersion": "1.0.0", "name": "lan", "plugins": [
+            {"type": "macvlan", "ipam": {"type": "yh-ipam", "pool": "lan"}},
+            {"type": "macvlan", "ipam": {"type": "host-local"}},
+            {"type": "tuning"}]});
+        let extras = extras(json!({"ipamClaimReference": "vm-a.net1"}));
+        let got: Value = serde_json::from_str(&apply_to_config(&conf.to_string(), &extras)).unwrap();
+        assert_eq!(got["plugins"][0]["runtimeConfig"], json!({"ipamClaimReference": "vm-a.net1"}));
+        assert!(got["plugins"][1].get("runtimeConfig").is_none(), "{got}");
+        assert!(got["plugins"][2].get("runtimeConfig").is_none(), "{got}");
     }
 }

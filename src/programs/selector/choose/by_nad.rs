@@ -135,6 +135,18 @@ pub fn nad_plan(
             attachment.network
         )));
     }
+    if let Some(claim) = &request.extras.ipam_claim
+        && !capabilities::uses_yh_ipam(&list)
+    {
+        return Err(CniError::new(
+            crate::platform::cni::code::UNSUPPORTED_FIELD,
+            format!(
+                "it asks for ipam-claim-reference {claim:?}, but no plugin of network {} has yh-ipam as its IPAM, \
+                 the one that keeps an IPAMClaim's address",
+                attachment.network
+            ),
+        ));
+    }
     if let Some(cni_args) = &request.extras.cni_args {
         crate::programs::selector::requests::cni_args::check(cni_args, &list, &attachment.network, ips_as_multus)?;
     }

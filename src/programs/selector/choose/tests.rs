@@ -933,3 +933,26 @@ fn a_pod_cannot_name_a_file_directly_in_the_conf_dir_even_when_the_default_is_on
     }
     assert!(node.select(&api, "p-file").unwrap_err().msg.contains("not inside a network directory"));
 }
+
+/// An `ipam-claim-reference` is carried to the network whose IPAM is yh-ipam, and refused (code 2)
+/// on one whose IPAM is another, which would drop it and give the pod an address of its own.
+#[test]
+fn an_ipam_claim_reference_needs_a_network_whose_ipam_is_yh_ipam() {
+    let lan = r#"{"cniVersion":"1.0.0","plugins":[{"type":"macvlan","master":"eth1",
+        "ipam":{"type":"yh-ipam","ranges":[[{"subnet":"10.80.0.0/24"}]]}}]}"#;
+    let other = r#"{"cniVersion":"1.0.0","plugins":[{"type":"macvlan","master":"eth1","ipam":{"type":"static"}}]}"#;
+    let api = FakeApi::default()
+        .nad("default", "lan", Some(lan))
+        .nad("default", "other", Some(other))
+        .annotated("default", "vm", r#"[{"name":"lan","ipam-claim-reference":"vm-a"}]"#, app("blue"))
+        .annotated("default", "vm-other", r#"[{"name":"other","ipam-claim-reference":"vm-a"}]"#, app("blue"));
+    let node = Node::with(json!({"allowInlineConfig": true}));
+    let s = node.select(&api, "vm").unwrap();
+    assert_eq!(s.attachments[1].extras.ipam_claim.as_deref(), Some("vm-a"));
+    let e = node.select(&api, "vm-other").unwrap_err();
+    assert_eq!(e.code, 2, "{e}");
+    assert!(
+        e.msg.contains("ipam-claim-reference \"vm-a\", but no plugin of network") && e.msg.contains("yh-ipam"),
+        "{e}"
+    );
+}

@@ -51,6 +51,20 @@ pub fn declared_in(list: &ConfList, name: &str) -> bool {
     list.plugins.iter().any(|p| declared_by(p, name))
 }
 
+/// The `ipam.type` of yh-genie's cluster-wide IPAM (`plugins::ipam::cluster_wide::TYPE`): the
+/// one that reads a pod's `ipam-claim-reference` (as `runtimeConfig.ipamClaimReference`).
+pub const YH_IPAM: &str = "yh-ipam";
+
+/// Whether `plugin`'s IPAM is `yh-ipam`.
+pub fn ipam_is_yh_ipam(plugin: &Map<String, Value>) -> bool {
+    plugin.get("ipam").and_then(|i| i.get("type")).and_then(Value::as_str) == Some(YH_IPAM)
+}
+
+/// Whether a plugin of `list` has `yh-ipam` as its IPAM.
+pub fn uses_yh_ipam(list: &ConfList) -> bool {
+    list.plugins.iter().any(ipam_is_yh_ipam)
+}
+
 /// Whether `plugin` declares capability `name` (`"capabilities": {"<name>": true}`).
 pub fn declared_by(plugin: &Map<String, Value>, name: &str) -> bool {
     plugin.get("capabilities").and_then(|c| c.get(name)).and_then(Value::as_bool) == Some(true)

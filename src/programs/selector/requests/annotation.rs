@@ -7,9 +7,10 @@
 //!   every plugin as `args.cni`), `portMappings` and `bandwidth` (for the network's plugins that
 //!   declare those capabilities, as Multus gives them), `deviceID` (which of the pod's devices a
 //!   device network's attachment takes: it must be one the kubelet allocated to the pod for that
-//!   network's resource, checked when the devices are known).
+//!   network's resource, checked when the devices are known), `ipam-claim-reference` (the
+//!   IPAMClaim of the pod's namespace whose address `yh-ipam` keeps for it, NPWG v1.3).
 //!
-//! Multus keys this selector does not implement (`infiniband-guid`, `ipam-claim-reference`) are refused with code 2 naming the key rather than dropped,
+//! Multus keys this selector does not implement (`infiniband-guid`) are refused with code 2 naming the key rather than dropped,
 //! so a pod never silently runs without what it asked for; any other key is code 7 (a misspelling).
 
 use crate::platform::cni::{CniError, code};
@@ -30,8 +31,8 @@ pub const MULTUS_DEFAULT_NETWORK: &str = "v1.multus-cni.io/default-network";
 pub const GENIE_CNI: &str = "cni";
 
 /// Multus keys that ask for something this selector does not do.
-const UNSUPPORTED: [&str; 2] = ["infiniband-guid", "ipam-claim-reference"];
-const SUPPORTED: [&str; 10] = [
+const UNSUPPORTED: [&str; 1] = ["infiniband-guid"];
+const SUPPORTED: [&str; 11] = [
     "name",
     "namespace",
     "interface",
@@ -41,6 +42,7 @@ const SUPPORTED: [&str; 10] = [
     "cni-args",
     "portMappings",
     "bandwidth",
+    "ipam-claim-reference",
     "deviceID",
 ];
 
@@ -82,6 +84,10 @@ pub struct Extras {
     /// The device of a device network this attachment takes, of those allocated to the pod.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub device_id: Option<String>,
+    /// The IPAMClaim (of the pod's namespace) whose address `yh-ipam` keeps for this interface:
+    /// `runtimeConfig.ipamClaimReference` of the network's plugins whose IPAM is `yh-ipam`.
+    #[serde(default, rename = "ipamClaimReference", skip_serializing_if = "Option::is_none")]
+    pub ipam_claim: Option<String>,
 }
 
 impl Extras {
@@ -220,7 +226,11 @@ fn json_element(element: &Value) -> Result<Request, CniError> {
         Some(v) => Some(capabilities::bandwidth(v).map_err(|why| at("bandwidth", why))?),
     };
     let device_id = string("deviceID")?.map(str::trim).filter(|id| !id.is_empty()).map(String::from);
-    let extras = Extras { ips, mac, default_route, cni_args, port_mappings, bandwidth, device_id };
+    let ipam_claim = string("ipam-claim-reference")?
+        .map(|claim| dns1123(claim, 253, true).map_err(|why| format!("{claim:?} is not an IPAMClaim name: {why}")))
+        .transpose()
+        .map_err(|why| at("ipam-claim-reference", why))?;
+    let extras = Extras { ips, mac, default_route, cni_args, port_mappings, bandwidth, device_id, ipam_claim };
     Ok(Request { namespace, name, ifname, extras, text })
 }
 
@@ -278,7 +288,7 @@ mod tests {
             r#"[{"name": "lan", "namespace": "infra", "interface": "lan0", "ips": ["10.1.1.5/24", "fd00::5/64"],
                  "mac": "02:00:00:AA:bb:01", "default-route": ["10.1.1.1"], "cni-args": {"vlan": 7},
                  "portMappings": [{"hostPort": 8080, "containerPort": 80, "protocol": "tcp"}],
-                 "bandwidth": {"egressRate": 1000000, "egressBurst": 100000}},
+                 "bandwidth": {"egressRate": 1000000, "egressBurst": 100000}, "ipam-claim-reference": "vm-a.net1"},
                 {"name": "plain"}]"#,
         )
         .unwrap();
@@ -294,6 +304,7 @@ mod tests {
         assert_eq!(lan.extras.cni_args.as_ref().unwrap()["vlan"], 7);
         assert_eq!((lan.extras.port_mappings[0].host_port, lan.extras.port_mappings[0].container_port), (8080, 80));
         assert_eq!(lan.extras.bandwidth.as_ref().unwrap().egress_rate, Some(1000000));
+        assert_eq!(lan.extras.ipam_claim.as_deref(), Some("vm-a.net1"));
         assert_eq!(lan.text, "infra/lan@lan0");
         assert!(requests[1].extras.is_empty());
     }
@@ -332,6 +343,7 @@ mod tests {
             (r#"[{"name":"a","mac":"00:00:00:00:00:00"}]"#, 7, "is all zeros"),
             (r#"[{"name":"a","default-route":["x"]}]"#, 7, "\"x\" is not an IP address"),
             (r#"[{"name":"a","cni-args":"x"}]"#, 7, "must be an object"),
+            (r#"[{"name":"a","ipam-claim-reference":"Vm"}]"#, 7, "\"Vm\" is not an IPAMClaim name"),
             (r#"[{"name":5}]"#, 7, "must be a string"),
         ] {
             let e = parse(value).unwrap_err();

@@ -200,6 +200,68 @@ impl ApiServer {
             .collect()
     }
 
+    /// Put the StatefulSet `namespace/name` of `uid` with `replicas`, as its controller would hold it.
+    pub fn put_stateful_set(&self, namespace: &str, name: &str, uid: &str, replicas: u32) {
+        let set = json!({"apiVersion": "apps/v1", "kind": "StatefulSet",
+                         "metadata": {"namespace": namespace, "name": name, "uid": uid},
+                         "spec": {"replicas": replicas, "selector": {}, "template": {}, "serviceName": name}});
+        self.put(Resource::StatefulSets, namespace, name, set);
+    }
+
+    /// Delete the StatefulSet `namespace/name`.
+    pub fn remove_stateful_set(&self, namespace: &str, name: &str) {
+        self.state.objects.store.lock().unwrap().remove(Resource::StatefulSets, namespace, name);
+    }
+
+    /// Put pod `namespace/name` of StatefulSet `set` (`set_uid`) with `uid`, on `node`, its
+    /// ordinal in the `apps.kubernetes.io/pod-index` label, its `containers` choosing its network.
+    pub fn put_stateful_set_pod(
+        &self,
+        (namespace, name, uid): (&str, &str, &str),
+        (set, set_uid, ordinal): (&str, &str, u32),
+        node: &str,
+        containers: Value,
+    ) {
+        let pod = json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"namespace": namespace, "name": name, "uid": uid,
+                         "labels": {"apps.kubernetes.io/pod-index": ordinal.to_string()},
+                         "ownerReferences": [{"apiVersion": "apps/v1", "kind": "StatefulSet", "name": set,
+                                              "uid": set_uid, "controller": true}]},
+            "spec": {"nodeName": node, "containers": containers},
+        });
+        self.put(Resource::Pods, namespace, name, pod);
+    }
+
+    /// Put the IPAMClaim `namespace/name` of `uid` (as KubeVirt creates one for a VM's interface).
+    pub fn put_ipam_claim(&self, namespace: &str, name: &str, uid: &str) {
+        let claim = json!({"apiVersion": "k8s.cni.cncf.io/v1alpha1", "kind": "IPAMClaim",
+                           "metadata": {"namespace": namespace, "name": name, "uid": uid},
+                           "spec": {"network": "lan", "interface": "net1"}});
+        self.put(Resource::IpamClaims, namespace, name, claim);
+    }
+
+    /// The IPAMClaim `namespace/name`, as last written.
+    pub fn ipam_claim(&self, namespace: &str, name: &str) -> Option<Value> {
+        self.state.objects.store.lock().unwrap().get(Resource::IpamClaims, namespace, name).cloned()
+    }
+
+    /// Delete the IPAMClaim `namespace/name`.
+    pub fn remove_ipam_claim(&self, namespace: &str, name: &str) {
+        self.state.objects.store.lock().unwrap().remove(Resource::IpamClaims, namespace, name);
+    }
+
+    /// The `FixedAddress`es, by name, whole.
+    pub fn fixed_addresses(&self) -> std::collections::BTreeMap<String, Value> {
+        let list = self.state.objects.store.lock().unwrap().list(Resource::FixedAddresses, None, &Default::default());
+        list["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|b| (b["metadata"]["name"].as_str().unwrap().to_string(), b.clone()))
+            .collect()
+    }
+
     /// The `Lease` `namespace/name`, as last written.
     pub fn lease(&self, namespace: &str, name: &str) -> Option<Value> {
         self.state.objects.store.lock().unwrap().get(Resource::Leases, namespace, name).cloned()

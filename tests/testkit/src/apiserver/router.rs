@@ -128,6 +128,16 @@ fn route(method: &Method, uri: &Uri) -> Result<Route, (u16, &'static str)> {
         }
         ["apis", "resource.k8s.io", "v1", "resourceslices"] => (Resource::Slices, None, None),
         ["apis", "ipam.yh-genie.io", "v1alpha1", "ipblocks", rest @ ..] => (Resource::IpBlocks, None, rest.first()),
+        ["apis", "ipam.yh-genie.io", "v1alpha1", "fixedaddresses", rest @ ..] => {
+            (Resource::FixedAddresses, None, rest.first())
+        }
+        // `.../ipamclaims/{name}/status` too: the status subresource, replaced whole here.
+        ["apis", "k8s.cni.cncf.io", "v1alpha1", "namespaces", ns, "ipamclaims", rest @ ..] => {
+            (Resource::IpamClaims, Some(*ns), rest.first())
+        }
+        ["apis", "apps", "v1", "namespaces", ns, "statefulsets", rest @ ..] => {
+            (Resource::StatefulSets, Some(*ns), rest.first())
+        }
         ["apis", "coordination.k8s.io", "v1", "namespaces", ns, "leases", rest @ ..] => {
             (Resource::Leases, Some(*ns), rest.first())
         }
@@ -146,11 +156,22 @@ fn route(method: &Method, uri: &Uri) -> Result<Route, (u16, &'static str)> {
         (&Method::GET, None, true) => Verb::Watch,
         (&Method::GET, None, false) => Verb::List,
         (&Method::PATCH, Some(name), _) => Verb::Patch(name.to_string()),
-        (&Method::POST, None, _) if matches!(resource, Resource::IpBlocks | Resource::Leases) => Verb::Create,
-        (&Method::PUT, Some(name), _) if matches!(resource, Resource::Leases | Resource::IpBlocks) => {
+        (&Method::POST, None, _)
+            if matches!(resource, Resource::IpBlocks | Resource::Leases | Resource::FixedAddresses) =>
+        {
+            Verb::Create
+        }
+        (&Method::PUT, Some(name), _)
+            if matches!(
+                resource,
+                Resource::Leases | Resource::IpBlocks | Resource::FixedAddresses | Resource::IpamClaims
+            ) =>
+        {
             Verb::Replace(name.to_string())
         }
-        (&Method::DELETE, Some(name), _) if resource == Resource::IpBlocks => Verb::Delete(name.to_string()),
+        (&Method::DELETE, Some(name), _) if matches!(resource, Resource::IpBlocks | Resource::FixedAddresses) => {
+            Verb::Delete(name.to_string())
+        }
         _ => return Err((405, "method not allowed")),
     };
     Ok(Route::Objects(Target { verb, resource, namespace: namespace.map(String::from), query }))

@@ -26,6 +26,12 @@ pub enum Resource {
     Leases,
     /// core/v1, cluster-scoped: what yh-ipam's dead-node releaser reads.
     Nodes,
+    /// yh-ipam's fixed addresses (ipam.yh-genie.io/v1alpha1), cluster-scoped.
+    FixedAddresses,
+    /// apps/v1, namespaced: what yh-ipam reads of a StatefulSet whose ordinal keeps an address.
+    StatefulSets,
+    /// NPWG's IPAMClaims (k8s.cni.cncf.io/v1alpha1), namespaced.
+    IpamClaims,
 }
 
 impl Resource {
@@ -39,6 +45,9 @@ impl Resource {
             Resource::IpBlocks => "ipblocks",
             Resource::Leases => "leases",
             Resource::Nodes => "nodes",
+            Resource::FixedAddresses => "fixedaddresses",
+            Resource::StatefulSets => "statefulsets",
+            Resource::IpamClaims => "ipamclaims",
         }
     }
     /// The `kind` of one object.
@@ -52,6 +61,9 @@ impl Resource {
             Resource::IpBlocks => "IPBlock",
             Resource::Leases => "Lease",
             Resource::Nodes => "Node",
+            Resource::FixedAddresses => "FixedAddress",
+            Resource::StatefulSets => "StatefulSet",
+            Resource::IpamClaims => "IPAMClaim",
         }
     }
     fn list_kind(self) -> &'static str {
@@ -64,13 +76,18 @@ impl Resource {
             Resource::IpBlocks => "IPBlockList",
             Resource::Leases => "LeaseList",
             Resource::Nodes => "NodeList",
+            Resource::FixedAddresses => "FixedAddressList",
+            Resource::StatefulSets => "StatefulSetList",
+            Resource::IpamClaims => "IPAMClaimList",
         }
     }
     pub fn api_version(self) -> &'static str {
         match self {
             Resource::Nads => "k8s.cni.cncf.io/v1",
             Resource::Claims | Resource::Slices => "resource.k8s.io/v1",
-            Resource::IpBlocks => "ipam.yh-genie.io/v1alpha1",
+            Resource::IpBlocks | Resource::FixedAddresses => "ipam.yh-genie.io/v1alpha1",
+            Resource::StatefulSets => "apps/v1",
+            Resource::IpamClaims => "k8s.cni.cncf.io/v1alpha1",
             Resource::Leases => "coordination.k8s.io/v1",
             _ => "v1",
         }
