@@ -5,12 +5,15 @@
 //! exhausted pool a CNI error that names it; and given back by the agent when their pod is gone
 //! without a DEL. The blocks of dead nodes, released by one elected agent only when their Node is
 //! deleted or out-of-service and their lease expired, claimed again afterwards. Addresses asked for
-//! in `ips`: `cluster_ipam_requested.rs`; StatefulSets' fixed addresses: `cluster_ipam_fixed.rs`.
+//! in `ips`: `cluster_ipam_requested.rs`; StatefulSets' fixed addresses: `cluster_ipam_fixed.rs`; addresses imported
+//! from whereabouts: `cluster_ipam_whereabouts.rs`.
 
 #[path = "cluster_ipam_fixed.rs"]
 mod fixed;
 #[path = "cluster_ipam_requested.rs"]
 mod requested;
+#[path = "cluster_ipam_whereabouts.rs"]
+mod whereabouts;
 
 use crate::support::agent::AgentAnswers;
 use crate::support::node::{NetnsNode, Pod, pod_addresses};

@@ -24,6 +24,9 @@ pub const KIND: &str = "FixedAddress";
 pub const PLURAL: &str = "fixedaddresses";
 /// The label naming the identity an address is kept for (`identity_label`).
 pub const IDENTITY_LABEL: &str = "ipam.yh-genie.io/identity";
+/// The label naming the sandbox and interface an address imported from whereabouts is held by
+/// (`imported_label`): what the pod's DEL finds it by.
+pub const IMPORTED_LABEL: &str = "ipam.yh-genie.io/imported-for";
 /// The label naming the address's pool.
 pub const POOL_LABEL: &str = "ipam.yh-genie.io/pool";
 /// The label a StatefulSet's controller gives its pods, their ordinal (Kubernetes 1.28 on).
@@ -47,6 +50,9 @@ pub struct FixedAddressSpec {
 
 /// `FixedOwner::kind` of a StatefulSet's ordinal.
 pub const STATEFUL_SET: &str = "StatefulSet";
+/// `FixedOwner::kind` of an address imported from whereabouts: held by a pod's sandbox until its
+/// DEL (`namespace`/`name` the pod's, `uid` the sandbox's container id, `ordinal` 0).
+pub const WHEREABOUTS: &str = "Whereabouts";
 /// `FixedOwner::kind` of an IPAMClaim (its `ordinal` 0).
 pub const IPAM_CLAIM: &str = "IPAMClaim";
 
@@ -140,6 +146,13 @@ pub fn object_name(address: IpAddr) -> String {
 pub fn identity_label(pool: &str, owner: &FixedOwner, interface: &str, set: usize) -> String {
     let key = format!("{pool}\n{}\n{}\n{}\n{}\n{interface}\n{set}", owner.kind, owner.uid, owner.ordinal, owner.name);
     let digest = Sha256::digest(key.as_bytes());
+    digest.iter().take(20).map(|b| format!("{b:02x}")).collect()
+}
+
+/// The value of `IMPORTED_LABEL` for sandbox `container_id`'s interface `interface`: a hash (a
+/// container id alone may fill a label value).
+pub fn imported_label(container_id: &str, interface: &str) -> String {
+    let digest = Sha256::digest(format!("{container_id}\n{interface}").as_bytes());
     digest.iter().take(20).map(|b| format!("{b:02x}")).collect()
 }
 

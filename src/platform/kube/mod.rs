@@ -15,6 +15,7 @@ pub mod fixed_address;
 pub mod ip_block;
 mod nad;
 pub mod tls;
+pub mod whereabouts;
 
 pub use client::{
     ApiClient, ApiPolicy, Failure, POD_REPLACED, annotations_patch, classify, error_chain, jittered, random_fraction,

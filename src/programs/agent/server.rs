@@ -111,7 +111,7 @@ async fn connection(shared: Arc<Shared>, stream: UnixStream) {
                 shared.addresses.allocate(&shared.client, pool, owner, &requested, keeper).await
             }
             Ok(Request { ask: Ask::Release { pool, container_id, ifname, uid }, .. }) => {
-                shared.addresses.release(&pool, &container_id, &ifname, uid.as_deref()).await
+                shared.addresses.release(&shared.client, &pool, &container_id, &ifname, uid.as_deref()).await
             }
             Err(why) => refused(&shared, why, started),
         },

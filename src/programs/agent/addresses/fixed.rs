@@ -45,7 +45,7 @@ pub struct Refusal {
     pub retry: bool,
 }
 
-fn again(why: String) -> Refusal {
+pub(super) fn again(why: String) -> Refusal {
     Refusal { why, retry: true }
 }
 
@@ -314,7 +314,7 @@ async fn create(
 }
 
 /// Create `block` as a fixed block of `pool`: whether it is one (created, or found one).
-async fn claim_fixed(api: &Api<DynamicObject>, block: IpNetwork, pool: &str) -> Result<bool, Refusal> {
+pub(super) async fn claim_fixed(api: &Api<DynamicObject>, block: IpNetwork, pool: &str) -> Result<bool, Refusal> {
     let name = ip_block::object_name(block);
     let spec = IpBlockSpec { cidr: block, pool: pool.into(), node: String::new(), fixed: true };
     let object = DynamicObject::new(&name, &ip_block::resource()).data(serde_json::json!({ "spec": spec }));
@@ -376,7 +376,7 @@ async fn keep_if_alone(
 }
 
 /// One request, bounded in time; its failure as a refusal to try again.
-async fn ask<T>(what: &str, request: impl Future<Output = Result<T, ::kube::Error>>) -> Result<T, Refusal> {
+pub(super) async fn ask<T>(what: &str, request: impl Future<Output = Result<T, ::kube::Error>>) -> Result<T, Refusal> {
     match tokio::time::timeout(REQUEST_TIMEOUT, request).await {
         Err(_) => Err(again(format!("{what}: no answer within {}s", REQUEST_TIMEOUT.as_secs()))),
         Ok(Ok(answer)) => Ok(answer),
@@ -384,7 +384,7 @@ async fn ask<T>(what: &str, request: impl Future<Output = Result<T, ::kube::Erro
     }
 }
 
-fn describe(e: &::kube::Error) -> String {
+pub(super) fn describe(e: &::kube::Error) -> String {
     match classify(e) {
         Failure::Transient(text) | Failure::Refused { text, .. } | Failure::NotServed(text) => text,
         Failure::Certificate(problem) => format!("the server's certificate: {problem}"),

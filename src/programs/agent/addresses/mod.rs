@@ -13,6 +13,8 @@
 //!   are checked (yh-ipam's dead-node releaser, `super::releaser`, may have released them);
 //! - `fixed`: fixed addresses, kept for a StatefulSet's ordinal across its pods, outside the nodes'
 //!   blocks: one `FixedAddress` object per address, in the pool's fixed blocks;
+//! - `imported`: the addresses whereabouts handed out, imported as fixed addresses held by their
+//!   pods' sandboxes before a pool's first ADD, freed by their DEL;
 //! - `records`: one durable file per owner, written before the plugin hears its addresses and read
 //!   back at start, before the agent answers.
 //!
@@ -23,6 +25,7 @@ mod allocator;
 mod blocks;
 mod claims;
 mod fixed;
+mod imported;
 mod lease;
 mod records;
 
@@ -34,7 +37,7 @@ pub use allocator::PoolUsage;
 use allocator::{Allocator, Step};
 use claims::Claimed;
 use records::{Record, Records};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
 use std::path::Path;
 use tracing::{debug, info, warn};
@@ -62,6 +65,9 @@ pub struct Addresses {
     /// What the node holds of each pool, as of the last change: for the metrics, which cannot wait
     /// on an allocation in progress.
     usage: std::sync::Mutex<BTreeMap<String, PoolUsage>>,
+    /// The pools whose addresses whereabouts handed out are imported (or found none to import)
+    /// since the agent started.
+    imported: std::sync::Mutex<BTreeSet<String>>,
 }
 
 impl Addresses {
@@ -82,7 +88,14 @@ impl Addresses {
             lease.want();
         }
         let usage = std::sync::Mutex::new(allocator.usage());
-        Ok(Addresses { state: tokio::sync::Mutex::new(allocator), records, node: node.to_string(), lease, usage })
+        Ok(Addresses {
+            state: tokio::sync::Mutex::new(allocator),
+            records,
+            node: node.to_string(),
+            lease,
+            usage,
+            imported: std::sync::Mutex::default(),
+        })
     }
 
     /// An address of each of `pool`'s range sets for `owner` (those `requested` where asked),
@@ -106,6 +119,10 @@ impl Addresses {
             self.lease.check_blocks_again();
             self.publish(&state);
             return Answer::NoAddress { why, retry: true, invalid: false };
+        }
+        if let Err(refusal) = self.import(client, &pool).await {
+            self.publish(&state);
+            return Answer::NoAddress { why: refusal.why, retry: refusal.retry, invalid: false };
         }
         let answer = if let Keeper::Claim(claim) = &keeper
             && !requested.is_empty()
@@ -141,6 +158,22 @@ impl Addresses {
         };
         self.publish(&state);
         answer
+    }
+
+    /// Import `pool`'s addresses from whereabouts (`imported`), once in the agent's life.
+    async fn import(&self, client: &::kube::Client, pool: &PoolSpec) -> Result<(), fixed::Refusal> {
+        if self.imported.lock().unwrap_or_else(|e| e.into_inner()).contains(&pool.name) {
+            return Ok(());
+        }
+        match imported::import(client, &self.node, pool).await? {
+            imported::Imported::NoWhereabouts => {
+                debug!("pool {:?}: whereabouts is not installed, no address to import", pool.name)
+            }
+            imported::Imported::Before => debug!("pool {:?}: imported from whereabouts before", pool.name),
+            imported::Imported::Addresses(_) => {}
+        }
+        self.imported.lock().unwrap_or_else(|e| e.into_inner()).insert(pool.name.clone());
+        Ok(())
     }
 
     /// After the node's lease had run out: whether each block the node holds is still its own,
@@ -273,11 +306,27 @@ impl Addresses {
 
     /// Give back what (`container_id`, `ifname`) holds in `pool`. A record that cannot be removed
     /// keeps its addresses held (they would come back with it at the next start): the DEL fails, and
-    /// the runtime asks again.
-    pub async fn release(&self, pool: &str, container_id: &str, ifname: &str, uid: Option<&str>) -> Answer {
+    /// the runtime asks again. A DEL the node's records know nothing of may be of a pod whose
+    /// address was imported from whereabouts: its object is deleted (`imported::release`).
+    pub async fn release(
+        &self,
+        client: &::kube::Client,
+        pool: &str,
+        container_id: &str,
+        ifname: &str,
+        uid: Option<&str>,
+    ) -> Answer {
         let mut state = self.state.lock().await;
         let mut answer = Answer::Released;
-        for (owner, addresses) in state.release(pool, container_id, ifname, uid) {
+        let released = state.release(pool, container_id, ifname, uid);
+        if released.is_empty()
+            && let Err(e) = imported::release(client, pool, container_id, ifname).await
+        {
+            warn!(
+                "the DEL of sandbox {container_id} ({ifname}) in pool {pool:?} could not look for an address imported                  from whereabouts: {e}"
+            );
+        }
+        for (owner, addresses) in released {
             if let Err(e) = self.records.remove(pool, &owner) {
                 state.restore(pool, &owner, &addresses);
                 answer = Answer::Refused {

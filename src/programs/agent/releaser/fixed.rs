@@ -3,7 +3,8 @@
 //! StatefulSet's (scaled down below it: `spec.replicas` at most the ordinal), or the StatefulSet is
 //! gone (deleted, or another object under its name), and the pod holding the address is gone
 //! too; a `FixedAddress` kept for an IPAMClaim once the claim is gone (deleted, or another object
-//! under its name) and the last pod holding it too. A pod's DEL never frees it: the next pod of
+//! under its name) and the last pod holding it too; an address imported from whereabouts once no
+//! pod of its name exists (its DEL frees it first, as a rule). A pod's DEL never frees the others: the next pod of
 //! the ordinal (or of the claim) takes it over.
 //!
 //! Decided from objects read after the address was listed: a StatefulSet scaled up again creates
@@ -11,7 +12,7 @@
 //! deletion, made with the uid and resourceVersion listed, fails rather than free an address in use.
 
 use super::{Problem, ask};
-use crate::platform::kube::fixed_address::{FixedAddressSpec, IPAM_CLAIM, ipam_claim_resource, resource};
+use crate::platform::kube::fixed_address::{FixedAddressSpec, IPAM_CLAIM, WHEREABOUTS, ipam_claim_resource, resource};
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{DeleteParams, DynamicObject, ListParams, Preconditions};
@@ -60,6 +61,14 @@ pub async fn sweep(client: &Client) -> Result<usize, Problem> {
 /// Why `spec`'s identity is gone (a StatefulSet's ordinal, an IPAMClaim), or `None` while it is there.
 async fn identity_gone(client: &Client, spec: &FixedAddressSpec) -> Result<Option<String>, Problem> {
     let owner = &spec.owner;
+    if owner.kind == WHEREABOUTS {
+        // whereabouts kept no pod uid: a pod of the name, whichever, keeps it.
+        let pods: Api<Pod> = Api::namespaced(client.clone(), &owner.namespace);
+        return Ok(match ask(pods.get_opt(&owner.name)).await? {
+            None => Some("is gone (no pod of its name)".into()),
+            Some(_) => None,
+        });
+    }
     if owner.kind == IPAM_CLAIM {
         let claims: Api<DynamicObject> = Api::namespaced_with(client.clone(), &owner.namespace, &ipam_claim_resource());
         return Ok(match ask(claims.get_opt(&owner.name)).await? {

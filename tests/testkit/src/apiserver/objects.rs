@@ -251,6 +251,26 @@ impl ApiServer {
         self.state.objects.store.lock().unwrap().remove(Resource::IpamClaims, namespace, name);
     }
 
+    /// Put whereabouts' `IPPool` `namespace/name` over `range` with these `allocations` (offset
+    /// from the range's first address to `{"id", "podref", "ifname"}`).
+    pub fn put_ip_pool(&self, namespace: &str, name: &str, range: &str, allocations: Value) {
+        let pool = json!({"apiVersion": "whereabouts.cni.cncf.io/v1alpha1", "kind": "IPPool",
+                          "metadata": {"namespace": namespace, "name": name, "uid": format!("uid-ippool-{name}")},
+                          "spec": {"range": range, "allocations": allocations}});
+        self.put(Resource::IpPools, namespace, name, pool);
+    }
+
+    /// Put whereabouts' `OverlappingRangeIPReservation` of `address` (its name) held by `podref`'s
+    /// sandbox `container_id` on `ifname`.
+    pub fn put_ip_reservation(&self, namespace: &str, address: &str, container_id: &str, podref: &str, ifname: &str) {
+        let name = address.replace(':', "-");
+        let reservation = json!({"apiVersion": "whereabouts.cni.cncf.io/v1alpha1",
+                                 "kind": "OverlappingRangeIPReservation",
+                                 "metadata": {"namespace": namespace, "name": name, "uid": format!("uid-orir-{name}")},
+                                 "spec": {"containerid": container_id, "podref": podref, "ifname": ifname}});
+        self.put(Resource::Reservations, namespace, &name, reservation);
+    }
+
     /// The `FixedAddress`es, by name, whole.
     pub fn fixed_addresses(&self) -> std::collections::BTreeMap<String, Value> {
         let list = self.state.objects.store.lock().unwrap().list(Resource::FixedAddresses, None, &Default::default());

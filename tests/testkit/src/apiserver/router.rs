@@ -135,6 +135,10 @@ fn route(method: &Method, uri: &Uri) -> Result<Route, (u16, &'static str)> {
         ["apis", "k8s.cni.cncf.io", "v1alpha1", "namespaces", ns, "ipamclaims", rest @ ..] => {
             (Resource::IpamClaims, Some(*ns), rest.first())
         }
+        ["apis", "whereabouts.cni.cncf.io", "v1alpha1", "ippools"] => (Resource::IpPools, None, None),
+        ["apis", "whereabouts.cni.cncf.io", "v1alpha1", "overlappingrangeipreservations"] => {
+            (Resource::Reservations, None, None)
+        }
         ["apis", "apps", "v1", "namespaces", ns, "statefulsets", rest @ ..] => {
             (Resource::StatefulSets, Some(*ns), rest.first())
         }

@@ -32,6 +32,10 @@ pub enum Resource {
     StatefulSets,
     /// NPWG's IPAMClaims (k8s.cni.cncf.io/v1alpha1), namespaced.
     IpamClaims,
+    /// whereabouts' IPPools (whereabouts.cni.cncf.io/v1alpha1), namespaced: what yh-ipam imports.
+    IpPools,
+    /// whereabouts' OverlappingRangeIPReservations, namespaced: what yh-ipam imports.
+    Reservations,
 }
 
 impl Resource {
@@ -48,6 +52,8 @@ impl Resource {
             Resource::FixedAddresses => "fixedaddresses",
             Resource::StatefulSets => "statefulsets",
             Resource::IpamClaims => "ipamclaims",
+            Resource::IpPools => "ippools",
+            Resource::Reservations => "overlappingrangeipreservations",
         }
     }
     /// The `kind` of one object.
@@ -64,6 +70,8 @@ impl Resource {
             Resource::FixedAddresses => "FixedAddress",
             Resource::StatefulSets => "StatefulSet",
             Resource::IpamClaims => "IPAMClaim",
+            Resource::IpPools => "IPPool",
+            Resource::Reservations => "OverlappingRangeIPReservation",
         }
     }
     fn list_kind(self) -> &'static str {
@@ -79,6 +87,8 @@ impl Resource {
             Resource::FixedAddresses => "FixedAddressList",
             Resource::StatefulSets => "StatefulSetList",
             Resource::IpamClaims => "IPAMClaimList",
+            Resource::IpPools => "IPPoolList",
+            Resource::Reservations => "OverlappingRangeIPReservationList",
         }
     }
     pub fn api_version(self) -> &'static str {
@@ -89,6 +99,7 @@ impl Resource {
             Resource::StatefulSets => "apps/v1",
             Resource::IpamClaims => "k8s.cni.cncf.io/v1alpha1",
             Resource::Leases => "coordination.k8s.io/v1",
+            Resource::IpPools | Resource::Reservations => "whereabouts.cni.cncf.io/v1alpha1",
             _ => "v1",
         }
     }
