@@ -46,7 +46,7 @@ pub const API_CALLS: [(&str, &str, &str); 6] = [
 /// plugin. For pods with DRA resource claims it watches those claims and its node's ResourceSlices.
 /// For `yh-ipam` it claims blocks of addresses (`ip_block`) and reads a pod gone from its watch.
 /// The ClusterRole grants these and `API_CALLS`, nothing else.
-pub const AGENT_API_CALLS: [(&str, &str, &str); 26] = [
+pub const AGENT_API_CALLS: [(&str, &str, &str); 28] = [
     ("", "pods", "list"),
     ("", "pods", "watch"),
     ("", "pods", "patch"),
@@ -82,6 +82,9 @@ pub const AGENT_API_CALLS: [(&str, &str, &str); 26] = [
     // reads it.
     ("k8s.cni.cncf.io", "ipamclaims", "get"),
     ("k8s.cni.cncf.io", "ipamclaims/status", "update"),
+    // yh-ipam's import of the addresses whereabouts handed out (docs/migrate.md, "From whereabouts").
+    ("whereabouts.cni.cncf.io", "ippools", "list"),
+    ("whereabouts.cni.cncf.io", "overlappingrangeipreservations", "list"),
 ];
 
 /// The node agent's requests for its node's `yh-ipam` lease and the dead-node releaser's election
