@@ -4,7 +4,8 @@
 //! blocks (an IPPool's allocations and a reservation alone alike; another range's left alone), so
 //! that the next pods get others; the imported pod's DEL frees its address, which the next taker of
 //! a fixed address gets; the releaser's sweep frees the address of a pod gone without its DEL. With
-//! whereabouts' resources not served, ADDs go on as before.
+//! whereabouts' resources not served, ADDs go on as before. An address in a block a node holds
+//! already is a conflict the ADD is refused with, until whereabouts' objects no longer hold it.
 
 use super::{SHORT_LEASES, lan, start_agent_with};
 use serde_json::json;
@@ -18,6 +19,14 @@ use yh_genie::node::agent_socket::protocol::{Answer, Ask, Request};
 /// What the agent on `socket` answers the ADD of pod `default/name` (`uid`), sandbox `cid`, on
 /// `net1`, in pool `pool` over `subnet`.
 fn allocate(socket: &Path, pool: &str, subnet: &str, name: &str, cid: &str) -> String {
+    match ask_allocate(socket, pool, subnet, name, cid) {
+        Answer::Allocated { addresses } => addresses[0].address.to_string(),
+        other => panic!("{other:?}"),
+    }
+}
+
+/// `allocate`'s answer, whatever it is.
+fn ask_allocate(socket: &Path, pool: &str, subnet: &str, name: &str, cid: &str) -> Answer {
     let base = subnet.trim_end_matches("0/24");
     let pool: PoolSpec = serde_json::from_value(json!({
         "name": pool, "blockSize": 4, "exclude": [],
@@ -33,10 +42,7 @@ fn allocate(socket: &Path, pool: &str, subnet: &str, name: &str, cid: &str) -> S
     };
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
     let ask = Ask::Allocate { pool, owner, requested: vec![], claim: None };
-    match exchange(socket, &Request::new(ask), deadline).unwrap() {
-        Answer::Allocated { addresses } => addresses[0].address.to_string(),
-        other => panic!("{other:?}"),
-    }
+    exchange(socket, &Request::new(ask), deadline).unwrap()
 }
 
 /// The DEL of sandbox `cid`'s net1 in pool `lan`, without a pod uid (as whereabouts' pods' DEL may
@@ -124,4 +130,27 @@ fn a_pool_moved_from_whereabouts_keeps_its_pods_addresses_until_their_del() {
     n.api.remove_pod("default", "wb");
     first.wait_for("wb's address freed", || !n.api.fixed_addresses().contains_key("10.81.0.6"));
     drop(second);
+}
+
+#[test]
+fn an_address_whereabouts_gave_in_a_block_a_node_holds_is_refused_until_settled() {
+    let n = crate::support::node::NetnsNode::new();
+    let _ = lan(&n);
+    n.api.put_ip_block("10.81.0.0-30", json!({"cidr": "10.81.0.0/30", "pool": "lan", "node": "other-node"}));
+    let allocation = json!({"2": {"id": "cid-wa", "podref": "default/wa", "ifname": "net1"}});
+    n.api.put_ip_pool("kube-system", "10.81.0.0-24", "10.81.0.0/24", allocation);
+    let _agent = start_agent_with(&n, &[]);
+    let socket = n.agent_socket();
+    match ask_allocate(&socket, "lan", "10.81.0.0/24", "new1", "cid-new1") {
+        Answer::NoAddress { why, retry: false, invalid: false } => assert!(
+            why.contains("10.81.0.2 (pod default/wa, sandbox cid-wa) is in block 10.81.0.0/30, which a node holds"),
+            "{why}"
+        ),
+        other => panic!("{other:?}"),
+    }
+    assert!(n.api.lease("default", "yh-ipam-imported-lan").is_none(), "not marked imported");
+    // Settled (the pod deleted, its allocation removed from whereabouts' pool): the ADD goes on.
+    n.api.put_ip_pool("kube-system", "10.81.0.0-24", "10.81.0.0/24", json!({}));
+    assert_eq!(allocate(&socket, "lan", "10.81.0.0/24", "new1", "cid-new1"), "10.81.0.4");
+    assert!(n.api.lease("default", "yh-ipam-imported-lan").is_some());
 }
