@@ -5,7 +5,8 @@
 //! that the next pods get others; the imported pod's DEL frees its address, which the next taker of
 //! a fixed address gets; the releaser's sweep frees the address of a pod gone without its DEL. With
 //! whereabouts' resources not served, ADDs go on as before. An address in a block a node holds
-//! already is a conflict the ADD is refused with, until whereabouts' objects no longer hold it.
+//! already is a conflict the ADD is refused with, until whereabouts' objects no longer hold it; an
+//! agent not allowed to read them hands out nothing of the pool (code 11).
 
 use super::{SHORT_LEASES, lan, start_agent_with};
 use serde_json::json;
@@ -141,6 +142,15 @@ fn an_address_whereabouts_gave_in_a_block_a_node_holds_is_refused_until_settled(
     n.api.put_ip_pool("kube-system", "10.81.0.0-24", "10.81.0.0/24", allocation);
     let _agent = start_agent_with(&n, &[]);
     let socket = n.agent_socket();
+    // Not allowed to read whereabouts' objects: no address until it is (code 11).
+    n.api.deny("overlappingrangeipreservations", None, 403);
+    match ask_allocate(&socket, "lan", "10.81.0.0/24", "new1", "cid-new1") {
+        Answer::NoAddress { why, retry: true, .. } => {
+            assert!(why.contains("the ClusterRole of manifests/yh-genie.yaml grants it"), "{why}")
+        }
+        other => panic!("{other:?}"),
+    }
+    n.api.clear_denials();
     match ask_allocate(&socket, "lan", "10.81.0.0/24", "new1", "cid-new1") {
         Answer::NoAddress { why, retry: false, invalid: false } => assert!(
             why.contains("10.81.0.2 (pod default/wa, sandbox cid-wa) is in block 10.81.0.0/30, which a node holds"),

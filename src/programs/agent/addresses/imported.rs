@@ -135,6 +135,13 @@ async fn list(client: &Client, resource: ::kube::core::ApiResource) -> Result<Op
             Ok(Some(listed.items.into_iter().map(|o| serde_json::to_value(o).expect("an object serializes")).collect()))
         }
         Ok(Err(::kube::Error::Api(status))) if status.code == 404 => Ok(None),
+        // Not a reason to go on without importing: the pool's pods might be given addresses in use.
+        Ok(Err(e)) if matches!(&e, ::kube::Error::Api(status) if status.code == 403) => Err(again(format!(
+            "listing whereabouts' {}, to import the addresses it handed out before the pool's first ADD: {}; the \
+             ClusterRole of manifests/yh-genie.yaml grants it",
+            resource.plural,
+            describe(&e)
+        ))),
         Ok(Err(e)) => Err(again(format!("listing whereabouts' {}: {}", resource.plural, describe(&e)))),
         Err(_) => Err(again(format!("listing whereabouts' {}: no answer", resource.plural))),
     }
