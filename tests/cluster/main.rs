@@ -46,6 +46,9 @@ use whereabouts::*;
 /// yh-ipam, yh-genie's cluster-wide IPAM, as the IPAM of a macvlan NAD.
 mod yh_ipam;
 use yh_ipam::*;
+/// yh-ipam's fixed addresses: a StatefulSet's, an IPAMClaim's, those asked for in `ips`.
+mod yh_ipam_fixed;
+use yh_ipam_fixed::*;
 
 /// DRA: the project's test driver's devices, found for the pods whose claims they were allocated to.
 mod dra;
@@ -101,6 +104,18 @@ const TESTS: &[(&str, Test)] = &[
     (
         "yh_ipam_gives_pods_across_nodes_distinct_addresses_and_frees_them",
         yh_ipam_gives_pods_across_nodes_distinct_addresses_and_frees_them,
+    ),
+    (
+        "yh_ipam_keeps_a_statefulset_pods_address_across_nodes_until_scaled_down",
+        yh_ipam_keeps_a_statefulset_pods_address_across_nodes_until_scaled_down,
+    ),
+    (
+        "yh_ipam_gives_two_pods_of_one_ipam_claim_its_address_until_the_claim_is_gone",
+        yh_ipam_gives_two_pods_of_one_ipam_claim_its_address_until_the_claim_is_gone,
+    ),
+    (
+        "yh_ipam_gives_a_pod_the_address_it_asks_for_only_once_it_is_free",
+        yh_ipam_gives_a_pod_the_address_it_asks_for_only_once_it_is_free,
     ),
     ("uninstall_leaves_the_nodes_as_the_docs_say", uninstall_leaves_the_nodes_as_the_docs_say),
     // After the uninstall: it starts from a node without yh-genie.
