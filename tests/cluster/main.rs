@@ -46,6 +46,9 @@ use whereabouts::*;
 /// yh-ipam, yh-genie's cluster-wide IPAM, as the IPAM of a macvlan NAD.
 mod yh_ipam;
 use yh_ipam::*;
+/// yh-ipam when an agent is killed mid-burst, and when a node is gone for good.
+mod yh_ipam_failures;
+use yh_ipam_failures::*;
 
 /// DRA: the project's test driver's devices, found for the pods whose claims they were allocated to.
 mod dra;
@@ -101,6 +104,14 @@ const TESTS: &[(&str, Test)] = &[
     (
         "yh_ipam_gives_pods_across_nodes_distinct_addresses_and_frees_them",
         yh_ipam_gives_pods_across_nodes_distinct_addresses_and_frees_them,
+    ),
+    (
+        "yh_ipam_loses_and_duplicates_nothing_when_an_agent_is_killed_mid_burst",
+        yh_ipam_loses_and_duplicates_nothing_when_an_agent_is_killed_mid_burst,
+    ),
+    (
+        "yh_ipam_releases_a_gone_nodes_blocks_and_keeps_a_renewing_ones",
+        yh_ipam_releases_a_gone_nodes_blocks_and_keeps_a_renewing_ones,
     ),
     ("uninstall_leaves_the_nodes_as_the_docs_say", uninstall_leaves_the_nodes_as_the_docs_say),
     // After the uninstall: it starts from a node without yh-genie.
