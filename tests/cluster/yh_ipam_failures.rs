@@ -299,7 +299,9 @@ fn node_with_block(cluster: &Cluster, node: &str, block: &str, renewed_ago: Dura
 /// The dead-node releaser (one of the two agents, elected) on a real API server: the block of a
 /// node without a Node object whose lease ran out an hour ago is deleted, its log line on the
 /// releaser; the block of a node without a Node object whose lease is fresh, judged in the same
-/// round, is kept.
+/// round, is kept. The releaser's deletion (preconditions: the uid and resourceVersion it listed)
+/// of a block claimed again under its name, or confirmed by its node since, is answered 409 and
+/// the block stays; of the block as listed, it succeeds.
 pub fn yh_ipam_releases_a_gone_nodes_blocks_and_keeps_a_renewing_ones(cluster: &mut Cluster) {
     // Both agents take part once their nodes hand out yh-ipam addresses, as the tests before did.
     let releaser = cluster.wait_for("the yh-ipam releaser elected", || {
@@ -339,8 +341,52 @@ pub fn yh_ipam_releases_a_gone_nodes_blocks_and_keeps_a_renewing_ones(cluster: &
         "cluster: the releaser on {releaser} released {GONE}'s block {released:.1?} after it was made: {line}"
     ));
 
-    cluster.kubectl_ok(&["delete", "ipblocks.ipam.yh-genie.io", &RENEWING_BLOCK.replace('/', "-")]);
+    // The releaser's deletion, a DELETE with the uid and resourceVersion it listed, made for a block
+    // that changed since: claimed again under its name (a new uid), and written by its node's
+    // agent (the confirmation, a new resourceVersion). The real API server answers 409 and keeps it.
+    let name = RENEWING_BLOCK.replace('/', "-");
+    let listed = |cluster: &Cluster| {
+        let block = cluster.get_json(&["get", "ipblocks.ipam.yh-genie.io", &name]);
+        let text = |v: &Value| v.as_str().unwrap_or_default().to_string();
+        (text(&block["metadata"]["uid"]), text(&block["metadata"]["resourceVersion"]))
+    };
+    let (uid, version) = listed(cluster);
+    cluster.kubectl_ok(&["delete", "ipblocks.ipam.yh-genie.io", &name]);
+    node_with_block(cluster, RENEWING, RENEWING_BLOCK, Duration::ZERO, 3600);
+    assert_conflict(cluster, &name, &uid, &version, "claimed again");
+    let (uid, version) = listed(cluster);
+    cluster.kubectl_ok(&["annotate", "ipblocks.ipam.yh-genie.io", &name, "ipam.yh-genie.io/confirmed=now"]);
+    assert_conflict(cluster, &name, &uid, &version, "confirmed by its node");
+    let (uid, version) = listed(cluster);
+    let (ok, out, err) = delete_listed(cluster, &name, &uid, &version);
+    assert!(ok, "the block as listed is not deleted: {err}{out}");
+
     for node in [GONE, RENEWING] {
         cluster.kubectl_ok(&["-n", "kube-system", "delete", "lease", &format!("yh-ipam-{node}")]);
     }
+}
+
+/// DELETE of the `IPBlock` `name` with the releaser's preconditions (`uid`, `version`), as kube's
+/// `DeleteParams` send them: kubectl's success, stdout and stderr (`-v=6`: each response's status).
+fn delete_listed(cluster: &Cluster, name: &str, uid: &str, version: &str) -> (bool, String, String) {
+    let body = json!({"kind": "DeleteOptions", "apiVersion": "v1",
+                      "preconditions": {"uid": uid, "resourceVersion": version}});
+    let file = std::env::temp_dir().join(format!("yh-genie-delete-{}-{name}.json", std::process::id()));
+    std::fs::write(&file, body.to_string()).unwrap();
+    let path = format!("/apis/ipam.yh-genie.io/v1alpha1/ipblocks/{name}");
+    let answer = cluster.kubectl(&["delete", "--raw", &path, "-f", &file.display().to_string(), "-v=6"]);
+    let _ = std::fs::remove_file(&file);
+    answer
+}
+
+/// The releaser's deletion of the block `name` as listed (`uid`, `version`) after it changed (`how`):
+/// answered 409 Conflict, the block still there.
+fn assert_conflict(cluster: &Cluster, name: &str, uid: &str, version: &str, how: &str) {
+    let (ok, out, err) = delete_listed(cluster, name, uid, version);
+    assert!(!ok, "the block {how} was deleted by a DELETE of it as listed before: {out}");
+    let answered_409 =
+        err.lines().any(|l| l.contains("DELETE") && l.contains("https://") && l.contains("409 Conflict"));
+    assert!(answered_409, "the block {how}: want 409: {err}");
+    let (still, _, _) = cluster.kubectl(&["get", "ipblocks.ipam.yh-genie.io", name]);
+    assert!(still, "the block {how} is gone");
 }
