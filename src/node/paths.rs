@@ -97,6 +97,14 @@ pub fn reports_socket(agent_socket: &Path) -> PathBuf {
     agent_socket.with_file_name(name)
 }
 
+/// The directory beside the agent's socket where it keeps the network-status annotations it took
+/// and has not written yet (`/run/yh-genie/agent.sock` -> `/run/yh-genie/agent.sock.statuses`).
+pub fn kept_statuses(agent_socket: &Path) -> PathBuf {
+    let mut name = agent_socket.file_name().unwrap_or_default().to_os_string();
+    name.push(".statuses");
+    agent_socket.with_file_name(name)
+}
+
 /// The attach worker's socket beside an agent socket (`/run/yh-genie/agent.sock` ->
 /// `/run/yh-genie/dynamic-networks.sock`), wherever the caller sees that directory.
 pub fn worker_socket(agent_socket: &Path) -> PathBuf {

@@ -49,6 +49,9 @@ use yh_ipam::*;
 /// yh-ipam's fixed addresses: a StatefulSet's, an IPAMClaim's, those asked for in `ips`.
 mod yh_ipam_fixed;
 use yh_ipam_fixed::*;
+/// yh-ipam when an agent is killed mid-burst, and when a node is gone for good.
+mod yh_ipam_failures;
+use yh_ipam_failures::*;
 
 /// DRA: the project's test driver's devices, found for the pods whose claims they were allocated to.
 mod dra;
@@ -116,6 +119,14 @@ const TESTS: &[(&str, Test)] = &[
     (
         "yh_ipam_gives_a_pod_the_address_it_asks_for_only_once_it_is_free",
         yh_ipam_gives_a_pod_the_address_it_asks_for_only_once_it_is_free,
+    ),
+    (
+        "yh_ipam_loses_and_duplicates_nothing_when_an_agent_is_killed_mid_burst",
+        yh_ipam_loses_and_duplicates_nothing_when_an_agent_is_killed_mid_burst,
+    ),
+    (
+        "yh_ipam_releases_a_gone_nodes_blocks_and_keeps_a_renewing_ones",
+        yh_ipam_releases_a_gone_nodes_blocks_and_keeps_a_renewing_ones,
     ),
     ("uninstall_leaves_the_nodes_as_the_docs_say", uninstall_leaves_the_nodes_as_the_docs_say),
     // After the uninstall: it starts from a node without yh-genie.

@@ -206,6 +206,38 @@ fn a_pod_the_agent_holds_gets_its_networks_while_the_api_server_is_down() {
     assert!(agent.metric("yh_genie_agent_watch_restarts_total{resource=\"pods\"}") >= 1);
 }
 
+/// The agent took the pod's status (answered `accepted`, so the plugin does not write it) and is
+/// killed before the API server answers: started again, it writes it.
+#[test]
+fn a_status_the_agent_took_is_written_by_the_agent_started_again_after_a_kill() {
+    let n = node();
+    n.api.put_config_map("default", "nets", json!({"k": "blue,red@net1"}));
+    n.api.put_pod("default", "web-0", from_config_map("nets", "k"));
+    let mut agent = n.start_agent();
+    agent.wait_ready();
+    agent.wait_holds(&n.agent_socket(), "web-0", &uid("web-0"), |o| config_map_value(o).is_some());
+
+    n.api.down();
+    let pod = n.pod("web-0");
+    let conf = n.selector_conf("1.0.0", json!({}));
+    let reply = add(&n, &pod, &conf);
+    assert_eq!(selection(&reply), "agent");
+    assert!(!reply.stderr.contains("did not take"), "the agent took the status: {}", reply.stderr);
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(n.api.patches().is_empty());
+    agent.kill();
+    n.api.up();
+    let again = n.start_agent();
+    again.wait_for("the status written by the agent started again", || !n.api.patches().is_empty());
+    let patches = n.api.patches();
+    assert_eq!(patches.len(), 1, "{patches:?}");
+    let status = &patches[0].2["metadata"]["annotations"]["k8s.v1.cni.cncf.io/network-status"];
+    assert!(status.as_str().is_some_and(|s| s.contains("net1")), "{patches:?}");
+    assert!(again.logged().contains("1 network-status annotations taken before the agent started again"));
+    n.call("DEL", &pod, &conf).ok();
+    n.assert_nothing_left(&pod, "a status kept through a kill");
+}
+
 #[test]
 fn without_a_usable_agent_add_takes_the_direct_path_saying_why() {
     let n = node();

@@ -3,7 +3,10 @@
 //! not wait for one. A status is one merge patch carrying the pod's uid (the API server refuses it
 //! for a pod recreated under the name), written at once, a few at a time. Each is retried with
 //! jittered backoff while the API server is unreachable, for at most `BUDGET`. Like the plugin's
-//! own write, a status that cannot be written is a warning, never a failed pod.
+//! own write, a status that cannot be written is a warning, never a failed pod. Each status taken
+//! is kept on disk until it is written or given up (`kept_statuses`): an agent killed with statuses
+//! waiting writes them when it starts again, before any taken since, for the plugin that handed
+//! one over was answered `accepted` and does not write it itself.
 //!
 //! The events come after the status, and none for a pod that is gone. Every event is one API write
 //! that cannot be batched, and its cost (the API server's CPU, etcd's fsync) lands on the machines
@@ -15,15 +18,17 @@
 //! (`yh_genie_agent_events_total`) and logged; the pod's network never depends on one.
 
 use super::Shared;
+use super::kept_statuses::KeptStatus;
 use super::metrics::{EventOutcome, StatusOutcome};
 use crate::node::agent_socket::protocol::Answer;
 use crate::platform::kube::jittered;
 use crate::programs::agent::watching::{Annotated, EventPod, Reporter, annotate, create_event};
 use std::collections::{BTreeMap, VecDeque};
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 use tokio::sync::{Notify, Semaphore, mpsc};
-use tracing::warn;
+use tracing::{info, warn};
 
 /// The reason of the events that say which interface a pod got, as Multus names it.
 const ADDED_INTERFACE: &str = "AddedInterface";
@@ -56,19 +61,45 @@ pub(super) struct Job {
     pub events: Vec<String>,
     /// When the plugin handed it over.
     pub accepted: Instant,
+    /// The file keeping its status for the agent's next life, once taken (`kept_statuses`).
+    pub kept: Option<PathBuf>,
 }
 
 /// Take a job for later, or say why not.
-pub(super) fn offer(shared: &Shared, job: Job) -> Answer {
+pub(super) fn offer(shared: &Shared, mut job: Job) -> Answer {
+    if !job.annotations.is_empty() {
+        let status = KeptStatus {
+            namespace: job.namespace.clone(),
+            name: job.name.clone(),
+            uid: job.uid.clone(),
+            annotations: job.annotations.clone(),
+        };
+        match shared.kept_statuses.keep(&status) {
+            Ok(file) => job.kept = Some(file),
+            Err(e) => {
+                return Answer::Refused {
+                    why: format!(
+                        "keeping the status for the agent's next life: {e}; pod {}/{} writes its own",
+                        job.namespace, job.name
+                    ),
+                };
+            }
+        }
+    }
+    let refused = |job: Job, why: String| {
+        if let Some(file) = &job.kept {
+            shared.kept_statuses.done(file);
+        }
+        Answer::Refused { why }
+    };
     match shared.annotations.try_send(job) {
         Ok(()) => Answer::Accepted,
-        Err(mpsc::error::TrySendError::Full(job)) => Answer::Refused {
-            why: format!(
-                "{QUEUE} status writes are waiting already; pod {}/{} writes its own",
-                job.namespace, job.name
-            ),
-        },
-        Err(mpsc::error::TrySendError::Closed(_)) => Answer::Refused { why: "the status writer has stopped".into() },
+        Err(mpsc::error::TrySendError::Full(job)) => {
+            let why =
+                format!("{QUEUE} status writes are waiting already; pod {}/{} writes its own", job.namespace, job.name);
+            refused(job, why)
+        }
+        Err(mpsc::error::TrySendError::Closed(job)) => refused(job, "the status writer has stopped".into()),
     }
 }
 
@@ -92,9 +123,34 @@ pub(super) fn take_unanswered(shared: &Shared, job: Job) {
     }
 }
 
-/// Write every job that comes, `CONCURRENT` at a time.
+/// Write every job that comes, `CONCURRENT` at a time; first the statuses an earlier life of the
+/// agent took and did not write, all of them before any taken since (an older status written last
+/// would stand for the pod's newer sandbox).
 pub(super) async fn run(shared: Arc<Shared>, mut jobs: mpsc::Receiver<Job>) -> String {
     let slots = Arc::new(Semaphore::new(CONCURRENT));
+    let left = shared.kept_statuses.left();
+    if !left.is_empty() {
+        info!("{} network-status annotations taken before the agent started again are written now", left.len());
+        let mut earlier = tokio::task::JoinSet::new();
+        for (file, status) in left {
+            let Ok(slot) = slots.clone().acquire_owned().await else { break };
+            let job = Job {
+                namespace: status.namespace,
+                name: status.name,
+                uid: status.uid,
+                annotations: status.annotations,
+                events: Vec::new(),
+                accepted: Instant::now(),
+                kept: Some(file),
+            };
+            let shared = shared.clone();
+            earlier.spawn(async move {
+                write(&shared, job).await;
+                drop(slot);
+            });
+        }
+        earlier.join_all().await;
+    }
     while let Some(job) = jobs.recv().await {
         let Ok(slot) = slots.clone().acquire_owned().await else { break };
         let shared = shared.clone();
@@ -112,6 +168,10 @@ async fn write(shared: &Shared, job: Job) {
     if !job.annotations.is_empty() {
         let outcome =
             retried(deadline, || annotate(&shared.client, &job.namespace, &job.name, &job.uid, &job.annotations)).await;
+        // Written or given up: not for the agent's next life either.
+        if let Some(file) = &job.kept {
+            shared.kept_statuses.done(file);
+        }
         match outcome {
             Annotated::Written => shared.metrics.status(StatusOutcome::Written),
             Annotated::PodGone => {

@@ -11,7 +11,8 @@
 //!   are in `node::agent_socket`) with the pod and those objects; the plugin resolves them itself,
 //!   with the same `resolve` as the direct path and its own view of the node's files;
 //! - it writes the pods' network-status annotations and creates the `AddedInterface` events the
-//!   plugin hands over (`annotate`);
+//!   plugin hands over (`annotate`), each status kept on disk until written (`kept_statuses`), so
+//!   that an agent killed first writes it when it starts again;
 //! - it hands out `yh-ipam`'s addresses from its node's blocks (`addresses`), its records read back
 //!   before it answers, and gives back those of a pod its watch finds gone (`reclaim`); elected
 //!   among the agents, it releases the blocks of nodes gone for good (`releaser`);
@@ -26,6 +27,7 @@ mod addresses;
 mod annotate;
 mod dynamic;
 mod http;
+mod kept_statuses;
 mod metrics;
 mod reclaim;
 mod releaser;
@@ -303,6 +305,7 @@ fn run(options: &Options, bound: &Mutex<Bound>) -> anyhow::Result<()> {
             sync: Sync::default(),
             object_watches: Mutex::new(HashMap::new()),
             annotations,
+            kept_statuses: kept_statuses::KeptStatuses::new(&crate::node::paths::kept_statuses(&options.socket)),
             events: annotate::Events::default(),
             node: options.node.clone(),
             default_network: options.default_network.clone(),
@@ -356,6 +359,8 @@ struct Shared {
     sync: Sync,
     object_watches: Mutex<HashMap<WatchKey, AbortHandle>>,
     annotations: mpsc::Sender<annotate::Job>,
+    /// The statuses taken and not written yet, on disk for the agent's next life.
+    kept_statuses: kept_statuses::KeptStatuses,
     /// The `AddedInterface` events waiting for a quiet moment of the node.
     events: annotate::Events,
     /// This node's name, which reports the events the agent creates.

@@ -89,7 +89,8 @@ async fn connection(shared: Arc<Shared>, stream: UnixStream) {
                 answer
             }
             Ok(Request { ask: Ask::Annotate { namespace, name, uid, annotations, events, no_answer }, .. }) => {
-                let job = annotate::Job { namespace, name, uid, annotations, events, accepted: Instant::now() };
+                let job =
+                    annotate::Job { namespace, name, uid, annotations, events, accepted: Instant::now(), kept: None };
                 if no_answer {
                     // The plugin has gone already: nobody to answer, so the agent says it itself.
                     return annotate::take_unanswered(&shared, job);
