@@ -44,6 +44,9 @@ pub struct NodeDaemon {
     /// yh-genie: the agent's socket.
     pub socket: PathBuf,
     pub metrics_port: u16,
+    /// More flags for the daemon (bench/ipam: the agent's `--ipam-records` under the node's
+    /// directory).
+    pub extra_args: Vec<String>,
     child: Option<Child>,
     system: System,
     run_dir: PathBuf,
@@ -62,6 +65,7 @@ impl NodeDaemon {
             node: node.to_string(),
             socket: dir.join("run/agent.sock"),
             metrics_port: 20000 + index as u16,
+            extra_args: Vec::new(),
             dir,
             child: None,
             system: system.clone(),
@@ -89,6 +93,7 @@ impl NodeDaemon {
                     .arg(format!("--node-name={}", self.node))
                     .arg(format!("--agent-socket={}", self.socket.display()))
                     .arg(format!("--agent-metrics-address=127.0.0.1:{}", self.metrics_port))
+                    .args(&self.extra_args)
                     .env_clear()
                     .env("PATH", std::env::var_os("PATH").unwrap_or_default());
                 c
