@@ -17,6 +17,18 @@ keep=()
 for name in PATH HOME RUSTUP_HOME CARGO_HOME RUSTUP_TOOLCHAIN; do
   [ -z "${!name:-}" ] || keep+=("$name=${!name}")
 done
+# Cargo hashes a workspace's own crates by their path inside the workspace, so two checkouts (git
+# worktrees) share yh-genie's artifacts here, and judges them fresh by mtime alone: a checkout whose
+# files are older than another checkout's last build would get that checkout's binary. When the
+# checkout differs from the last one built here, yh-genie itself (not its dependencies) is rebuilt.
+checkout=$(pwd -P)
+stamp=$target_dir/yh-genie-checkout
+if [ "$(cat "$stamp" 2>/dev/null)" != "$checkout" ]; then
+  env -i "${keep[@]}" cargo clean --profile cluster-image --target "$triple" --target-dir "$target_dir" \
+    -p yh-genie >&2 || true
+fi
 env -i "${keep[@]}" RUSTFLAGS="-C target-feature=+crt-static" \
   cargo build --profile cluster-image --locked --bin yh-genie --target "$triple" --target-dir "$target_dir" >&2
+mkdir -p "$target_dir"
+echo "$checkout" >"$stamp"
 echo "$target_dir/$triple/cluster-image/yh-genie"
