@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 use testkit::cluster::Cluster;
 use testkit::cluster::pods::{in_cidr, sleeper};
 use testkit::process::report;
+use yh_genie::platform::kube::ip_block::object_name;
 
 use crate::whereabouts::{selector_settings, set_selector_settings};
 
@@ -181,7 +182,9 @@ pub fn yh_ipam_keeps_a_statefulset_pods_address_across_nodes_until_scaled_down(c
         assert_eq!(spec["owner"]["ordinal"], ordinal, "{spec}");
         assert_eq!(spec["pod"]["uid"], pod["metadata"]["uid"], "{spec}");
         assert_eq!(spec["pod"]["node"], pod["spec"]["nodeName"], "{spec}");
-        let block = cluster.get_json(&["get", "ipblocks.ipam.yh-genie.io", &text(&spec["block"])]);
+        // The spec names the block by its CIDR; its object by the block as a DNS subdomain.
+        let block_name = object_name(text(&spec["block"]).parse().expect("a FixedAddress's block is a CIDR"));
+        let block = cluster.get_json(&["get", "ipblocks.ipam.yh-genie.io", &block_name]);
         assert_eq!(block["spec"]["fixed"], true, "{name}'s address is not of a fixed block: {block}");
         addresses.push(address);
         pods.push(pod);
