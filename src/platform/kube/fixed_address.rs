@@ -11,7 +11,7 @@
 //! k8snetworkplumbingwg/ipamclaims), whose address two pods may hold at once (a VM's live
 //! migration) and which yh-ipam writes into its `status.ips`.
 
-use ::kube::core::ApiResource;
+use ::kube::core::{ApiResource, GroupVersionKind};
 use ipnetwork::IpNetwork;
 use k8s_openapi::api::core::v1::Pod;
 use serde::{Deserialize, Serialize};
@@ -113,24 +113,12 @@ impl FixedOwner {
 
 /// The resource, for kube's dynamic API.
 pub fn resource() -> ApiResource {
-    ApiResource {
-        group: GROUP.into(),
-        version: VERSION.into(),
-        api_version: format!("{GROUP}/{VERSION}"),
-        kind: KIND.into(),
-        plural: PLURAL.into(),
-    }
+    ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(GROUP, VERSION, KIND), PLURAL)
 }
 
 /// The IPAMClaim resource (NPWG, k8snetworkplumbingwg/ipamclaims), for kube's dynamic API.
 pub fn ipam_claim_resource() -> ApiResource {
-    ApiResource {
-        group: "k8s.cni.cncf.io".into(),
-        version: "v1alpha1".into(),
-        api_version: "k8s.cni.cncf.io/v1alpha1".into(),
-        kind: IPAM_CLAIM.into(),
-        plural: "ipamclaims".into(),
-    }
+    ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk("k8s.cni.cncf.io", "v1alpha1", IPAM_CLAIM), "ipamclaims")
 }
 
 /// The object's name for `address`: the address as a DNS subdomain (`10.80.0.7`, `v6-fd80--7`).

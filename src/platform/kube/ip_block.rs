@@ -2,7 +2,7 @@
 //! of a pool's addresses, claimed by one node (or held for the pool's fixed addresses). Its name is the block itself, so that of two nodes
 //! creating the same block the API server's `AlreadyExists` tells the second it is the other's.
 
-use ::kube::core::ApiResource;
+use ::kube::core::{ApiResource, GroupVersionKind};
 use ipnetwork::IpNetwork;
 use serde::{Deserialize, Serialize};
 
@@ -25,13 +25,7 @@ pub struct IpBlockSpec {
 
 /// The resource, for kube's dynamic API.
 pub fn resource() -> ApiResource {
-    ApiResource {
-        group: GROUP.into(),
-        version: VERSION.into(),
-        api_version: format!("{GROUP}/{VERSION}"),
-        kind: KIND.into(),
-        plural: PLURAL.into(),
-    }
+    ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(GROUP, VERSION, KIND), PLURAL)
 }
 
 /// The object's name for `block`: the block itself, as a DNS subdomain (`10.80.0.16-28`,
@@ -46,6 +40,17 @@ pub fn object_name(block: IpNetwork) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_resource_is_the_crds() {
+        let r = resource();
+        assert_eq!(
+            (r.api_version.as_str(), r.kind.as_str(), r.plural.as_str()),
+            ("ipam.yh-genie.io/v1alpha1", "IPBlock", "ipblocks")
+        );
+        let claims = crate::platform::kube::fixed_address::ipam_claim_resource();
+        assert_eq!((claims.api_version.as_str(), claims.plural.as_str()), ("k8s.cni.cncf.io/v1alpha1", "ipamclaims"));
+    }
 
     #[test]
     fn a_blocks_name_is_the_block_as_a_dns_subdomain() {

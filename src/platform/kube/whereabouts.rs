@@ -5,7 +5,7 @@
 //! and an `OverlappingRangeIPReservation` per address, named by the address (IPv6's `:` as `-`, a
 //! trailing `:` completed by `0`, and `<network>-` before it for a named network).
 
-use ::kube::core::ApiResource;
+use ::kube::core::{ApiResource, GroupVersionKind};
 use serde_json::Value;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
@@ -23,13 +23,7 @@ pub struct Reservation {
 }
 
 fn resource(kind: &str, plural: &str) -> ApiResource {
-    ApiResource {
-        group: GROUP.into(),
-        version: VERSION.into(),
-        api_version: format!("{GROUP}/{VERSION}"),
-        kind: kind.into(),
-        plural: plural.into(),
-    }
+    ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(GROUP, VERSION, kind), plural)
 }
 
 /// The `IPPool` resource, for kube's dynamic API.
