@@ -22,6 +22,15 @@ pub use client::{
 };
 pub use nad::{NetworkAttachmentDefinition, NetworkAttachmentDefinitionSpec, RESOURCE_NAME};
 
+/// A DELETE the API server carries out only on the object as it was read: the same uid (not another
+/// object created since under its name) and, when given, the same resourceVersion (not changed
+/// since). Anything else is answered 409 and the object stays, so a decision made on what was read
+/// never deletes what another party wrote after it.
+pub fn delete_as_read(uid: Option<String>, resource_version: Option<String>) -> ::kube::api::DeleteParams {
+    let preconditions = ::kube::api::Preconditions { uid, resource_version };
+    ::kube::api::DeleteParams { preconditions: Some(preconditions), ..Default::default() }
+}
+
 use crate::platform::cni::CniError;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use k8s_openapi::api::resource::v1::{ResourceClaim, ResourceSlice};

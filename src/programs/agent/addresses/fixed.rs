@@ -18,12 +18,13 @@
 
 use super::blocks::{candidates, first_free};
 use crate::node::agent_socket::addresses::{AddressOwner, Allocated, PoolRange, PoolSpec};
+use crate::platform::kube::delete_as_read;
 use crate::platform::kube::fixed_address::{
     self, FixedAddressSpec, FixedOwner, HoldingPod, IDENTITY_LABEL, POOL_LABEL, identity_label,
 };
 use crate::platform::kube::ip_block::{self, IpBlockSpec};
 use crate::platform::kube::{Failure, classify};
-use ::kube::api::{DeleteParams, DynamicObject, ListParams, PostParams, Preconditions};
+use ::kube::api::{DynamicObject, ListParams, PostParams};
 use ::kube::{Api, Client};
 use ipnetwork::IpNetwork;
 use k8s_openapi::api::core::v1::Pod;
@@ -363,8 +364,7 @@ async fn keep_if_alone(
         return Ok(Allocated { address: spec.address, block: spec.block, fixed: true });
     }
     let name = created.metadata.name.clone().unwrap_or_default();
-    let preconditions = Preconditions { uid: created.metadata.uid.clone(), resource_version: None };
-    let params = DeleteParams { preconditions: Some(preconditions), ..DeleteParams::default() };
+    let params = delete_as_read(created.metadata.uid.clone(), None);
     let deleted = ask("deleting a second FixedAddress of one identity", api.delete(&name, &params)).await;
     let others: Vec<String> = objects.iter().filter_map(|(o, _)| o.metadata.name.clone()).collect();
     Err(again(format!(

@@ -18,12 +18,13 @@
 use super::blocks::{block_of, number, usable};
 use super::fixed::{Refusal, again, ask, claim_fixed, describe};
 use crate::node::agent_socket::addresses::PoolSpec;
+use crate::platform::kube::delete_as_read;
 use crate::platform::kube::fixed_address::{
     self, FixedAddressSpec, FixedOwner, HoldingPod, IMPORTED_LABEL, POOL_LABEL, imported_label,
 };
 use crate::platform::kube::ip_block;
 use crate::platform::kube::whereabouts::{self, Reservation};
-use ::kube::api::{DeleteParams, DynamicObject, ListParams, PostParams, Preconditions};
+use ::kube::api::{DynamicObject, ListParams, PostParams};
 use ::kube::{Api, Client};
 use ipnetwork::IpNetwork;
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
@@ -203,11 +204,7 @@ pub async fn release(client: &Client, pool: &str, container_id: &str, ifname: &s
             continue;
         }
         let name = object.metadata.name.clone().unwrap_or_default();
-        let preconditions = Preconditions {
-            uid: object.metadata.uid.clone(),
-            resource_version: object.metadata.resource_version.clone(),
-        };
-        let params = DeleteParams { preconditions: Some(preconditions), ..DeleteParams::default() };
+        let params = delete_as_read(object.metadata.uid.clone(), object.metadata.resource_version.clone());
         ask(&format!("deleting FixedAddress {name}"), api.delete(&name, &params)).await.map_err(|r| r.why)?;
         info!(
             "address {} of pool {pool:?}, imported from whereabouts, is free: pod {}/{} (sandbox {container_id}) \

@@ -12,10 +12,11 @@
 //! deletion, made with the uid and resourceVersion listed, fails rather than free an address in use.
 
 use super::{Problem, ask};
+use crate::platform::kube::delete_as_read;
 use crate::platform::kube::fixed_address::{FixedAddressSpec, IPAM_CLAIM, WHEREABOUTS, ipam_claim_resource, resource};
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::{DeleteParams, DynamicObject, ListParams, Preconditions};
+use kube::api::{DynamicObject, ListParams};
 use kube::{Api, Client};
 use tracing::info;
 
@@ -34,11 +35,7 @@ pub async fn sweep(client: &Client) -> Result<usize, Problem> {
             continue;
         }
         let name = object.metadata.name.clone().unwrap_or_default();
-        let preconditions = Preconditions {
-            uid: object.metadata.uid.clone(),
-            resource_version: object.metadata.resource_version.clone(),
-        };
-        let params = DeleteParams { preconditions: Some(preconditions), ..DeleteParams::default() };
+        let params = delete_as_read(object.metadata.uid.clone(), object.metadata.resource_version.clone());
         match ask(api.delete(&name, &params)).await {
             Ok(_) => {
                 freed += 1;

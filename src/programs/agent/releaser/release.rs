@@ -4,9 +4,10 @@
 //! name) is never deleted: the API server answers `Conflict` and the block stays its new node's.
 
 use super::{Problem, ask};
+use crate::platform::kube::delete_as_read;
 use crate::platform::kube::ip_block::IpBlockSpec;
 use kube::Api;
-use kube::api::{DeleteParams, DynamicObject, Preconditions};
+use kube::api::DynamicObject;
 use std::collections::BTreeMap;
 
 /// One block as listed.
@@ -37,8 +38,7 @@ pub fn by_node(objects: Vec<DynamicObject>) -> BTreeMap<String, Vec<Listed>> {
 /// Delete `block` if it is still the object listed: whether it was deleted (not: already gone, or
 /// changed since, perhaps claimed again).
 pub async fn delete(api: &Api<DynamicObject>, block: &Listed) -> Result<bool, Problem> {
-    let preconditions = Preconditions { uid: block.uid.clone(), resource_version: block.resource_version.clone() };
-    let params = DeleteParams { preconditions: Some(preconditions), ..DeleteParams::default() };
+    let params = delete_as_read(block.uid.clone(), block.resource_version.clone());
     match ask(api.delete(&block.name, &params)).await {
         Ok(_) => Ok(true),
         Err(Problem::Conflict(_) | Problem::Gone) => Ok(false),
