@@ -198,6 +198,14 @@ fn yh_ipam_hands_out_addresses_from_the_nodes_blocks_through_its_agent() {
         assert_eq!(n.call("DEL", pod, &conf).code, 0, "{}", pod.name);
     }
     assert_eq!(records(&n), 0);
+    // Nothing of pool lan was imported from whereabouts (its first ADD found out): a release the records
+    // know nothing of (a DEL repeated past the selector's tombstone) asks the API server nothing.
+    let fixed_address_requests = || n.api.calls().into_iter().filter(|c| c.resource == "fixedaddresses").count();
+    let before = fixed_address_requests();
+    let release = Ask::Release { pool: "lan".into(), container_id: "gone".into(), ifname: "eth0".into(), uid: None };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    assert_eq!(exchange(&n.agent_socket(), &Request::new(release), deadline).unwrap(), Answer::Released);
+    assert_eq!(fixed_address_requests(), before, "a release of nothing looked for addresses imported from whereabouts");
     drop(agent);
 }
 

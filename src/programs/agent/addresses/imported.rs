@@ -35,20 +35,34 @@ use tracing::{info, warn};
 /// What importing a pool came to.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Imported {
-    /// This many addresses kept (others may have been by other agents).
-    Addresses(usize),
-    /// Imported before, by this agent or another (the Lease says so).
-    Before,
+    /// Imported now or before (by this agent or another: the Lease says so), with how many of the
+    /// pool's addresses whereabouts had handed out (`None`: a marker that does not say).
+    Addresses(Option<usize>),
     /// whereabouts' resources are not served: it was never installed.
     NoWhereabouts,
+}
+
+/// The marker Lease's annotation: how many of the pool's addresses the import found, so that an
+/// agent finding none imported looks for none on a DEL its records know nothing of.
+const IMPORTED_COUNT: &str = "ipam.yh-genie.io/imported-addresses";
+
+impl Imported {
+    /// Whether the pool may hold addresses imported from whereabouts.
+    pub fn may_hold_addresses(&self) -> bool {
+        match self {
+            Imported::NoWhereabouts | Imported::Addresses(Some(0)) => false,
+            Imported::Addresses(_) => true,
+        }
+    }
 }
 
 /// Import `pool`'s addresses from whereabouts' objects, as the module says.
 pub async fn import(client: &Client, node: &str, pool: &PoolSpec) -> Result<Imported, Refusal> {
     let leases: Api<Lease> = Api::namespaced(client.clone(), client.default_namespace());
     let marker = format!("yh-ipam-imported-{}", pool.name);
-    if ask("reading the Lease marking the import from whereabouts", leases.get_opt(&marker)).await?.is_some() {
-        return Ok(Imported::Before);
+    if let Some(marked) = ask("reading the Lease marking the import from whereabouts", leases.get_opt(&marker)).await? {
+        let count = marked.metadata.annotations.as_ref().and_then(|a| a.get(IMPORTED_COUNT)?.parse().ok());
+        return Ok(Imported::Addresses(count));
     }
     let Some(pools) = list(client, whereabouts::ip_pool_resource()).await? else {
         return Ok(Imported::NoWhereabouts);
@@ -65,7 +79,7 @@ pub async fn import(client: &Client, node: &str, pool: &PoolSpec) -> Result<Impo
     let blocks_api: Api<DynamicObject> = Api::all_with(client.clone(), &ip_block::resource());
     let api: Api<DynamicObject> = Api::all_with(client.clone(), &fixed_address::resource());
     let mut fixed_blocks: BTreeMap<IpNetwork, bool> = BTreeMap::new();
-    let (mut kept, mut conflicts) = (0, Vec::new());
+    let (mut kept, mut conflicts, count) = (0, Vec::new(), found.len());
     for (address, (set, reservation)) in found {
         let block = block_of(
             number(address) / u128::from(pool.block_size) * u128::from(pool.block_size),
@@ -111,6 +125,7 @@ pub async fn import(client: &Client, node: &str, pool: &PoolSpec) -> Result<Impo
     }
     let mut lease = Lease::default();
     lease.metadata.name = Some(marker.clone());
+    lease.metadata.annotations = Some(BTreeMap::from([(IMPORTED_COUNT.to_string(), count.to_string())]));
     lease.spec = Some(LeaseSpec { holder_identity: Some(node.into()), ..LeaseSpec::default() });
     match tokio::time::timeout(std::time::Duration::from_secs(10), leases.create(&PostParams::default(), &lease)).await
     {
@@ -120,7 +135,7 @@ pub async fn import(client: &Client, node: &str, pool: &PoolSpec) -> Result<Impo
         Err(_) => return Err(again(format!("creating the Lease {marker}: no answer"))),
     }
     info!("pool {:?}: {kept} addresses imported from whereabouts (Lease {marker} marks the import)", pool.name);
-    Ok(Imported::Addresses(kept))
+    Ok(Imported::Addresses(Some(count)))
 }
 
 /// Which of `pool`'s range sets may hand out `address`.

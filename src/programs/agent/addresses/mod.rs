@@ -37,7 +37,7 @@ pub use allocator::PoolUsage;
 use allocator::{Allocator, Step};
 use claims::Claimed;
 use records::{Record, Records};
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::net::IpAddr;
 use std::path::Path;
 use tracing::{debug, info, warn};
@@ -65,9 +65,10 @@ pub struct Addresses {
     /// What the node holds of each pool, as of the last change: for the metrics, which cannot wait
     /// on an allocation in progress.
     usage: std::sync::Mutex<BTreeMap<String, PoolUsage>>,
-    /// The pools whose addresses whereabouts handed out are imported (or found none to import)
-    /// since the agent started.
-    imported: std::sync::Mutex<BTreeSet<String>>,
+    /// The pools imported from whereabouts since the agent started (`import`), each with whether it
+    /// may hold imported addresses: where it holds none (whereabouts not installed, or nothing of
+    /// the pool in it), a DEL the records know nothing of asks the API server nothing.
+    imported: std::sync::Mutex<BTreeMap<String, bool>>,
 }
 
 impl Addresses {
@@ -162,17 +163,15 @@ impl Addresses {
 
     /// Import `pool`'s addresses from whereabouts (`imported`), once in the agent's life.
     async fn import(&self, client: &::kube::Client, pool: &PoolSpec) -> Result<(), fixed::Refusal> {
-        if self.imported.lock().unwrap_or_else(|e| e.into_inner()).contains(&pool.name) {
+        if self.imported.lock().unwrap_or_else(|e| e.into_inner()).contains_key(&pool.name) {
             return Ok(());
         }
-        match imported::import(client, &self.node, pool).await? {
-            imported::Imported::NoWhereabouts => {
-                debug!("pool {:?}: whereabouts is not installed, no address to import", pool.name)
-            }
-            imported::Imported::Before => debug!("pool {:?}: imported from whereabouts before", pool.name),
-            imported::Imported::Addresses(_) => {}
-        }
-        self.imported.lock().unwrap_or_else(|e| e.into_inner()).insert(pool.name.clone());
+        let imported = imported::import(client, &self.node, pool).await?;
+        debug!("pool {:?}: the import from whereabouts: {imported:?}", pool.name);
+        self.imported
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(pool.name.clone(), imported.may_hold_addresses());
         Ok(())
     }
 
@@ -317,15 +316,21 @@ impl Addresses {
         uid: Option<&str>,
     ) -> Answer {
         let mut state = self.state.lock().await;
-        let mut answer = Answer::Released;
         let released = state.release(pool, container_id, ifname, uid);
-        if released.is_empty()
-            && let Err(e) = imported::release(client, pool, container_id, ifname).await
-        {
-            warn!(
-                "the DEL of sandbox {container_id} ({ifname}) in pool {pool:?} could not look for an address imported                  from whereabouts: {e}"
-            );
+        if released.is_empty() {
+            // Not under the allocator: the lookup waits on the API server, and an imported address
+            // is freed by deleting its object, which no allocation of this node's memory races.
+            drop(state);
+            let none_imported = self.imported.lock().unwrap_or_else(|e| e.into_inner()).get(pool) == Some(&false);
+            if !none_imported && let Err(e) = imported::release(client, pool, container_id, ifname).await {
+                warn!(
+                    "the DEL of sandbox {container_id} ({ifname}) in pool {pool:?} could not look for an address \
+                     imported from whereabouts: {e}"
+                );
+            }
+            return Answer::Released;
         }
+        let mut answer = Answer::Released;
         for (owner, addresses) in released {
             if let Err(e) = self.records.remove(pool, &owner) {
                 state.restore(pool, &owner, &addresses);
