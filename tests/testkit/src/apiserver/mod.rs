@@ -7,7 +7,7 @@
 //! - `reads` and `watch`: `GET` of one object, list and watch of a namespace's or all of them, with
 //!   the field selectors `spec.nodeName` and `metadata.name`, resourceVersions, 410 Gone for a
 //!   revision compacted away;
-//! - `writes`: `PATCH` of a pod as a JSON merge patch (422 for one that would change its uid, as
+//! - `writes`: `PATCH` of a pod or a `Lease` as a JSON merge patch (422 for one that would change its uid, as
 //!   Kubernetes answers), `POST` of an Event, of a yh-ipam `IPBlock` and of a `Lease` (409 when it
 //!   exists), `PUT` of a `Lease` or an `IPBlock` (409 when its resourceVersion is not the current
 //!   one), `DELETE` of an `IPBlock` (409 when its preconditions do not hold);

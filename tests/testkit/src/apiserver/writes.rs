@@ -1,5 +1,5 @@
-//! What clients write: a pod's `PATCH` as a JSON merge patch (RFC 7386), applied and kept, refused
-//! with 422 (as Kubernetes does) when it would change the pod's uid; and the `POST` of a core/v1
+//! What clients write: a pod's or a `Lease`'s `PATCH` as a JSON merge patch (RFC 7386), applied and
+//! kept, refused with 422 (as Kubernetes does) when it would change the object's uid; and the `POST` of a core/v1
 //! Event, as kube's `Api::create` sends it, kept with a name made from its `generateName`; the
 //! `POST` of an `IPBlock` or a `Lease`, refused with 409 `AlreadyExists` when its name is taken,
 //! and the `PUT` of a `Lease` or an `IPBlock`, refused with 409 `Conflict` when its resourceVersion
@@ -22,7 +22,7 @@ pub(super) async fn patch(
     target: &Target,
     name: &str,
 ) -> Result<Reply, std::io::Error> {
-    if target.resource != Resource::Pods {
+    if !matches!(target.resource, Resource::Pods | Resource::Leases) {
         return Ok(status(405, "method not allowed"));
     }
     let namespace = target.namespace.as_deref().unwrap_or_default();
@@ -35,8 +35,8 @@ pub(super) async fn patch(
         return Ok(status(415, "only application/merge-patch+json is served here"));
     }
     let mut store = state.objects.store.lock().unwrap();
-    let Some(mut pod) = store.get(Resource::Pods, namespace, name).cloned() else {
-        return Ok(not_found("pods", name));
+    let Some(mut pod) = store.get(target.resource, namespace, name).cloned() else {
+        return Ok(not_found(target.resource.plural(), name));
     };
     if let Some(uid) = patch.pointer("/metadata/uid")
         && Some(uid) != pod.pointer("/metadata/uid")
@@ -47,8 +47,10 @@ pub(super) async fn patch(
         ));
     }
     merge_patch(&mut pod, &patch);
-    let pod = store.put(Resource::Pods, namespace, name, pod);
-    state.objects.patches.lock().unwrap().push((namespace.to_string(), name.to_string(), patch));
+    let pod = store.put(target.resource, namespace, name, pod);
+    if target.resource == Resource::Pods {
+        state.objects.patches.lock().unwrap().push((namespace.to_string(), name.to_string(), patch));
+    }
     Ok(json_reply(StatusCode::OK, &pod))
 }
 
