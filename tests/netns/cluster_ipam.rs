@@ -12,6 +12,8 @@
 mod fixed;
 #[path = "cluster_ipam_requested.rs"]
 mod requested;
+#[path = "cluster_ipam_shared.rs"]
+mod shared;
 #[path = "cluster_ipam_whereabouts.rs"]
 mod whereabouts;
 

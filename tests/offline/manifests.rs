@@ -520,6 +520,7 @@ fn the_ipblock_crd_is_shipped_for_the_objects_the_agent_creates() {
         pool: "p".into(),
         node: "n".into(),
         fixed: true,
+        shared_by: "m".into(),
     })
     .unwrap();
     let declared: BTreeSet<&String> = spec.properties.as_ref().unwrap().keys().collect();

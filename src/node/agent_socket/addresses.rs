@@ -52,12 +52,16 @@ impl AddressOwner {
 }
 
 /// One address handed out: the address and the block it came from; `fixed` when the block is a
-/// fixed block (held by no node) and the address kept for an identity beyond this pod (a
-/// StatefulSet's ordinal), so that the node never takes the block for its own.
+/// fixed block (held by no node) and the address kept in a `FixedAddress` object, so that the node
+/// never takes the block for its own; `shared` when that object is this pod's alone (an address of
+/// a node's block shared when the pool ran low), deleted by the pod's DEL, unlike one kept for an
+/// identity beyond the pod (a StatefulSet's ordinal, an IPAMClaim).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Allocated {
     pub address: IpAddr,
     pub block: IpNetwork,
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub fixed: bool,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub shared: bool,
 }

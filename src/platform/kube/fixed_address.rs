@@ -55,6 +55,10 @@ pub const STATEFUL_SET: &str = "StatefulSet";
 pub const WHEREABOUTS: &str = "Whereabouts";
 /// `FixedOwner::kind` of an IPAMClaim (its `ordinal` 0).
 pub const IPAM_CLAIM: &str = "IPAMClaim";
+/// `FixedOwner::kind` of an address of a shared block (a node's block shared when the pool ran
+/// low): held by one pod's sandbox until its DEL (`namespace`/`name` the pod's, `uid` the
+/// sandbox's container id, `ordinal` 0; the pod's uid in `FixedAddressSpec::pod`).
+pub const SHARED: &str = "Pod";
 
 /// The identity a fixed address is kept for: a StatefulSet's ordinal, or an IPAMClaim.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -13,6 +13,8 @@ pub const PLURAL: &str = "ipblocks";
 
 /// What an `IPBlock` says: which block, of which pool, held by which node; or, `fixed`, held by no
 /// node, for the pool's fixed addresses (`super::fixed_address`), which every agent hands out.
+/// `sharedBy` names the node that held it until the pool ran low and shared it (a fixed block
+/// since): for the operator, nothing reads it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct IpBlockSpec {
     pub cidr: IpNetwork,
@@ -21,6 +23,8 @@ pub struct IpBlockSpec {
     pub node: String,
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub fixed: bool,
+    #[serde(rename = "sharedBy", default, skip_serializing_if = "String::is_empty")]
+    pub shared_by: String,
 }
 
 /// The resource, for kube's dynamic API.

@@ -55,7 +55,7 @@ pub const API_CALLS: [(&str, &str, &str); 6] = [
 /// plugin. For pods with DRA resource claims it watches those claims and its node's ResourceSlices.
 /// For `yh-ipam` it claims blocks of addresses (`ip_block`) and reads a pod gone from its watch.
 /// The ClusterRole grants these and `API_CALLS`, nothing else.
-pub const AGENT_API_CALLS: [(&str, &str, &str); 28] = [
+pub const AGENT_API_CALLS: [(&str, &str, &str); 29] = [
     ("", "pods", "list"),
     ("", "pods", "watch"),
     ("", "pods", "patch"),
@@ -83,6 +83,8 @@ pub const AGENT_API_CALLS: [(&str, &str, &str); 28] = [
     // next pod of a StatefulSet's ordinal by an update; freed by the releaser's sweep, which reads
     // the StatefulSet.
     ("ipam.yh-genie.io", "fixedaddresses", "list"),
+    // One address's object, freed by its pod's DEL (an address of a shared block).
+    ("ipam.yh-genie.io", "fixedaddresses", "get"),
     ("ipam.yh-genie.io", "fixedaddresses", "create"),
     ("ipam.yh-genie.io", "fixedaddresses", "update"),
     ("ipam.yh-genie.io", "fixedaddresses", "delete"),
@@ -99,11 +101,13 @@ pub const AGENT_API_CALLS: [(&str, &str, &str); 28] = [
 /// The node agent's requests for its node's `yh-ipam` lease and the dead-node releaser's election
 /// lease (`coordination.k8s.io` Leases; the releaser also lists and reads other nodes'), in its own
 /// namespace only: a Role grants them there, not the ClusterRole.
-pub const AGENT_LEASE_CALLS: [(&str, &str, &str); 4] = [
+pub const AGENT_LEASE_CALLS: [(&str, &str, &str); 5] = [
     ("coordination.k8s.io", "leases", "get"),
     ("coordination.k8s.io", "leases", "list"),
     ("coordination.k8s.io", "leases", "create"),
     ("coordination.k8s.io", "leases", "update"),
+    // Another node's lease, marked to ask it to share its blocks of an exhausted pool.
+    ("coordination.k8s.io", "leases", "patch"),
 ];
 
 /// An object's annotations, by key.

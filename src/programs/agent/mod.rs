@@ -322,6 +322,8 @@ fn run(options: &Options, bound: &Mutex<Bound>) -> anyhow::Result<()> {
         tasks.spawn(http::serve(shared.clone(), options.metrics_address));
         let keeper = shared.clone();
         tasks.spawn(async move { keeper.addresses.keep_lease(&keeper.client).await });
+        let sharer = shared.clone();
+        tasks.spawn(async move { sharer.addresses.share_when_asked(&sharer.client).await });
         let rule = releaser::Rule { lease_duration: options.ipam_lease_duration, clock_skew: options.ipam_clock_skew };
         tasks.spawn(releaser::run(shared.clone(), rule));
         if let (Some(worker), Some(changes)) = (options.dynamic_networks.clone(), dynamic_changes) {

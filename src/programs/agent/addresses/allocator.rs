@@ -49,6 +49,10 @@ pub struct Allocator {
     /// Blocks another node holds, as found while claiming, with that node: not asked for again in
     /// this life.
     elsewhere: BTreeMap<IpNetwork, String>,
+    /// Blocks this node began to share (its records say so) and has not seen fixed yet, each with
+    /// its pool: nothing is handed out from them from memory, and the addresses its pods hold in them
+    /// are theirs as `FixedAddress` objects.
+    unfinished: BTreeMap<IpNetwork, String>,
     held: BTreeMap<HeldKey, (AddressOwner, Vec<Allocated>)>,
     /// When each pod holding addresses last had them handed out (its ADD, a retry, or the records
     /// read back at start): its ADD may be in flight since.
@@ -103,6 +107,7 @@ impl Allocator {
                             address,
                             block: *block,
                             fixed: false,
+                            shared: false,
                         })
                     },
                 );
@@ -153,7 +158,7 @@ impl Allocator {
             let pod = holder.map_or("another pod".to_string(), |(owner, _)| format!("pod {}", owner.pod));
             return Err(refused(format!("it is taken, held by {pod} on this node")));
         }
-        Ok(Allocated { address: ip, block, fixed: false })
+        Ok(Allocated { address: ip, block, fixed: false, shared: false })
     }
 
     /// `block` is this node's, for `pool` (claimed now, or found claimed by this node before).
@@ -166,12 +171,93 @@ impl Allocator {
         self.elsewhere.insert(block, node.to_string());
     }
 
-    /// Forget the blocks found held by others for which `released` holds (their objects gone, a dead
-    /// node's blocks released): they may be claimed again. Whether there were any.
-    pub fn forget_elsewhere(&mut self, released: impl Fn(IpNetwork) -> bool) -> bool {
+    /// The blocks found held by others, as the API server has them now (`holder`: the node holding
+    /// one, `claims::FIXED` for a fixed block, `None` when its object is gone): a block released
+    /// (a dead node's) may be claimed again, a block shared is a fixed block. Whether any was
+    /// released.
+    pub fn refresh_elsewhere(&mut self, holder: impl Fn(IpNetwork) -> Option<String>) -> bool {
         let before = self.elsewhere.len();
-        self.elsewhere.retain(|block, _| !released(*block));
+        self.elsewhere.retain(|block, _| holder(*block).is_some());
+        for (block, node) in self.elsewhere.iter_mut() {
+            if let Some(now) = holder(*block) {
+                *node = now;
+            }
+        }
         self.elsewhere.len() != before
+    }
+
+    /// The nodes holding blocks of `spec`'s pool (as found while claiming): those to ask to share
+    /// them when the pool is exhausted.
+    pub fn other_holders(&self, spec: &PoolSpec) -> BTreeSet<String> {
+        self.elsewhere
+            .iter()
+            .filter(|(block, node)| {
+                !node.is_empty()
+                    && !node.starts_with("unreadable")
+                    && spec.range_sets.iter().any(|set| within(set, **block))
+            })
+            .map(|(_, node)| node.clone())
+            .collect()
+    }
+
+    /// The node's blocks of `spec`'s pool with an address left to hand out, each with the addresses
+    /// handed out from it and their owners: what the node shares when another finds the pool
+    /// exhausted.
+    pub fn blocks_with_room(&self, spec: &PoolSpec) -> Vec<(IpNetwork, Vec<(AddressOwner, Allocated)>)> {
+        self.blocks
+            .iter()
+            .filter(|(block, held)| held.pool == spec.name && usable_in(spec, **block) > held.used.len())
+            .map(|(block, _)| {
+                let holders = self.held.iter().filter(|(k, _)| k.0 == spec.name).flat_map(|(_, (owner, addresses))| {
+                    addresses.iter().filter(|a| a.block == *block && !a.fixed).map(|a| (owner.clone(), a.clone()))
+                });
+                (*block, holders.collect())
+            })
+            .collect()
+    }
+
+    /// This node shares `block` of `pool`: nothing more is handed out from it from memory, and the
+    /// addresses this node's pods hold in it are theirs as `FixedAddress` objects (created first),
+    /// freed by their DEL. The owners whose addresses changed so, with their pool and addresses
+    /// now, to be recorded again before the block is made fixed (`finish_share`).
+    pub fn begin_share(&mut self, block: IpNetwork, pool: &str) -> Vec<(String, AddressOwner, Vec<Allocated>)> {
+        self.blocks.remove(&block);
+        self.unfinished.insert(block, pool.to_string());
+        let mut changed = Vec::new();
+        for ((held_pool, ..), (owner, addresses)) in self.held.iter_mut() {
+            if mark_shared(addresses, block) {
+                changed.push((held_pool.clone(), owner.clone(), addresses.clone()));
+            }
+        }
+        changed
+    }
+
+    /// Undo `begin_share` of `block` of `pool`, no record written again yet: the block is the
+    /// node's again, with its addresses.
+    pub fn abort_share(&mut self, block: IpNetwork, pool: &str) {
+        self.unfinished.remove(&block);
+        self.adopt(block, pool);
+        let mut used = Vec::new();
+        for (_, addresses) in self.held.values_mut() {
+            for allocated in addresses.iter_mut().filter(|a| a.block == block && a.shared) {
+                allocated.fixed = false;
+                allocated.shared = false;
+                used.push(allocated.address);
+            }
+        }
+        self.blocks.entry(block).or_default().used.extend(used);
+    }
+
+    /// `block`, begun to be shared, is a fixed block now (`holder` `claims::FIXED`), or another
+    /// node's (released while this node's lease had run out, and claimed).
+    pub fn finish_share(&mut self, block: IpNetwork, holder: &str) {
+        self.unfinished.remove(&block);
+        self.elsewhere.insert(block, holder.to_string());
+    }
+
+    /// The blocks begun to be shared and not seen fixed yet, each with its pool.
+    pub fn unfinished(&self) -> Vec<(IpNetwork, String)> {
+        self.unfinished.iter().map(|(block, pool)| (*block, pool.clone())).collect()
     }
 
     /// The blocks this node holds, each with its pool.
@@ -194,12 +280,35 @@ impl Allocator {
 
     /// An owner's addresses as its record says, at start. A fixed address's block is no node's.
     pub fn restore(&mut self, pool: &str, owner: &AddressOwner, addresses: &[Allocated]) {
+        let mut addresses = addresses.to_vec();
+        for block in self.unfinished.keys() {
+            mark_shared(&mut addresses, *block);
+        }
         for allocated in addresses.iter().filter(|a| !a.fixed) {
             self.adopt(allocated.block, pool);
             self.blocks.entry(allocated.block).or_default().used.insert(allocated.address);
         }
-        self.held.insert(key(pool, owner), (owner.clone(), addresses.to_vec()));
+        self.held.insert(key(pool, owner), (owner.clone(), addresses));
         self.handed.insert(owner.uid.clone(), Instant::now());
+    }
+
+    /// The node's addresses as its records say, at start. A block of which a record holds a shared
+    /// address may be one this node began to share as it stopped, its other pods' records not written
+    /// again yet: it is not the node's to hand out from, and every address in it is taken as shared,
+    /// until `finish_share`.
+    pub fn from_records<'a>(
+        records: impl Iterator<Item = (&'a str, &'a AddressOwner, &'a [Allocated])> + Clone,
+    ) -> Self {
+        let mut allocator = Allocator::default();
+        for (pool, _, addresses) in records.clone() {
+            for allocated in addresses.iter().filter(|a| a.shared) {
+                allocator.unfinished.insert(allocated.block, pool.to_string());
+            }
+        }
+        for (pool, owner, addresses) in records {
+            allocator.restore(pool, owner, addresses);
+        }
+        allocator
     }
 
     /// Whether `owner` holds addresses of `pool` already: a retried ADD.
@@ -293,6 +402,18 @@ impl Allocator {
         }
         usage
     }
+}
+
+/// Mark the addresses of `block` among `addresses` shared (fixed addresses of their pod's alone):
+/// whether any was not yet.
+fn mark_shared(addresses: &mut [Allocated], block: IpNetwork) -> bool {
+    let mut marked = false;
+    for allocated in addresses.iter_mut().filter(|a| a.block == block && !a.shared) {
+        allocated.fixed = true;
+        allocated.shared = true;
+        marked = true;
+    }
+    marked
 }
 
 /// For each range set of `spec`, the address of `requested` in it, if any; why not, when one is no
@@ -420,8 +541,9 @@ mod tests {
         assert_eq!(take(&mut a, &s, &owner(1)).unwrap(), ["10.80.0.2"]);
         assert_eq!(take(&mut a, &s, &owner(2)).unwrap(), ["10.80.0.3"]);
         assert!(matches!(a.allocate(&s, &owner(3), &[]), Step::Exhausted(_)));
-        assert!(!a.forget_elsewhere(|block| block == first), "not one known elsewhere");
-        assert!(a.forget_elsewhere(|block| block == second));
+        let held_by_b = |gone: IpNetwork| move |block: IpNetwork| (block != gone).then(|| "node-b".to_string());
+        assert!(!a.refresh_elsewhere(held_by_b(first)), "not one known elsewhere");
+        assert!(a.refresh_elsewhere(held_by_b(second)));
         assert!(!a.knows_elsewhere());
         assert_eq!(a.allocate(&s, &owner(3), &[]), Step::Claim(second));
         // The first block lost to another node: its holders keep their addresses, nothing new from it.
@@ -432,6 +554,55 @@ mod tests {
             Step::Addresses { addresses: a.held[&key("lan", &owner(1))].1.clone(), fresh: false }
         );
         assert_eq!(a.allocate(&s, &owner(3), &[]), Step::Claim(second));
+    }
+
+    #[test]
+    fn a_node_shares_its_blocks_with_room_and_then_hands_out_nothing_from_them() {
+        let s = spec("10.80.0.0/24", "10.80.0.254", 4);
+        let (first, second, third): (IpNetwork, IpNetwork, IpNetwork) =
+            ("10.80.0.0/30".parse().unwrap(), "10.80.0.4/30".parse().unwrap(), "10.80.0.8/30".parse().unwrap());
+        let mut a = Allocator::default();
+        a.held_elsewhere(third, "node-b");
+        a.held_elsewhere("10.80.0.12/30".parse().unwrap(), super::super::claims::FIXED);
+        assert_eq!(a.other_holders(&s), BTreeSet::from(["node-b".to_string()]), "not the fixed block's");
+        // .0/30 full (.2, .3), .4/30 with .4 taken and .5 to .7 left.
+        for n in 1..=3 {
+            take(&mut a, &s, &owner(n)).unwrap();
+        }
+        let room = a.blocks_with_room(&s);
+        assert_eq!(room.len(), 1, "{room:?}");
+        assert_eq!(room[0].0, second);
+        let holders: Vec<(String, String)> =
+            room[0].1.iter().map(|(o, a)| (o.pod.clone(), a.address.to_string())).collect();
+        assert_eq!(holders, [("default/p3".to_string(), "10.80.0.4".to_string())]);
+        let changed = a.begin_share(second, "lan");
+        assert_eq!(changed.len(), 1);
+        let (pool, changed_owner, addresses) = &changed[0];
+        assert_eq!((pool.as_str(), changed_owner.pod.as_str()), ("lan", "default/p3"));
+        assert!(addresses[0].fixed && addresses[0].shared, "{addresses:?}");
+        assert_eq!(a.held_blocks(), [(first, "lan".to_string())]);
+        assert_eq!(a.usage()["lan"], PoolUsage { blocks: 1, used: 2, free: Some(0), fixed: 1 });
+        assert_eq!(a.unfinished(), [(second, "lan".to_string())]);
+        // Stopped now, the records say: the block is not the node's to hand out from, though a
+        // record written before the share says .4 is not shared.
+        let stale =
+            vec![Allocated { address: "10.80.0.4".parse().unwrap(), block: second, fixed: false, shared: false }];
+        let shared_too =
+            vec![Allocated { address: "10.80.0.5".parse().unwrap(), block: second, fixed: true, shared: true }];
+        let records = [("lan", owner(3), stale), ("lan", owner(5), shared_too)];
+        let restored = Allocator::from_records(records.iter().map(|(p, o, a)| (*p, o, a.as_slice())));
+        assert_eq!(restored.held_blocks(), [], "{restored:?}");
+        assert!(restored.held.values().all(|(_, addresses)| addresses[0].shared), "{restored:?}");
+        a.finish_share(second, super::super::claims::FIXED);
+        assert_eq!(a.unfinished(), []);
+        // Nothing more from the shared block: the next block to claim is one no node holds.
+        assert_eq!(a.allocate(&s, &owner(4), &[]), Step::Claim("10.80.0.16/30".parse().unwrap()));
+        // The shared address, released, frees no address of the node's blocks.
+        assert_eq!(a.release("lan", "c3", "net1", None).len(), 1);
+        assert_eq!(a.usage()["lan"], PoolUsage { blocks: 1, used: 2, free: Some(0), fixed: 0 });
+        // A block found shared by others: its holder is no longer asked.
+        assert!(!a.refresh_elsewhere(|_| Some(super::super::claims::FIXED.to_string())));
+        assert!(a.other_holders(&s).is_empty());
     }
 
     #[test]
@@ -476,7 +647,11 @@ mod tests {
         let s = spec("10.80.0.0/24", "10.80.0.254", 16);
         let block: IpNetwork = "10.80.0.0/28".parse().unwrap();
         let mut a = Allocator::default();
-        a.restore("lan", &owner(1), &[Allocated { address: "10.80.0.2".parse().unwrap(), block, fixed: false }]);
+        a.restore(
+            "lan",
+            &owner(1),
+            &[Allocated { address: "10.80.0.2".parse().unwrap(), block, fixed: false, shared: false }],
+        );
         assert_eq!(take(&mut a, &s, &owner(2)).unwrap(), ["10.80.0.3"], "no claim: the block is the node's");
         assert_eq!(take(&mut a, &s, &owner(1)).unwrap(), ["10.80.0.2"]);
     }
@@ -489,7 +664,11 @@ mod tests {
         s.exclude = vec!["10.80.0.5/32".parse().unwrap()];
         let block: IpNetwork = "10.80.0.0/29".parse().unwrap();
         let mut a = Allocator::default();
-        a.restore("lan", &owner(1), &[Allocated { address: "10.80.0.2".parse().unwrap(), block, fixed: false }]);
+        a.restore(
+            "lan",
+            &owner(1),
+            &[Allocated { address: "10.80.0.2".parse().unwrap(), block, fixed: false, shared: false }],
+        );
         assert_eq!(
             a.usage()["lan"],
             PoolUsage { blocks: 1, used: 1, free: None, fixed: 0 },

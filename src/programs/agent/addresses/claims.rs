@@ -35,7 +35,13 @@ pub async fn claim(client: &Client, block: IpNetwork, pool: &str, node: &str) ->
     let resource = resource();
     let api: Api<DynamicObject> = Api::all_with(client.clone(), &resource);
     let name = object_name(block);
-    let spec = IpBlockSpec { cidr: block, pool: pool.to_string(), node: node.to_string(), fixed: false };
+    let spec = IpBlockSpec {
+        cidr: block,
+        pool: pool.to_string(),
+        node: node.to_string(),
+        fixed: false,
+        shared_by: String::new(),
+    };
     let object = DynamicObject::new(&name, &resource).data(serde_json::json!({ "spec": spec }));
     let unknown = |what: &str, e: String| Claimed::Unknown(format!("{what} IPBlock {name}: {e}"));
     match tokio::time::timeout(REQUEST_TIMEOUT, api.create(&PostParams::default(), &object)).await {
@@ -104,14 +110,26 @@ pub async fn confirm(client: &Client, block: IpNetwork, pool: &str, node: &str) 
     unknown("confirming", "changed by others at every attempt".into())
 }
 
-/// The names of every `IPBlock` there is now: a block found another node's before and absent now
-/// was released (its node dead) and may be claimed.
-pub async fn existing(client: &Client) -> Result<std::collections::BTreeSet<String>, String> {
+/// Every `IPBlock` there is now, by name, each with its holder (its node, `FIXED` for a fixed
+/// block): a block found another node's before and absent now was released (its node dead) and may
+/// be claimed; one fixed now was shared.
+pub async fn existing(client: &Client) -> Result<std::collections::BTreeMap<String, String>, String> {
     let api: Api<DynamicObject> = Api::all_with(client.clone(), &resource());
     match tokio::time::timeout(REQUEST_TIMEOUT, api.list(&ListParams::default())).await {
         Err(_) => Err(format!("listing IPBlocks: no answer within {}s", REQUEST_TIMEOUT.as_secs())),
         Ok(Err(e)) => Err(format!("listing IPBlocks: {}", describe(&e))),
-        Ok(Ok(list)) => Ok(list.items.into_iter().filter_map(|object| object.metadata.name).collect()),
+        Ok(Ok(list)) => Ok(list
+            .items
+            .into_iter()
+            .filter_map(|object| {
+                let holder = match serde_json::from_value::<IpBlockSpec>(object.data["spec"].clone()) {
+                    Ok(spec) if spec.fixed => FIXED.to_string(),
+                    Ok(spec) => spec.node,
+                    Err(e) => format!("unreadable ({e})"),
+                };
+                Some((object.metadata.name?, holder))
+            })
+            .collect()),
     }
 }
 

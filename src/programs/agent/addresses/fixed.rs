@@ -159,7 +159,7 @@ pub async fn write_claim_status(
 }
 
 /// The identity's objects (`label`), each with its spec.
-async fn identity_objects(
+pub(super) async fn identity_objects(
     api: &Api<DynamicObject>,
     label: &str,
 ) -> Result<Vec<(DynamicObject, FixedAddressSpec)>, Refusal> {
@@ -183,7 +183,7 @@ async fn hand_over(
     holder: HoldingPod,
 ) -> Result<Allocated, Refusal> {
     let (mut object, spec) = found;
-    let allocated = Allocated { address: spec.address, block: spec.block, fixed: true };
+    let allocated = Allocated { address: spec.address, block: spec.block, fixed: true, shared: false };
     if spec.pod.uid == holder.uid {
         return Ok(allocated);
     }
@@ -233,7 +233,7 @@ async fn hand_over(
 /// A new address for the identity: the first free one of the pool's fixed blocks of `set`,
 /// claiming a fixed block when none has room.
 #[allow(clippy::too_many_arguments)]
-async fn create(
+pub(super) async fn create(
     client: &Client,
     api: &Api<DynamicObject>,
     spec: &PoolSpec,
@@ -317,7 +317,8 @@ async fn create(
 /// Create `block` as a fixed block of `pool`: whether it is one (created, or found one).
 pub(super) async fn claim_fixed(api: &Api<DynamicObject>, block: IpNetwork, pool: &str) -> Result<bool, Refusal> {
     let name = ip_block::object_name(block);
-    let spec = IpBlockSpec { cidr: block, pool: pool.into(), node: String::new(), fixed: true };
+    let spec =
+        IpBlockSpec { cidr: block, pool: pool.into(), node: String::new(), fixed: true, shared_by: String::new() };
     let object = DynamicObject::new(&name, &ip_block::resource()).data(serde_json::json!({ "spec": spec }));
     match tokio::time::timeout(REQUEST_TIMEOUT, api.create(&PostParams::default(), &object)).await {
         Err(_) => {
@@ -361,7 +362,7 @@ async fn keep_if_alone(
 ) -> Result<Allocated, Refusal> {
     let objects = identity_objects(api, label).await?;
     if objects.len() <= 1 {
-        return Ok(Allocated { address: spec.address, block: spec.block, fixed: true });
+        return Ok(Allocated { address: spec.address, block: spec.block, fixed: true, shared: false });
     }
     let name = created.metadata.name.clone().unwrap_or_default();
     let params = delete_as_read(created.metadata.uid.clone(), None);

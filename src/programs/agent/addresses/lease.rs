@@ -8,6 +8,9 @@
 //! agent's own renewals failed for that long) has the node's blocks checked before the next
 //! allocation (`take_lapsed`): yh-ipam's dead-node releaser may have released them meanwhile.
 //!
+//! Other nodes finding a pool exhausted mark the lease to ask this node to share its blocks of it
+//! (`super::shared`): each renewal reads the marks (`share_asked`), and removes those served.
+//!
 //! A node that never used `yh-ipam` keeps no lease: the renewals start with the first allocation,
 //! or at start when the records show addresses held, and that first allocation waits (up to a
 //! renewal's time) for the first renewal.
@@ -16,6 +19,7 @@ use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use kube::api::PostParams;
 use kube::{Api, Client};
+use std::collections::BTreeSet;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 use tokio::sync::watch;
@@ -36,6 +40,11 @@ pub struct NodeLease {
     /// lease had run out (or was not there) when a renewal found it, so the dead-node releaser may
     /// have released them meanwhile.
     lapsed: std::sync::atomic::AtomicBool,
+    /// The pools whose blocks other nodes ask this node to share, as the last renewal read them
+    /// (emptied when taken).
+    share_asked: watch::Sender<BTreeSet<String>>,
+    /// The pools shared since the last renewal: their marks are removed by the next.
+    served: Mutex<BTreeSet<String>>,
 }
 
 impl NodeLease {
@@ -47,6 +56,8 @@ impl NodeLease {
             failing: Mutex::new(None),
             shown: Mutex::new(String::new()),
             lapsed: std::sync::atomic::AtomicBool::new(false),
+            share_asked: watch::channel(BTreeSet::new()).0,
+            served: Mutex::default(),
         }
     }
 
@@ -104,7 +115,20 @@ impl NodeLease {
         self.renewed.borrow().map(|at| at.elapsed())
     }
 
-    fn renewal_period(&self) -> Duration {
+    /// The pools whose blocks other nodes ask this node to share, once some are asked for.
+    pub async fn share_asked(&self) -> BTreeSet<String> {
+        let _ = self.share_asked.subscribe().wait_for(|asked| !asked.is_empty()).await;
+        let mut taken = BTreeSet::new();
+        self.share_asked.send_modify(|asked| taken = std::mem::take(asked));
+        taken
+    }
+
+    /// `pool`'s blocks are shared (or have no room to share): the next renewal removes its mark.
+    pub fn served(&self, pool: &str) {
+        self.served.lock().unwrap_or_else(|e| e.into_inner()).insert(pool.to_string());
+    }
+
+    pub fn renewal_period(&self) -> Duration {
         (self.duration / 4).max(Duration::from_millis(200))
     }
 
@@ -118,20 +142,32 @@ impl NodeLease {
         let mut held: Option<Lease> = None;
         loop {
             let sent = Instant::now();
-            let attempt = renew(&api, &name, node, self.duration, &mut held);
+            let served = self.served.lock().unwrap_or_else(|e| e.into_inner()).clone();
+            let attempt = renew(&api, &name, node, self.duration, &mut held, &served);
             let outcome = match tokio::time::timeout(self.renewal_period(), attempt).await {
                 Ok(outcome) => outcome,
                 Err(_) => Err(format!("no answer within {}ms", self.renewal_period().as_millis())),
             };
-            self.renewal_done(outcome, sent, &format!("{namespace}/{name}"));
+            self.renewal_done(outcome, sent, &format!("{namespace}/{name}"), &served);
             tokio::time::sleep(self.renewal_period().saturating_sub(sent.elapsed())).await;
         }
     }
 
-    fn renewal_done(&self, outcome: Result<Found, String>, sent: Instant, lease: &str) {
+    fn renewal_done(
+        &self,
+        outcome: Result<(Found, Lease), String>,
+        sent: Instant,
+        lease: &str,
+        served: &BTreeSet<String>,
+    ) {
         let mut failing = self.failing.lock().unwrap_or_else(|e| e.into_inner());
         match outcome {
-            Ok(found) => {
+            Ok((found, written)) => {
+                self.served.lock().unwrap_or_else(|e| e.into_inner()).retain(|pool| !served.contains(pool));
+                let asked = super::shared::asked(written.metadata.annotations.iter().flat_map(|a| a.keys()));
+                if !asked.is_empty() {
+                    self.share_asked.send_replace(asked);
+                }
                 if failing.take().is_some() {
                     info!("the yh-ipam lease {lease} is renewed again");
                 }
@@ -164,14 +200,16 @@ enum Found {
 }
 
 /// One renewal: a `PUT` of the lease as last read or written (read first, or created, when not
-/// held or when another write came first).
+/// held or when another write came first: another node's mark asking to share), without the marks of
+/// the pools `served`. What it found, and the lease as written.
 async fn renew(
     api: &Api<Lease>,
     name: &str,
     node: &str,
     duration: Duration,
     held: &mut Option<Lease>,
-) -> Result<Found, String> {
+    served: &BTreeSet<String>,
+) -> Result<(Found, Lease), String> {
     let now = MicroTime(k8s_openapi::jiff::Timestamp::now());
     let spec = |acquired: Option<MicroTime>| LeaseSpec {
         holder_identity: Some(node.to_string()),
@@ -180,30 +218,48 @@ async fn renew(
         renew_time: Some(now.clone()),
         ..LeaseSpec::default()
     };
-    let mut found = Found::Held;
-    if held.is_none() {
-        match api.get_opt(name).await.map_err(|e| e.to_string())? {
-            Some(lease) => {
-                found = as_found(&lease, node, duration);
-                *held = Some(lease);
-            }
-            None => {
-                let lease = Lease {
-                    metadata: ObjectMeta { name: Some(name.to_string()), ..ObjectMeta::default() },
-                    spec: Some(spec(None)),
-                };
-                *held = Some(api.create(&PostParams::default(), &lease).await.map_err(|e| e.to_string())?);
-                return Ok(Found::RunOut);
+    let mut found = None;
+    for _ in 0..2 {
+        if held.is_none() {
+            match api.get_opt(name).await.map_err(|e| e.to_string())? {
+                Some(lease) => {
+                    found.get_or_insert(as_found(&lease, node, duration));
+                    *held = Some(lease);
+                }
+                None => {
+                    let lease = Lease {
+                        metadata: ObjectMeta { name: Some(name.to_string()), ..ObjectMeta::default() },
+                        spec: Some(spec(None)),
+                    };
+                    let created = api.create(&PostParams::default(), &lease).await.map_err(|e| e.to_string())?;
+                    *held = Some(created.clone());
+                    return Ok((Found::RunOut, created));
+                }
             }
         }
+        let mut lease = held.take().expect("read or kept above");
+        let acquired = lease
+            .spec
+            .as_ref()
+            .filter(|s| s.holder_identity.as_deref() == Some(node))
+            .and_then(|s| s.acquire_time.clone());
+        lease.spec = Some(spec(acquired));
+        if let Some(annotations) = lease.metadata.annotations.as_mut() {
+            annotations.retain(|key, _| {
+                !key.strip_prefix(super::shared::SHARE_ASKED).is_some_and(|pool| served.contains(pool))
+            });
+        }
+        // On a conflict (another node's mark) read it again at once; on any other failure next time.
+        match api.replace(name, &PostParams::default(), &lease).await {
+            Ok(written) => {
+                *held = Some(written.clone());
+                return Ok((found.unwrap_or(Found::Held), written));
+            }
+            Err(kube::Error::Api(status)) if status.code == 409 => continue,
+            Err(e) => return Err(e.to_string()),
+        }
     }
-    let mut lease = held.take().expect("read or kept above");
-    let acquired =
-        lease.spec.as_ref().filter(|s| s.holder_identity.as_deref() == Some(node)).and_then(|s| s.acquire_time.clone());
-    lease.spec = Some(spec(acquired));
-    // On a conflict or any failure the lease is read again next time.
-    *held = Some(api.replace(name, &PostParams::default(), &lease).await.map_err(|e| e.to_string())?);
-    Ok(found)
+    Err("the lease was written by others at every attempt".into())
 }
 
 /// Whether `lease`, as read, is still this node's: its holder, renewed within `duration`.

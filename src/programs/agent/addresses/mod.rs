@@ -13,6 +13,8 @@
 //!   are checked (yh-ipam's dead-node releaser, `super::releaser`, may have released them);
 //! - `fixed`: fixed addresses, kept for a StatefulSet's ordinal across its pods, outside the nodes'
 //!   blocks: one `FixedAddress` object per address, in the pool's fixed blocks;
+//! - `shared`: a node's blocks shared with every node when the pool runs low, asked for by the
+//!   nodes that find it exhausted, their free addresses handed out one `FixedAddress` at a time;
 //! - `imported`: the addresses whereabouts handed out, imported as fixed addresses held by their
 //!   pods' sandboxes before a pool's first ADD, freed by their DEL;
 //! - `records`: one durable file per owner, written before the plugin hears its addresses and read
@@ -28,18 +30,21 @@ mod fixed;
 mod imported;
 mod lease;
 mod records;
+mod shared;
 
-use crate::node::agent_socket::addresses::{AddressOwner, PoolSpec};
+use crate::node::agent_socket::addresses::{AddressOwner, Allocated, PoolSpec};
 use crate::node::agent_socket::protocol::Answer;
 use crate::platform::kube::fixed_address::{self, FixedOwner};
 use crate::platform::kube::ip_block::object_name;
 pub use allocator::PoolUsage;
 use allocator::{Allocator, Step};
 use claims::Claimed;
+use ipnetwork::IpNetwork;
 use records::{Record, Records};
 use std::collections::BTreeMap;
 use std::net::IpAddr;
 use std::path::Path;
+use std::time::{Duration, Instant};
 use tracing::{debug, info, warn};
 
 /// Whose an ADD's addresses are beyond its pod.
@@ -69,7 +74,15 @@ pub struct Addresses {
     /// may hold imported addresses: where it holds none (whereabouts not installed, or nothing of
     /// the pool in it), a DEL the records know nothing of asks the API server nothing.
     imported: std::sync::Mutex<BTreeMap<String, bool>>,
+    /// Each pool as its last ADD described it: what the node shares of its blocks when asked.
+    pools: std::sync::Mutex<BTreeMap<String, PoolSpec>>,
+    /// When each (node, pool) was last asked to share its blocks.
+    asked: std::sync::Mutex<BTreeMap<(String, String), Instant>>,
 }
+
+/// A node asked to share its blocks again no sooner than this: until then it has shared them, or
+/// had no room to share.
+const ASK_AGAIN_AFTER: Duration = Duration::from_secs(60);
 
 impl Addresses {
     /// The node's addresses as its records under `dir` hold them; what could not be read is logged.
@@ -79,10 +92,8 @@ impl Addresses {
         for problem in problems {
             warn!("an address record that cannot be read, its addresses unknown: {problem}");
         }
-        let mut allocator = Allocator::default();
-        for record in &read {
-            allocator.restore(&record.pool, &record.owner, &record.addresses);
-        }
+        let allocator =
+            Allocator::from_records(read.iter().map(|r| (r.pool.as_str(), &r.owner, r.addresses.as_slice())));
         let lease = lease::NodeLease::new(lease_duration);
         if !read.is_empty() {
             info!("{} address records read back from {}", read.len(), dir.display());
@@ -96,6 +107,8 @@ impl Addresses {
             lease,
             usage,
             imported: std::sync::Mutex::default(),
+            pools: std::sync::Mutex::default(),
+            asked: std::sync::Mutex::default(),
         })
     }
 
@@ -113,6 +126,7 @@ impl Addresses {
         if let Err(why) = self.lease.check(&self.node).await {
             return Answer::NoAddress { why, retry: true, invalid: false };
         }
+        self.pools.lock().unwrap_or_else(|e| e.into_inner()).insert(pool.name.clone(), pool.clone());
         let mut state = self.state.lock().await;
         if self.lease.take_lapsed()
             && let Err(why) = self.check_blocks(&mut state, client).await
@@ -216,7 +230,7 @@ impl Addresses {
     ) -> Answer {
         let mut refreshed = false;
         loop {
-            let (why, invalid) = match state.allocate(pool, owner, requested) {
+            let (why, invalid, exhausted) = match state.allocate(pool, owner, requested) {
                 Step::Addresses { addresses, fresh } => {
                     if fresh {
                         let record =
@@ -253,22 +267,173 @@ impl Addresses {
                         };
                     }
                 },
-                Step::Exhausted(why) => (why, false),
-                Step::Refused { why, invalid } => (why, invalid),
+                Step::Exhausted(why) => (why, false, true),
+                Step::Refused { why, invalid } => (why, invalid, false),
             };
-            // Blocks found another node's may have been released since: look once.
+            // Blocks found another node's may have been released since, or shared: look once.
             if !invalid && !refreshed && state.knows_elsewhere() {
                 refreshed = true;
                 match claims::existing(client).await {
-                    Ok(names) => {
-                        if state.forget_elsewhere(|block| !names.contains(&object_name(block))) {
+                    Ok(holders) => {
+                        if state.refresh_elsewhere(|block| holders.get(&object_name(block)).cloned()) {
                             continue;
                         }
                     }
                     Err(e) => debug!("pool {:?}: {why}, and {e}", pool.name),
                 }
             }
+            if exhausted && requested.is_empty() {
+                return self.allocate_shared(state, client, pool, owner, why).await;
+            }
             return Answer::NoAddress { why, retry: false, invalid };
+        }
+    }
+
+    /// An address of each range set for `owner` from the pool's fixed blocks, shared ones among
+    /// them (`shared`), the node's own blocks being full and none left to claim; when none has room,
+    /// the nodes holding blocks of the pool are asked to share theirs, and the ADD is to be tried
+    /// again while they may.
+    async fn allocate_shared(
+        &self,
+        state: &mut Allocator,
+        client: &::kube::Client,
+        pool: &PoolSpec,
+        owner: &AddressOwner,
+        exhausted: String,
+    ) -> Answer {
+        let mut addresses: Vec<Allocated> = Vec::new();
+        for index in 0..pool.range_sets.len() {
+            match shared::take(client, &self.node, pool, index, owner).await {
+                Ok(allocated) => addresses.push(allocated),
+                Err(refusal) => {
+                    for taken in &addresses {
+                        if let Err(e) = shared::release(client, owner, taken).await {
+                            warn!("pool {:?}: freeing {} again: {e}", pool.name, taken.address);
+                        }
+                    }
+                    if refusal.retry {
+                        return Answer::NoAddress { why: refusal.why, retry: true, invalid: false };
+                    }
+                    let waiting = self.ask_to_share(state, client, pool).await;
+                    if waiting.is_empty() {
+                        return Answer::NoAddress { why: exhausted, retry: false, invalid: false };
+                    }
+                    return Answer::NoAddress {
+                        why: format!(
+                            "{exhausted}; nodes {} hold blocks of it and are asked to share the addresses left in \
+                             them: try again",
+                            waiting.join(", ")
+                        ),
+                        retry: true,
+                        invalid: false,
+                    };
+                }
+            }
+        }
+        let record = Record { pool: pool.name.clone(), owner: owner.clone(), addresses: addresses.clone() };
+        if let Err(e) = self.records.write(&record) {
+            for taken in &addresses {
+                if let Err(e) = shared::release(client, owner, taken).await {
+                    warn!("pool {:?}: freeing {} again: {e}", pool.name, taken.address);
+                }
+            }
+            return Answer::NoAddress { why: format!("recording the addresses: {e}"), retry: true, invalid: false };
+        }
+        state.hold_fixed(&pool.name, owner, &addresses);
+        Answer::Allocated { addresses }
+    }
+
+    /// Ask the nodes holding blocks of `pool` to share them, each once in `ASK_AGAIN_AFTER`: those
+    /// asked recently enough that they may not have answered yet (within two renewals of their lease).
+    async fn ask_to_share(&self, state: &Allocator, client: &::kube::Client, pool: &PoolSpec) -> Vec<String> {
+        let answer_time = self.lease.renewal_period() * 2 + Duration::from_secs(1);
+        let mut waiting = Vec::new();
+        for node in state.other_holders(pool) {
+            let key = (node.clone(), pool.name.clone());
+            let last = self.asked.lock().unwrap_or_else(|e| e.into_inner()).get(&key).copied();
+            match last.map(|at| at.elapsed()) {
+                Some(since) if since < answer_time => waiting.push(node),
+                Some(since) if since < ASK_AGAIN_AFTER => {}
+                _ => {
+                    if shared::ask_to_share(client, &node, &pool.name, &self.node).await {
+                        self.asked.lock().unwrap_or_else(|e| e.into_inner()).insert(key, Instant::now());
+                        waiting.push(node);
+                    }
+                }
+            }
+        }
+        waiting
+    }
+
+    /// Share this node's blocks of the pools other nodes ask for, for as long as the agent runs
+    /// (`shared`): each under the allocator, between two allocations. Blocks begun to be shared and
+    /// not made fixed yet (a request that failed, or the agent stopped in between) are made fixed
+    /// first, and again every quarter of the lease's duration until they are.
+    pub async fn share_when_asked(&self, client: &::kube::Client) -> String {
+        loop {
+            let unfinished = self.finish_shares(client).await;
+            let asked = tokio::select! {
+                asked = self.lease.share_asked() => asked,
+                _ = tokio::time::sleep(self.lease.renewal_period()), if unfinished => continue,
+            };
+            for pool in asked {
+                let spec = self.pools.lock().unwrap_or_else(|e| e.into_inner()).get(&pool).cloned();
+                match spec {
+                    Some(spec) => self.share(client, &spec).await,
+                    // The ranges come with an ADD: none of the pool since the agent started.
+                    None => debug!("pool {pool:?}: asked to share its blocks before any ADD of it here"),
+                }
+                self.lease.served(&pool);
+            }
+        }
+    }
+
+    /// Share each of this node's blocks of `spec`'s pool that has room: its pods' addresses in it
+    /// made `FixedAddress`es, their records written again, then the block made fixed. Nothing is
+    /// handed out from it from memory once its records are written.
+    async fn share(&self, client: &::kube::Client, spec: &PoolSpec) {
+        let mut state = self.state.lock().await;
+        for (block, holders) in state.blocks_with_room(spec) {
+            if let Err(why) = shared::hold_as_objects(client, &self.node, spec, block, &holders).await {
+                warn!("block {block} of pool {:?} cannot be shared: {why}", spec.name);
+                continue;
+            }
+            for (written, (pool, owner, addresses)) in state.begin_share(block, &spec.name).into_iter().enumerate() {
+                if let Err(e) = self.records.write(&Record { pool, owner: owner.clone(), addresses }) {
+                    warn!(
+                        "block {block} of pool {:?} cannot be shared now: recording again the address of {}: {e}",
+                        spec.name, owner.pod
+                    );
+                    // No record says so yet: the block stays the node's. Once one does, it is
+                    // shared at the next start whatever the others say (`Allocator::from_records`),
+                    // so it is made fixed.
+                    if written == 0 {
+                        state.abort_share(block, &spec.name);
+                        break;
+                    }
+                }
+            }
+            if state.unfinished().iter().any(|(b, _)| *b == block) {
+                self.finish_share(&mut state, client, block).await;
+            }
+        }
+        self.publish(&state);
+    }
+
+    /// Make fixed the blocks begun to be shared; whether some are left to do.
+    async fn finish_shares(&self, client: &::kube::Client) -> bool {
+        let mut state = self.state.lock().await;
+        for (block, _) in state.unfinished() {
+            self.finish_share(&mut state, client, block).await;
+        }
+        self.publish(&state);
+        !state.unfinished().is_empty()
+    }
+
+    async fn finish_share(&self, state: &mut Allocator, client: &::kube::Client, block: IpNetwork) {
+        match shared::make_fixed(client, &self.node, block).await {
+            Ok(holder) => state.finish_share(block, &holder),
+            Err(why) => warn!("block {block} is shared, but cannot be made a fixed block yet: {why}"),
         }
     }
 
@@ -332,6 +497,17 @@ impl Addresses {
         }
         let mut answer = Answer::Released;
         for (owner, addresses) in released {
+            let mut freed = Ok(());
+            for allocated in addresses.iter().filter(|a| a.shared) {
+                freed = freed.and(shared::release(client, &owner, allocated).await);
+            }
+            if let Err(e) = freed {
+                state.restore(pool, &owner, &addresses);
+                answer = Answer::Refused {
+                    why: format!("freeing the address of {} in pool {pool:?} from its shared block: {e}", owner.pod),
+                };
+                break;
+            }
             if let Err(e) = self.records.remove(pool, &owner) {
                 state.restore(pool, &owner, &addresses);
                 answer = Answer::Refused {

@@ -98,6 +98,7 @@ mod tests {
                 address: "10.80.0.2".parse().unwrap(),
                 block: "10.80.0.0/28".parse().unwrap(),
                 fixed: false,
+                shared: false,
             }],
         };
         records.write(&record).unwrap();

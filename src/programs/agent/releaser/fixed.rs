@@ -13,7 +13,9 @@
 
 use super::{Problem, ask};
 use crate::platform::kube::delete_as_read;
-use crate::platform::kube::fixed_address::{FixedAddressSpec, IPAM_CLAIM, WHEREABOUTS, ipam_claim_resource, resource};
+use crate::platform::kube::fixed_address::{
+    FixedAddressSpec, IPAM_CLAIM, SHARED, WHEREABOUTS, ipam_claim_resource, resource,
+};
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{DynamicObject, ListParams};
@@ -58,6 +60,10 @@ pub async fn sweep(client: &Client) -> Result<usize, Problem> {
 /// Why `spec`'s identity is gone (a StatefulSet's ordinal, an IPAMClaim), or `None` while it is there.
 async fn identity_gone(client: &Client, spec: &FixedAddressSpec) -> Result<Option<String>, Problem> {
     let owner = &spec.owner;
+    if owner.kind == SHARED {
+        // Its pod's alone: gone with it (the pod is read next).
+        return Ok(Some(format!("(sandbox {}) held it alone", owner.uid)));
+    }
     if owner.kind == WHEREABOUTS {
         // whereabouts kept no pod uid: a pod of the name, whichever, keeps it.
         let pods: Api<Pod> = Api::namespaced(client.clone(), &owner.namespace);

@@ -379,8 +379,18 @@ mod tests {
         assert_eq!((v6.start.to_string(), v6.gateway.to_string()), ("fd80::1".into(), "fd80::fe".into()));
         assert_eq!(pool.socket, PathBuf::from("/run/yh-genie/agent.sock"));
         let addresses = [
-            Allocated { address: "10.80.0.2".parse().unwrap(), block: "10.80.0.0/27".parse().unwrap(), fixed: false },
-            Allocated { address: "fd80::2".parse().unwrap(), block: "fd80::/123".parse().unwrap(), fixed: false },
+            Allocated {
+                address: "10.80.0.2".parse().unwrap(),
+                block: "10.80.0.0/27".parse().unwrap(),
+                fixed: false,
+                shared: false,
+            },
+            Allocated {
+                address: "fd80::2".parse().unwrap(),
+                block: "fd80::/123".parse().unwrap(),
+                fixed: false,
+                shared: false,
+            },
         ];
         assert_eq!(
             result(&pool, &addresses),
