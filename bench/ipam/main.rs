@@ -365,6 +365,10 @@ fn run_case(
     for podref in whereabouts_podrefs(cp, ipam).iter().filter(|p| p.starts_with(&format!("{namespace}/"))) {
         if dead_pods.contains(podref) { dead_node_leaks += 1 } else { leaks += 1 }
     }
+    // yh-ipam's addresses taken from shared blocks, each a FixedAddress object until its pod's DEL.
+    for podref in yh_ipam_shared_podrefs(cp, ipam, case) {
+        if dead_pods.contains(&podref) { dead_node_leaks += 1 } else { leaks += 1 }
+    }
     cp.kubectl_ok(&["delete", "pods", "--all", "-n", &namespace, "--grace-period=0", "--force", "--wait=false"]);
     CaseResult {
         case,
@@ -389,6 +393,24 @@ fn whereabouts_podrefs(cp: &ControlPlane, ipam: &IpamKind) -> Vec<String> {
     }
     let text = cp.kubectl_ok(&["get", "ippools.whereabouts.cni.cncf.io", "-n", "kube-system", "-o", "json"]);
     ipams::whereabouts_allocations(&text)
+}
+
+/// The pods (`namespace/name`) holding yh-ipam's addresses of `case`'s pool as `FixedAddress`
+/// objects (from blocks shared when the pool ran low).
+fn yh_ipam_shared_podrefs(cp: &ControlPlane, ipam: &IpamKind, case: Case) -> Vec<String> {
+    if !matches!(ipam, IpamKind::YhIpam { .. }) {
+        return Vec::new();
+    }
+    let selector = format!("ipam.yh-genie.io/pool=bench-{}", case.name());
+    let text = cp.kubectl_ok(&["get", "fixedaddresses.ipam.yh-genie.io", "-l", &selector, "-o", "json"]);
+    let objects: serde_json::Value = serde_json::from_str(&text).unwrap_or_default();
+    let text = |v: &serde_json::Value| v.as_str().unwrap_or_default().to_string();
+    objects["items"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|o| format!("{}/{}", text(&o["spec"]["pod"]["namespace"]), text(&o["spec"]["pod"]["name"])))
+        .collect()
 }
 
 /// The namespace and its default service account (no controller manager makes it).
