@@ -109,6 +109,10 @@ const TESTS: &[(&str, Test)] = &[
         yh_ipam_gives_pods_across_nodes_distinct_addresses_and_frees_them,
     ),
     (
+        "yh_ipam_shares_the_last_free_address_of_another_nodes_block",
+        yh_ipam_shares_the_last_free_address_of_another_nodes_block,
+    ),
+    (
         "yh_ipam_keeps_a_statefulset_pods_address_across_nodes_until_scaled_down",
         yh_ipam_keeps_a_statefulset_pods_address_across_nodes_until_scaled_down,
     ),

@@ -17,6 +17,9 @@ const NS: &str = "yh-ipam-e2e";
 const LAN: &str = "10.245.0.0/24";
 /// Pool `e2e-small`: two addresses, 10.245.1.2 and .3, one block.
 const SMALL: &str = "10.245.1.0/24";
+/// Pool `e2e-shared`: 10.245.24.2 to .5 in blocks of four, .0/30 (.2 and .3) and .4/30 (.4, .5).
+const SHARED: &str = "10.245.24.0/24";
+const SHARED_NS: &str = "yh-ipam-share";
 /// Two pods on each node.
 const PODS: [(&str, &str); 4] = [("ipam-a1", "a"), ("ipam-a2", "a"), ("ipam-b1", "b"), ("ipam-b2", "b")];
 
@@ -140,5 +143,103 @@ pub fn yh_ipam_gives_pods_across_nodes_distinct_addresses_and_frees_them(cluster
     report(&format!("cluster: yh-ipam's pool of two refused a third pod ({failure}), then gave it {freed}"));
 
     cluster.kubectl_ok(&["delete", "namespace", NS, "--wait=true", "--timeout=120s"]);
+    set_selector_settings(cluster, &before);
+}
+
+/// With exactly as many addresses as pods, the pool's last free address sits in a block another
+/// node holds. node-b's one pod takes .2 of block .0/30; node-a's two pods fill .4/30; node-a's
+/// third pod is refused at first, the error saying node-b is asked to share, then gets .3 once
+/// node-b has shared its block (a fixed block now, `sharedBy` node-b): every address in it is a
+/// `FixedAddress` of its pod, node-b's pod keeps .2 and reaches the new one, and each pod's deletion
+/// frees its object.
+pub fn yh_ipam_shares_the_last_free_address_of_another_nodes_block(cluster: &mut Cluster) {
+    let before = selector_settings(cluster);
+    let mut settings: Value = serde_json::from_str(&before).unwrap();
+    settings["allowInlineConfig"] = json!(true);
+    settings["inlinePluginTypes"] = json!(["macvlan", "yh-ipam"]);
+    set_selector_settings(cluster, &settings.to_string());
+    cluster.kubectl_ok(&["create", "namespace", SHARED_NS]);
+    let ipam = json!({"pool": "e2e-shared", "blockSize": 4,
+                      "ranges": [[{"subnet": SHARED, "rangeStart": "10.245.24.2", "rangeEnd": "10.245.24.5"}]]});
+    let mut ipam = ipam;
+    ipam["type"] = json!("yh-ipam");
+    let config = json!({"cniVersion": "1.0.0", "type": "macvlan", "master": "ul0", "mode": "bridge", "ipam": ipam});
+    cluster.apply_text(&format!(
+        "apiVersion: k8s.cni.cncf.io/v1\nkind: NetworkAttachmentDefinition\nmetadata: {{name: ipam-shared, namespace: {SHARED_NS}}}\nspec:\n  config: '{config}'\n"
+    ));
+    let pod = |name: &str, slot: &str| {
+        web_server(SHARED_NS, name).on_slot(slot).annotation("k8s.v1.cni.cncf.io/networks", "ipam-shared").yaml()
+    };
+    let address = |cluster: &Cluster, name: &str| cluster.pod_addresses(SHARED_NS, name, "net1").remove(0);
+    cluster.apply_text(&pod("share-b1", "b"));
+    cluster.wait_pod_ready(SHARED_NS, "share-b1");
+    assert_eq!(address(cluster, "share-b1"), "10.245.24.2", "node-b's first pod, from the pool's first block");
+    for name in ["share-a1", "share-a2"] {
+        cluster.apply_text(&pod(name, "a"));
+        cluster.wait_pod_ready(SHARED_NS, name);
+    }
+    let mut filled = vec![address(cluster, "share-a1"), address(cluster, "share-a2")];
+    filled.sort();
+    assert_eq!(filled, ["10.245.24.4", "10.245.24.5"], "node-a's pods, from the block it claimed");
+
+    cluster.apply_text(&pod("share-a3", "a"));
+    let asked = cluster.wait_for("share-a3's first sandbox refused while node-b is asked to share", || {
+        let selector = "involvedObject.name=share-a3,reason=FailedCreatePodSandBox";
+        let list = cluster.get_json(&["-n", SHARED_NS, "get", "events", "--field-selector", selector]);
+        list["items"].as_array()?.iter().find_map(|e| e["message"].as_str().map(String::from))
+    });
+    assert!(
+        asked.contains("pool \"e2e-shared\" has no free address")
+            && asked.contains("nodes node-b hold blocks of it and are asked to share the addresses left in them"),
+        "share-a3's event: {asked}"
+    );
+    cluster.wait_for_within(Duration::from_secs(240), "share-a3 Ready once node-b has shared its block", || {
+        let pod = cluster.get_json(&["-n", SHARED_NS, "get", "pod", "share-a3"]);
+        let ready =
+            pod["status"]["conditions"].as_array()?.iter().any(|c| c["type"] == "Ready" && c["status"] == "True");
+        ready.then_some(())
+    });
+    assert_eq!(address(cluster, "share-a3"), "10.245.24.3", "node-b's free address");
+    assert_eq!(address(cluster, "share-b1"), "10.245.24.2", "node-b's pod keeps its address");
+    let block = cluster.get_json(&["get", "ipblocks.ipam.yh-genie.io", "10.245.24.0-30"]);
+    assert_eq!(
+        (&block["spec"]["fixed"], &block["spec"]["sharedBy"], block["spec"]["node"].as_str().unwrap_or_default()),
+        (&json!(true), &json!("node-b"), ""),
+        "{block}"
+    );
+    let fixed = |cluster: &Cluster| -> Vec<(String, String)> {
+        let list =
+            cluster.get_json(&["get", "fixedaddresses.ipam.yh-genie.io", "-l", "ipam.yh-genie.io/pool=e2e-shared"]);
+        let mut held: Vec<(String, String)> = list["items"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|o| {
+                let text = |v: &Value| v.as_str().unwrap_or_default().to_string();
+                (
+                    text(&o["spec"]["address"]),
+                    format!("{} {}", text(&o["spec"]["owner"]["kind"]), text(&o["spec"]["pod"]["name"])),
+                )
+            })
+            .collect();
+        held.sort();
+        held
+    };
+    assert_eq!(
+        fixed(cluster),
+        [
+            ("10.245.24.2".to_string(), "Pod share-b1".to_string()),
+            ("10.245.24.3".to_string(), "Pod share-a3".to_string())
+        ]
+    );
+    assert_eq!(cluster.fetch(SHARED_NS, "share-a3", "10.245.24.2"), "share-b1", "share-a3 fetching share-b1");
+    report(&format!(
+        "cluster: yh-ipam's exhausted pool asked node-b to share ({asked}), then gave share-a3 10.245.24.3"
+    ));
+
+    cluster.delete_pod(SHARED_NS, "share-a3");
+    cluster.wait_for("share-a3's FixedAddress deleted by its DEL", || (fixed(cluster).len() == 1).then_some(()));
+    cluster.kubectl_ok(&["delete", "namespace", SHARED_NS, "--wait=true", "--timeout=120s"]);
+    cluster.wait_for("share-b1's FixedAddress deleted by its DEL", || fixed(cluster).is_empty().then_some(()));
     set_selector_settings(cluster, &before);
 }
