@@ -95,10 +95,15 @@ fn two_pods_of_one_ipam_claim_hold_its_address_at_once_on_two_nodes() {
         spec["owner"],
         json!({"kind": "IPAMClaim", "namespace": "default", "name": "vm-a", "uid": "uid-claim-vm-a", "ordinal": 0})
     );
-    assert_eq!(n.api.ipam_claim("default", "vm-a").unwrap()["status"]["ips"], json!(["10.81.0.2/24"]));
+    let status = n.api.ipam_claim("default", "vm-a").unwrap()["status"].clone();
+    assert_eq!(status["ips"], json!(["10.81.0.2/24"]));
+    assert_eq!(status["ownerPod"], json!({"name": "virt-a"}));
+    assert_eq!(claim_condition(&status), ("True".into(), "SuccessfulAllocation".into()), "{status}");
     // Live migration: the target pod on the other node gets it too, while the source still runs.
     assert_eq!(address(allocate_for(&second_socket, "virt-b", "uid-default-virt-b", "cid-b", claim)), "10.81.0.2");
     assert_eq!(fixed_spec(&n, "10.81.0.2").unwrap()["pod"]["node"], "second-node", "the latest pod");
+    let status = n.api.ipam_claim("default", "vm-a").unwrap()["status"].clone();
+    assert_eq!(status["ownerPod"], json!({"name": "virt-b"}), "the latest pod");
     assert_eq!(first.metric("yh_genie_agent_ipam_fixed_addresses{pool=\"lan\"}"), 1);
     assert_eq!(second.metric("yh_genie_agent_ipam_fixed_addresses{pool=\"lan\"}"), 1);
     // Never another pod's: a plain pod gets one of its node's block.
@@ -123,6 +128,33 @@ fn two_pods_of_one_ipam_claim_hold_its_address_at_once_on_two_nodes() {
         logs.contains("fixed address 10.81.0.2 of pool \"lan\" is free: IPAMClaim default/vm-a is gone (deleted)"),
         "{logs}"
     );
+
+    // Claims until the pool's fixed blocks are full and no block is left to claim: the last
+    // claim's status says why it has no address.
+    for (vm, expected) in [("vm-c", "10.81.0.2"), ("vm-d", "10.81.0.3"), ("vm-e", "10.81.0.8"), ("vm-f", "10.81.0.9")] {
+        n.api.put_ipam_claim("default", vm, &format!("uid-claim-{vm}"));
+        let pod = format!("virt-{vm}");
+        assert_eq!(address(allocate_for(&first_socket, &pod, &format!("uid-{pod}"), &pod, Some(vm))), expected);
+    }
+    n.api.put_ipam_claim("default", "vm-g", "uid-claim-vm-g");
+    assert!(matches!(
+        allocate_for(&first_socket, "virt-g", "uid-virt-g", "cid-g", Some("vm-g")),
+        Answer::NoAddress { retry: false, .. }
+    ));
+    let status = n.api.ipam_claim("default", "vm-g").unwrap()["status"].clone();
+    assert_eq!(claim_condition(&status), ("False".into(), "SubnetExhausted".into()), "{status}");
+    assert_eq!(status["ips"], json!([]), "{status}");
+    assert!(
+        status["conditions"][0]["message"].as_str().unwrap().contains("pool \"lan\" has no free address"),
+        "{status}"
+    );
+}
+
+/// The claim's `IPsAllocated` condition in its `status`: (status, reason).
+fn claim_condition(status: &Value) -> (String, String) {
+    let conditions = status["conditions"].as_array().cloned().unwrap_or_default();
+    let found = conditions.iter().find(|c| c["type"] == "IPsAllocated").cloned().unwrap_or_default();
+    (found["status"].as_str().unwrap_or_default().into(), found["reason"].as_str().unwrap_or_default().into())
 }
 
 #[test]

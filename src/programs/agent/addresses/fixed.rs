@@ -119,22 +119,40 @@ pub async fn claim_owner(client: &Client, pod: &str, claim: &str) -> Result<Fixe
     }
 }
 
-/// Write the claim's addresses into its `status.ips` (as ovn-kubernetes does: each with its
-/// range's prefix length), unless it says them already.
+/// How the claim's allocation went, for its `status` (as ovn-kubernetes writes it: the condition
+/// `IPsAllocated`).
+pub enum ClaimOutcome<'a> {
+    /// Its addresses, handed to pod `pod` (its name).
+    Allocated { addresses: &'a [Allocated], pod: &'a str },
+    /// None could be had: the pool has no free address (`why`).
+    Exhausted { why: &'a str },
+}
+
+/// Write the claim's status: its addresses into `status.ips` (as ovn-kubernetes does: each with its
+/// range's prefix length), the pod holding it into `status.ownerPod`, and the condition
+/// `IPsAllocated` (`True`, reason `SuccessfulAllocation`; `False`, reason `SubnetExhausted`);
+/// unless it says them already.
 pub async fn write_claim_status(
     client: &Client,
     pool: &PoolSpec,
     owner: &FixedOwner,
-    addresses: &[Allocated],
+    outcome: ClaimOutcome<'_>,
 ) -> Result<(), Refusal> {
-    let ips: Vec<String> = addresses
-        .iter()
-        .map(|a| {
-            let prefix = pool.range_sets.iter().flatten().find(|r| r.subnet.contains(a.address));
-            let prefix = prefix.map_or(if a.address.is_ipv4() { 32 } else { 128 }, |r| r.subnet.prefix());
-            format!("{}/{prefix}", a.address)
-        })
-        .collect();
+    let (ips, pod, condition): (Vec<String>, Option<&str>, (&str, &str, String)) = match outcome {
+        ClaimOutcome::Allocated { addresses, pod } => {
+            let ips = addresses
+                .iter()
+                .map(|a| {
+                    let prefix = pool.range_sets.iter().flatten().find(|r| r.subnet.contains(a.address));
+                    let prefix = prefix.map_or(if a.address.is_ipv4() { 32 } else { 128 }, |r| r.subnet.prefix());
+                    format!("{}/{prefix}", a.address)
+                })
+                .collect();
+            let message = format!("addresses of yh-ipam pool {:?} allocated to pod {pod}", pool.name);
+            (ips, Some(pod), ("True", "SuccessfulAllocation", message))
+        }
+        ClaimOutcome::Exhausted { why } => (Vec::new(), None, ("False", "SubnetExhausted", why.to_string())),
+    };
     let api: Api<DynamicObject> =
         Api::namespaced_with(client.clone(), &owner.namespace, &fixed_address::ipam_claim_resource());
     let what = format!("writing the status of IPAMClaim {}/{}", owner.namespace, owner.name);
@@ -142,10 +160,37 @@ pub async fn write_claim_status(
         let Some(mut claim) = ask(&what, api.get_opt(&owner.name)).await? else {
             return Err(again(format!("{what}: it is gone")));
         };
-        if claim.data["status"]["ips"] == serde_json::json!(ips) {
+        let status = &mut claim.data["status"];
+        let (state, reason, message) = &condition;
+        let said =
+            status["conditions"].as_array().and_then(|c| c.iter().find(|c| c["type"] == "IPsAllocated")).cloned();
+        let unchanged = |said: &serde_json::Value| said["status"] == *state && said["reason"] == *reason;
+        if status["ips"] == serde_json::json!(ips)
+            && pod.is_none_or(|pod| status["ownerPod"]["name"] == pod)
+            && said.as_ref().is_some_and(|said| unchanged(said) && said["message"] == *message)
+        {
             return Ok(());
         }
-        claim.data["status"]["ips"] = serde_json::json!(ips);
+        status["ips"] = serde_json::json!(ips);
+        if let Some(pod) = pod {
+            status["ownerPod"] = serde_json::json!({ "name": pod });
+        }
+        // The transition time moves only when the condition's status does.
+        let since = said
+            .as_ref()
+            .filter(|said| said["status"] == *state)
+            .and_then(|said| said["lastTransitionTime"].as_str().map(str::to_string))
+            .unwrap_or_else(|| k8s_openapi::jiff::Timestamp::now().strftime("%Y-%m-%dT%H:%M:%SZ").to_string());
+        let written = serde_json::json!({
+            "type": "IPsAllocated", "status": state, "reason": reason, "message": message,
+            "lastTransitionTime": since, "observedGeneration": claim.metadata.generation.unwrap_or(0),
+        });
+        let mut conditions: Vec<serde_json::Value> = status["conditions"]
+            .as_array()
+            .map(|c| c.iter().filter(|c| c["type"] != "IPsAllocated").cloned().collect())
+            .unwrap_or_default();
+        conditions.push(written);
+        status["conditions"] = serde_json::json!(conditions);
         match tokio::time::timeout(REQUEST_TIMEOUT, api.replace_status(&owner.name, &PostParams::default(), &claim))
             .await
         {

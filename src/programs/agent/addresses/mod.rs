@@ -448,15 +448,26 @@ impl Addresses {
         member: &FixedOwner,
     ) -> Answer {
         let mut addresses = Vec::new();
+        let claim = member.kind == fixed_address::IPAM_CLAIM;
         for index in 0..pool.range_sets.len() {
             match fixed::take(client, &self.node, pool, index, member, owner).await {
                 Ok(allocated) => addresses.push(allocated),
-                Err(refusal) => return Answer::NoAddress { why: refusal.why, retry: refusal.retry, invalid: false },
+                Err(refusal) => {
+                    // The pool has none for the claim: its status says so (a failure to write it
+                    // changes nothing of the answer).
+                    if claim && !refusal.retry {
+                        let outcome = fixed::ClaimOutcome::Exhausted { why: &refusal.why };
+                        if let Err(e) = fixed::write_claim_status(client, pool, member, outcome).await {
+                            debug!("{}", e.why);
+                        }
+                    }
+                    return Answer::NoAddress { why: refusal.why, retry: refusal.retry, invalid: false };
+                }
             }
         }
-        if member.kind == fixed_address::IPAM_CLAIM
-            && let Err(refusal) = fixed::write_claim_status(client, pool, member, &addresses).await
-        {
+        let pod_name = owner.pod.split_once('/').map_or(owner.pod.as_str(), |(_, name)| name);
+        let outcome = fixed::ClaimOutcome::Allocated { addresses: &addresses, pod: pod_name };
+        if claim && let Err(refusal) = fixed::write_claim_status(client, pool, member, outcome).await {
             return Answer::NoAddress { why: refusal.why, retry: refusal.retry, invalid: false };
         }
         let record = Record { pool: pool.name.clone(), owner: owner.clone(), addresses: addresses.clone() };
