@@ -261,6 +261,20 @@ pub fn yh_ipam_gives_two_pods_of_one_ipam_claim_its_address_until_the_claim_is_g
         object["status"]["ips"].as_array().cloned()
     });
     assert_eq!(status, [json!(format!("{address}/24"))], "the claim's status.ips");
+    // The rest of its status, as the real API server validated it against the CRD's schema.
+    let written = cluster.get_json(&["-n", NS, "get", "ipamclaims.k8s.cni.cncf.io", "vm-a.net1"]);
+    let condition =
+        written["status"]["conditions"].as_array().and_then(|c| c.iter().find(|c| c["type"] == "IPsAllocated"));
+    assert!(
+        condition.is_some_and(|c| c["status"] == "True" && c["reason"] == "SuccessfulAllocation"),
+        "{}",
+        written["status"]
+    );
+    assert!(
+        ["vm-a-source", "vm-a-target"].contains(&written["status"]["ownerPod"]["name"].as_str().unwrap_or_default()),
+        "{}",
+        written["status"]
+    );
     let spec = fixed_address(cluster, &address).expect("the claim's FixedAddress");
     assert_eq!(
         (text(&spec["owner"]["kind"]), text(&spec["owner"]["namespace"]), text(&spec["owner"]["name"])),
