@@ -55,6 +55,8 @@ pub fn yh_ipam_gives_pods_across_nodes_distinct_addresses_and_frees_them(cluster
     let mut settings: Value = serde_json::from_str(&before).unwrap();
     settings["allowInlineConfig"] = json!(true);
     settings["inlinePluginTypes"] = json!(["macvlan", "yh-ipam"]);
+    // Its NADs define their pools inline (ranges), which the policy must open.
+    settings["inlineYhIpamRanges"] = json!(true);
     set_selector_settings(cluster, &settings.to_string());
     cluster.kubectl_ok(&["create", "namespace", NS]);
     nad(

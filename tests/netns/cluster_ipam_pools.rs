@@ -2,9 +2,11 @@
 //! ranges gets its addresses from the object of that name on the fake API server, through the
 //! selector and `yh-bridge` as any network; refused, saying why and before anything is claimed,
 //! while the object does not exist (code 11), when it is invalid (code 7), and for a network giving
-//! its own ranges for a pool an object defines (code 7).
+//! its own ranges for a pool an object defines (code 7). A NetworkAttachmentDefinition may name
+//! an AddressPool, and define a pool of its own only where the admin's policy allows it.
 
 use super::{block_requests, records, start_agent};
+use crate::support::agent::AgentAnswers;
 use crate::support::driver::{Call, Reply, cni_command};
 use crate::support::node::{NetnsNode, Pod, pod_addresses};
 use serde_json::{Value, json};
@@ -12,6 +14,7 @@ use std::io::Write;
 use std::time::{Duration, Instant};
 use testkit::apiserver::literal;
 use testkit::process::unique;
+use yh_genie::programs::selector::requests::annotation::MULTUS_DEFAULT_NETWORK;
 
 /// The network `name`, whose yh-ipam names pool `pool` and gives no ranges.
 fn naming_a_pool(n: &NetnsNode, name: &str, pool: &str) -> Value {
@@ -134,5 +137,63 @@ fn a_network_naming_an_address_pool_gets_its_addresses_from_it() {
     assert_eq!(reply.code, 0, "{reply:?}");
     assert_eq!(reply.json()["ips"], json!([{"address": "10.82.0.2/24", "gateway": "10.82.0.1"}]));
     assert_eq!(reply.json()["routes"], json!([{"dst": "10.82.0.0/16"}]), "the pool's routes");
+    drop(agent);
+}
+
+/// Through NetworkAttachmentDefinitions, whose authors the admin does not trust: with inline
+/// configurations allowed, a NAD whose yh-ipam names the admin's AddressPool gets its addresses,
+/// and one defining its own pool (`ranges`) is refused (code 7, before anything runs) unless the
+/// admin sets `inlineYhIpamRanges`.
+#[test]
+fn a_nad_may_name_an_address_pool_and_define_one_only_where_the_admin_allows() {
+    let n = NetnsNode::new();
+    n.api.put_address_pool(
+        "lan",
+        json!({"ranges": [[{"subnet": "10.82.0.0/24", "rangeEnd": "10.82.0.9"}]], "blockSize": 4}),
+    );
+    let socket = n.agent_socket();
+    let nad = |ipam: Value| {
+        json!({"cniVersion": "1.0.0", "name": "tenant",
+               "plugins": [{"type": "yh-bridge", "bridge": unique("yt"), "ipam": ipam}]})
+        .to_string()
+    };
+    n.api.put_nad("default", "by-pool", Some(&nad(json!({"type": "yh-ipam", "pool": "lan", "agentSocket": socket}))));
+    let own = json!({"type": "yh-ipam", "pool": "tenant", "agentSocket": socket,
+                     "ranges": [[{"subnet": "10.84.0.0/24", "rangeEnd": "10.84.0.9"}]], "blockSize": 4});
+    n.api.put_nad("default", "own-ranges", Some(&nad(own)));
+    for (pod, nad) in [("a", "default/by-pool"), ("b", "default/own-ranges")] {
+        n.api.put_annotated_pod("default", pod, json!({MULTUS_DEFAULT_NETWORK: nad}), json!([{"name": "app"}]));
+    }
+    let agent = start_agent(&n);
+    for name in ["a", "b"] {
+        agent.wait_holds(&n.agent_socket(), name, &format!("uid-default-{name}"), |_| true);
+    }
+    // The agent's socket is a host path of the inline configurations: allowed where it is.
+    let dir = socket.parent().unwrap().to_str().unwrap().to_string();
+    let open = json!({"allowInlineConfig": true, "inlinePathPrefixes": [dir]});
+    let conf = n.selector_conf("1.0.0", open.clone());
+
+    let a = n.pod("a");
+    let reply = n.call("ADD", &a, &conf);
+    assert_eq!(reply.code, 0, "{reply:?}");
+    assert_eq!(pod_addresses(&a), ["10.82.0.2/24"], "the AddressPool's");
+
+    let b = n.pod("b");
+    let (code, msg) = error(&n.call("ADD", &b, &conf));
+    assert_eq!(code, 7, "{msg}");
+    assert!(
+        msg.contains("NetworkAttachmentDefinition default/own-ranges is refused: spec.config plugins[0].ipam.")
+            && msg.contains("defines a yh-ipam pool, and inlineYhIpamRanges is false on this node"),
+        "{msg}"
+    );
+    assert!(pod_addresses(&b).is_empty());
+    assert!(!n.api.ip_blocks().keys().any(|b| b.starts_with("10.84.")), "nothing claimed for it");
+
+    let mut ranges = open;
+    ranges["inlineYhIpamRanges"] = json!(true);
+    let b = b.renew("b");
+    let reply = n.call("ADD", &b, &n.selector_conf("1.0.0", ranges));
+    assert_eq!(reply.code, 0, "{reply:?}");
+    assert_eq!(pod_addresses(&b), ["10.84.0.2/24"], "its own pool, once the admin allows it");
     drop(agent);
 }
