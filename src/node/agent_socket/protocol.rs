@@ -19,7 +19,7 @@
 //! - `Ask::AllocateFromPoolObject`: an `Allocate` from the pool an `AddressPool` object of that
 //!   name defines (a network that names a pool and gives no ranges), which only the agent can read;
 //!   answered with the addresses and the pool as read (`AllocatedFromPoolObject`), for the result's
-//!   prefixes, gateways and routes. An agent of an earlier release does not parse it and refuses it.
+//!   prefixes, gateways and routes. An agent that does not know it refuses it (the line does not parse).
 
 use super::addresses::{AddressOwner, Allocated, PoolSpec};
 use super::pool_definition::PoolDefinition;

@@ -143,7 +143,7 @@ impl ClusterWide {
             (Answer::NoAddress { why, retry: false, .. }, _) => return Err(CniError::new(code::IPAM, why)),
             (Answer::NoAddress { why, retry: true, .. }, _) => return Err(CniError::try_again(why)),
             (Answer::Refused { why }, Source::Object { .. }) => {
-                // An agent of an earlier release reads no pool object: it does not parse the ask.
+                // An agent that reads no pool object does not parse the ask, and refuses it.
                 return Err(CniError::try_again(format!(
                     "the node agent refused yh-ipam's request for pool {:?}, which the network takes from the \
                      AddressPool of that name (it gives no 'ranges'): {why}; the yh-genie agent on this node must be \
