@@ -1,8 +1,8 @@
 //! `yh-ipam`: addresses unique across the cluster, from a pool the network's configuration
-//! defines, or an `AddressPool` object it names (docs/ipam.md). Run in process like host-local: its ADD reads the pool and asks the node
-//! agent, which hands out addresses from its node's blocks (`programs::agent`, over
-//! `node::agent_socket`); its DEL asks the agent to release them. An address belongs to the pod's
-//! uid (`K8S_POD_UID`), the sandbox's container id and the interface.
+//! defines, or an `AddressPool` object it names (docs/ipam.md). Run in process like host-local:
+//! its ADD reads the pool and asks the node agent, which hands out addresses from its node's blocks
+//! (`programs::agent`, over `node::agent_socket`); its DEL asks the agent to release them. An
+//! address belongs to the pod's uid (`K8S_POD_UID`), the sandbox's container id and the interface.
 //!
 //! ```json
 //! "ipam": {"type": "yh-ipam", "pool": "lan",
