@@ -3,7 +3,8 @@
 //! selector and `yh-bridge` as any network; refused, saying why and before anything is claimed,
 //! while the object does not exist (code 11), when it is invalid (code 7), and for a network giving
 //! its own ranges for a pool an object defines (code 7). A NetworkAttachmentDefinition may name
-//! an AddressPool, and define a pool of its own only where the admin's policy allows it.
+//! an AddressPool, and define a pool of its own only where the admin's policy allows it. An agent
+//! that may not read the objects says so, and serves the networks that define their own pools.
 
 use super::{block_requests, records, start_agent};
 use crate::support::agent::AgentAnswers;
@@ -196,4 +197,47 @@ fn a_nad_may_name_an_address_pool_and_define_one_only_where_the_admin_allows() {
     assert_eq!(reply.code, 0, "{reply:?}");
     assert_eq!(pod_addresses(&b), ["10.84.0.2/24"], "its own pool, once the admin allows it");
     drop(agent);
+}
+
+/// An agent not allowed to read the `AddressPool`s (an older ClusterRole): a network naming a pool
+/// object is refused with code 11 saying what to grant, one giving its own ranges is served as
+/// without pool objects; once allowed, the watch lists them and the retried ADD is served.
+#[test]
+fn an_agent_not_allowed_to_read_address_pools_says_so_and_serves_inline_pools() {
+    let n = NetnsNode::new();
+    n.api.deny("addresspools", None, 403);
+    n.api.put_address_pool(
+        "lan",
+        json!({"ranges": [[{"subnet": "10.82.0.0/24", "rangeEnd": "10.82.0.9"}]], "blockSize": 4}),
+    );
+    for name in ["a", "b"] {
+        n.api.put_pod("default", name, literal("lan"));
+    }
+    let agent = start_agent(&n);
+    let (a, b) = (n.pod("a"), n.pod("b"));
+    let named = json!({"type": "yh-ipam", "pool": "lan", "agentSocket": n.agent_socket()});
+    let (code, msg) = error(&ipam(&n, "ADD", &a, &named));
+    assert_eq!(code, 11, "{msg}");
+    assert!(
+        msg.contains("pool \"lan\" is the AddressPool of that name, which the agent cannot read")
+            && msg.contains("the agent's ClusterRole must allow list and watch on addresspools.ipam.yh-genie.io"),
+        "{msg}"
+    );
+    let inline = json!({"type": "yh-ipam", "pool": "other", "agentSocket": n.agent_socket(),
+                        "ranges": [[{"subnet": "10.85.0.0/24", "rangeEnd": "10.85.0.9"}]], "blockSize": 4});
+    let reply = ipam(&n, "ADD", &b, &inline);
+    assert_eq!(reply.json()["ips"], json!([{"address": "10.85.0.2/24", "gateway": "10.85.0.1"}]), "{reply:?}");
+    assert!(agent.logged().contains("listing the AddressPool objects"), "{}", agent.logged());
+
+    n.api.clear_denials();
+    let deadline = Instant::now() + Duration::from_secs(40);
+    loop {
+        let reply = ipam(&n, "ADD", &a, &named);
+        if reply.code == 0 {
+            assert_eq!(reply.json()["ips"], json!([{"address": "10.82.0.2/24", "gateway": "10.82.0.1"}]));
+            break;
+        }
+        assert!(Instant::now() < deadline, "the AddressPools are not listed once allowed: {reply:?}");
+        std::thread::sleep(Duration::from_millis(500));
+    }
 }
