@@ -58,6 +58,8 @@ pub fn yh_ipam_gives_pods_across_nodes_distinct_addresses_and_frees_them(cluster
     let mut settings: Value = serde_json::from_str(&before).unwrap();
     settings["allowInlineConfig"] = json!(true);
     settings["inlinePluginTypes"] = json!(["macvlan", "yh-ipam"]);
+    // Its NADs define their pools inline (ranges), which the policy must open.
+    settings["inlineYhIpamRanges"] = json!(true);
     set_selector_settings(cluster, &settings.to_string());
     cluster.kubectl_ok(&["create", "namespace", NS]);
     nad(
@@ -147,7 +149,7 @@ pub fn yh_ipam_gives_pods_across_nodes_distinct_addresses_and_frees_them(cluster
 }
 
 /// With exactly as many addresses as pods, the pool's last free address sits in a block another
-/// node holds. node-b's one pod takes .2 of block .0/30; node-a's two pods fill .4/30; node-a's
+/// node holds (the pool an `AddressPool` the NAD names). node-b's one pod takes .2 of block .0/30; node-a's two pods fill .4/30; node-a's
 /// third pod is refused at first, the error saying node-b is asked to share, then gets .3 once
 /// node-b has shared its block (a fixed block now, `sharedBy` node-b): every address in it is a
 /// `FixedAddress` of its pod, node-b's pod keeps .2 and reaches the new one, and each pod's deletion
@@ -159,10 +161,12 @@ pub fn yh_ipam_shares_the_last_free_address_of_another_nodes_block(cluster: &mut
     settings["inlinePluginTypes"] = json!(["macvlan", "yh-ipam"]);
     set_selector_settings(cluster, &settings.to_string());
     cluster.kubectl_ok(&["create", "namespace", SHARED_NS]);
-    let ipam = json!({"pool": "e2e-shared", "blockSize": 4,
-                      "ranges": [[{"subnet": SHARED, "rangeStart": "10.245.24.2", "rangeEnd": "10.245.24.5"}]]});
-    let mut ipam = ipam;
-    ipam["type"] = json!("yh-ipam");
+    // The pool as the admin defines it for NADs, which may only name it (inlineYhIpamRanges unset).
+    cluster.apply_text(&format!(
+        "apiVersion: ipam.yh-genie.io/v1alpha1\nkind: AddressPool\nmetadata: {{name: e2e-shared}}\nspec:\n  \
+         blockSize: 4\n  ranges:\n    - [{{subnet: \"{SHARED}\", rangeStart: 10.245.24.2, rangeEnd: 10.245.24.5}}]\n"
+    ));
+    let ipam = json!({"type": "yh-ipam", "pool": "e2e-shared"});
     let config = json!({"cniVersion": "1.0.0", "type": "macvlan", "master": "ul0", "mode": "bridge", "ipam": ipam});
     cluster.apply_text(&format!(
         "apiVersion: k8s.cni.cncf.io/v1\nkind: NetworkAttachmentDefinition\nmetadata: {{name: ipam-shared, namespace: {SHARED_NS}}}\nspec:\n  config: '{config}'\n"
@@ -241,5 +245,6 @@ pub fn yh_ipam_shares_the_last_free_address_of_another_nodes_block(cluster: &mut
     cluster.wait_for("share-a3's FixedAddress deleted by its DEL", || (fixed(cluster).len() == 1).then_some(()));
     cluster.kubectl_ok(&["delete", "namespace", SHARED_NS, "--wait=true", "--timeout=120s"]);
     cluster.wait_for("share-b1's FixedAddress deleted by its DEL", || fixed(cluster).is_empty().then_some(()));
+    cluster.kubectl_ok(&["delete", "addresspool.ipam.yh-genie.io", "e2e-shared"]);
     set_selector_settings(cluster, &before);
 }

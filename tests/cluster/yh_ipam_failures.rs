@@ -156,6 +156,8 @@ pub fn yh_ipam_loses_and_duplicates_nothing_when_an_agent_is_killed_mid_burst(cl
     let mut settings: Value = serde_json::from_str(&before).unwrap();
     settings["allowInlineConfig"] = json!(true);
     settings["inlinePluginTypes"] = json!(["macvlan", "yh-ipam"]);
+    // Its NADs define their pools inline (ranges), which the policy must open.
+    settings["inlineYhIpamRanges"] = json!(true);
     set_selector_settings(cluster, &settings.to_string());
     cluster.kubectl_ok(&["create", "namespace", NS]);
     let ipam = json!({"type": "yh-ipam", "pool": POOL, "blockSize": 4,

@@ -39,6 +39,8 @@ impl<'a> Setup<'a> {
         let mut open: Value = serde_json::from_str(&setup.settings).unwrap();
         open["allowInlineConfig"] = json!(true);
         open["inlinePluginTypes"] = json!(["macvlan", "yh-ipam"]);
+        // Its NADs define their pools inline (ranges), which the policy must open.
+        open["inlineYhIpamRanges"] = json!(true);
         set_selector_settings(cluster, &open.to_string());
         cluster.kubectl_ok(&["create", "namespace", NS]);
         let mut config = json!({"cniVersion": "1.0.0", "type": "macvlan", "master": "ul0", "mode": "bridge",

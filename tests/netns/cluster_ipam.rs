@@ -6,10 +6,13 @@
 //! without a DEL. The blocks of dead nodes, released by one elected agent only when their Node is
 //! deleted or out-of-service and their lease expired, claimed again afterwards. Addresses asked for
 //! in `ips`: `cluster_ipam_requested.rs`; StatefulSets' fixed addresses: `cluster_ipam_fixed.rs`; addresses imported
-//! from whereabouts: `cluster_ipam_whereabouts.rs`.
+//! from whereabouts: `cluster_ipam_whereabouts.rs`; pools defined by `AddressPool` objects:
+//! `cluster_ipam_pools.rs`.
 
 #[path = "cluster_ipam_fixed.rs"]
 mod fixed;
+#[path = "cluster_ipam_pools.rs"]
+mod pools;
 #[path = "cluster_ipam_requested.rs"]
 mod requested;
 #[path = "cluster_ipam_shared.rs"]

@@ -241,7 +241,9 @@ fn fake_agent(socket: &std::path::Path, objects: PodObjects) -> Arc<std::sync::M
             let answer = match &request.ask {
                 Ask::Selection { .. } => Answer::Objects(Box::new(objects.clone())),
                 Ask::Annotate { .. } => Answer::Accepted,
-                Ask::Allocate { .. } | Ask::Release { .. } => Answer::Refused { why: "not this fake's".into() },
+                Ask::Allocate { .. } | Ask::AllocateFromPoolObject { .. } | Ask::Release { .. } => {
+                    Answer::Refused { why: "not this fake's".into() }
+                }
             };
             kept.lock().unwrap().push(request.ask);
             let _ = (&stream).write_all(&Reply::new(answer).line());

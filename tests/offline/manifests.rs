@@ -534,6 +534,33 @@ fn the_ipblock_crd_is_shipped_for_the_objects_the_agent_creates() {
     }
 }
 
+/// yh-ipam's AddressPool CRD ships in manifests/ as the code names the pools it reads (group,
+/// version, kind, plural, cluster-scoped: only the admin defines pools), applied before
+/// yh-genie.yaml, with the keys the agent reads in its spec; the ClusterRole lets the agent list and
+/// watch them.
+#[test]
+fn the_address_pool_crd_is_shipped_for_the_pools_the_agent_reads() {
+    use yh_genie::node::agent_socket::pool_definition;
+    use yh_genie::platform::kube::{address_pool, ip_block};
+    let name = format!("{}.{}", address_pool::PLURAL, ip_block::GROUP);
+    let crd: CustomResourceDefinition = find("manifests", &name);
+    assert_eq!(crd.spec.group, ip_block::GROUP);
+    assert_eq!(crd.spec.scope, "Cluster");
+    assert_eq!(
+        (crd.spec.names.kind.as_str(), crd.spec.names.plural.as_str()),
+        (address_pool::KIND, address_pool::PLURAL)
+    );
+    let version = crd.spec.versions.iter().find(|v| v.name == ip_block::VERSION).expect("the code's version");
+    assert!(version.served && version.storage);
+    let schema = version.schema.as_ref().unwrap().open_api_v3_schema.as_ref().unwrap();
+    let spec = &schema.properties.as_ref().unwrap()["spec"];
+    let declared: BTreeSet<&str> = spec.properties.as_ref().unwrap().keys().map(String::as_str).collect();
+    assert_eq!(declared, pool_definition::KEYS.into_iter().collect(), "the keys the agent reads");
+    for verb in ["list", "watch"] {
+        assert!(AGENT_API_CALLS.contains(&(ip_block::GROUP, address_pool::PLURAL, verb)), "{verb}");
+    }
+}
+
 /// NPWG's IPAMClaim CRD ships in manifests/ as the code names the claims it reads (group, version,
 /// plural, namespaced), and the ClusterRole lets the agent read them and write their status.
 #[test]

@@ -16,8 +16,13 @@
 //!   range set of the pool for its owner, the same ones again for an owner that holds them already
 //!   (`Allocated`), or why there are none (`NoAddress`); and their release (`Released`). An
 //!   `Allocate` may name the addresses the runtime asked for (`requested`, its `ips`).
+//! - `Ask::AllocateFromPoolObject`: an `Allocate` from the pool an `AddressPool` object of that
+//!   name defines (a network that names a pool and gives no ranges), which only the agent can read;
+//!   answered with the addresses and the pool as read (`AllocatedFromPoolObject`), for the result's
+//!   prefixes, gateways and routes. An agent that does not know it refuses it (the line does not parse).
 
 use super::addresses::{AddressOwner, Allocated, PoolSpec};
+use super::pool_definition::PoolDefinition;
 use crate::platform::kube::NetworkAttachmentDefinition;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use k8s_openapi::api::resource::v1::ResourceClaim;
@@ -82,6 +87,16 @@ pub enum Ask {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         claim: Option<String>,
     },
+    /// `Allocate`, from the pool the `AddressPool` object named `pool` defines.
+    #[serde(rename_all = "camelCase")]
+    AllocateFromPoolObject {
+        pool: String,
+        owner: AddressOwner,
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        requested: Vec<std::net::IpAddr>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        claim: Option<String>,
+    },
     /// Give back what (`containerId`, `ifname`) holds in `pool`, only the pod `uid`'s when given.
     #[serde(rename_all = "camelCase")]
     Release {
@@ -125,6 +140,8 @@ pub enum Answer {
         #[serde(default, skip_serializing_if = "std::ops::Not::not")]
         invalid: bool,
     },
+    /// The addresses of an `AllocateFromPoolObject`, and the pool as its object defines it.
+    AllocatedFromPoolObject { addresses: Vec<Allocated>, pool: PoolDefinition },
     /// A `Release` done (also when nothing was held).
     Released,
 }
@@ -291,6 +308,29 @@ mod tests {
         let line = to_line(&Request::new(annotate(false)));
         assert!(!String::from_utf8_lossy(&line).contains("noAnswer"));
         assert_eq!(Request::parse(&line).unwrap(), Request::new(annotate(false)));
+    }
+
+    #[test]
+    fn an_allocation_from_a_pool_object_names_the_pool_and_is_answered_with_it() {
+        let owner = AddressOwner {
+            uid: "u1".into(),
+            container_id: "c1".into(),
+            ifname: "net1".into(),
+            pod: "default/a".into(),
+        };
+        let ask =
+            Request::new(Ask::AllocateFromPoolObject { pool: "lan".into(), owner, requested: vec![], claim: None });
+        let sent: serde_json::Value = serde_json::from_slice(&to_line(&ask)).unwrap();
+        assert_eq!(
+            (sent["ask"].as_str(), sent["pool"].as_str()),
+            (Some("allocateFromPoolObject"), Some("lan")),
+            "{sent}"
+        );
+        assert_eq!(Request::parse(&to_line(&ask)).unwrap(), ask);
+        let keys = json!({"ranges": [[{"subnet": "10.80.0.0/24"}]], "routes": [{"dst": "10.0.0.0/8"}]});
+        let pool = super::super::pool_definition::read("lan", keys.as_object().unwrap()).unwrap();
+        let reply = Reply::new(Answer::AllocatedFromPoolObject { addresses: vec![], pool });
+        assert_eq!(Reply::parse(&reply.line()).unwrap(), reply);
     }
 
     #[test]

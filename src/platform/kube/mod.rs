@@ -10,6 +10,7 @@
 //! async access (watches, the status writes it does for the plugin) is in `watching`; the socket
 //! over which the plugin gets the same objects from the agent instead, in `agent_socket`.
 
+pub mod address_pool;
 mod client;
 pub mod fixed_address;
 pub mod ip_block;
@@ -55,7 +56,7 @@ pub const API_CALLS: [(&str, &str, &str); 6] = [
 /// plugin. For pods with DRA resource claims it watches those claims and its node's ResourceSlices.
 /// For `yh-ipam` it claims blocks of addresses (`ip_block`) and reads a pod gone from its watch.
 /// The ClusterRole grants these and `API_CALLS`, nothing else.
-pub const AGENT_API_CALLS: [(&str, &str, &str); 29] = [
+pub const AGENT_API_CALLS: [(&str, &str, &str); 31] = [
     ("", "pods", "list"),
     ("", "pods", "watch"),
     ("", "pods", "patch"),
@@ -96,6 +97,10 @@ pub const AGENT_API_CALLS: [(&str, &str, &str); 29] = [
     // yh-ipam's import of the addresses whereabouts handed out (docs/migrate.md, "From whereabouts").
     ("whereabouts.cni.cncf.io", "ippools", "list"),
     ("whereabouts.cni.cncf.io", "overlappingrangeipreservations", "list"),
+    // yh-ipam's pools defined by the admin's `AddressPool`s: listed and watched from the node's
+    // first yh-ipam request on, never read on an ADD.
+    ("ipam.yh-genie.io", "addresspools", "list"),
+    ("ipam.yh-genie.io", "addresspools", "watch"),
 ];
 
 /// The node agent's requests for its node's `yh-ipam` lease and the dead-node releaser's election

@@ -14,7 +14,8 @@
 //!   plugin hands over (`annotate`), each status kept on disk until written (`kept_statuses`), so
 //!   that an agent killed first writes it when it starts again;
 //! - it hands out `yh-ipam`'s addresses from its node's blocks (`addresses`), its records read back
-//!   before it answers, and gives back those of a pod its watch finds gone (`reclaim`); elected
+//!   before it answers, and gives back those of a pod its watch finds gone (`reclaim`); the pools
+//!   defined by `AddressPool` objects it reads from a watch of them (`address_pools`); elected
 //!   among the agents, it releases the blocks of nodes gone for good (`releaser`);
 //! - it reports readiness and metrics on a local port (`http`, `metrics`), the plugin's operations
 //!   among them, which each plugin process reports on a datagram socket when it is done (`reports`).
@@ -23,6 +24,7 @@
 //! plugin speed (it takes the direct path), never a pod's network. A failure of the agent itself is
 //! logged and the agent starts again after a jittered backoff; the installer's loop goes on.
 
+mod address_pools;
 mod addresses;
 mod annotate;
 mod dynamic;
@@ -311,6 +313,7 @@ fn run(options: &Options, bound: &Mutex<Bound>) -> anyhow::Result<()> {
             default_network: options.default_network.clone(),
             dynamic,
             addresses,
+            address_pools: address_pools::AddressPools::new(),
             reclaim_after: options.ipam_reclaim_after,
         });
         let mut tasks = JoinSet::new();
@@ -372,6 +375,8 @@ struct Shared {
     dynamic: Option<mpsc::UnboundedSender<dynamic::Change>>,
     /// `yh-ipam`'s addresses on this node.
     addresses: addresses::Addresses,
+    /// The `AddressPool` objects, watched from the first `yh-ipam` request on.
+    address_pools: address_pools::AddressPools,
     /// How long a pod is gone before its addresses are given back.
     reclaim_after: Duration,
 }

@@ -4,13 +4,16 @@
 //! (bound under a temporary name, then renamed over any socket a previous agent left).
 
 use super::Shared;
+use super::address_pools;
 use super::addresses::Keeper;
 use super::annotate;
 use super::metrics::Outcome;
 use super::store::{Lookup, Miss, WatchKey, watch_key};
 use super::sync::Watched;
+use crate::node::agent_socket::addresses::{AddressOwner, PoolSpec};
 use crate::node::agent_socket::protocol::{Answer, Ask, MAX_WAIT_MS, Reply, Request};
 use std::fs::{DirBuilder, Permissions};
+use std::net::IpAddr;
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
 use std::path::Path;
 use std::sync::Arc;
@@ -98,18 +101,20 @@ async fn connection(shared: Arc<Shared>, stream: UnixStream) {
                 annotate::offer(&shared, job)
             }
             Ok(Request { ask: Ask::Allocate { pool, owner, requested, claim }, .. }) => {
-                // Which StatefulSet ordinal the pod is, as the watch holds it (`None`: not held yet).
-                let member = {
-                    let store = shared.store.lock().unwrap_or_else(|e| e.into_inner());
-                    store.holds_uid(&owner.uid).then(|| store.statefulset_member(&owner.uid))
-                };
-                let keeper = match (claim, member) {
-                    (Some(claim), _) => Keeper::Claim(claim),
-                    (None, None) => Keeper::Unknown,
-                    (None, Some(None)) => Keeper::Pod,
-                    (None, Some(Some(member))) => Keeper::Ordinal(member),
-                };
-                shared.addresses.allocate(&shared.client, pool, owner, &requested, keeper).await
+                match address_pools::check_inline(&shared, &pool.name).await {
+                    Ok(()) => allocate(&shared, pool, owner, &requested, claim).await,
+                    Err(refusal) => refusal,
+                }
+            }
+            Ok(Request { ask: Ask::AllocateFromPoolObject { pool, owner, requested, claim }, .. }) => {
+                // The pool resolved before anything is allocated: an invalid object takes nothing.
+                match address_pools::definition(&shared, &pool).await {
+                    Ok(defined) => match allocate(&shared, defined.spec.clone(), owner, &requested, claim).await {
+                        Answer::Allocated { addresses } => Answer::AllocatedFromPoolObject { addresses, pool: defined },
+                        other => other,
+                    },
+                    Err(refusal) => refusal,
+                }
             }
             Ok(Request { ask: Ask::Release { pool, container_id, ifname, uid }, .. }) => {
                 shared.addresses.release(&shared.client, &pool, &container_id, &ifname, uid.as_deref()).await
@@ -127,6 +132,28 @@ async fn connection(shared: Arc<Shared>, stream: UnixStream) {
         Ok(Err(e)) => debug!("the plugin did not take the agent's reply: {e}"),
         Err(_) => debug!("the plugin did not take the agent's reply in {}s", CLIENT_TIMEOUT.as_secs()),
     }
+}
+
+/// `pool`'s addresses for `owner`, kept beyond the pod for its IPAMClaim or its StatefulSet ordinal.
+async fn allocate(
+    shared: &Shared,
+    pool: PoolSpec,
+    owner: AddressOwner,
+    requested: &[IpAddr],
+    claim: Option<String>,
+) -> Answer {
+    // Which StatefulSet ordinal the pod is, as the watch holds it (`None`: not held yet).
+    let member = {
+        let store = shared.store.lock().unwrap_or_else(|e| e.into_inner());
+        store.holds_uid(&owner.uid).then(|| store.statefulset_member(&owner.uid))
+    };
+    let keeper = match (claim, member) {
+        (Some(claim), _) => Keeper::Claim(claim),
+        (None, None) => Keeper::Unknown,
+        (None, Some(None)) => Keeper::Pod,
+        (None, Some(Some(member))) => Keeper::Ordinal(member),
+    };
+    shared.addresses.allocate(&shared.client, pool, owner, requested, keeper).await
 }
 
 fn refused(shared: &Shared, why: String, started: Instant) -> Answer {

@@ -1,8 +1,8 @@
 //! `yh-ipam`: addresses unique across the cluster, from a pool the network's configuration
-//! defines (docs/ipam.md). Run in process like host-local: its ADD reads the pool and asks the node
-//! agent, which hands out addresses from its node's blocks (`programs::agent`, over
-//! `node::agent_socket`); its DEL asks the agent to release them. An address belongs to the pod's
-//! uid (`K8S_POD_UID`), the sandbox's container id and the interface.
+//! defines, or an `AddressPool` object it names (docs/ipam.md). Run in process like host-local:
+//! its ADD reads the pool and asks the node agent, which hands out addresses from its node's blocks
+//! (`programs::agent`, over `node::agent_socket`); its DEL asks the agent to release them. An
+//! address belongs to the pod's uid (`K8S_POD_UID`), the sandbox's container id and the interface.
 //!
 //! ```json
 //! "ipam": {"type": "yh-ipam", "pool": "lan",
@@ -14,6 +14,13 @@
 //! keys (`subnet`, `rangeStart`, `rangeEnd`, `gateway`, with its defaults). `pool` names the
 //! addresses' pool (the network's name when absent); `blockSize` is how many addresses a node
 //! claims at a time (a power of two, 16 unless set); `agentSocket` is where the agent listens.
+//! Those keys are read by `agent_socket::pool_definition`, which the agent reads pool objects with.
+//!
+//! Without `ranges` (nor `exclude` and `blockSize`, which are the pool's) the network takes its pool
+//! from the cluster-scoped `AddressPool` object of the pool's name: the plugin cannot read the API
+//! server, so it asks the agent to allocate from that object's pool (`AllocateFromPoolObject`) and
+//! makes its result from the pool the agent answers with; the network's own `routes`, when it gives
+//! them, replace the pool's.
 //!
 //! `runtimeConfig.ips` (the `ips` capability: addresses a pod asks for in its networks annotation)
 //! asks for those addresses, one per range set at most; the agent hands them out only from the
@@ -23,8 +30,9 @@
 //! `macvlan`, an SR-IOV plugin) execs it from the CNI path, where the installer links it like the
 //! other built-in plugins (`YhIpam`).
 
-use crate::node::agent_socket::addresses::{AddressOwner, Allocated, PoolRange, PoolSpec};
+use crate::node::agent_socket::addresses::{AddressOwner, Allocated};
 use crate::node::agent_socket::client::exchange;
+use crate::node::agent_socket::pool_definition::{self, PoolDefinition};
 use crate::node::agent_socket::protocol::{Answer, Ask, Request};
 use crate::platform::cni::skel::Plugin;
 use crate::platform::cni::{CniError, CniResult, CniVersion, Command, Invocation, Operation, PluginConf, code};
@@ -38,8 +46,6 @@ use std::time::{Duration, Instant};
 pub const TYPE: &str = "yh-ipam";
 /// The `ipam` keys it reads.
 const KEYS: [&str; 7] = ["type", "pool", "ranges", "exclude", "blockSize", "routes", "agentSocket"];
-const DEFAULT_BLOCK_SIZE: u32 = 16;
-const MAX_BLOCK_SIZE: u32 = 1 << 16;
 /// An ADD waits this long for the agent: a block claimed through the API server included.
 const ANSWER_WAIT: Duration = Duration::from_secs(25);
 
@@ -59,9 +65,19 @@ pub struct ClusterWide {
 /// The configuration, read.
 #[derive(Debug)]
 struct Pool {
-    spec: PoolSpec,
-    routes: Value,
+    name: String,
+    source: Source,
     socket: PathBuf,
+}
+
+/// Where the pool's addresses are defined.
+#[derive(Debug)]
+enum Source {
+    /// In the network's `ipam` (`ranges` given).
+    Inline(PoolDefinition),
+    /// By the `AddressPool` of the pool's name, which the agent reads; the network's own `routes`,
+    /// when it gives them, replace the pool's.
+    Object { routes: Option<Vec<Value>> },
 }
 
 impl ClusterWide {
@@ -104,36 +120,60 @@ impl ClusterWide {
                 )));
             }
         };
-        let ask = Ask::Allocate { pool: pool.spec.clone(), owner, requested: requested.clone(), claim: claim.clone() };
-        match ask_agent(&pool.socket, ask)? {
-            Answer::Allocated { addresses } => {
-                if let Some(claim) = &claim
-                    && addresses.iter().any(|a| !a.fixed)
-                {
-                    return Err(CniError::try_again(format!(
-                        "the node agent did not hand out IPAMClaim {claim}'s address: the yh-genie agent on this \
-                         node must be of the plugin's release"
-                    )));
-                }
-                if let Some(missing) = requested.iter().find(|ip| !addresses.iter().any(|a| a.address == **ip)) {
-                    // An agent that does not read `requested` gives any address: never the pod's.
-                    return Err(CniError::try_again(format!(
-                        "the node agent did not hand out address {missing} asked for in 'ips': the yh-genie agent \
-                         on this node must be of the plugin's release"
-                    )));
-                }
-                Ok(result(pool, &addresses).to_string().into_bytes())
+        let ask = match &pool.source {
+            Source::Inline(defined) => {
+                Ask::Allocate { pool: defined.spec.clone(), owner, requested: requested.clone(), claim: claim.clone() }
             }
-            Answer::NoAddress { why, invalid: true, .. } => Err(CniError::invalid_config(why)),
-            Answer::NoAddress { why, retry: false, .. } => Err(CniError::new(code::IPAM, why)),
-            Answer::NoAddress { why, retry: true, .. } => Err(CniError::try_again(why)),
-            other => Err(unexpected(&other)),
+            Source::Object { .. } => Ask::AllocateFromPoolObject {
+                pool: pool.name.clone(),
+                owner,
+                requested: requested.clone(),
+                claim: claim.clone(),
+            },
+        };
+        let (addresses, defined) = match (ask_agent(&pool.socket, ask)?, &pool.source) {
+            (Answer::Allocated { addresses }, Source::Inline(defined)) => (addresses, defined.clone()),
+            (Answer::AllocatedFromPoolObject { addresses, pool: mut defined }, Source::Object { routes }) => {
+                if let Some(routes) = routes {
+                    defined.routes.clone_from(routes);
+                }
+                (addresses, defined)
+            }
+            (Answer::NoAddress { why, invalid: true, .. }, _) => return Err(CniError::invalid_config(why)),
+            (Answer::NoAddress { why, retry: false, .. }, _) => return Err(CniError::new(code::IPAM, why)),
+            (Answer::NoAddress { why, retry: true, .. }, _) => return Err(CniError::try_again(why)),
+            (Answer::Refused { why }, Source::Object { .. }) => {
+                // An agent that reads no pool object does not parse the ask, and refuses it.
+                return Err(CniError::try_again(format!(
+                    "the node agent refused yh-ipam's request for pool {:?}, which the network takes from the \
+                     AddressPool of that name (it gives no 'ranges'): {why}; the yh-genie agent on this node must be \
+                     of the plugin's release",
+                    pool.name
+                )));
+            }
+            (other, _) => return Err(unexpected(&other)),
+        };
+        if let Some(claim) = &claim
+            && addresses.iter().any(|a| !a.fixed)
+        {
+            return Err(CniError::try_again(format!(
+                "the node agent did not hand out IPAMClaim {claim}'s address: the yh-genie agent on this \
+                 node must be of the plugin's release"
+            )));
         }
+        if let Some(missing) = requested.iter().find(|ip| !addresses.iter().any(|a| a.address == **ip)) {
+            // An agent that does not read `requested` gives any address: never the pod's.
+            return Err(CniError::try_again(format!(
+                "the node agent did not hand out address {missing} asked for in 'ips': the yh-genie agent \
+                 on this node must be of the plugin's release"
+            )));
+        }
+        Ok(result(&defined, &addresses).to_string().into_bytes())
     }
 
     fn release(&self, pool: &Pool, inv: &Invocation) -> Result<(), CniError> {
         let ask = Ask::Release {
-            pool: pool.spec.name.clone(),
+            pool: pool.name.clone(),
             container_id: inv.container_id.trim().to_string(),
             ifname: inv.ifname.clone(),
             uid: inv.args.pod_uid().filter(|u| !u.is_empty()).map(String::from),
@@ -173,69 +213,30 @@ impl ClusterWide {
             Some(Value::String(p)) => p.clone(),
             Some(_) => return Err(bad("'pool' must be a string".into())),
         };
-        if !pool_name(&name) {
+        if !pool_definition::pool_name(&name) {
             return Err(bad(format!(
                 "pool {name:?} (the network's name unless 'pool' says) must be 1 to 63 lowercase letters, digits and '-', starting and ending with a letter or digit"
             )));
         }
-        let block_size = match self.ipam.get("blockSize") {
-            None | Some(Value::Null) => DEFAULT_BLOCK_SIZE,
-            Some(v) => v
-                .as_u64()
-                .and_then(|n| u32::try_from(n).ok())
-                .filter(|n| n.is_power_of_two() && (4..=MAX_BLOCK_SIZE).contains(n))
-                .ok_or_else(|| {
-                    bad(format!("'blockSize' must be a power of two from 4 to {MAX_BLOCK_SIZE}, not {v}"))
-                })?,
-        };
-        let sets = self.ipam.get("ranges").and_then(Value::as_array).filter(|s| !s.is_empty());
-        let sets = sets.ok_or_else(|| bad("'ranges' must be a list of range sets (lists of ranges)".into()))?;
-        let mut range_sets = Vec::new();
-        for set in sets {
-            let set = set
-                .as_array()
-                .filter(|s| !s.is_empty())
-                .ok_or_else(|| bad("a range set must be a list of ranges".into()))?;
-            let ranges: Vec<PoolRange> =
-                set.iter().map(|r| range(r, block_size).map_err(bad)).collect::<Result<_, _>>()?;
-            if ranges.iter().any(|r| r.subnet.is_ipv4() != ranges[0].subnet.is_ipv4()) {
-                return Err(bad("a range set mixes IPv4 and IPv6".into()));
-            }
-            range_sets.push(ranges);
-        }
-        let all: Vec<&PoolRange> = range_sets.iter().flatten().collect();
-        for (n, a) in all.iter().enumerate() {
-            if let Some(b) = all[n + 1..].iter().find(|b| {
-                a.subnet.is_ipv4() == b.subnet.is_ipv4()
-                    && number(a.start) <= number(b.end)
-                    && number(b.start) <= number(a.end)
-            }) {
-                return Err(bad(format!("ranges {}-{} and {}-{} overlap", a.start, a.end, b.start, b.end)));
-            }
-        }
-        let exclude = match self.ipam.get("exclude") {
-            None | Some(Value::Null) => Vec::new(),
-            Some(Value::Array(x)) => x
-                .iter()
-                .map(|x| {
-                    x.as_str()
-                        .and_then(|s| s.parse::<IpNetwork>().ok())
-                        .ok_or_else(|| bad(format!("'exclude' holds {x}, not a CIDR")))
-                })
-                .collect::<Result<_, _>>()?,
-            Some(_) => return Err(bad("'exclude' must be a list of CIDRs".into())),
-        };
-        let routes = match self.ipam.get("routes") {
-            None | Some(Value::Null) => json!([]),
-            Some(Value::Array(r)) => Value::Array(r.clone()),
-            Some(_) => return Err(bad("'routes' must be a list".into())),
-        };
         let socket = match self.ipam.get("agentSocket") {
             None | Some(Value::Null) => PathBuf::from(crate::node::paths::AGENT_SOCKET),
             Some(Value::String(s)) if !s.is_empty() => PathBuf::from(s),
             Some(_) => return Err(bad("'agentSocket' must be a path".into())),
         };
-        Ok(Pool { spec: PoolSpec { name, range_sets, exclude, block_size }, routes, socket })
+        let given = |key: &str| self.ipam.get(key).is_some_and(|v| !v.is_null());
+        let source = if given("ranges") {
+            Source::Inline(pool_definition::read(&name, &self.ipam).map_err(bad)?)
+        } else if let Some(key) = pool_definition::ADDRESS_KEYS.iter().find(|k| given(k)) {
+            // Without ranges the pool is an AddressPool's, whose addresses are the admin's alone.
+            return Err(bad(format!(
+                "'{key}' without 'ranges': a network that gives no 'ranges' takes pool {name:?} from the AddressPool \
+                 of that name, which sets its 'exclude' and 'blockSize'; give 'ranges' too, or leave '{key}' to the \
+                 AddressPool"
+            )));
+        } else {
+            Source::Object { routes: pool_definition::routes(&self.ipam).map_err(bad)? }
+        };
+        Ok(Pool { name, source, socket })
     }
 }
 
@@ -252,7 +253,7 @@ fn unexpected(answer: &Answer) -> CniError {
 }
 
 /// The ADD's result: each address with its range's gateway, and the configured routes.
-fn result(pool: &Pool, addresses: &[Allocated]) -> Value {
+fn result(pool: &PoolDefinition, addresses: &[Allocated]) -> Value {
     let ips: Vec<Value> = addresses
         .iter()
         .map(|a| {
@@ -287,67 +288,6 @@ impl Plugin for YhIpam {
     }
 }
 
-/// A DNS label: what both the pool's records directory and its blocks' objects can be named by.
-fn pool_name(name: &str) -> bool {
-    let alnum = |c: char| c.is_ascii_lowercase() || c.is_ascii_digit();
-    (1..=63).contains(&name.len())
-        && name.chars().all(|c| alnum(c) || c == '-')
-        && name.starts_with(alnum)
-        && name.ends_with(alnum)
-}
-
-/// A range completed as host-local completes it; why not, for one that cannot be.
-fn range(v: &Value, block_size: u32) -> Result<PoolRange, String> {
-    let object = v.as_object().ok_or("a range must be an object")?;
-    if let Some(key) = object.keys().find(|k| !["subnet", "rangeStart", "rangeEnd", "gateway"].contains(&k.as_str())) {
-        return Err(format!("unknown key {key:?} in a range"));
-    }
-    let text = object.get("subnet").and_then(Value::as_str).ok_or("a range needs a 'subnet'")?;
-    let subnet: IpNetwork = text.parse().map_err(|e| format!("subnet {text:?}: {e}"))?;
-    let bits: u32 = if subnet.is_ipv4() { 32 } else { 128 };
-    if subnet.ip() != subnet.network() {
-        return Err(format!("subnet {subnet} has host bits set"));
-    }
-    if u32::from(subnet.prefix()) + block_size.trailing_zeros() > bits {
-        return Err(format!("subnet {subnet} is smaller than a block of {block_size} addresses"));
-    }
-    let ip = |key: &str| -> Result<Option<IpAddr>, String> {
-        match object.get(key) {
-            None | Some(Value::Null) => Ok(None),
-            Some(Value::String(s)) => {
-                let ip: IpAddr = s.parse().map_err(|_| format!("{key} {s:?} is not an address"))?;
-                if !subnet.contains(ip) {
-                    return Err(format!("{key} {ip} is outside {subnet}"));
-                }
-                Ok(Some(ip))
-            }
-            Some(other) => Err(format!("{key} must be an address, not {other}")),
-        }
-    };
-    let v4 = subnet.is_ipv4();
-    let first = number(subnet.network()) + 1;
-    let host = u128::MAX.checked_shr(u32::from(subnet.prefix()) + (128 - bits)).unwrap_or(0);
-    let last = (number(subnet.network()) | host) - u128::from(v4);
-    let start = ip("rangeStart")?.unwrap_or(address(first, v4));
-    let end = ip("rangeEnd")?.unwrap_or(address(last, v4));
-    let gateway = ip("gateway")?.unwrap_or(address(first, v4));
-    if number(start) > number(end) {
-        return Err(format!("rangeStart {start} is after rangeEnd {end}"));
-    }
-    Ok(PoolRange { subnet, start, end, gateway })
-}
-
-fn number(ip: IpAddr) -> u128 {
-    match ip {
-        IpAddr::V4(a) => u128::from(u32::from(a)),
-        IpAddr::V6(a) => u128::from(a),
-    }
-}
-
-fn address(n: u128, v4: bool) -> IpAddr {
-    if v4 { IpAddr::V4((n as u32).into()) } else { IpAddr::V6(n.into()) }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -362,20 +302,28 @@ mod tests {
         ClusterWide::from_conf(&conf).read()
     }
 
+    fn inline(pool: &Pool) -> &PoolDefinition {
+        match &pool.source {
+            Source::Inline(defined) => defined,
+            Source::Object { .. } => panic!("{pool:?} is an AddressPool's"),
+        }
+    }
+
     #[test]
     fn a_pool_is_read_with_host_locals_defaults() {
         let pool =
             read(json!({"ranges": [[{"subnet": "10.80.0.0/24"}], [{"subnet": "fd80::/64", "gateway": "fd80::fe"}]],
                                "exclude": ["10.80.0.128/25"], "blockSize": 32, "routes": [{"dst": "10.0.0.0/8"}]}))
             .unwrap();
-        assert_eq!(pool.spec.name, "lan", "the network's name");
-        assert_eq!(pool.spec.block_size, 32);
-        let v4 = &pool.spec.range_sets[0][0];
+        assert_eq!(pool.name, "lan", "the network's name");
+        let defined = inline(&pool);
+        assert_eq!(defined.spec.block_size, 32);
+        let v4 = &defined.spec.range_sets[0][0];
         assert_eq!(
             (v4.start.to_string(), v4.end.to_string(), v4.gateway.to_string()),
             ("10.80.0.1".into(), "10.80.0.254".into(), "10.80.0.1".into())
         );
-        let v6 = &pool.spec.range_sets[1][0];
+        let v6 = &defined.spec.range_sets[1][0];
         assert_eq!((v6.start.to_string(), v6.gateway.to_string()), ("fd80::1".into(), "fd80::fe".into()));
         assert_eq!(pool.socket, PathBuf::from("/run/yh-genie/agent.sock"));
         let addresses = [
@@ -393,7 +341,7 @@ mod tests {
             },
         ];
         assert_eq!(
-            result(&pool, &addresses),
+            result(defined, &addresses),
             json!({"cniVersion": "1.0.0", "ips": [{"address": "10.80.0.2/24", "gateway": "10.80.0.1"}, {"address": "fd80::2/64", "gateway": "fd80::fe"}],
                    "routes": [{"dst": "10.0.0.0/8"}], "dns": {}})
         );
@@ -402,7 +350,7 @@ mod tests {
     #[test]
     fn a_wrong_pool_is_code_7_saying_what_is_wrong() {
         for (ipam, says) in [
-            (json!({}), "'ranges'"),
+            (json!({"ranges": []}), "'ranges'"),
             (json!({"ranges": [[{"subnet": "10.80.0.1/24"}]]}), "host bits"),
             (json!({"ranges": [[{"subnet": "10.80.0.0/24"}]], "blockSize": 12}), "power of two"),
             (json!({"ranges": [[{"subnet": "10.80.0.0/30"}]]}), "smaller than a block"),
@@ -411,11 +359,24 @@ mod tests {
             (json!({"ranges": [[{"subnet": "10.80.0.0/24"}]], "pool": "Lan"}), "lowercase"),
             (json!({"ranges": [[{"subnet": "10.80.0.0/24", "rangeEnd": "10.81.0.9"}]]}), "outside"),
             (json!({"ranges": [[{"subnet": "10.80.0.0/24"}]], "subnet": "10.80.0.0/24"}), "unknown key 'ipam.subnet'"),
+            (json!({"pool": "lan", "blockSize": 32}), "'blockSize' without 'ranges'"),
+            (json!({"exclude": ["10.80.0.0/30"]}), "'exclude' without 'ranges'"),
+            (json!({"pool": "lan", "routes": {"dst": "0.0.0.0/0"}}), "'routes' must be a list"),
         ] {
             let e = read(ipam.clone()).unwrap_err();
             assert_eq!(e.code, code::INVALID_CONFIG, "{ipam}");
             assert!(e.msg.contains(says), "{ipam}: {e}");
         }
+    }
+
+    #[test]
+    fn a_pool_without_ranges_is_the_address_pool_of_its_name() {
+        let pool = read(json!({"pool": "lan-a"})).unwrap();
+        assert_eq!(pool.name, "lan-a");
+        assert!(matches!(pool.source, Source::Object { routes: None }), "{pool:?}");
+        let pool = read(json!({"routes": [{"dst": "10.0.0.0/8"}]})).unwrap();
+        assert_eq!(pool.name, "lan", "the network's name");
+        assert!(matches!(&pool.source, Source::Object { routes: Some(r) } if r.len() == 1), "{pool:?}");
     }
 
     #[test]

@@ -939,7 +939,7 @@ fn a_pod_cannot_name_a_file_directly_in_the_conf_dir_even_when_the_default_is_on
 #[test]
 fn an_ipam_claim_reference_needs_a_network_whose_ipam_is_yh_ipam() {
     let lan = r#"{"cniVersion":"1.0.0","plugins":[{"type":"macvlan","master":"eth1",
-        "ipam":{"type":"yh-ipam","ranges":[[{"subnet":"10.80.0.0/24"}]]}}]}"#;
+        "ipam":{"type":"yh-ipam","pool":"lan"}}]}"#;
     let other = r#"{"cniVersion":"1.0.0","plugins":[{"type":"macvlan","master":"eth1","ipam":{"type":"static"}}]}"#;
     let api = FakeApi::default()
         .nad("default", "lan", Some(lan))

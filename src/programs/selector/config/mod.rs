@@ -39,7 +39,7 @@ pub struct SelectorConfig {
     pub api: ApiPolicy,
     /// Which NetworkAttachmentDefinitions pods may use and what they may ask of them
     /// (`namespaceIsolation`, `globalNamespaces`, `allowInlineConfig`, `inlinePluginTypes`,
-    /// `inlinePathPrefixes`, `inlinePathPrefixesByType`, `annotationIps`).
+    /// `inlinePathPrefixes`, `inlinePathPrefixesByType`, `inlineYhIpamRanges`, `annotationIps`).
     pub policy: AttachmentPolicy,
     /// `networkStatus`: when ADD writes the pod's `k8s.v1.cni.cncf.io/network-status` annotation.
     pub network_status: NetworkStatus,

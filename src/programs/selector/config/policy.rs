@@ -12,6 +12,10 @@
 //!   as `type`, and the types a built-in runs by default) must be listed, and every host path in it
 //!   must lie under one of `inlinePathPrefixes`, or of the `inlinePathPrefixesByType` of the plugin
 //!   whose section holds it (none by default: see `inline`);
+//! - an inline configuration's `yh-ipam` may only name a pool an `AddressPool` object defines (the
+//!   admin's, cluster-scoped), not define one with its own `ranges`, `exclude` or `blockSize`, unless
+//!   `inlineYhIpamRanges` is true: a pool defined inline hands out, across the cluster, addresses
+//!   its writer chose (see `inline::yh_ipam_pool_keys`);
 //! - a pod may only use NADs of its own namespace and of the `globalNamespaces` the admin lists
 //!   (Multus's `namespaceIsolation`, here on by default);
 //! - a pod's `ips` choose its addresses only on networks whose configuration asks for them, by a
@@ -44,6 +48,9 @@ pub struct AttachmentPolicy {
     /// section of an inline configuration that plugin runs may name host paths (whereabouts'
     /// kubeconfig); none by default.
     pub inline_path_prefixes_by_type: BTreeMap<String, Vec<PathBuf>>,
+    /// `inlineYhIpamRanges`: whether an inline configuration's `yh-ipam` may define its pool
+    /// (`ranges`, `exclude`, `blockSize`) rather than name an `AddressPool`.
+    pub inline_yh_ipam_ranges: bool,
     /// `annotationIps`: on which networks a pod's `ips` choose its addresses, and how they reach
     /// the plugins there.
     pub annotation_ips: AnnotationIps,
@@ -97,6 +104,7 @@ impl Default for AttachmentPolicy {
             inline_plugin_types: None,
             inline_path_prefixes: Vec::new(),
             inline_path_prefixes_by_type: BTreeMap::new(),
+            inline_yh_ipam_ranges: false,
             annotation_ips: AnnotationIps::Declared,
         }
     }
@@ -149,6 +157,7 @@ impl AttachmentPolicy {
                 .into_iter()
                 .map(|(t, prefixes)| Ok((t, path_prefixes("inlinePathPrefixesByType", prefixes)?)))
                 .collect::<Result<_, CniError>>()?,
+            inline_yh_ipam_ranges: key(raw, "inlineYhIpamRanges")?.unwrap_or(defaults.inline_yh_ipam_ranges),
             annotation_ips: key(raw, "annotationIps")?.unwrap_or(defaults.annotation_ips),
         })
     }
@@ -191,6 +200,16 @@ impl AttachmentPolicy {
                     listed.join(", ")
                 )));
             }
+        }
+        if !self.inline_yh_ipam_ranges
+            && let Some(at) = inline::yh_ipam_pool_keys(&list).into_iter().next()
+        {
+            return Err(refused(format!(
+                "spec.config {at} defines a yh-ipam pool, and inlineYhIpamRanges is false on this node: an inline \
+                 configuration's yh-ipam may only name a pool the cluster admin defined as an AddressPool (\"pool\" \
+                 and no \"ranges\", \"exclude\" or \"blockSize\"); use one (kubectl get addresspools), or have the \
+                 cluster admin set \"inlineYhIpamRanges\": true in selector.json of the yh-genie-config ConfigMap"
+            )));
         }
         if let Some((at, name)) = inline::network_names(&list).into_iter().find(|(_, n)| !inline::valid_network_name(n))
         {
@@ -380,6 +399,46 @@ mod tests {
         let out = ipam.replace("/srv/t/a", "/srv/t/../../etc");
         assert!(allowed.check_inline("web/n", &out).is_err());
         assert!(allowed.check_inline("web/n", MACVLAN).is_ok(), "no path, nothing to allow");
+    }
+
+    /// A macvlan network whose yh-ipam takes `ipam` (beside its type).
+    fn yh_ipam_nad(ipam: &str) -> String {
+        format!(
+            r#"{{"cniVersion":"1.0.0","name":"lan","plugins":[{{"type":"macvlan","master":"eth1",
+                "ipam":{{"type":"yh-ipam","pool":"lan"{ipam}}}}}]}}"#
+        )
+    }
+
+    #[test]
+    fn by_default_an_inline_yh_ipam_may_only_name_an_address_pool() {
+        let open = policy(json!({"allowInlineConfig": true, "inlinePluginTypes": ["macvlan", "yh-ipam"]}));
+        assert!(!open.inline_yh_ipam_ranges);
+        // Naming the admin's AddressPool: allowed.
+        assert!(open.check_inline("web/lan", &yh_ipam_nad("")).is_ok());
+        assert!(open.check_inline("web/lan", &yh_ipam_nad(r#","routes":[{"dst":"10.0.0.0/8"}]"#)).is_ok());
+        // Defining a pool: refused, naming the key, the rule and what to do.
+        for (ipam, at) in [
+            (r#","ranges":[[{"subnet":"10.80.0.0/24"}]]"#, "plugins[0].ipam.ranges"),
+            (r#","blockSize":4"#, "plugins[0].ipam.blockSize"),
+            (r#","Exclude":["10.80.0.0/30"]"#, "plugins[0].ipam.Exclude"),
+        ] {
+            let e = open.check_inline("web/lan", &yh_ipam_nad(ipam)).unwrap_err();
+            assert_eq!(e.code, 7);
+            assert!(
+                e.msg.contains(&format!("spec.config {at} defines a yh-ipam pool, and inlineYhIpamRanges is false"))
+                    && e.msg.contains("kubectl get addresspools"),
+                "{ipam}: {e}"
+            );
+        }
+        // However the IPAM section and its type are spelt, as a Go plugin reads them.
+        let go = r#"{"cniVersion":"1.0.0","name":"lan","type":"macvlan","IPAM":{"Type":"yh-ipam","RANGES":[[{"subnet":"10.80.0.0/24"}]]}}"#;
+        assert!(open.check_inline("web/lan", go).unwrap_err().msg.contains("spec.config plugins[0].IPAM.RANGES"));
+        // Another IPAM's ranges are its own business.
+        let host_local = r#"{"cniVersion":"1.0.0","name":"lan","type":"macvlan","ipam":{"type":"host-local","ranges":[[{"subnet":"10.80.0.0/24"}]]}}"#;
+        assert!(policy(json!({"allowInlineConfig": true})).check_inline("web/lan", host_local).is_ok());
+        // Opened by the admin.
+        let ranges = policy(json!({"allowInlineConfig": true, "inlineYhIpamRanges": true}));
+        assert!(ranges.check_inline("web/lan", &yh_ipam_nad(r#","ranges":[[{"subnet":"10.80.0.0/24"}]]"#)).is_ok());
     }
 
     #[test]

@@ -16,6 +16,11 @@
 //!   (`inlinePathPrefixesByType`: a plugin's object, or an `ipam` or `delegate` section it runs);
 //!   none by default.
 //!
+//! - **yh-ipam's pools.** A `yh-ipam` that gives its own ranges hands out whatever addresses its
+//!   writer chose, across the cluster; one that names an `AddressPool` (no ranges) hands out only a
+//!   pool the admin defined. `yh_ipam_pool_keys` finds the keys that define a pool in a plugin that
+//!   runs `yh-ipam`, for the policy (`inlineYhIpamRanges`).
+//!
 //! And the name an inline configuration takes when it has none (`named_after_nad`), as Multus
 //! reads a NetworkAttachmentDefinition: the plugins need a network name, and NADs written for
 //! Multus mostly leave it to the NAD's.
@@ -153,6 +158,51 @@ pub fn delegated_types(list: &ConfList) -> Vec<(String, String)> {
         walk(plugin, &format!("plugins[{i}]"), &mut out);
     }
     out.extend(implied_types(list));
+    out
+}
+
+/// The keys that define a `yh-ipam` pool (`ranges`, `exclude`, `blockSize`, folded as Go folds
+/// them), with where, in each `ipam` section (at any depth, key folded) of each plugin that runs
+/// `yh-ipam` (its own type, or any type key in it, says so). Whichever of the plugin's IPAM sections
+/// `yh-ipam` reads, and however a Go plugin that execs it spells the key, a pool defined inline is
+/// found; a plugin that does not run `yh-ipam` is not looked at.
+pub fn yh_ipam_pool_keys(list: &ConfList) -> Vec<String> {
+    const YH_IPAM: &str = crate::programs::selector::netconf::capabilities::YH_IPAM;
+    let defining: Vec<String> =
+        crate::node::agent_socket::pool_definition::ADDRESS_KEYS.iter().map(|k| go_fold(k)).collect();
+    fn walk(value: &Value, at: String, in_ipam: bool, defining: &[String], out: &mut Vec<String>) {
+        match value {
+            Value::Object(map) => {
+                for (key, v) in map {
+                    let folded = go_fold(key);
+                    if in_ipam && defining.contains(&folded) && !v.is_null() {
+                        out.push(format!("{at}.{key}"));
+                    }
+                    walk(v, format!("{at}.{key}"), folded == "IPAM", defining, out);
+                }
+            }
+            Value::Array(items) => {
+                for (i, v) in items.iter().enumerate() {
+                    walk(v, format!("{at}[{i}]"), false, defining, out);
+                }
+            }
+            _ => {}
+        }
+    }
+    fn runs_yh_ipam(value: &Value) -> bool {
+        match value {
+            Value::Object(map) => map.iter().any(|(k, v)| (is_type_key(k) && v == YH_IPAM) || runs_yh_ipam(v)),
+            Value::Array(items) => items.iter().any(runs_yh_ipam),
+            _ => false,
+        }
+    }
+    let mut out = Vec::new();
+    for (i, plugin) in list.plugins.iter().enumerate() {
+        let plugin = Value::Object(plugin.clone());
+        if runs_yh_ipam(&plugin) {
+            walk(&plugin, format!("plugins[{i}]"), false, &defining, &mut out);
+        }
+    }
     out
 }
 

@@ -149,6 +149,18 @@ impl ApiServer {
         self.put(Resource::IpBlocks, "", name, block);
     }
 
+    /// Put (or replace) the `AddressPool` `name`, as the admin would apply it.
+    pub fn put_address_pool(&self, name: &str, spec: Value) {
+        let pool = json!({"apiVersion": "ipam.yh-genie.io/v1alpha1", "kind": "AddressPool",
+                          "metadata": {"name": name, "uid": format!("uid-addresspools-{name}")}, "spec": spec});
+        self.put(Resource::AddressPools, "", name, pool);
+    }
+
+    /// Delete the `AddressPool` `name`.
+    pub fn remove_address_pool(&self, name: &str) {
+        self.state.objects.store.lock().unwrap().remove(Resource::AddressPools, "", name);
+    }
+
     /// Put a Node named `name` with these `taints` (as in its spec).
     pub fn put_node(&self, name: &str, taints: Value) {
         let node = json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "uid": format!("uid-node-{name}")},

@@ -128,6 +128,9 @@ fn route(method: &Method, uri: &Uri) -> Result<Route, (u16, &'static str)> {
         }
         ["apis", "resource.k8s.io", "v1", "resourceslices"] => (Resource::Slices, None, None),
         ["apis", "ipam.yh-genie.io", "v1alpha1", "ipblocks", rest @ ..] => (Resource::IpBlocks, None, rest.first()),
+        ["apis", "ipam.yh-genie.io", "v1alpha1", "addresspools", rest @ ..] => {
+            (Resource::AddressPools, None, rest.first())
+        }
         ["apis", "ipam.yh-genie.io", "v1alpha1", "fixedaddresses", rest @ ..] => {
             (Resource::FixedAddresses, None, rest.first())
         }

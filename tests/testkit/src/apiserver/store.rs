@@ -28,6 +28,8 @@ pub enum Resource {
     Nodes,
     /// yh-ipam's fixed addresses (ipam.yh-genie.io/v1alpha1), cluster-scoped.
     FixedAddresses,
+    /// yh-ipam's pools defined by the admin (ipam.yh-genie.io/v1alpha1), cluster-scoped.
+    AddressPools,
     /// apps/v1, namespaced: what yh-ipam reads of a StatefulSet whose ordinal keeps an address.
     StatefulSets,
     /// NPWG's IPAMClaims (k8s.cni.cncf.io/v1alpha1), namespaced.
@@ -50,6 +52,7 @@ impl Resource {
             Resource::Leases => "leases",
             Resource::Nodes => "nodes",
             Resource::FixedAddresses => "fixedaddresses",
+            Resource::AddressPools => "addresspools",
             Resource::StatefulSets => "statefulsets",
             Resource::IpamClaims => "ipamclaims",
             Resource::IpPools => "ippools",
@@ -68,6 +71,7 @@ impl Resource {
             Resource::Leases => "Lease",
             Resource::Nodes => "Node",
             Resource::FixedAddresses => "FixedAddress",
+            Resource::AddressPools => "AddressPool",
             Resource::StatefulSets => "StatefulSet",
             Resource::IpamClaims => "IPAMClaim",
             Resource::IpPools => "IPPool",
@@ -85,6 +89,7 @@ impl Resource {
             Resource::Leases => "LeaseList",
             Resource::Nodes => "NodeList",
             Resource::FixedAddresses => "FixedAddressList",
+            Resource::AddressPools => "AddressPoolList",
             Resource::StatefulSets => "StatefulSetList",
             Resource::IpamClaims => "IPAMClaimList",
             Resource::IpPools => "IPPoolList",
@@ -95,7 +100,7 @@ impl Resource {
         match self {
             Resource::Nads => "k8s.cni.cncf.io/v1",
             Resource::Claims | Resource::Slices => "resource.k8s.io/v1",
-            Resource::IpBlocks | Resource::FixedAddresses => "ipam.yh-genie.io/v1alpha1",
+            Resource::IpBlocks | Resource::FixedAddresses | Resource::AddressPools => "ipam.yh-genie.io/v1alpha1",
             Resource::StatefulSets => "apps/v1",
             Resource::IpamClaims => "k8s.cni.cncf.io/v1alpha1",
             Resource::Leases => "coordination.k8s.io/v1",
