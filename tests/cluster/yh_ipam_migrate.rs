@@ -24,6 +24,9 @@ use crate::whereabouts::{
 const NS: &str = "yh-ipam-migrate-e2e";
 /// The range, whereabouts' and then yh-ipam's: no other test uses it.
 const RANGE: &str = "10.246.1.0/27";
+/// The range's gateway for yh-ipam (its first address, as host-local completes a range): whereabouts,
+/// given no gateway, hands it out; yh-ipam neither hands it out nor imports it.
+const GATEWAY: &str = "10.246.1.1";
 /// The yh-ipam pool the range moves to, in blocks of four.
 const POOL: &str = "e2e-moved";
 const NETWORKS: &str = "k8s.v1.cni.cncf.io/networks";
@@ -178,10 +181,11 @@ fn wait_freed(cluster: &Cluster, address: &str, what: &str) -> Duration {
 }
 
 /// docs/migrate.md, "From whereabouts": pods whereabouts attached keep their addresses when their
-/// NAD is edited to yh-ipam with the same range; the pool's first ADD on each node imports them
-/// (one `FixedAddress` each, in fixed blocks; the Lease marks the import), new pods on both nodes
-/// get other addresses from their nodes' blocks and reach the old ones; an old pod's deletion
-/// frees its address; once every pod is gone no `FixedAddress` of the pool is left.
+/// NAD is edited to yh-ipam with the same range; the pool's first ADD imports them (one
+/// `FixedAddress` each, in fixed blocks, but the gateway's; the Lease marks the import), new pods
+/// on both nodes get other addresses from their nodes' blocks and reach the old ones; an old pod's
+/// deletion gives whereabouts its allocation back and frees its address by the releaser's sweep;
+/// once every pod is gone no `FixedAddress` of the pool is left, nor anything in whereabouts.
 pub fn yh_ipam_keeps_the_addresses_of_pods_whereabouts_attached(cluster: &mut Cluster) {
     let Some(dir) = whereabouts_dir() else {
         report("cluster: YH_GENIE_WHEREABOUTS unset: the move from whereabouts is not tried");
@@ -242,6 +246,7 @@ pub fn yh_ipam_keeps_the_addresses_of_pods_whereabouts_attached(cluster: &mut Cl
     let held = pool_blocks(cluster);
     for ((name, slot), address) in NEW.iter().zip(&new) {
         assert!(!old.contains(address), "{name} got {address}, which a pod whereabouts attached holds: {old:?}");
+        assert_ne!(address, GATEWAY, "{name} got the range's gateway");
         let node = format!("node-{slot}");
         let block = block_of(&held, address);
         assert!(
@@ -250,14 +255,14 @@ pub fn yh_ipam_keeps_the_addresses_of_pods_whereabouts_attached(cluster: &mut Cl
         );
     }
     assert_ne!(new[0], new[1], "yh-ipam gave one address twice");
-    // Step 4's check: one FixedAddress per address whereabouts handed out, kept for its pod, in a
-    // fixed block; the Lease marks the import.
+    // Step 4's check: one FixedAddress per address whereabouts handed out that the pool may hand
+    // out (not its gateway), kept for its pod, in a fixed block; the Lease marks the import.
     let fixed = fixed_addresses(cluster);
     let imported: Vec<&String> = fixed.keys().collect();
-    let mut want: Vec<&String> = old.iter().collect();
+    let mut want: Vec<&String> = old.iter().filter(|a| *a != GATEWAY).collect();
     want.sort();
     assert_eq!(imported, want, "the FixedAddresses of {POOL}: {fixed:?}");
-    for ((name, _), address) in OLD.iter().zip(&old) {
+    for ((name, _), address) in OLD.iter().zip(&old).filter(|(_, a)| *a != GATEWAY) {
         let spec = &fixed[address];
         let (_, container) = &before.pool[address];
         assert_eq!(
@@ -272,7 +277,7 @@ pub fn yh_ipam_keeps_the_addresses_of_pods_whereabouts_attached(cluster: &mut Cl
     let marker = cluster.get_json(&["-n", "kube-system", "get", "lease", MARKER]);
     assert_eq!(
         marker["metadata"]["annotations"]["ipam.yh-genie.io/imported-addresses"],
-        old.len().to_string(),
+        want.len().to_string(),
         "the Lease marking the import: {marker}"
     );
 
@@ -288,25 +293,39 @@ pub fn yh_ipam_keeps_the_addresses_of_pods_whereabouts_attached(cluster: &mut Cl
          FixedAddresses in blocks {held:?}"
     ));
 
-    // An old pod deleted: its address is free (its FixedAddress gone).
-    cluster.delete_pod(NS, "wb-a1");
-    let took = wait_freed(cluster, &old[0], "wb-a1's, deleted");
+    // An old pod deleted: its DEL runs what its ADD ran (the configuration yh-genie recorded), so
+    // whereabouts takes its allocation back, and the releaser's sweep frees its address (its
+    // FixedAddress gone) once no pod of its name is left.
+    let deleted = OLD.iter().zip(&old).position(|(_, a)| a != GATEWAY).unwrap();
+    let (name, address) = (OLD[deleted].0, &old[deleted]);
+    cluster.delete_pod(NS, name);
+    let took = wait_freed(cluster, address, &format!("{name}'s, deleted"));
     let logs = agent_logs(cluster);
-    let how: Vec<&str> = logs.lines().filter(|l| l.contains(&format!("address {} of pool", old[0]))).collect();
+    let how: Vec<&str> = logs.lines().filter(|l| l.contains(&format!("address {address} of pool"))).collect();
     let after = whereabouts_holds(cluster);
     report(&format!(
-        "cluster: wb-a1 deleted: the FixedAddress of {} gone within {took:.1?}: {how:?}; whereabouts' IPPool now \
-         {:?}, reservations {:?}",
-        old[0], after.pool, after.reservations
+        "cluster: {name} deleted: the FixedAddress of {address} gone within {took:.1?}: {how:?}; whereabouts' IPPool \
+         now {:?}, reservations {:?}",
+        after.pool, after.reservations
     ));
+    assert!(
+        how.iter().any(|l| l.contains("is gone (no pod of its name)")),
+        "no agent logged {address} freed by the sweep: {how:?}"
+    );
+    assert!(
+        !after.pool.contains_key(address) && !after.reservations.contains_key(address.as_str()),
+        "whereabouts still holds {address} once {name} is gone: {:?} {:?}",
+        after.pool,
+        after.reservations
+    );
     let others: Vec<String> = fixed_addresses(cluster).into_keys().collect();
-    let mut still_held = old[1..].to_vec();
+    let mut still_held: Vec<String> = want.iter().filter(|a| **a != address).map(|a| a.to_string()).collect();
     still_held.sort();
-    assert_eq!(others, still_held, "the FixedAddresses left once wb-a1 is gone");
+    assert_eq!(others, still_held, "the FixedAddresses left once {name} is gone");
 
     // Every pod deleted: nothing of the pool is held.
-    for (name, _) in OLD.iter().skip(1).chain(&NEW) {
-        cluster.delete_pod(NS, name);
+    for (other, _) in OLD.iter().filter(|(other, _)| *other != name).chain(&NEW) {
+        cluster.delete_pod(NS, other);
     }
     let started = Instant::now();
     cluster.wait_for_within(SWEEP_PATIENCE, &format!("no FixedAddress of {POOL} once its pods are gone"), || {
@@ -320,6 +339,13 @@ pub fn yh_ipam_keeps_the_addresses_of_pods_whereabouts_attached(cluster: &mut Cl
          IPPool {:?}, reservations {:?}",
         after.pool, after.reservations
     ));
+    // whereabouts holds nothing of the range any more: it may be removed (step 5).
+    assert!(
+        after.pool.is_empty() && after.reservations.is_empty(),
+        "whereabouts still holds {:?} {:?}",
+        after.pool,
+        after.reservations
+    );
     // The blocks stay as the docs say: a fixed block stays one, a live node keeps its blocks.
     assert_eq!(left, held, "the blocks of {POOL} once its pods are gone");
     drop(setup);
