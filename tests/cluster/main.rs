@@ -52,6 +52,9 @@ use yh_ipam_fixed::*;
 /// yh-ipam when an agent is killed mid-burst, and when a node is gone for good.
 mod yh_ipam_failures;
 use yh_ipam_failures::*;
+/// docs/migrate.md's move from whereabouts: a NAD's IPAM edited to yh-ipam while its pods run.
+mod yh_ipam_migrate;
+use yh_ipam_migrate::*;
 
 /// DRA: the project's test driver's devices, found for the pods whose claims they were allocated to.
 mod dra;
@@ -131,6 +134,10 @@ const TESTS: &[(&str, Test)] = &[
     (
         "yh_ipam_releases_a_gone_nodes_blocks_and_keeps_a_renewing_ones",
         yh_ipam_releases_a_gone_nodes_blocks_and_keeps_a_renewing_ones,
+    ),
+    (
+        "yh_ipam_keeps_the_addresses_of_pods_whereabouts_attached",
+        yh_ipam_keeps_the_addresses_of_pods_whereabouts_attached,
     ),
     ("uninstall_leaves_the_nodes_as_the_docs_say", uninstall_leaves_the_nodes_as_the_docs_say),
     // After the uninstall: it starts from a node without yh-genie.

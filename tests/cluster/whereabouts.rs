@@ -10,7 +10,7 @@
 
 use serde_json::{Value, json};
 use std::collections::BTreeSet;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use testkit::cluster::Cluster;
 use testkit::cluster::pods::{in_cidr, web_server};
 use testkit::process::report;
@@ -23,7 +23,8 @@ const WHEREABOUTS_DIR: &str = "/etc/cni/net.d/whereabouts.d";
 /// Two pods on each node.
 const PODS: [(&str, &str); 4] = [("wb-a1", "a"), ("wb-a2", "a"), ("wb-b1", "b"), ("wb-b2", "b")];
 
-fn whereabouts_dir() -> Option<PathBuf> {
+/// The directory `YH_GENIE_WHEREABOUTS` names, if set.
+pub fn whereabouts_dir() -> Option<PathBuf> {
     std::env::var_os("YH_GENIE_WHEREABOUTS").map(PathBuf::from).filter(|p| !p.as_os_str().is_empty())
 }
 
@@ -65,17 +66,7 @@ pub fn whereabouts_gives_pods_across_nodes_distinct_addresses(cluster: &mut Clus
         report("cluster: YH_GENIE_WHEREABOUTS unset: the whereabouts NAD is not tried");
         return;
     };
-    cluster.kubectl_ok(&["apply", "-f", &dir.join("crds").display().to_string()]);
-    let kubeconfig = inline_kubeconfig(cluster, "whereabouts");
-    let flat = json!({"datastore": "kubernetes",
-        "kubernetes": {"kubeconfig": format!("{WHEREABOUTS_DIR}/whereabouts.kubeconfig")}});
-    for worker in &cluster.workers {
-        std::fs::copy(dir.join("whereabouts"), worker.node_path("/opt/cni/bin/whereabouts")).unwrap();
-        let files = worker.node_path(WHEREABOUTS_DIR);
-        std::fs::create_dir_all(&files).unwrap();
-        std::fs::write(files.join("whereabouts.kubeconfig"), &kubeconfig).unwrap();
-        std::fs::write(files.join("whereabouts.conf"), flat.to_string()).unwrap();
-    }
+    install_whereabouts(cluster, &dir);
     // The admin lets NADs carry their configuration, and run macvlan with whereabouts.
     let before = selector_settings(cluster);
     let mut settings: Value = serde_json::from_str(&before).unwrap();
@@ -124,9 +115,30 @@ pub fn whereabouts_gives_pods_across_nodes_distinct_addresses(cluster: &mut Clus
 
     cluster.kubectl_ok(&["delete", "namespace", NS, "--wait=true", "--timeout=120s"]);
     set_selector_settings(cluster, &before);
+    remove_whereabouts(cluster, &dir);
+}
+
+/// whereabouts installed as its docs install it: its CRDs, and on each node its binary, its
+/// kubeconfig and the flat file naming it.
+pub fn install_whereabouts(cluster: &Cluster, dir: &Path) {
+    cluster.kubectl_ok(&["apply", "-f", &dir.join("crds").display().to_string()]);
+    let kubeconfig = inline_kubeconfig(cluster, "whereabouts");
+    let flat = json!({"datastore": "kubernetes",
+        "kubernetes": {"kubeconfig": format!("{WHEREABOUTS_DIR}/whereabouts.kubeconfig")}});
     for worker in &cluster.workers {
-        std::fs::remove_dir_all(worker.node_path(WHEREABOUTS_DIR)).unwrap();
-        std::fs::remove_file(worker.node_path("/opt/cni/bin/whereabouts")).unwrap();
+        std::fs::copy(dir.join("whereabouts"), worker.node_path("/opt/cni/bin/whereabouts")).unwrap();
+        let files = worker.node_path(WHEREABOUTS_DIR);
+        std::fs::create_dir_all(&files).unwrap();
+        std::fs::write(files.join("whereabouts.kubeconfig"), &kubeconfig).unwrap();
+        std::fs::write(files.join("whereabouts.conf"), flat.to_string()).unwrap();
     }
-    cluster.kubectl_ok(&["delete", "-f", &dir.join("crds").display().to_string()]);
+}
+
+/// What `install_whereabouts` installed, removed (what is already gone is left so).
+pub fn remove_whereabouts(cluster: &Cluster, dir: &Path) {
+    for worker in &cluster.workers {
+        let _ = std::fs::remove_dir_all(worker.node_path(WHEREABOUTS_DIR));
+        let _ = std::fs::remove_file(worker.node_path("/opt/cni/bin/whereabouts"));
+    }
+    let _ = cluster.kubectl(&["delete", "-f", &dir.join("crds").display().to_string(), "--ignore-not-found"]);
 }
