@@ -21,8 +21,10 @@ mod shared;
 mod whereabouts;
 
 use crate::support::agent::AgentAnswers;
+use crate::support::driver::{Call, Reply, cni_command};
 use crate::support::node::{NetnsNode, Pod, pod_addresses};
 use serde_json::{Value, json};
+use std::io::Write;
 use std::time::Duration;
 use testkit::agent::{Agent, METRICS_PORT, ipam_records};
 use testkit::apiserver::{Fault, literal};
@@ -94,6 +96,31 @@ fn address(answer: Answer) -> String {
 
 fn start_agent(n: &NetnsNode) -> Agent {
     start_agent_with(n, &[])
+}
+
+/// `command` of `yh-ipam` alone for `pod` on net1, with the network configuration `conf` on its
+/// stdin, as a reference plugin (`macvlan`) execs its IPAM.
+fn exec_ipam(n: &NetnsNode, command: &str, pod: &Pod, conf: &Value) -> Reply {
+    let netns = pod.netns_path();
+    let call = Call {
+        plugin: "yh-ipam",
+        command,
+        container_id: &pod.cid,
+        netns: &netns,
+        ifname: "net1",
+        args: &pod.args,
+        config: "",
+    };
+    let mut child = cni_command(&n.sb, &call, &[]).spawn().expect("yh-ipam starts");
+    child.stdin.take().unwrap().write_all(conf.to_string().as_bytes()).unwrap();
+    Reply::from(child.wait_with_output().unwrap())
+}
+
+/// The error of a failed call: its code and its message with its details.
+fn cni_error(reply: &Reply) -> (u64, String) {
+    assert_ne!(reply.code, 0, "{reply:?}");
+    let e = reply.json();
+    (e["code"].as_u64().unwrap(), e["msg"].as_str().unwrap().to_string() + e["details"].as_str().unwrap_or_default())
 }
 
 fn start_agent_with(n: &NetnsNode, flags: &[&str]) -> Agent {

@@ -6,12 +6,11 @@
 //! an AddressPool, and define a pool of its own only where the admin's policy allows it. An agent
 //! that may not read the objects says so, and serves the networks that define their own pools.
 
-use super::{block_requests, records, start_agent};
+use super::{block_requests, cni_error as error, exec_ipam, records, start_agent};
 use crate::support::agent::AgentAnswers;
-use crate::support::driver::{Call, Reply, cni_command};
+use crate::support::driver::Reply;
 use crate::support::node::{NetnsNode, Pod, pod_addresses};
 use serde_json::{Value, json};
-use std::io::Write;
 use std::time::{Duration, Instant};
 use testkit::apiserver::literal;
 use testkit::process::unique;
@@ -29,26 +28,7 @@ fn naming_a_pool(n: &NetnsNode, name: &str, pool: &str) -> Value {
 /// `command` of `yh-ipam` alone for `pod`, with this `ipam`, as a reference plugin execs it.
 fn ipam(n: &NetnsNode, command: &str, pod: &Pod, ipam: &Value) -> Reply {
     let conf = json!({"cniVersion": "1.0.0", "name": "lan", "type": "macvlan", "master": "eth1", "ipam": ipam});
-    let netns = pod.netns_path();
-    let call = Call {
-        plugin: "yh-ipam",
-        command,
-        container_id: &pod.cid,
-        netns: &netns,
-        ifname: "net1",
-        args: &pod.args,
-        config: "",
-    };
-    let mut child = cni_command(&n.sb, &call, &[]).spawn().expect("yh-ipam starts");
-    child.stdin.take().unwrap().write_all(conf.to_string().as_bytes()).unwrap();
-    Reply::from(child.wait_with_output().unwrap())
-}
-
-/// The error of a failed call: its code and its message with its details.
-fn error(reply: &Reply) -> (u64, String) {
-    assert_ne!(reply.code, 0, "{reply:?}");
-    let e = reply.json();
-    (e["code"].as_u64().unwrap(), e["msg"].as_str().unwrap().to_string() + e["details"].as_str().unwrap_or_default())
+    exec_ipam(n, command, pod, &conf)
 }
 
 #[test]

@@ -4,37 +4,17 @@
 //! node's block, or from a block no node held (claimed for the node); refused, saying why, when it
 //! is outside the pool, the gateway, taken, or in another node's block.
 
-use super::{lan, start_agent};
-use crate::support::driver::{Call, Reply, cni_command};
+use super::{cni_error as error, exec_ipam, lan, start_agent};
+use crate::support::driver::Reply;
 use crate::support::node::{NetnsNode, Pod};
 use serde_json::{Value, json};
-use std::io::Write;
 use testkit::apiserver::literal;
 
 /// `command` of `yh-ipam` for `pod`, as `macvlan` execs it, with `ips` asked for.
 fn ipam(n: &NetnsNode, command: &str, pod: &Pod, list: &Value, ips: Value) -> Reply {
     let conf = json!({"cniVersion": "1.0.0", "name": "lan", "type": "macvlan", "master": "eth1",
                       "runtimeConfig": {"ips": ips}, "ipam": list["plugins"][0]["ipam"]});
-    let netns = pod.netns_path();
-    let call = Call {
-        plugin: "yh-ipam",
-        command,
-        container_id: &pod.cid,
-        netns: &netns,
-        ifname: "net1",
-        args: &pod.args,
-        config: "",
-    };
-    let mut child = cni_command(&n.sb, &call, &[]).spawn().expect("yh-ipam starts");
-    child.stdin.take().unwrap().write_all(conf.to_string().as_bytes()).unwrap();
-    Reply::from(child.wait_with_output().unwrap())
-}
-
-/// The error of a failed call: its code and its message with its details.
-fn error(reply: &Reply) -> (u64, String) {
-    assert_ne!(reply.code, 0, "{reply:?}");
-    let e = reply.json();
-    (e["code"].as_u64().unwrap(), e["msg"].as_str().unwrap().to_string() + e["details"].as_str().unwrap_or_default())
+    exec_ipam(n, command, pod, &conf)
 }
 
 #[test]
