@@ -9,6 +9,7 @@
 //! is taken.
 
 use super::blocks::{block_of, candidates, first_free, number, usable, usable_in, within};
+use super::claims::Holder;
 use crate::node::agent_socket::addresses::{AddressOwner, Allocated, PoolSpec};
 use ipnetwork::IpNetwork;
 use std::collections::{BTreeMap, BTreeSet};
@@ -48,7 +49,7 @@ pub struct Allocator {
     blocks: BTreeMap<IpNetwork, NodeBlock>,
     /// Blocks another node holds, as found while claiming, with that node: not asked for again in
     /// this life.
-    elsewhere: BTreeMap<IpNetwork, String>,
+    elsewhere: BTreeMap<IpNetwork, Holder>,
     /// Blocks this node began to share (its records say so) and has not seen fixed yet, each with
     /// its pool: nothing is handed out from them from memory, and the addresses its pods hold in them
     /// are theirs as `FixedAddress` objects.
@@ -143,11 +144,11 @@ impl Allocator {
             why: format!("address {ip} asked for in 'ips' cannot be had from pool {:?}: {why}", spec.name),
             invalid: false,
         };
-        match self.elsewhere.get(&block).map(String::as_str) {
-            Some(super::claims::FIXED) => {
+        match self.elsewhere.get(&block) {
+            Some(Holder::Fixed) => {
                 return Err(refused(format!("it is in block {block}, which holds the pool's fixed addresses")));
             }
-            Some(node) => return Err(refused(format!("it is in block {block}, which node {node} holds"))),
+            Some(holder) => return Err(refused(format!("it is in block {block}, which {holder} holds"))),
             None => {}
         }
         let Some(held) = self.blocks.get(&block) else {
@@ -166,21 +167,20 @@ impl Allocator {
         self.blocks.entry(block).or_insert_with(|| NodeBlock { pool: pool.to_string(), ..NodeBlock::default() });
     }
 
-    /// `block` is `node`'s.
-    pub fn held_elsewhere(&mut self, block: IpNetwork, node: &str) {
-        self.elsewhere.insert(block, node.to_string());
+    /// `block` is `holder`'s.
+    pub fn held_elsewhere(&mut self, block: IpNetwork, holder: Holder) {
+        self.elsewhere.insert(block, holder);
     }
 
-    /// The blocks found held by others, as the API server has them now (`holder`: the node holding
-    /// one, `claims::FIXED` for a fixed block, `None` when its object is gone): a block released
-    /// (a dead node's) may be claimed again, a block shared is a fixed block. Whether any was
-    /// released.
-    pub fn refresh_elsewhere(&mut self, holder: impl Fn(IpNetwork) -> Option<String>) -> bool {
+    /// The blocks found held by others, as the API server has them now (`holder`: who holds one,
+    /// `None` when its object is gone): a block released (a dead node's) may be claimed again, a
+    /// block shared is a fixed block. Whether any was released.
+    pub fn refresh_elsewhere(&mut self, holder: impl Fn(IpNetwork) -> Option<Holder>) -> bool {
         let before = self.elsewhere.len();
         self.elsewhere.retain(|block, _| holder(*block).is_some());
-        for (block, node) in self.elsewhere.iter_mut() {
+        for (block, held_by) in self.elsewhere.iter_mut() {
             if let Some(now) = holder(*block) {
-                *node = now;
+                *held_by = now;
             }
         }
         self.elsewhere.len() != before
@@ -191,12 +191,11 @@ impl Allocator {
     pub fn other_holders(&self, spec: &PoolSpec) -> BTreeSet<String> {
         self.elsewhere
             .iter()
-            .filter(|(block, node)| {
-                !node.is_empty()
-                    && !node.starts_with("unreadable")
-                    && spec.range_sets.iter().any(|set| within(set, **block))
+            .filter(|(block, _)| spec.range_sets.iter().any(|set| within(set, **block)))
+            .filter_map(|(_, holder)| match holder {
+                Holder::Node(node) => Some(node.clone()),
+                Holder::Fixed | Holder::Unreadable(_) => None,
             })
-            .map(|(_, node)| node.clone())
             .collect()
     }
 
@@ -248,11 +247,11 @@ impl Allocator {
         self.blocks.entry(block).or_default().used.extend(used);
     }
 
-    /// `block`, begun to be shared, is a fixed block now (`holder` `claims::FIXED`), or another
+    /// `block`, begun to be shared, is a fixed block now (`holder` `Holder::Fixed`), or another
     /// node's (released while this node's lease had run out, and claimed).
-    pub fn finish_share(&mut self, block: IpNetwork, holder: &str) {
+    pub fn finish_share(&mut self, block: IpNetwork, holder: Holder) {
         self.unfinished.remove(&block);
-        self.elsewhere.insert(block, holder.to_string());
+        self.elsewhere.insert(block, holder);
     }
 
     /// The blocks begun to be shared and not seen fixed yet, each with its pool.
@@ -268,9 +267,9 @@ impl Allocator {
     /// `block` is another node's now (released while this node's lease had run out, and claimed):
     /// nothing more is handed out from it. The addresses this node's pods hold in it stay theirs
     /// (their records) until their DEL.
-    pub fn lose(&mut self, block: IpNetwork, node: &str) {
+    pub fn lose(&mut self, block: IpNetwork, holder: Holder) {
         self.blocks.remove(&block);
-        self.elsewhere.insert(block, node.to_string());
+        self.elsewhere.insert(block, holder);
     }
 
     /// Whether any block was found held by another node.
@@ -466,6 +465,10 @@ mod tests {
     use super::*;
     use crate::node::agent_socket::addresses::PoolRange;
 
+    fn node_b() -> Holder {
+        Holder::Node("node-b".into())
+    }
+
     fn spec(subnet: &str, end: &str, block_size: u32) -> PoolSpec {
         let subnet: IpNetwork = subnet.parse().unwrap();
         PoolSpec {
@@ -525,7 +528,7 @@ mod tests {
     fn a_full_block_claims_the_next_and_blocks_of_others_are_skipped() {
         let s = spec("10.80.0.0/24", "10.80.0.254", 4);
         let mut a = Allocator::default();
-        a.held_elsewhere("10.80.0.4/30".parse().unwrap(), "node-b");
+        a.held_elsewhere("10.80.0.4/30".parse().unwrap(), node_b());
         let got: Vec<String> = (0..4).map(|n| take(&mut a, &s, &owner(n)).unwrap().remove(0)).collect();
         // .0/30 gives .2 and .3 (not the network address, not the gateway); .4/30 is another node's.
         assert_eq!(got, ["10.80.0.2", "10.80.0.3", "10.80.0.8", "10.80.0.9"]);
@@ -537,17 +540,17 @@ mod tests {
         let s = spec("10.80.0.0/24", "10.80.0.7", 4);
         let mut a = Allocator::default();
         let (first, second) = ("10.80.0.0/30".parse().unwrap(), "10.80.0.4/30".parse().unwrap());
-        a.held_elsewhere(second, "node-b");
+        a.held_elsewhere(second, node_b());
         assert_eq!(take(&mut a, &s, &owner(1)).unwrap(), ["10.80.0.2"]);
         assert_eq!(take(&mut a, &s, &owner(2)).unwrap(), ["10.80.0.3"]);
         assert!(matches!(a.allocate(&s, &owner(3), &[]), Step::Exhausted(_)));
-        let held_by_b = |gone: IpNetwork| move |block: IpNetwork| (block != gone).then(|| "node-b".to_string());
+        let held_by_b = |gone: IpNetwork| move |block: IpNetwork| (block != gone).then(node_b);
         assert!(!a.refresh_elsewhere(held_by_b(first)), "not one known elsewhere");
         assert!(a.refresh_elsewhere(held_by_b(second)));
         assert!(!a.knows_elsewhere());
         assert_eq!(a.allocate(&s, &owner(3), &[]), Step::Claim(second));
         // The first block lost to another node: its holders keep their addresses, nothing new from it.
-        a.lose(first, "node-b");
+        a.lose(first, node_b());
         assert_eq!(a.held_blocks(), []);
         assert_eq!(
             a.allocate(&s, &owner(1), &[]),
@@ -562,8 +565,8 @@ mod tests {
         let (first, second, third): (IpNetwork, IpNetwork, IpNetwork) =
             ("10.80.0.0/30".parse().unwrap(), "10.80.0.4/30".parse().unwrap(), "10.80.0.8/30".parse().unwrap());
         let mut a = Allocator::default();
-        a.held_elsewhere(third, "node-b");
-        a.held_elsewhere("10.80.0.12/30".parse().unwrap(), super::super::claims::FIXED);
+        a.held_elsewhere(third, node_b());
+        a.held_elsewhere("10.80.0.12/30".parse().unwrap(), Holder::Fixed);
         assert_eq!(a.other_holders(&s), BTreeSet::from(["node-b".to_string()]), "not the fixed block's");
         // .0/30 full (.2, .3), .4/30 with .4 taken and .5 to .7 left.
         for n in 1..=3 {
@@ -593,7 +596,7 @@ mod tests {
         let restored = Allocator::from_records(records.iter().map(|(p, o, a)| (*p, o, a.as_slice())));
         assert_eq!(restored.held_blocks(), [], "{restored:?}");
         assert!(restored.held.values().all(|(_, addresses)| addresses[0].shared), "{restored:?}");
-        a.finish_share(second, super::super::claims::FIXED);
+        a.finish_share(second, Holder::Fixed);
         assert_eq!(a.unfinished(), []);
         // Nothing more from the shared block: the next block to claim is one no node holds.
         assert_eq!(a.allocate(&s, &owner(4), &[]), Step::Claim("10.80.0.16/30".parse().unwrap()));
@@ -601,7 +604,7 @@ mod tests {
         assert_eq!(a.release("lan", "c3", "net1", None).len(), 1);
         assert_eq!(a.usage()["lan"], PoolUsage { blocks: 1, used: 2, free: Some(0), fixed: 0 });
         // A block found shared by others: its holder is no longer asked.
-        assert!(!a.refresh_elsewhere(|_| Some(super::super::claims::FIXED.to_string())));
+        assert!(!a.refresh_elsewhere(|_| Some(Holder::Fixed)));
         assert!(a.other_holders(&s).is_empty());
     }
 
@@ -708,7 +711,7 @@ mod tests {
             "{why}"
         );
         // In another node's block.
-        a.held_elsewhere("10.80.0.8/30".parse().unwrap(), "node-b");
+        a.held_elsewhere("10.80.0.8/30".parse().unwrap(), node_b());
         let (why, invalid) = refused(a.allocate(&s, &owner(3), &[ip("10.80.0.9")]));
         assert!(!invalid && why.contains("it is in block 10.80.0.8/30, which node node-b holds"), "{why}");
         // Never the pool's: outside its ranges, excluded, its gateway; two of one range set.

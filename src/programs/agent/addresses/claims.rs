@@ -18,17 +18,47 @@ use tracing::warn;
 /// One request may take this long.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// What `Claimed::Elsewhere` names for a fixed block, held by no node (`super::fixed`).
-pub const FIXED: &str = "";
-
 #[derive(Debug, PartialEq, Eq)]
 pub enum Claimed {
     /// The block is this node's.
     Here,
-    /// Another node holds it (`FIXED`: it holds fixed addresses).
-    Elsewhere(String),
+    /// Not this node's: who holds it.
+    Elsewhere(Holder),
     /// The API server did not say: why.
     Unknown(String),
+}
+
+/// Who holds a block that is not this node's, as its `IPBlock` says.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Holder {
+    /// Another node, by name.
+    Node(String),
+    /// No node: a fixed block, whose addresses every node hands out one `FixedAddress` at a time
+    /// (`super::fixed`, `super::shared`).
+    Fixed,
+    /// An object this agent cannot read (why): never this node's to use.
+    Unreadable(String),
+}
+
+impl Holder {
+    /// The holder an `IPBlock`'s `spec` names, other than this node.
+    fn of(spec: Result<IpBlockSpec, serde_json::Error>) -> Holder {
+        match spec {
+            Ok(spec) if spec.fixed => Holder::Fixed,
+            Ok(spec) => Holder::Node(spec.node),
+            Err(e) => Holder::Unreadable(e.to_string()),
+        }
+    }
+}
+
+impl std::fmt::Display for Holder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Holder::Node(node) => write!(f, "node {node}"),
+            Holder::Fixed => write!(f, "no node (it holds the pool's fixed addresses)"),
+            Holder::Unreadable(why) => write!(f, "an IPBlock this agent cannot read ({why})"),
+        }
+    }
 }
 
 pub async fn claim(client: &Client, block: IpNetwork, pool: &str, node: &str) -> Claimed {
@@ -54,11 +84,8 @@ pub async fn claim(client: &Client, block: IpNetwork, pool: &str, node: &str) ->
         Err(_) => unknown("reading", format!("no answer within {}s", REQUEST_TIMEOUT.as_secs())),
         Ok(Err(e)) => unknown("reading", describe(&e)),
         Ok(Ok(found)) => match serde_json::from_value::<IpBlockSpec>(found.data["spec"].clone()) {
-            Ok(spec) if spec.fixed => Claimed::Elsewhere(FIXED.into()),
-            Ok(spec) if spec.node == node && spec.cidr == block => Claimed::Here,
-            Ok(spec) => Claimed::Elsewhere(spec.node),
-            // Not one this agent can read: never this node's to use.
-            Err(e) => Claimed::Elsewhere(format!("unreadable ({e})")),
+            Ok(spec) if !spec.fixed && spec.node == node && spec.cidr == block => Claimed::Here,
+            spec => Claimed::Elsewhere(Holder::of(spec)),
         },
     }
 }
@@ -84,10 +111,8 @@ pub async fn confirm(client: &Client, block: IpNetwork, pool: &str, node: &str) 
             Ok(Ok(Some(found))) => found,
         };
         match serde_json::from_value::<IpBlockSpec>(found.data["spec"].clone()) {
-            Ok(spec) if spec.fixed => return Claimed::Elsewhere(FIXED.into()),
-            Ok(spec) if spec.node == node && spec.cidr == block => {}
-            Ok(spec) => return Claimed::Elsewhere(spec.node),
-            Err(e) => return Claimed::Elsewhere(format!("unreadable ({e})")),
+            Ok(spec) if !spec.fixed && spec.node == node && spec.cidr == block => {}
+            spec => return Claimed::Elsewhere(Holder::of(spec)),
         }
         let now = k8s_openapi::jiff::Timestamp::now().to_string();
         found.metadata.annotations.get_or_insert_default().insert(CONFIRMED.to_string(), now);
@@ -110,10 +135,9 @@ pub async fn confirm(client: &Client, block: IpNetwork, pool: &str, node: &str) 
     unknown("confirming", "changed by others at every attempt".into())
 }
 
-/// Every `IPBlock` there is now, by name, each with its holder (its node, `FIXED` for a fixed
-/// block): a block found another node's before and absent now was released (its node dead) and may
-/// be claimed; one fixed now was shared.
-pub async fn existing(client: &Client) -> Result<std::collections::BTreeMap<String, String>, String> {
+/// Every `IPBlock` there is now, by name, each with its holder: a block found another node's before
+/// and absent now was released (its node dead) and may be claimed; one fixed now was shared.
+pub async fn existing(client: &Client) -> Result<std::collections::BTreeMap<String, Holder>, String> {
     let api: Api<DynamicObject> = Api::all_with(client.clone(), &resource());
     match tokio::time::timeout(REQUEST_TIMEOUT, api.list(&ListParams::default())).await {
         Err(_) => Err(format!("listing IPBlocks: no answer within {}s", REQUEST_TIMEOUT.as_secs())),
@@ -122,11 +146,7 @@ pub async fn existing(client: &Client) -> Result<std::collections::BTreeMap<Stri
             .items
             .into_iter()
             .filter_map(|object| {
-                let holder = match serde_json::from_value::<IpBlockSpec>(object.data["spec"].clone()) {
-                    Ok(spec) if spec.fixed => FIXED.to_string(),
-                    Ok(spec) => spec.node,
-                    Err(e) => format!("unreadable ({e})"),
-                };
+                let holder = Holder::of(serde_json::from_value::<IpBlockSpec>(object.data["spec"].clone()));
                 Some((object.metadata.name?, holder))
             })
             .collect()),

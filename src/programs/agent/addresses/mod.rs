@@ -200,13 +200,13 @@ impl Addresses {
         for (block, pool) in blocks {
             match claims::confirm(client, block, &pool, &self.node).await {
                 Claimed::Here => {}
-                Claimed::Elsewhere(node) => {
+                Claimed::Elsewhere(holder) => {
                     warn!(
-                        "block {block} of pool {pool:?} is held by node {node} now (released while this node's \
+                        "block {block} of pool {pool:?} is held by {holder} now (released while this node's \
                          lease had run out): no address is handed out from it here; the pods of this node holding \
                          addresses in it should be deleted"
                     );
-                    state.lose(block, &node);
+                    state.lose(block, holder);
                 }
                 Claimed::Unknown(why) => {
                     return Err(format!(
@@ -252,8 +252,8 @@ impl Addresses {
                         state.adopt(block, &pool.name);
                         continue;
                     }
-                    Claimed::Elsewhere(node) => {
-                        state.held_elsewhere(block, &node);
+                    Claimed::Elsewhere(holder) => {
+                        state.held_elsewhere(block, holder);
                         continue;
                     }
                     Claimed::Unknown(why) => {
@@ -432,7 +432,7 @@ impl Addresses {
 
     async fn finish_share(&self, state: &mut Allocator, client: &::kube::Client, block: IpNetwork) {
         match shared::make_fixed(client, &self.node, block).await {
-            Ok(holder) => state.finish_share(block, &holder),
+            Ok(holder) => state.finish_share(block, holder),
             Err(why) => warn!("block {block} is shared, but cannot be made a fixed block yet: {why}"),
         }
     }

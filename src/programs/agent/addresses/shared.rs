@@ -17,7 +17,7 @@
 //! tried again until it is).
 
 use super::blocks::usable;
-use super::claims::FIXED;
+use super::claims::Holder;
 use super::fixed::{self, Refusal, ask, identity_objects};
 use crate::node::agent_socket::addresses::{AddressOwner, Allocated, PoolSpec};
 use crate::platform::kube::delete_as_read;
@@ -142,9 +142,9 @@ pub async fn hold_as_objects(
 }
 
 /// The last step of sharing `block`, once its pods' records say so: its `IPBlock` made a fixed
-/// block (`sharedBy` this node). Who holds it now: `claims::FIXED`, or the node that does when it is
+/// block (`sharedBy` this node). Who holds it now: `Holder::Fixed`, or the node that does when it is
 /// no longer this node's (released while this node's lease had run out, and claimed).
-pub async fn make_fixed(client: &Client, node: &str, block: IpNetwork) -> Result<String, String> {
+pub async fn make_fixed(client: &Client, node: &str, block: IpNetwork) -> Result<Holder, String> {
     let blocks: Api<DynamicObject> = Api::all_with(client.clone(), &ip_block::resource());
     let name = ip_block::object_name(block);
     for _ in 0..3 {
@@ -156,10 +156,10 @@ pub async fn make_fixed(client: &Client, node: &str, block: IpNetwork) -> Result
         let mut block_spec: IpBlockSpec =
             serde_json::from_value(found.data["spec"].clone()).map_err(|e| format!("IPBlock {name}: {e}"))?;
         if block_spec.fixed {
-            return Ok(FIXED.into());
+            return Ok(Holder::Fixed);
         }
         if block_spec.node != node {
-            return Ok(block_spec.node);
+            return Ok(Holder::Node(block_spec.node));
         }
         block_spec.fixed = true;
         block_spec.node = String::new();
@@ -170,7 +170,7 @@ pub async fn make_fixed(client: &Client, node: &str, block: IpNetwork) -> Result
         {
             Ok(_) => {
                 info!("block {block} of pool {:?} is shared with every node", block_spec.pool);
-                return Ok(FIXED.into());
+                return Ok(Holder::Fixed);
             }
             // Written by another meanwhile (an operator's label, say): read again.
             Err(_) => continue,
