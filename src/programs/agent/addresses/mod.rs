@@ -414,7 +414,7 @@ impl Addresses {
                 }
             }
             if state.unfinished().iter().any(|(b, _)| *b == block) {
-                self.finish_share(&mut state, client, block).await;
+                self.finish_share(&mut state, client, &spec.name, block).await;
             }
         }
         self.publish(&state);
@@ -423,15 +423,15 @@ impl Addresses {
     /// Make fixed the blocks begun to be shared; whether some are left to do.
     async fn finish_shares(&self, client: &::kube::Client) -> bool {
         let mut state = self.state.lock().await;
-        for (block, _) in state.unfinished() {
-            self.finish_share(&mut state, client, block).await;
+        for (block, pool) in state.unfinished() {
+            self.finish_share(&mut state, client, &pool, block).await;
         }
         self.publish(&state);
         !state.unfinished().is_empty()
     }
 
-    async fn finish_share(&self, state: &mut Allocator, client: &::kube::Client, block: IpNetwork) {
-        match shared::make_fixed(client, &self.node, block).await {
+    async fn finish_share(&self, state: &mut Allocator, client: &::kube::Client, pool: &str, block: IpNetwork) {
+        match shared::make_fixed(client, &self.node, pool, block).await {
             Ok(holder) => state.finish_share(block, holder),
             Err(why) => warn!("block {block} is shared, but cannot be made a fixed block yet: {why}"),
         }

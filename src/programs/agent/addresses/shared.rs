@@ -143,15 +143,21 @@ pub async fn hold_as_objects(
 
 /// The last step of sharing `block`, once its pods' records say so: its `IPBlock` made a fixed
 /// block (`sharedBy` this node). Who holds it now: `Holder::Fixed`, or the node that does when it is
-/// no longer this node's (released while this node's lease had run out, and claimed).
-pub async fn make_fixed(client: &Client, node: &str, block: IpNetwork) -> Result<Holder, String> {
+/// no longer this node's (released while this node's lease had run out, and claimed). A block
+/// released meanwhile (its object gone) is created fixed, for the `FixedAddress`es in it: a node
+/// claiming it for its own would hand out their addresses again.
+pub async fn make_fixed(client: &Client, node: &str, pool: &str, block: IpNetwork) -> Result<Holder, String> {
     let blocks: Api<DynamicObject> = Api::all_with(client.clone(), &ip_block::resource());
     let name = ip_block::object_name(block);
     for _ in 0..3 {
         let Some(mut found) =
             ask(&format!("reading IPBlock {name}"), blocks.get_opt(&name)).await.map_err(|r| r.why)?
         else {
-            return Err(format!("IPBlock {name} is gone (released while this node's lease had run out?)"));
+            // Created fixed now, or by another meanwhile (then read again).
+            if super::fixed::claim_fixed(&blocks, block, pool).await.map_err(|r| r.why)? {
+                return Ok(Holder::Fixed);
+            }
+            continue;
         };
         let mut block_spec: IpBlockSpec =
             serde_json::from_value(found.data["spec"].clone()).map_err(|e| format!("IPBlock {name}: {e}"))?;
