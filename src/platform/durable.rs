@@ -102,6 +102,19 @@ pub fn write_atomic_staged(
 
 /// Remove the temp files in `dir` (of any path) whose writers no longer exist; the names removed.
 pub fn remove_abandoned_temps(dir: &Path) -> io::Result<Vec<String>> {
+    remove_temps_where(dir, gone)
+}
+
+/// Remove every temp file in `dir`, whatever the pid in its name: for a directory whose one writer
+/// is the caller, while it writes nothing there, so that each temp file is a killed writer's. Its
+/// pid cannot tell: a writer started again in a container of its own (a pid namespace) may well
+/// have the pid the killed one had. The names removed.
+pub fn remove_every_temp(dir: &Path) -> io::Result<Vec<String>> {
+    remove_temps_where(dir, |_| true)
+}
+
+/// Remove the temp files in `dir` whose writer's pid `abandoned` says: the names removed.
+fn remove_temps_where(dir: &Path, abandoned: impl Fn(i32) -> bool) -> io::Result<Vec<String>> {
     let names: Vec<String> = match fs::read_dir(dir) {
         Ok(entries) => {
             entries.filter_map(Result::ok).filter_map(|e| e.file_name().to_str().map(String::from)).collect()
@@ -112,7 +125,7 @@ pub fn remove_abandoned_temps(dir: &Path) -> io::Result<Vec<String>> {
     let mut removed = Vec::new();
     for name in names {
         let writer = name.strip_prefix('.').and_then(|rest| rest.rsplit_once(".tmp-")).and_then(|(_, w)| writer_pid(w));
-        if writer.is_some_and(gone) {
+        if writer.is_some_and(&abandoned) {
             match fs::remove_file(dir.join(&name)) {
                 Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
                 _ => removed.push(name),
@@ -510,6 +523,9 @@ mod tests {
         assert_eq!(remove_abandoned_temps(&staging).unwrap(), vec![dead.clone()]);
         assert!(staging.join(&live).exists() && !staging.join(&dead).exists());
         assert!(remove_abandoned_temps(&d.path().join("none")).unwrap().is_empty());
+        assert_eq!(remove_every_temp(&staging).unwrap(), vec![live.clone()], "every temp file, a live pid's too");
+        assert!(staging.join("kubeconfig").exists() && staging.join(".x.tmp-1-zz").exists());
+        assert!(remove_every_temp(&d.path().join("none")).unwrap().is_empty());
     }
 
     #[test]

@@ -88,6 +88,9 @@ impl Addresses {
     /// The node's addresses as its records under `dir` hold them; what could not be read is logged.
     pub fn restore(dir: &Path, node: &str, lease_duration: std::time::Duration) -> std::io::Result<Self> {
         let records = Records::new(dir);
+        for unfinished in records.remove_unfinished_writes()? {
+            info!("removed {}: the write of an address record, cut short by a stop", unfinished.display());
+        }
         let (read, problems) = records.read_all()?;
         for problem in problems {
             warn!("an address record that cannot be read, its addresses unknown: {problem}");

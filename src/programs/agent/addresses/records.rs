@@ -45,6 +45,29 @@ impl Records {
         }
     }
 
+    /// Remove what writes cut short left: a killed agent's temp files, written and never renamed.
+    /// At start only, before the agent answers: it is the records' one writer and writes nothing
+    /// then. None took effect, and `read_all` never reads them: a new record's addresses were never
+    /// heard by the plugin (it hears them after the rename), a record written again is still as it
+    /// was. Left, they would outlive their pods. The files removed.
+    pub fn remove_unfinished_writes(&self) -> io::Result<Vec<PathBuf>> {
+        let pools = match std::fs::read_dir(&self.dir) {
+            Ok(pools) => pools,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) => return Err(e),
+        };
+        let mut removed = Vec::new();
+        for pool in pools {
+            let pool = pool?;
+            if pool.file_type()?.is_dir() {
+                let dir = pool.path();
+                removed
+                    .extend(crate::platform::durable::remove_every_temp(&dir)?.into_iter().map(|name| dir.join(name)));
+            }
+        }
+        Ok(removed)
+    }
+
     /// Every record, and what could not be read (a file that does not parse is reported, never
     /// taken as free addresses' proof: its addresses stay unknown to this life of the agent).
     pub fn read_all(&self) -> io::Result<(Vec<Record>, Vec<String>)> {
@@ -109,5 +132,39 @@ mod tests {
         records.remove("lan", &owner).unwrap();
         records.remove("lan", &owner).unwrap();
         assert!(records.read_all().unwrap().0.is_empty());
+    }
+
+    #[test]
+    fn a_killed_agents_unfinished_write_is_removed_at_start_and_never_read() {
+        let d = tempfile::tempdir().unwrap();
+        let records = Records::new(d.path());
+        let owner = |n: u32| AddressOwner {
+            uid: format!("u{n}"),
+            container_id: format!("c{n}"),
+            ifname: "net1".into(),
+            pod: format!("default/p{n}"),
+        };
+        let record = |n: u32| Record {
+            pool: "lan".into(),
+            owner: owner(n),
+            addresses: vec![Allocated {
+                address: format!("10.80.0.{n}").parse().unwrap(),
+                block: "10.80.0.0/28".parse().unwrap(),
+                fixed: false,
+                shared: false,
+            }],
+        };
+        records.write(&record(2)).unwrap();
+        // What write_atomic leaves when its process is killed between the fsync and the rename: the
+        // whole record under a temp name whose pid may be the restarted agent's own.
+        let record_path = records.path("lan", &owner(3));
+        let name = record_path.file_name().unwrap().to_string_lossy().into_owned();
+        let unfinished = d.path().join("lan").join(format!(".{name}.tmp-{}-0123456789ab", std::process::id()));
+        std::fs::write(&unfinished, serde_json::to_vec(&record(3)).unwrap()).unwrap();
+        assert_eq!(records.read_all().unwrap(), (vec![record(2)], vec![]), "a temp file is never read as a record");
+        assert_eq!(records.remove_unfinished_writes().unwrap(), std::slice::from_ref(&unfinished));
+        assert!(!unfinished.exists());
+        assert_eq!(records.read_all().unwrap(), (vec![record(2)], vec![]));
+        assert!(Records::new(&d.path().join("none")).remove_unfinished_writes().unwrap().is_empty());
     }
 }
