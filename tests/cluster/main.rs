@@ -39,6 +39,9 @@ use dynamic::*;
 mod races;
 use races::*;
 
+/// A namespace of a test's own and the selector's policy it opens, undone pass or fail.
+mod test_namespace;
+
 /// whereabouts as the IPAM of a NAD, set up as its docs say.
 mod whereabouts;
 use whereabouts::*;

@@ -8,7 +8,7 @@
 //! `scripts/cluster/whereabouts.sh` fills (the binary and `crds/`, v0.9.2 built from the Go module
 //! proxy; scripts/test.sh's cluster tier sets it). Without it the test says so and checks nothing.
 
-use serde_json::{Value, json};
+use serde_json::json;
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use testkit::cluster::Cluster;
@@ -16,6 +16,7 @@ use testkit::cluster::pods::{in_cidr, web_server};
 use testkit::process::report;
 
 use crate::inline_kubeconfig;
+use crate::test_namespace::TestNamespace;
 
 const NS: &str = "yh-whereabouts";
 const RANGE: &str = "10.246.0.0/28";
@@ -37,28 +38,6 @@ fn allocations(cluster: &Cluster) -> Vec<String> {
         .unwrap_or_default()
 }
 
-/// The selector's policy, from the `yh-genie-config` ConfigMap.
-pub fn selector_settings(cluster: &Cluster) -> String {
-    let config = cluster.get_json(&["-n", "kube-system", "get", "configmap", "yh-genie-config"]);
-    config["data"]["selector.json"].as_str().unwrap_or("{}").to_string()
-}
-
-/// `settings` as the selector's policy, and waited for on every node's conflist.
-pub fn set_selector_settings(cluster: &Cluster, settings: &str) {
-    let patch = json!({"data": {"selector.json": settings}}).to_string();
-    cluster.kubectl_ok(&["-n", "kube-system", "patch", "configmap", "yh-genie-config", "--type=merge", "-p", &patch]);
-    let wanted: Value = serde_json::from_str(settings).unwrap();
-    for worker in &cluster.workers {
-        let conflist = worker.node_path("/etc/cni/net.d/00-yh-genie.conflist");
-        cluster.wait_for(&format!("{}'s 00-yh-genie.conflist with {settings}", worker.name), || {
-            let conflist: Value = serde_json::from_str(&std::fs::read_to_string(&conflist).ok()?).ok()?;
-            let plugin = &conflist["plugins"][0];
-            let all = wanted.as_object()?.iter().all(|(key, value)| &plugin[key] == value);
-            all.then_some(())
-        });
-    }
-}
-
 /// A whereabouts NAD as its README writes one: pods on both nodes get distinct addresses of its
 /// one range, reach each other over it, and when they go the range's IPPool holds nothing.
 pub fn whereabouts_gives_pods_across_nodes_distinct_addresses(cluster: &mut Cluster) {
@@ -68,13 +47,10 @@ pub fn whereabouts_gives_pods_across_nodes_distinct_addresses(cluster: &mut Clus
     };
     install_whereabouts(cluster, &dir);
     // The admin lets NADs carry their configuration, and run macvlan with whereabouts.
-    let before = selector_settings(cluster);
-    let mut settings: Value = serde_json::from_str(&before).unwrap();
-    settings["allowInlineConfig"] = json!(true);
-    settings["inlinePluginTypes"] = json!(["macvlan", "whereabouts"]);
-    set_selector_settings(cluster, &settings.to_string());
-
-    cluster.kubectl_ok(&["create", "namespace", NS]);
+    let namespace = TestNamespace::new(cluster, NS, |settings| {
+        settings["allowInlineConfig"] = json!(true);
+        settings["inlinePluginTypes"] = json!(["macvlan", "whereabouts"]);
+    });
     let nad = json!({"cniVersion": "0.3.1", "type": "macvlan", "master": "ul0", "mode": "bridge",
         "ipam": {"type": "whereabouts", "range": RANGE}});
     cluster.apply_text(&format!(
@@ -113,8 +89,7 @@ pub fn whereabouts_gives_pods_across_nodes_distinct_addresses(cluster: &mut Clus
     });
     report(&format!("cluster: whereabouts under yh-genie gave {PODS:?} {addresses:?}, and took every one back"));
 
-    cluster.kubectl_ok(&["delete", "namespace", NS, "--wait=true", "--timeout=120s"]);
-    set_selector_settings(cluster, &before);
+    drop(namespace);
     remove_whereabouts(cluster, &dir);
 }
 

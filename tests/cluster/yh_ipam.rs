@@ -10,7 +10,7 @@ use testkit::cluster::Cluster;
 use testkit::cluster::pods::{in_cidr, web_server};
 use testkit::process::report;
 
-use crate::whereabouts::{selector_settings, set_selector_settings};
+use crate::test_namespace::TestNamespace;
 
 const NS: &str = "yh-ipam-e2e";
 /// Pool `e2e-lan`: 10.245.0.2-.30 in blocks of four.
@@ -54,14 +54,12 @@ fn block_contains(cidr: &str, ip: &str) -> bool {
 /// and reach each other; each node's agent holds its lease. A pool of two addresses gives a third
 /// pod a CNI error naming the pool, in the pod's events, and the address a deleted pod frees.
 pub fn yh_ipam_gives_pods_across_nodes_distinct_addresses_and_frees_them(cluster: &mut Cluster) {
-    let before = selector_settings(cluster);
-    let mut settings: Value = serde_json::from_str(&before).unwrap();
-    settings["allowInlineConfig"] = json!(true);
-    settings["inlinePluginTypes"] = json!(["macvlan", "yh-ipam"]);
-    // Its NADs define their pools inline (ranges), which the policy must open.
-    settings["inlineYhIpamRanges"] = json!(true);
-    set_selector_settings(cluster, &settings.to_string());
-    cluster.kubectl_ok(&["create", "namespace", NS]);
+    let _namespace = TestNamespace::new(cluster, NS, |settings| {
+        settings["allowInlineConfig"] = json!(true);
+        settings["inlinePluginTypes"] = json!(["macvlan", "yh-ipam"]);
+        // Its NADs define their pools inline (ranges), which the policy must open.
+        settings["inlineYhIpamRanges"] = json!(true);
+    });
     nad(
         cluster,
         "ipam-lan",
@@ -143,9 +141,6 @@ pub fn yh_ipam_gives_pods_across_nodes_distinct_addresses_and_frees_them(cluster
         "small-3 gets small-1's address"
     );
     report(&format!("cluster: yh-ipam's pool of two refused a third pod ({failure}), then gave it {freed}"));
-
-    cluster.kubectl_ok(&["delete", "namespace", NS, "--wait=true", "--timeout=120s"]);
-    set_selector_settings(cluster, &before);
 }
 
 /// With exactly as many addresses as pods, the pool's last free address sits in a block another
@@ -155,12 +150,10 @@ pub fn yh_ipam_gives_pods_across_nodes_distinct_addresses_and_frees_them(cluster
 /// `FixedAddress` of its pod, node-b's pod keeps .2 and reaches the new one, and each pod's deletion
 /// frees its object.
 pub fn yh_ipam_shares_the_last_free_address_of_another_nodes_block(cluster: &mut Cluster) {
-    let before = selector_settings(cluster);
-    let mut settings: Value = serde_json::from_str(&before).unwrap();
-    settings["allowInlineConfig"] = json!(true);
-    settings["inlinePluginTypes"] = json!(["macvlan", "yh-ipam"]);
-    set_selector_settings(cluster, &settings.to_string());
-    cluster.kubectl_ok(&["create", "namespace", SHARED_NS]);
+    let namespace = TestNamespace::new(cluster, SHARED_NS, |settings| {
+        settings["allowInlineConfig"] = json!(true);
+        settings["inlinePluginTypes"] = json!(["macvlan", "yh-ipam"]);
+    });
     // The pool as the admin defines it for NADs, which may only name it (inlineYhIpamRanges unset).
     cluster.apply_text(&format!(
         "apiVersion: ipam.yh-genie.io/v1alpha1\nkind: AddressPool\nmetadata: {{name: e2e-shared}}\nspec:\n  \
@@ -243,8 +236,7 @@ pub fn yh_ipam_shares_the_last_free_address_of_another_nodes_block(cluster: &mut
 
     cluster.delete_pod(SHARED_NS, "share-a3");
     cluster.wait_for("share-a3's FixedAddress deleted by its DEL", || (fixed(cluster).len() == 1).then_some(()));
-    cluster.kubectl_ok(&["delete", "namespace", SHARED_NS, "--wait=true", "--timeout=120s"]);
+    namespace.delete();
     cluster.wait_for("share-b1's FixedAddress deleted by its DEL", || fixed(cluster).is_empty().then_some(()));
     cluster.kubectl_ok(&["delete", "addresspool.ipam.yh-genie.io", "e2e-shared"]);
-    set_selector_settings(cluster, &before);
 }

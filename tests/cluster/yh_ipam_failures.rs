@@ -12,7 +12,7 @@ use testkit::cluster::cni::condition;
 use testkit::cluster::pods::{in_cidr, sleeper};
 use testkit::process::report;
 
-use crate::whereabouts::{selector_settings, set_selector_settings};
+use crate::test_namespace::TestNamespace;
 
 const NS: &str = "yh-ipam-burst";
 const POOL: &str = "e2e-burst";
@@ -46,12 +46,23 @@ fn pool_blocks(cluster: &Cluster, pool: &str) -> BTreeMap<String, String> {
         .collect()
 }
 
-/// The files in the pool's record directory on `node` (none when it is absent).
-fn record_files(cluster: &Cluster, node: &str) -> Vec<std::path::PathBuf> {
+/// Every file in the pool's record directory on `node` (none when it is absent): its records, and
+/// the temp files of writes in progress or cut short by a kill.
+fn files_in_records(cluster: &Cluster, node: &str) -> Vec<std::path::PathBuf> {
     match std::fs::read_dir(cluster.worker(node).node_path(RECORDS)) {
         Ok(dir) => dir.filter_map(|e| e.ok().map(|e| e.path())).collect(),
         Err(_) => Vec::new(),
     }
+}
+
+/// The pool's records on `node`, as the agent reads them back: `<name>.json`, not the temp files
+/// (`.<name>.json.tmp-<pid>-<nonce>`) of writes.
+fn record_files(cluster: &Cluster, node: &str) -> Vec<std::path::PathBuf> {
+    let is_record = |path: &std::path::Path| {
+        let name = path.file_name().unwrap_or_default().to_string_lossy();
+        !name.starts_with('.') && name.ends_with(".json")
+    };
+    files_in_records(cluster, node).into_iter().filter(|path| is_record(path)).collect()
 }
 
 /// The addresses the agent of `node` has on record: pod uid to its addresses (each file read as
@@ -148,18 +159,16 @@ fn assert_distinct_and_from_own_blocks(
 /// (SIGKILL of the DaemonSet's container) while it hands them out; the kubelet starts it again.
 /// Every pod ends up Running with one address, in its netns and its network-status, from a block
 /// of its own node; no address twice; each agent's records hold exactly its node's pods'
-/// addresses; every block of the pool is a live node's. Once the pods are deleted no record is
-/// left on either node, and new pods take every address of the nodes' blocks again without a new
+/// addresses; every block of the pool is a live node's. Once the pods are deleted no record (nor a
+/// write of one the kill cut short) is left on either node, and new pods take every address of the nodes' blocks again without a new
 /// block claimed: nothing leaked.
 pub fn yh_ipam_loses_and_duplicates_nothing_when_an_agent_is_killed_mid_burst(cluster: &mut Cluster) {
-    let before = selector_settings(cluster);
-    let mut settings: Value = serde_json::from_str(&before).unwrap();
-    settings["allowInlineConfig"] = json!(true);
-    settings["inlinePluginTypes"] = json!(["macvlan", "yh-ipam"]);
-    // Its NADs define their pools inline (ranges), which the policy must open.
-    settings["inlineYhIpamRanges"] = json!(true);
-    set_selector_settings(cluster, &settings.to_string());
-    cluster.kubectl_ok(&["create", "namespace", NS]);
+    let namespace = TestNamespace::new(cluster, NS, |settings| {
+        settings["allowInlineConfig"] = json!(true);
+        settings["inlinePluginTypes"] = json!(["macvlan", "yh-ipam"]);
+        // Its NADs define their pools inline (ranges), which the policy must open.
+        settings["inlineYhIpamRanges"] = json!(true);
+    });
     let ipam = json!({"type": "yh-ipam", "pool": POOL, "blockSize": 4,
                       "ranges": [[{"subnet": BURST_LAN, "rangeEnd": LAST.to_string()}]]});
     let config = json!({"cniVersion": "1.0.0", "type": "macvlan", "master": "ul0", "mode": "bridge", "ipam": ipam});
@@ -232,9 +241,11 @@ pub fn yh_ipam_loses_and_duplicates_nothing_when_an_agent_is_killed_mid_burst(cl
 
     cluster.kubectl_ok(&["-n", NS, "delete", "pods", "--all", "--wait=true", "--timeout=180s"]);
     let deleted = Instant::now();
+    // Nor a temp file: a write the kill cut short is removed by the agent's next start.
     for (node, _) in NODES {
-        cluster.wait_for_within(Duration::from_secs(180), &format!("no record of pool {POOL} left on {node}"), || {
-            record_files(cluster, node).is_empty().then_some(())
+        let what = format!("no record of pool {POOL} left on {node}, nor a write of one");
+        cluster.wait_for_within(Duration::from_secs(180), &what, || {
+            files_in_records(cluster, node).is_empty().then_some(())
         });
     }
     let emptied = deleted.elapsed();
@@ -265,13 +276,12 @@ pub fn yh_ipam_loses_and_duplicates_nothing_when_an_agent_is_killed_mid_burst(cl
         blocks.len()
     ));
 
-    cluster.kubectl_ok(&["delete", "namespace", NS, "--wait=true", "--timeout=180s"]);
+    namespace.delete();
     for (node, _) in NODES {
         cluster.wait_for_within(Duration::from_secs(180), &format!("no record of pool {POOL} left on {node}"), || {
             record_files(cluster, node).is_empty().then_some(())
         });
     }
-    set_selector_settings(cluster, &before);
 }
 
 /// A node that never was, as the releaser sees a node gone for good: no Node object.

@@ -12,7 +12,7 @@ use testkit::cluster::pods::{in_cidr, sleeper};
 use testkit::process::report;
 use yh_genie::platform::kube::ip_block::object_name;
 
-use crate::whereabouts::{selector_settings, set_selector_settings};
+use crate::test_namespace::TestNamespace;
 
 const NS: &str = "yh-ipam-fixed-e2e";
 const NETWORKS: &str = "k8s.v1.cni.cncf.io/networks";
@@ -26,23 +26,21 @@ const SWEEP_PATIENCE: Duration = Duration::from_secs(240);
 /// (pods, StatefulSets, claims, the NAD) deleted, the pool's `FixedAddress`es left deleted, the
 /// policy as it was.
 struct Setup<'a> {
+    namespace: TestNamespace<'a>,
     cluster: &'a Cluster,
     pool: &'static str,
-    settings: String,
 }
 
 impl<'a> Setup<'a> {
     /// `pool` on `subnet`, its plugin declaring the `ips` capability when `ips`.
     fn new(cluster: &'a Cluster, pool: &'static str, subnet: &str, ips: bool) -> Setup<'a> {
-        let settings = selector_settings(cluster);
-        let setup = Setup { cluster, pool, settings };
-        let mut open: Value = serde_json::from_str(&setup.settings).unwrap();
-        open["allowInlineConfig"] = json!(true);
-        open["inlinePluginTypes"] = json!(["macvlan", "yh-ipam"]);
-        // Its NADs define their pools inline (ranges), which the policy must open.
-        open["inlineYhIpamRanges"] = json!(true);
-        set_selector_settings(cluster, &open.to_string());
-        cluster.kubectl_ok(&["create", "namespace", NS]);
+        let namespace = TestNamespace::new(cluster, NS, |settings| {
+            settings["allowInlineConfig"] = json!(true);
+            settings["inlinePluginTypes"] = json!(["macvlan", "yh-ipam"]);
+            // Its NADs define their pools inline (ranges), which the policy must open.
+            settings["inlineYhIpamRanges"] = json!(true);
+        });
+        let setup = Setup { namespace, cluster, pool };
         let mut config = json!({"cniVersion": "1.0.0", "type": "macvlan", "master": "ul0", "mode": "bridge",
             "ipam": {"type": "yh-ipam", "pool": pool, "blockSize": 4, "ranges": [[{"subnet": subnet}]]}});
         if ips {
@@ -61,14 +59,13 @@ impl Drop for Setup<'_> {
         for node in ["node-a", "node-b"] {
             let _ = cluster.kubectl(&["uncordon", node]);
         }
-        let _ = cluster.kubectl(&["delete", "namespace", NS, "--ignore-not-found", "--wait=true", "--timeout=120s"]);
+        self.namespace.delete();
         // Their pods gone, what the releaser would sweep: so that a failed test leaves nothing.
         for (name, spec) in fixed_addresses(cluster) {
             if spec["pool"] == self.pool {
                 let _ = cluster.kubectl(&["delete", FIXED_ADDRESSES, &name, "--ignore-not-found"]);
             }
         }
-        set_selector_settings(cluster, &self.settings);
     }
 }
 

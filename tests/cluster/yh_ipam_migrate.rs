@@ -17,9 +17,8 @@ use testkit::cluster::Cluster;
 use testkit::cluster::pods::{in_cidr, web_server};
 use testkit::process::report;
 
-use crate::whereabouts::{
-    install_whereabouts, remove_whereabouts, selector_settings, set_selector_settings, whereabouts_dir,
-};
+use crate::test_namespace::{TestNamespace, set_selector_settings};
+use crate::whereabouts::{install_whereabouts, remove_whereabouts, whereabouts_dir};
 
 const NS: &str = "yh-ipam-migrate-e2e";
 /// The range, whereabouts' and then yh-ipam's: no other test uses it.
@@ -46,15 +45,15 @@ const SWEEP_PATIENCE: Duration = Duration::from_secs(240);
 /// Dropped, pass or fail: the namespace deleted, the pool's `FixedAddress`es, `IPBlock`s, marker
 /// Lease and `AddressPool` deleted, whereabouts removed, the policy as it was.
 struct Setup<'a> {
+    namespace: TestNamespace<'a>,
     cluster: &'a Cluster,
     whereabouts: PathBuf,
-    settings: String,
 }
 
 impl Drop for Setup<'_> {
     fn drop(&mut self) {
         let cluster = self.cluster;
-        let _ = cluster.kubectl(&["delete", "namespace", NS, "--ignore-not-found", "--wait=true", "--timeout=120s"]);
+        self.namespace.delete();
         let pool = format!("ipam.yh-genie.io/pool={POOL}");
         let _ = cluster.kubectl(&["delete", FIXED_ADDRESSES, "-l", &pool, "--ignore-not-found"]);
         for (name, block) in blocks(cluster) {
@@ -65,7 +64,6 @@ impl Drop for Setup<'_> {
         let _ = cluster.kubectl(&["-n", "kube-system", "delete", "lease", MARKER, "--ignore-not-found"]);
         let _ = cluster.kubectl(&["delete", "addresspool.ipam.yh-genie.io", POOL, "--ignore-not-found"]);
         remove_whereabouts(cluster, &self.whereabouts);
-        set_selector_settings(cluster, &self.settings);
     }
 }
 
@@ -192,13 +190,15 @@ pub fn yh_ipam_keeps_the_addresses_of_pods_whereabouts_attached(cluster: &mut Cl
         report("cluster: YH_GENIE_WHEREABOUTS unset: the move from whereabouts is not tried");
         return;
     };
-    let setup = Setup { cluster, whereabouts: dir.clone(), settings: selector_settings(cluster) };
+    let open = |settings: &mut Value| {
+        settings["allowInlineConfig"] = json!(true);
+        settings["inlinePluginTypes"] = json!(["macvlan", "whereabouts"]);
+    };
+    let namespace = TestNamespace::new(cluster, NS, open);
+    let mut settings = namespace.settings_before();
+    open(&mut settings);
+    let setup = Setup { namespace, cluster, whereabouts: dir.clone() };
     install_whereabouts(cluster, &dir);
-    let mut settings: Value = serde_json::from_str(&setup.settings).unwrap();
-    settings["allowInlineConfig"] = json!(true);
-    settings["inlinePluginTypes"] = json!(["macvlan", "whereabouts"]);
-    set_selector_settings(cluster, &settings.to_string());
-    cluster.kubectl_ok(&["create", "namespace", NS]);
 
     // Before: the network's pods are whereabouts'.
     apply_nad(cluster, json!({"type": "whereabouts", "range": RANGE}));
