@@ -364,9 +364,12 @@ fn put_node_lease(n: &NetnsNode, node: &str, ago: Duration) {
 }
 
 const OUT_OF_SERVICE: &str = "node.kubernetes.io/out-of-service";
-/// The dead-node rule with 1 s leases and 1 s of clock skew: a dead node's lease is expired for
-/// the releaser once it is older than 2 s.
-const SHORT_LEASES: [&str; 2] = ["--ipam-lease-duration=1", "--ipam-clock-skew=1"];
+/// The dead-node rule with short leases and 1 s of clock skew: a dead node's lease is expired for
+/// the releaser once it is older than 3 s (the longer of its own duration, 1 s as `put_node_lease`
+/// writes it, and the releaser's, plus the skew). The agents' leases last 2 s, renewed every half
+/// second: with 1 s, an agent stalled by fsyncs on a busy disk (the tiers' builds beside the
+/// tests) lets its lease lapse, and its ADDs are refused.
+const SHORT_LEASES: [&str; 2] = ["--ipam-lease-duration=2", "--ipam-clock-skew=1"];
 
 #[test]
 fn a_dead_nodes_blocks_are_released_only_when_its_node_is_gone_and_its_lease_expired() {
@@ -399,6 +402,14 @@ fn a_dead_nodes_blocks_are_released_only_when_its_node_is_gone_and_its_lease_exp
         agent.wait_holds(&n.agent_socket(), name, &format!("uid-default-{name}"), |_| true);
     }
     let renewing = std::sync::atomic::AtomicBool::new(true);
+    // Stops the renewals when the scope's checks end, failed or not: a failed check must fail the
+    // test, not leave the scope waiting for them.
+    struct StopRenewing<'a>(&'a std::sync::atomic::AtomicBool);
+    impl Drop for StopRenewing<'_> {
+        fn drop(&mut self) {
+            self.0.store(false, std::sync::atomic::Ordering::Relaxed);
+        }
+    }
     std::thread::scope(|scope| {
         scope.spawn(|| {
             while renewing.load(std::sync::atomic::Ordering::Relaxed) {
@@ -406,6 +417,7 @@ fn a_dead_nodes_blocks_are_released_only_when_its_node_is_gone_and_its_lease_exp
                 std::thread::sleep(Duration::from_millis(200));
             }
         });
+        let _stop = StopRenewing(&renewing);
         // The other nodes' leases (1 s) renewed just now, the node's first allocation finds every
         // block another's but .20/30.
         for (_, node) in others {
@@ -422,7 +434,7 @@ fn a_dead_nodes_blocks_are_released_only_when_its_node_is_gone_and_its_lease_exp
             "released its yh-ipam blocks 10.81.0.0-30, 10.81.0.4-30 (2 of 2 listed)",
             "node stopped-node is gone (its Node is tainted node.kubernetes.io/out-of-service) and its yh-ipam lease",
             "released its yh-ipam blocks 10.81.0.8-30 (1 of 1 listed)",
-            "longer ago than its duration (1s) plus --ipam-clock-skew (1s)",
+            "longer ago than its duration (2s) plus --ipam-clock-skew (1s)",
         ] {
             assert!(log.contains(said), "{said:?} not in {log}");
         }
@@ -436,7 +448,6 @@ fn a_dead_nodes_blocks_are_released_only_when_its_node_is_gone_and_its_lease_exp
         assert_eq!(agent.metric(released), 3);
         assert_eq!(agent.metric("yh_genie_agent_ipam_releaser"), 1);
         assert_eq!(n.api.lease("default", "yh-ipam-releaser").unwrap()["spec"]["holderIdentity"], "yh-node");
-        renewing.store(false, std::sync::atomic::Ordering::Relaxed);
     });
 
     // The released range is claimed again: once .20/30 is full, the next address comes from .0/30,
