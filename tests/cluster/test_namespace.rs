@@ -71,6 +71,15 @@ impl<'a> TestNamespace<'a> {
 impl Drop for TestNamespace<'_> {
     fn drop(&mut self) {
         self.delete();
-        set_selector_settings(self.cluster, &self.before);
+        if !std::thread::panicking() {
+            set_selector_settings(self.cluster, &self.before);
+            return;
+        }
+        // A failed test is unwinding: a second panic escaping this drop would abort the whole
+        // suite, so a policy that could not be restored is said, and the test's failure reported.
+        let restore = || set_selector_settings(self.cluster, &self.before);
+        if std::panic::catch_unwind(std::panic::AssertUnwindSafe(restore)).is_err() {
+            eprintln!("{}: the selector's policy was not restored to {}", self.name, self.before);
+        }
     }
 }
