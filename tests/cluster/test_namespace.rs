@@ -2,6 +2,8 @@
 //! when the test ends, pass or fail: the suite's tests share one cluster, so a failed test must not
 //! leave pods (with their leases and records) or a policy for the tests after it.
 
+use std::collections::BTreeSet;
+
 use serde_json::{Value, json};
 use testkit::cluster::Cluster;
 
@@ -11,18 +13,23 @@ pub fn selector_settings(cluster: &Cluster) -> String {
     config["data"]["selector.json"].as_str().unwrap_or("{}").to_string()
 }
 
-/// `settings` as the selector's policy, and waited for on every node's conflist.
+/// `settings` as the selector's policy, and waited for on every node's conflist: every key it sets,
+/// and every key the policy it replaces set that it leaves out gone, so that a policy restored is
+/// not taken as in place while the nodes still hold the one it replaced (whose late arrival would
+/// then close what the next test opened).
 pub fn set_selector_settings(cluster: &Cluster, settings: &str) {
+    let replaced: Value = serde_json::from_str(&selector_settings(cluster)).unwrap();
+    let wanted: Value = serde_json::from_str(settings).unwrap();
     let patch = json!({"data": {"selector.json": settings}}).to_string();
     cluster.kubectl_ok(&["-n", "kube-system", "patch", "configmap", "yh-genie-config", "--type=merge", "-p", &patch]);
-    let wanted: Value = serde_json::from_str(settings).unwrap();
+    let keys: BTreeSet<&String> =
+        [&replaced, &wanted].iter().filter_map(|s| s.as_object()).flat_map(|s| s.keys()).collect();
     for worker in &cluster.workers {
         let conflist = worker.node_path("/etc/cni/net.d/00-yh-genie.conflist");
         cluster.wait_for(&format!("{}'s 00-yh-genie.conflist with {settings}", worker.name), || {
             let conflist: Value = serde_json::from_str(&std::fs::read_to_string(&conflist).ok()?).ok()?;
             let plugin = &conflist["plugins"][0];
-            let all = wanted.as_object()?.iter().all(|(key, value)| &plugin[key] == value);
-            all.then_some(())
+            keys.iter().all(|&key| plugin[key] == wanted[key]).then_some(())
         });
     }
 }
